@@ -1,0 +1,118 @@
+//! Reply encoding for the text protocol: memcached's exact error lines and helpers that
+//! append replies to a connection's output buffer (no allocation beyond the buffer's growth).
+
+/// Every error line the text protocol can send, with memcached's exact wording.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum ErrorReply {
+    #[error("ERROR")]
+    Error,
+    #[error("CLIENT_ERROR bad command line format")]
+    BadFormat,
+    #[error("CLIENT_ERROR bad data chunk")]
+    BadDataChunk,
+    #[error("CLIENT_ERROR line too long")]
+    LineTooLong,
+    #[error("SERVER_ERROR object too large for cache")]
+    TooLarge,
+    #[error("SERVER_ERROR out of memory storing object")]
+    OutOfMemory,
+    #[error("CLIENT_ERROR invalid numeric delta argument")]
+    BadDelta,
+    #[error("CLIENT_ERROR invalid exptime argument")]
+    BadExptime,
+    #[error("CLIENT_ERROR cannot increment or decrement non-numeric value")]
+    NonNumeric,
+    #[error("CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]")]
+    DeleteUsage,
+    #[error("ERROR: shutdown not enabled")]
+    ShutdownDisabled,
+    #[error("CLIENT_ERROR invalid shutdown mode")]
+    ShutdownMode,
+    #[error("CLIENT_ERROR flush_all not allowed")]
+    FlushDisabled,
+    #[error("CLIENT_ERROR unauthenticated")]
+    Unauthenticated,
+}
+
+impl ErrorReply {
+    /// The reply line without its terminator.
+    pub fn text(self) -> &'static str {
+        match self {
+            ErrorReply::Error => "ERROR",
+            ErrorReply::BadFormat => "CLIENT_ERROR bad command line format",
+            ErrorReply::BadDataChunk => "CLIENT_ERROR bad data chunk",
+            ErrorReply::LineTooLong => "CLIENT_ERROR line too long",
+            ErrorReply::TooLarge => "SERVER_ERROR object too large for cache",
+            ErrorReply::OutOfMemory => "SERVER_ERROR out of memory storing object",
+            ErrorReply::BadDelta => "CLIENT_ERROR invalid numeric delta argument",
+            ErrorReply::BadExptime => "CLIENT_ERROR invalid exptime argument",
+            ErrorReply::NonNumeric => {
+                "CLIENT_ERROR cannot increment or decrement non-numeric value"
+            }
+            ErrorReply::DeleteUsage => {
+                "CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]"
+            }
+            ErrorReply::ShutdownDisabled => "ERROR: shutdown not enabled",
+            ErrorReply::ShutdownMode => "CLIENT_ERROR invalid shutdown mode",
+            ErrorReply::FlushDisabled => "CLIENT_ERROR flush_all not allowed",
+            ErrorReply::Unauthenticated => "CLIENT_ERROR unauthenticated",
+        }
+    }
+
+    /// Append the line and its `\r\n`.
+    pub fn write(self, out: &mut Vec<u8>) {
+        line(out, self.text().as_bytes());
+    }
+}
+
+/// Append `text\r\n`.
+pub fn line(out: &mut Vec<u8>, text: &[u8]) {
+    out.extend_from_slice(text);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Append an unsigned number followed by `\r\n` (the reply to incr/decr).
+pub fn number_line(out: &mut Vec<u8>, n: u64) {
+    let mut b = itoa::Buffer::new();
+    out.extend_from_slice(b.format(n).as_bytes());
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Append the header of a `VALUE` reply; the caller appends the data and `\r\n`.
+/// `VALUE <key> <flags> <bytes>[ <cas>]\r\n`
+pub fn value_header(out: &mut Vec<u8>, key: &[u8], flags: u32, len: usize, cas: Option<u64>) {
+    let mut b = itoa::Buffer::new();
+    out.extend_from_slice(b"VALUE ");
+    out.extend_from_slice(key);
+    out.push(b' ');
+    out.extend_from_slice(b.format(flags).as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(b.format(len).as_bytes());
+    if let Some(c) = cas {
+        out.push(b' ');
+        out.extend_from_slice(b.format(c).as_bytes());
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Append one `STAT name value\r\n` line.
+pub fn stat(out: &mut Vec<u8>, name: &str, value: impl std::fmt::Display) {
+    use std::io::Write;
+    // Writing into a Vec cannot fail.
+    let _ = write!(out, "STAT {name} {value}\r\n");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn value_header_layout() {
+        let mut out = Vec::new();
+        value_header(&mut out, b"k", 5, 3, Some(9));
+        assert_eq!(out, b"VALUE k 5 3 9\r\n");
+        out.clear();
+        value_header(&mut out, b"k", 0, 0, None);
+        assert_eq!(out, b"VALUE k 0 0\r\n");
+    }
+}
