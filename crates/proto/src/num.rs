@@ -72,8 +72,9 @@ pub fn parse_u32_flags(s: &[u8]) -> Option<u32> {
     parse_u64(s).map(|v| v as u32)
 }
 
-/// `safe_strtol` into an `int32_t`: overflow of `long` or a value above `INT_MAX` is refused;
-/// values below `INT_MIN` are truncated like the C cast.
+/// `safe_strtol` into an `int32_t`: overflow of the 64-bit `long` is refused (ERANGE); any
+/// other value is truncated to 32 bits like memcached 1.6's plain C assignment, so
+/// "4294967297" reads as 1 and "2147483648" as a negative number.
 pub fn parse_i32(s: &[u8]) -> Option<i32> {
     let sc = scan(s);
     if !sc.any_digit || !tail_ok(s, sc.end) {
@@ -91,9 +92,6 @@ pub fn parse_i32(s: &[u8]) -> Option<i32> {
         }
         sc.magnitude as i64
     };
-    if v > i64::from(i32::MAX) {
-        return None;
-    }
     Some(v as i32)
 }
 
@@ -120,9 +118,11 @@ mod tests {
     #[test]
     fn i32_rules() {
         assert_eq!(parse_i32(b"2147483647"), Some(i32::MAX));
-        assert_eq!(parse_i32(b"2147483648"), None);
+        assert_eq!(parse_i32(b"2147483648"), Some(i32::MIN));
         assert_eq!(parse_i32(b"-1"), Some(-1));
-        assert_eq!(parse_i32(b"4294967295"), None);
+        assert_eq!(parse_i32(b"4294967295"), Some(-1));
+        assert_eq!(parse_i32(b"4294967297"), Some(1));
+        assert_eq!(parse_i32(b"99999999999999999999"), None);
         assert_eq!(parse_i32(b"x"), None);
     }
 

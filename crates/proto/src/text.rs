@@ -1,0 +1,371 @@
+//! The classic text protocol, server side: bytes in, [`Request`] out, with memcached 1.6's
+//! exact dispatch and validation rules (which token counts each command takes, which number
+//! parser reads each field, which error line each mistake earns).
+//!
+//! The parser never allocates and never blocks. It looks at the connection's buffered input
+//! and says one of:
+//!
+//! ```text
+//!   Parsed::Request(req, n)   a whole request (line + data block) is in buf[..n]
+//!   Parsed::Incomplete(need)  buffer at least `need` bytes in total, then call again
+//!   Parsed::Error{..}         consume n bytes, reply with memcached's error line (unless noreply)
+//!   Parsed::Close             memcached drops the connection here (runaway line, HTTP request)
+//! ```
+//!
+//! A line ends at `\n`; a `\r` before it is dropped unless the line is only `\r` (memcached
+//! does the same). A storage command's data block is checked against the item size limit
+//! *before* anything is buffered, so a client announcing 4 GB makes the server allocate nothing.
+
+use crate::num::{parse_i32, parse_u32_flags, parse_u64};
+use crate::reply::ErrorReply;
+use crate::tokens::{Tokens, MAX_TOKENS};
+
+/// Longest key memcached accepts.
+pub const KEY_MAX: usize = 250;
+/// A command line longer than this without a newline closes the connection, unless it is a
+/// `get`/`gets` (multi-gets are unbounded in memcached).
+pub const LINE_MAX: usize = 2048;
+/// mnemo's bound on a multi-get line (memcached has none); far above what clients send.
+pub const GET_LINE_MAX: usize = 2 * 1024 * 1024;
+/// memcached's `sizeof(item)` on 64-bit hosts, part of its item-size check.
+const MEMCACHED_ITEM_HEADER: usize = 48;
+
+/// What the parser needs to know about the server's settings.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// `-I`: memcached's item size limit, in bytes.
+    pub item_size_max: usize,
+    /// `-C` turns this off; it changes memcached's size check by the 8 bytes of the CAS field.
+    pub use_cas: bool,
+}
+
+impl Limits {
+    /// memcached's `item_size_ok`: header + key + NUL + flags suffix + data + "\r\n" + cas must
+    /// fit in `-I`. Reproduced so that the boundary is byte-for-byte the same.
+    pub fn item_fits(&self, key_len: usize, flags: u32, data_len: usize) -> bool {
+        let total = MEMCACHED_ITEM_HEADER
+            + key_len
+            + 1
+            + if flags == 0 { 0 } else { 4 }
+            + data_len
+            + 2
+            + if self.use_cas { 8 } else { 0 };
+        total <= self.item_size_max
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreKind {
+    Set,
+    Add,
+    Replace,
+    Append,
+    Prepend,
+    Cas,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShutdownMode {
+    Immediate,
+    Graceful,
+    /// Any other argument: "CLIENT_ERROR invalid shutdown mode" once shutdown is enabled.
+    Invalid,
+}
+
+/// Space-separated keys of a get-family command, borrowed from the line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Keys<'a>(&'a [u8]);
+
+impl<'a> Keys<'a> {
+    pub fn iter(&self) -> impl Iterator<Item = &'a [u8]> + 'a {
+        self.0.split(|&b| b == b' ').filter(|k| !k.is_empty())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.iter().next().is_none()
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Request<'a> {
+    /// get / gets; gat / gats carry `touch` with the raw exptime.
+    Get { keys: Keys<'a>, cas: bool, touch: Option<i32> },
+    Store {
+        kind: StoreKind,
+        key: &'a [u8],
+        flags: u32,
+        exptime: i32,
+        data: &'a [u8],
+        cas: u64,
+        noreply: bool,
+    },
+    /// A storage command whose item exceeds `-I`: memcached replies
+    /// "SERVER_ERROR object too large for cache", swallows `swallow` bytes of data (some may
+    /// still be on the wire) and, for `set`, drops the key's old value.
+    TooLarge { kind: StoreKind, key: &'a [u8], swallow: usize, noreply: bool },
+    Delete { key: &'a [u8], noreply: bool },
+    Delta { key: &'a [u8], incr: bool, delta: u64, noreply: bool },
+    Touch { key: &'a [u8], exptime: i32, noreply: bool },
+    /// `delay` is the raw value (0 when absent).
+    FlushAll { delay: i32, noreply: bool },
+    Version,
+    Verbosity { level: u32, noreply: bool },
+    Quit,
+    Shutdown { mode: ShutdownMode },
+    /// `stats [args...]`: the words after `stats`.
+    Stats { args: Keys<'a> },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Parsed<'a> {
+    Request(Request<'a>, usize),
+    Incomplete(usize),
+    Error { reply: ErrorReply, consumed: usize, noreply: bool },
+    Close,
+}
+
+/// Parse one request from the front of `buf`.
+pub fn parse<'a>(buf: &'a [u8], limits: &Limits) -> Parsed<'a> {
+    let Some(nl) = memchr::memchr(b'\n', buf) else {
+        return no_newline_yet(buf);
+    };
+    let mut line = &buf[..nl];
+    if line.len() > 1 && line[line.len() - 1] == b'\r' {
+        line = &line[..line.len() - 1];
+    }
+    command(line, nl + 1, buf, limits)
+}
+
+/// memcached waits for more input unless 2048 bytes arrived without a newline; then only a
+/// multi-get (after at most 100 leading spaces) may keep growing.
+fn no_newline_yet(buf: &[u8]) -> Parsed<'_> {
+    if buf.len() <= LINE_MAX {
+        return Parsed::Incomplete(buf.len() + 1);
+    }
+    let spaces = buf.iter().take_while(|&&b| b == b' ').count();
+    let rest = &buf[spaces..];
+    let is_get = rest.starts_with(b"get ") || rest.starts_with(b"gets ");
+    if spaces > 100 || !is_get || buf.len() > GET_LINE_MAX {
+        return Parsed::Close;
+    }
+    Parsed::Incomplete(buf.len() + 1)
+}
+
+fn err<'a>(reply: ErrorReply, consumed: usize, noreply: bool) -> Parsed<'a> {
+    Parsed::Error { reply, consumed, noreply }
+}
+
+fn req(r: Request<'_>, consumed: usize) -> Parsed<'_> {
+    Parsed::Request(r, consumed)
+}
+
+fn command<'a>(line: &'a [u8], after: usize, buf: &'a [u8], limits: &Limits) -> Parsed<'a> {
+    let t = Tokens::split(line);
+    let nt = t.ntokens();
+    let cmd = t.get(0);
+    if t.n == 0 || cmd.len() < 2 {
+        return err(ErrorReply::Error, after, false);
+    }
+    // memcached's WANT_TOKENS* macros: a wrong count is a plain "ERROR".
+    match cmd {
+        b"get" | b"gets" | b"gat" | b"gats" => {
+            if nt < 3 {
+                return err(ErrorReply::Error, after, false);
+            }
+            get_family(cmd, line, after)
+        }
+        b"set" | b"add" | b"replace" | b"append" | b"prepend" => {
+            if nt != 6 && nt != 7 {
+                return err(ErrorReply::Error, after, false);
+            }
+            let kind = match cmd {
+                b"set" => StoreKind::Set,
+                b"add" => StoreKind::Add,
+                b"replace" => StoreKind::Replace,
+                b"append" => StoreKind::Append,
+                _ => StoreKind::Prepend,
+            };
+            storage(kind, &t, after, buf, limits)
+        }
+        b"cas" => {
+            if nt != 7 && nt != 8 {
+                return err(ErrorReply::Error, after, false);
+            }
+            storage(StoreKind::Cas, &t, after, buf, limits)
+        }
+        b"incr" | b"decr" => {
+            if nt != 4 && nt != 5 {
+                return err(ErrorReply::Error, after, false);
+            }
+            let noreply = t.noreply();
+            let key = t.get(1);
+            if key.len() > KEY_MAX {
+                return err(ErrorReply::BadFormat, after, noreply);
+            }
+            match parse_u64(t.get(2)) {
+                Some(delta) => req(Request::Delta { key, incr: cmd == b"incr", delta, noreply }, after),
+                None => err(ErrorReply::BadDelta, after, noreply),
+            }
+        }
+        b"delete" => {
+            if !(3..=5).contains(&nt) {
+                return err(ErrorReply::Error, after, false);
+            }
+            let mut noreply = false;
+            if nt > 3 {
+                let hold_is_zero = t.get(2) == b"0";
+                noreply = t.noreply();
+                let valid = (nt == 4 && (hold_is_zero || noreply)) || (nt == 5 && hold_is_zero && noreply);
+                if !valid {
+                    return err(ErrorReply::DeleteUsage, after, noreply);
+                }
+            }
+            let key = t.get(1);
+            if key.len() > KEY_MAX {
+                return err(ErrorReply::BadFormat, after, noreply);
+            }
+            req(Request::Delete { key, noreply }, after)
+        }
+        b"touch" => {
+            if nt != 4 && nt != 5 {
+                return err(ErrorReply::Error, after, false);
+            }
+            let noreply = t.noreply();
+            let key = t.get(1);
+            if key.len() > KEY_MAX {
+                return err(ErrorReply::BadFormat, after, noreply);
+            }
+            match parse_i32(t.get(2)) {
+                Some(exptime) => req(Request::Touch { key, exptime, noreply }, after),
+                None => err(ErrorReply::BadExptime, after, noreply),
+            }
+        }
+        b"flush_all" => {
+            if !(2..=4).contains(&nt) {
+                return err(ErrorReply::Error, after, false);
+            }
+            let noreply = t.noreply();
+            let mut delay = 0;
+            if nt != if noreply { 3 } else { 2 } {
+                match parse_i32(t.get(1)) {
+                    Some(d) => delay = d,
+                    None => return err(ErrorReply::BadExptime, after, noreply),
+                }
+            }
+            req(Request::FlushAll { delay, noreply }, after)
+        }
+        b"version" => req(Request::Version, after),
+        b"quit" => req(Request::Quit, after),
+        b"verbosity" => {
+            if nt != 3 && nt != 4 {
+                return err(ErrorReply::Error, after, false);
+            }
+            let noreply = t.noreply();
+            match parse_u64(t.get(1)) {
+                Some(level) => req(Request::Verbosity { level: level as u32, noreply }, after),
+                None => err(ErrorReply::BadFormat, after, noreply),
+            }
+        }
+        // The mode is judged only after shutdown is known to be enabled (by the executor).
+        b"shutdown" => {
+            let mode = match (nt, t.get(1)) {
+                (2, _) => ShutdownMode::Immediate,
+                (3, b"graceful") => ShutdownMode::Graceful,
+                _ => ShutdownMode::Invalid,
+            };
+            req(Request::Shutdown { mode }, after)
+        }
+        b"stats" => {
+            let rest = skip_token(line, cmd);
+            req(Request::Stats { args: Keys(rest) }, after)
+        }
+        _ => {
+            // memcached closes on what looks like an HTTP request line.
+            if t.get(t.n - 1).starts_with(b"HTTP/") {
+                return Parsed::Close;
+            }
+            err(ErrorReply::Error, after, false)
+        }
+    }
+}
+
+/// The line after its first token (the command), NUL-truncated like memcached's C string.
+fn skip_token<'a>(line: &'a [u8], cmd: &[u8]) -> &'a [u8] {
+    let line = match memchr::memchr(0, line) {
+        Some(p) => &line[..p],
+        None => line,
+    };
+    let start = line.iter().position(|&b| b != b' ').unwrap_or(line.len());
+    &line[(start + cmd.len()).min(line.len())..]
+}
+
+fn get_family<'a>(cmd: &'a [u8], line: &'a [u8], after: usize) -> Parsed<'a> {
+    let mut rest = skip_token(line, cmd);
+    let cas = cmd.ends_with(b"s");
+    let touch = if cmd.starts_with(b"gat") {
+        let mut words = rest.split(|&b| b == b' ').filter(|w| !w.is_empty());
+        let exp = words.next().unwrap_or(&[]);
+        let Some(e) = parse_i32(exp) else {
+            return err(ErrorReply::BadExptime, after, false);
+        };
+        // Keys start after the exptime token.
+        let pos = exp.as_ptr() as usize - rest.as_ptr() as usize + exp.len();
+        rest = &rest[pos..];
+        Some(e)
+    } else {
+        None
+    };
+    let keys = Keys(rest);
+    if keys.iter().any(|k| k.len() > KEY_MAX) {
+        return err(ErrorReply::BadFormat, after, false);
+    }
+    req(Request::Get { keys, cas, touch }, after)
+}
+
+/// memcached's `process_update_command` followed by its data-block checks.
+fn storage<'a>(
+    kind: StoreKind,
+    t: &Tokens<'a>,
+    after: usize,
+    buf: &'a [u8],
+    limits: &Limits,
+) -> Parsed<'a> {
+    let noreply = t.noreply();
+    let key = t.get(1);
+    if key.len() > KEY_MAX {
+        return err(ErrorReply::BadFormat, after, noreply);
+    }
+    let (Some(flags), Some(exptime), Some(vlen)) =
+        (parse_u32_flags(t.get(2)), parse_i32(t.get(3)), parse_i32(t.get(4)))
+    else {
+        return err(ErrorReply::BadFormat, after, noreply);
+    };
+    let mut cas = 0;
+    if kind == StoreKind::Cas {
+        match parse_u64(t.get(5)) {
+            Some(c) => cas = c,
+            None => return err(ErrorReply::BadFormat, after, noreply),
+        }
+    }
+    if vlen < 0 || vlen > i32::MAX - 2 {
+        return err(ErrorReply::BadFormat, after, noreply);
+    }
+    let vlen = vlen as usize;
+    if !limits.item_fits(key.len(), flags, vlen) {
+        return req(Request::TooLarge { kind, key, swallow: vlen + 2, noreply }, after);
+    }
+    let end = after + vlen + 2;
+    if buf.len() < end {
+        return Parsed::Incomplete(end);
+    }
+    if &buf[end - 2..end] != b"\r\n" {
+        return err(ErrorReply::BadDataChunk, end, noreply);
+    }
+    let data = &buf[after..end - 2];
+    req(Request::Store { kind, key, flags, exptime, data, cas, noreply }, end)
+}
+
+const _: () = assert!(MAX_TOKENS == 24);
+
+#[cfg(test)]
+mod tests;

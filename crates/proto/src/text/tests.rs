@@ -1,0 +1,146 @@
+use super::*;
+
+const L: Limits = Limits { item_size_max: 1024 * 1024, use_cas: true };
+
+fn p(buf: &[u8]) -> Parsed<'_> {
+    parse(buf, &L)
+}
+
+#[test]
+fn set_with_data_and_bare_newline() {
+    let buf = b"set k 5 10 3\r\nabc\r\nget k\n";
+    match p(buf) {
+        Parsed::Request(Request::Store { kind, key, flags, exptime, data, noreply, .. }, n) => {
+            assert_eq!((kind, key, flags, exptime, data, noreply), (StoreKind::Set, &b"k"[..], 5, 10, &b"abc"[..], false));
+            assert_eq!(n, 19);
+            match p(&buf[n..]) {
+                Parsed::Request(Request::Get { keys, cas: false, touch: None }, 6) => {
+                    assert_eq!(keys.iter().collect::<Vec<_>>(), vec![&b"k"[..]]);
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn incomplete_line_and_data() {
+    assert_eq!(p(b"set k 0 0 3"), Parsed::Incomplete(12));
+    assert_eq!(p(b"set k 0 0 3\r\nab"), Parsed::Incomplete(18));
+}
+
+#[test]
+fn bad_data_chunk_consumes_declared_length() {
+    assert_eq!(
+        p(b"set k 0 0 1\r\nxyz\r\n"),
+        Parsed::Error { reply: ErrorReply::BadDataChunk, consumed: 16, noreply: false }
+    );
+}
+
+#[test]
+fn huge_length_is_refused_before_buffering() {
+    // 4294967295 truncates to -1 in memcached's safe_strtol: a format error.
+    assert_eq!(
+        p(b"set k 0 0 4294967295\r\n"),
+        Parsed::Error { reply: ErrorReply::BadFormat, consumed: 22, noreply: false }
+    );
+    match p(b"set k 0 0 2000000 noreply\r\n") {
+        Parsed::Request(Request::TooLarge { swallow, noreply: true, .. }, _) => assert_eq!(swallow, 2000002),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn item_size_boundary_matches_memcached() {
+    // Measured against memcached 1.6.18 -I 1m: key "kkk", flags 0 stores 1048514 bytes.
+    assert!(L.item_fits(3, 0, 1_048_514));
+    assert!(!L.item_fits(3, 0, 1_048_515));
+    assert!(L.item_fits(3, 1, 1_048_510));
+    assert!(!L.item_fits(3, 1, 1_048_511));
+}
+
+#[test]
+fn token_counts_and_unknown_commands() {
+    for line in [&b"get\r\n"[..], b"incr k 1 2 3\r\n", b"verbosity\r\n", b"\r\n", b"a\r\n", b"GET x\r\n", b"cas k 0 0 1\r\n"] {
+        assert!(matches!(p(line), Parsed::Error { reply: ErrorReply::Error, .. }), "{line:?}");
+    }
+    assert_eq!(p(b"foo bar HTTP/1.1\r\n"), Parsed::Close);
+}
+
+#[test]
+fn delete_forms() {
+    assert!(matches!(p(b"delete a 0\r\n"), Parsed::Request(Request::Delete { noreply: false, .. }, _)));
+    assert!(matches!(p(b"delete a noreply\r\n"), Parsed::Request(Request::Delete { noreply: true, .. }, _)));
+    assert!(matches!(p(b"delete a 0 noreply\r\n"), Parsed::Request(Request::Delete { noreply: true, .. }, _)));
+    assert!(matches!(p(b"delete a 1\r\n"), Parsed::Error { reply: ErrorReply::DeleteUsage, .. }));
+    assert!(matches!(p(b"delete a x y z\r\n"), Parsed::Error { reply: ErrorReply::Error, .. }));
+}
+
+#[test]
+fn numeric_errors() {
+    assert!(matches!(p(b"incr k abc\r\n"), Parsed::Error { reply: ErrorReply::BadDelta, .. }));
+    assert!(matches!(p(b"incr k -1\r\n"), Parsed::Error { reply: ErrorReply::BadDelta, .. }));
+    assert!(matches!(p(b"touch k abc\r\n"), Parsed::Error { reply: ErrorReply::BadExptime, .. }));
+    assert!(matches!(p(b"gat abc k\r\n"), Parsed::Error { reply: ErrorReply::BadExptime, .. }));
+    assert!(matches!(p(b"flush_all x\r\n"), Parsed::Error { reply: ErrorReply::BadExptime, .. }));
+    assert!(matches!(p(b"verbosity x\r\n"), Parsed::Error { reply: ErrorReply::BadFormat, .. }));
+    assert!(matches!(p(b"set k -1 0 1\r\nx\r\n"), Parsed::Error { reply: ErrorReply::BadFormat, consumed: 14, .. }));
+    assert!(matches!(p(b"set k 0 0 -1 noreply\r\n"), Parsed::Error { reply: ErrorReply::BadFormat, noreply: true, .. }));
+}
+
+#[test]
+fn gat_keys_follow_exptime() {
+    match p(b"gats 10 a b\r\n") {
+        Parsed::Request(Request::Get { keys, cas: true, touch: Some(10) }, _) => {
+            assert_eq!(keys.iter().collect::<Vec<_>>(), vec![&b"a"[..], b"b"]);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(p(b"gat 10\r\n"), Parsed::Request(Request::Get { touch: Some(10), .. }, _)));
+}
+
+#[test]
+fn key_limits_and_control_bytes() {
+    let mut line = b"get ".to_vec();
+    line.extend(std::iter::repeat(b'k').take(251));
+    line.extend_from_slice(b"\r\n");
+    assert!(matches!(p(&line), Parsed::Error { reply: ErrorReply::BadFormat, .. }));
+    match p(b"set \x01\x7f\xff 0 0 1\r\nx\r\n") {
+        Parsed::Request(Request::Store { key, .. }, _) => assert_eq!(key, b"\x01\x7f\xff"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn runaway_lines() {
+    let junk = vec![b'x'; LINE_MAX + 1];
+    assert_eq!(p(&junk), Parsed::Close);
+    let mut get = b"get ".to_vec();
+    get.extend(std::iter::repeat(b'k').take(LINE_MAX));
+    assert!(matches!(p(&get), Parsed::Incomplete(_)));
+    let short = vec![b'x'; 100];
+    assert!(matches!(p(&short), Parsed::Incomplete(_)));
+}
+
+#[test]
+fn flush_all_forms() {
+    assert_eq!(p(b"flush_all\r\n"), Parsed::Request(Request::FlushAll { delay: 0, noreply: false }, 11));
+    assert!(matches!(p(b"flush_all noreply\r\n"), Parsed::Request(Request::FlushAll { delay: 0, noreply: true }, _)));
+    assert!(matches!(p(b"flush_all 5 noreply\r\n"), Parsed::Request(Request::FlushAll { delay: 5, noreply: true }, _)));
+    assert!(matches!(p(b"flush_all -1\r\n"), Parsed::Request(Request::FlushAll { delay: -1, .. }, _)));
+}
+
+proptest::proptest! {
+    /// Whatever the bytes, the parser answers without panicking, never claims more bytes than
+    /// it was given, and never asks to buffer more than the item limit allows.
+    #[test]
+    fn never_panics_or_overreaches(buf in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..600)) {
+        match p(&buf) {
+            Parsed::Request(_, n) => proptest::prop_assert!(n <= buf.len() && n > 0),
+            Parsed::Error { consumed, .. } => proptest::prop_assert!(consumed <= buf.len() && consumed > 0),
+            Parsed::Incomplete(need) => proptest::prop_assert!(need > buf.len() && need <= GET_LINE_MAX + L.item_size_max + 4096),
+            Parsed::Close => {}
+        }
+    }
+}

@@ -1,0 +1,258 @@
+//! Command-line flags (memcached's, with the same short and long names and meanings) and the
+//! one `Config` struct the rest of the server reads. Every default is a named constant.
+
+use clap::Parser;
+
+pub const DEFAULT_PORT: u16 = 11211;
+/// memcached listens on every interface by default; mnemo is safe by default.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1";
+pub const DEFAULT_MEMORY_MB: u64 = 64;
+pub const DEFAULT_MAX_CONNS: usize = 1024;
+pub const DEFAULT_THREADS: usize = 4;
+pub const DEFAULT_ITEM_SIZE_MAX: usize = 1024 * 1024;
+pub const MIN_ITEM_SIZE_MAX: usize = 1024;
+pub const MAX_ITEM_SIZE_MAX: usize = 1024 * 1024 * 1024;
+pub const DEFAULT_REQS_PER_EVENT: usize = 20;
+pub const DEFAULT_BACKLOG: i32 = 1024;
+pub const DEFAULT_UNIX_MASK: u32 = 0o700;
+/// What `version` and `stats` report: the memcached release whose behaviour we reproduce,
+/// tagged so operators can tell the servers apart.
+pub const VERSION: &str = concat!("1.6.18-mnemo-", env!("CARGO_PKG_VERSION"));
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "mnemod",
+    version = VERSION,
+    about = "mnemo: a memcached-compatible memory cache server",
+    disable_help_flag = true,
+    disable_version_flag = true
+)]
+struct Args {
+    /// TCP port to listen on
+    #[arg(short = 'p', long = "port", default_value_t = DEFAULT_PORT)]
+    port: u16,
+    /// UNIX socket to listen on (disables network support)
+    #[arg(short = 's', long = "unix-socket")]
+    unix_socket: Option<String>,
+    /// access mask for the UNIX socket, in octal
+    #[arg(short = 'a', long = "unix-mask", default_value = "0700", value_parser = parse_octal)]
+    unix_mask: u32,
+    /// enable the ascii "shutdown" command
+    #[arg(short = 'A', long = "enable-shutdown")]
+    enable_shutdown: bool,
+    /// interfaces to listen on, comma separated (default 127.0.0.1: local clients only)
+    #[arg(short = 'l', long = "listen", default_value = DEFAULT_LISTEN)]
+    listen: String,
+    /// UDP port; UDP is not served, so only 0 is accepted
+    #[arg(short = 'U', long = "udp-port", default_value_t = 0)]
+    udp_port: u32,
+    /// item memory in megabytes
+    #[arg(short = 'm', long = "memory-limit", default_value_t = DEFAULT_MEMORY_MB, value_parser = clap::value_parser!(u64).range(1..=1024 * 1024))]
+    memory_mb: u64,
+    /// return an error on memory exhausted instead of evicting items
+    #[arg(short = 'M', long = "disable-evictions")]
+    disable_evictions: bool,
+    /// max simultaneous connections
+    #[arg(short = 'c', long = "conn-limit", default_value_t = DEFAULT_MAX_CONNS, value_parser = clap::value_parser!(u32).range(1..).map(|v| v as usize))]
+    conn_limit: usize,
+    /// verbose (print errors/warnings); -vv: very verbose (also print client commands)
+    #[arg(short = 'v', long = "verbose", action = clap::ArgAction::Count)]
+    verbose: u8,
+    /// print this help and exit
+    #[arg(short = 'h', long = "help", action = clap::ArgAction::Help)]
+    help: Option<bool>,
+    /// print version and exit
+    #[arg(short = 'V', long = "version", action = clap::ArgAction::Version)]
+    version: Option<bool>,
+    /// number of worker threads
+    #[arg(short = 't', long = "threads", default_value_t = DEFAULT_THREADS, value_parser = clap::value_parser!(u16).range(1..=1024).map(|v| v as usize))]
+    threads: usize,
+    /// max requests handled per event before serving other connections
+    #[arg(short = 'R', long = "max-reqs-per-event", default_value_t = DEFAULT_REQS_PER_EVENT, value_parser = clap::value_parser!(u32).range(1..).map(|v| v as usize))]
+    reqs_per_event: usize,
+    /// disable use of CAS
+    #[arg(short = 'C', long = "disable-cas")]
+    disable_cas: bool,
+    /// set the backlog queue limit
+    #[arg(short = 'b', long = "listen-backlog", default_value_t = DEFAULT_BACKLOG, value_parser = clap::value_parser!(i32).range(1..))]
+    backlog: i32,
+    /// max item size (k and m suffixes allowed; 1024 bytes to 1 GiB)
+    #[arg(short = 'I', long = "max-item-size", default_value = "1m", value_parser = parse_size)]
+    item_size_max: usize,
+    /// disable flush_all
+    #[arg(short = 'F', long = "disable-flush-all")]
+    disable_flush_all: bool,
+}
+
+/// Everything the server reads from its flags.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub port: u16,
+    pub listen: Vec<String>,
+    pub unix_socket: Option<String>,
+    pub unix_mask: u32,
+    pub enable_shutdown: bool,
+    pub memory_limit: usize,
+    pub evict: bool,
+    pub max_conns: usize,
+    pub verbose: u8,
+    pub threads: usize,
+    pub reqs_per_event: usize,
+    pub use_cas: bool,
+    pub backlog: i32,
+    pub item_size_max: usize,
+    pub flush_enabled: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            port: DEFAULT_PORT,
+            listen: vec![DEFAULT_LISTEN.to_string()],
+            unix_socket: None,
+            unix_mask: DEFAULT_UNIX_MASK,
+            enable_shutdown: false,
+            memory_limit: (DEFAULT_MEMORY_MB as usize) << 20,
+            evict: true,
+            max_conns: DEFAULT_MAX_CONNS,
+            verbose: 0,
+            threads: DEFAULT_THREADS,
+            reqs_per_event: DEFAULT_REQS_PER_EVENT,
+            use_cas: true,
+            backlog: DEFAULT_BACKLOG,
+            item_size_max: DEFAULT_ITEM_SIZE_MAX,
+            flush_enabled: true,
+        }
+    }
+}
+
+/// What to do after reading the command line.
+pub enum Cli {
+    Run(Config),
+    /// Help or version text: print it, exit 0.
+    Print(String),
+    /// A one-line error: print it, exit 2.
+    Fail(String),
+}
+
+impl Config {
+    pub fn from_args<I, T>(args: I) -> Cli
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        let a = match Args::try_parse_from(args) {
+            Ok(a) => a,
+            Err(e) => {
+                use clap::error::ErrorKind::*;
+                return match e.kind() {
+                    DisplayHelp | DisplayVersion => Cli::Print(e.to_string()),
+                    _ => Cli::Fail(first_line(&e.to_string())),
+                };
+            }
+        };
+        if a.udp_port != 0 {
+            return Cli::Fail(format!(
+                "mnemod: -U {}: UDP is not served (memcached disables it by default too); use -U 0",
+                a.udp_port
+            ));
+        }
+        let memory_limit = (a.memory_mb as usize) << 20;
+        if a.item_size_max > memory_limit / 2 {
+            return Cli::Fail(format!(
+                "mnemod: -I {}: cannot set the item size limit higher than 1/2 of -m ({} MB)",
+                a.item_size_max, a.memory_mb
+            ));
+        }
+        Cli::Run(Config {
+            port: a.port,
+            listen: a.listen.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect(),
+            unix_socket: a.unix_socket,
+            unix_mask: a.unix_mask,
+            enable_shutdown: a.enable_shutdown,
+            memory_limit,
+            evict: !a.disable_evictions,
+            max_conns: a.conn_limit,
+            verbose: a.verbose,
+            threads: a.threads,
+            reqs_per_event: a.reqs_per_event,
+            use_cas: !a.disable_cas,
+            backlog: a.backlog,
+            item_size_max: a.item_size_max,
+            flush_enabled: !a.disable_flush_all,
+        })
+    }
+}
+
+fn first_line(s: &str) -> String {
+    let line = s.lines().find(|l| !l.trim().is_empty()).unwrap_or("invalid arguments");
+    format!("mnemod: {}", line.trim_start_matches("error: "))
+}
+
+fn parse_octal(s: &str) -> Result<u32, String> {
+    u32::from_str_radix(s, 8).map_err(|_| format!("'{s}' is not an octal mask"))
+}
+
+/// memcached's -I: a byte count with an optional k/m/g suffix, 1 KiB ..= 1 GiB.
+pub fn parse_size(s: &str) -> Result<usize, String> {
+    let (digits, unit) = match s.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => (&s[..i], c.to_ascii_lowercase()),
+        _ => (s, 'b'),
+    };
+    let n: usize = digits.parse().map_err(|_| format!("'{s}' is not a size"))?;
+    let bytes = match unit {
+        'b' => Some(n),
+        'k' => n.checked_mul(1 << 10),
+        'm' => n.checked_mul(1 << 20),
+        'g' => n.checked_mul(1 << 30),
+        _ => return Err(format!("'{s}': unknown size suffix (use k or m)")),
+    }
+    .ok_or_else(|| format!("'{s}' is too large"))?;
+    if bytes < MIN_ITEM_SIZE_MAX {
+        return Err(format!("item max size cannot be less than {MIN_ITEM_SIZE_MAX} bytes"));
+    }
+    if bytes > MAX_ITEM_SIZE_MAX {
+        return Err("cannot set item size limit higher than 1 GiB".into());
+    }
+    Ok(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(args: &[&str]) -> Cli {
+        Config::from_args(std::iter::once("mnemod").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn defaults_are_memcached_s_except_listen() {
+        let Cli::Run(c) = run(&[]) else { panic!() };
+        assert_eq!(c.port, 11211);
+        assert_eq!(c.listen, vec!["127.0.0.1"]);
+        assert_eq!(c.memory_limit, 64 << 20);
+        assert_eq!(c.item_size_max, 1 << 20);
+        assert_eq!(c.threads, 4);
+    }
+
+    #[test]
+    fn long_and_short_forms() {
+        let Cli::Run(c) = run(&["-p", "1", "--memory-limit=128", "-I", "2m", "-vv", "-C", "-M", "-F", "-A", "-t", "2"]) else {
+            panic!()
+        };
+        assert_eq!((c.port, c.memory_limit, c.item_size_max, c.verbose), (1, 128 << 20, 2 << 20, 2));
+        assert!(!c.use_cas && !c.evict && !c.flush_enabled && c.enable_shutdown);
+    }
+
+    #[test]
+    fn errors_are_one_line() {
+        for bad in [&["--nope"][..], &["-p", "abc"], &["-U", "1"], &["-I", "10"], &["-I", "5x"], &["-m", "4", "-I", "3m"]] {
+            match run(bad) {
+                Cli::Fail(msg) => assert!(!msg.contains('\n'), "{msg}"),
+                _ => panic!("{bad:?} accepted"),
+            }
+        }
+        assert!(matches!(run(&["-h"]), Cli::Print(_)));
+        assert!(matches!(run(&["-V"]), Cli::Print(_)));
+    }
+}

@@ -1,0 +1,268 @@
+//! One client connection: its socket, its input and output buffers, and the loop that turns
+//! buffered input into replies.
+//!
+//! ```text
+//!   read (until the socket is drained or a request is complete)
+//!     -> parse + execute every whole request in the buffer (at most -R per turn)
+//!     -> ONE write of every reply produced          (seeds 002/004: never a write per reply)
+//! ```
+//!
+//! Backpressure: while replies the client has not read exceed `WBUF_HIGH`, the connection
+//! stops parsing and stops reading, so a client that pipelines forever without reading
+//! costs a bounded amount of memory (the kernel's socket buffers hold the rest).
+
+use std::io::{self, Read, Write};
+
+use mnemo_proto::text::{self, Parsed};
+
+use crate::exec::{self, Next};
+use crate::stats::{bump, Counters};
+use crate::Shared;
+
+/// Smallest read; the input buffer starts at this size.
+const READ_CHUNK: usize = 16 * 1024;
+/// Stop producing replies beyond this much unwritten output.
+const WBUF_HIGH: usize = 256 * 1024;
+/// Buffers that grew past this (a large value, a big multi-get) are given back when idle.
+const BUF_KEEP: usize = 64 * 1024;
+
+pub enum Stream {
+    Tcp(mio::net::TcpStream),
+    Unix(mio::net::UnixStream),
+}
+
+impl Stream {
+    pub fn source(&mut self) -> &mut dyn mio::event::Source {
+        match self {
+            Stream::Tcp(s) => s,
+            Stream::Unix(s) => s,
+        }
+    }
+}
+
+impl Read for Stream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.read(buf),
+            Stream::Unix(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Stream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.write(buf),
+            Stream::Unix(s) => s.write(buf),
+        }
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// What the event loop should do with the connection after a turn.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Turn {
+    /// Wait for the socket to become readable or writable again.
+    Wait,
+    /// More work is buffered but this turn's request budget is spent: come back soon.
+    Yield,
+    Close,
+    Shutdown,
+}
+
+enum Progress {
+    NeedInput,
+    Budget,
+    OutputFull,
+    Close,
+    Shutdown,
+}
+
+pub struct Conn {
+    pub stream: Stream,
+    /// Input; `rbuf[rpos..rend]` is unparsed. The Vec is kept fully initialised (its len is
+    /// its size) so reads go straight into it without zeroing each time.
+    rbuf: Vec<u8>,
+    rpos: usize,
+    rend: usize,
+    /// Bytes the parser said it needs (from rpos) before it can make progress.
+    need: usize,
+    wbuf: Vec<u8>,
+    wpos: usize,
+    /// Input bytes still to discard (data of a refused storage command).
+    swallow: usize,
+    /// Close as soon as the pending output is written.
+    closing: bool,
+    shutdown: bool,
+}
+
+impl Conn {
+    pub fn new(stream: Stream) -> Conn {
+        Conn {
+            stream,
+            rbuf: vec![0; READ_CHUNK],
+            rpos: 0,
+            rend: 0,
+            need: 0,
+            wbuf: Vec::with_capacity(READ_CHUNK),
+            wpos: 0,
+            swallow: 0,
+            closing: false,
+            shutdown: false,
+        }
+    }
+
+    /// Run the connection as far as it can go without blocking.
+    pub fn turn(&mut self, sh: &Shared, c: &Counters) -> Turn {
+        let mut budget = sh.config.reqs_per_event;
+        loop {
+            let progress = self.process(sh, c, &mut budget);
+            match self.flush(c) {
+                Ok(true) => {}
+                Ok(false) => return Turn::Wait,
+                Err(_) => return Turn::Close,
+            }
+            match progress {
+                Progress::Close => return Turn::Close,
+                Progress::Shutdown => return Turn::Shutdown,
+                Progress::Budget => {
+                    bump(&c.conn_yields, 1);
+                    return Turn::Yield;
+                }
+                Progress::OutputFull => continue,
+                Progress::NeedInput => match self.fill(c) {
+                    Ok(0) => return Turn::Close,
+                    Ok(_) => continue,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        self.shrink_idle();
+                        return Turn::Wait;
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(_) => return Turn::Close,
+                },
+            }
+        }
+    }
+
+    /// Parse and execute buffered requests.
+    fn process(&mut self, sh: &Shared, c: &Counters, budget: &mut usize) -> Progress {
+        let limits = text::Limits { item_size_max: sh.config.item_size_max, use_cas: sh.config.use_cas };
+        loop {
+            if self.closing {
+                return Progress::Close;
+            }
+            if self.shutdown {
+                return Progress::Shutdown;
+            }
+            if self.swallow > 0 {
+                let n = self.swallow.min(self.rend - self.rpos);
+                self.rpos += n;
+                self.swallow -= n;
+                if self.swallow > 0 {
+                    self.need = 1;
+                    return Progress::NeedInput;
+                }
+            }
+            if self.wbuf.len() - self.wpos >= WBUF_HIGH {
+                return Progress::OutputFull;
+            }
+            if self.rpos == self.rend {
+                self.need = 1;
+                return Progress::NeedInput;
+            }
+            if *budget == 0 {
+                return Progress::Budget;
+            }
+            let input = &self.rbuf[self.rpos..self.rend];
+            match text::parse(input, &limits) {
+                Parsed::Request(req, n) => {
+                    *budget -= 1;
+                    if sh.verbosity.load(std::sync::atomic::Ordering::Relaxed) > 1 {
+                        let end = memchr::memchr(b'\n', input).unwrap_or(0);
+                        eprintln!("<{}", String::from_utf8_lossy(&input[..end]).trim_end());
+                    }
+                    let next = exec::execute(req, sh, c, &mut self.wbuf);
+                    self.rpos += n;
+                    match next {
+                        Next::Continue => {}
+                        Next::Swallow(s) => self.swallow = s,
+                        Next::Close => self.closing = true,
+                        Next::Shutdown => self.shutdown = true,
+                    }
+                }
+                Parsed::Error { reply, consumed, noreply } => {
+                    *budget -= 1;
+                    if !noreply {
+                        reply.write(&mut self.wbuf);
+                    }
+                    self.rpos += consumed;
+                }
+                Parsed::Incomplete(need) => {
+                    self.need = need;
+                    return Progress::NeedInput;
+                }
+                Parsed::Close => {
+                    self.closing = true;
+                    return Progress::Close;
+                }
+            }
+        }
+    }
+
+    /// Write pending output. Ok(true): all written; Ok(false): the socket is full.
+    fn flush(&mut self, c: &Counters) -> io::Result<bool> {
+        while self.wpos < self.wbuf.len() {
+            match self.stream.write(&self.wbuf[self.wpos..]) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => {
+                    bump(&c.bytes_written, n as u64);
+                    self.wpos += n;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        self.wbuf.clear();
+        self.wpos = 0;
+        Ok(true)
+    }
+
+    /// Read once into the input buffer, making room for what the parser asked for.
+    fn fill(&mut self, c: &Counters) -> io::Result<usize> {
+        if self.rpos == self.rend {
+            self.rpos = 0;
+            self.rend = 0;
+        }
+        let pending = self.rend - self.rpos;
+        let want = self.need.max(pending + 1);
+        if self.rpos + want > self.rbuf.len() || self.rbuf.len() - self.rend < READ_CHUNK / 4 {
+            // Move the unparsed bytes to the front before growing.
+            self.rbuf.copy_within(self.rpos..self.rend, 0);
+            self.rpos = 0;
+            self.rend = pending;
+            if want > self.rbuf.len() {
+                let size = want.max(self.rbuf.len() * 2);
+                self.rbuf.resize(size, 0);
+            }
+        }
+        let n = self.stream.read(&mut self.rbuf[self.rend..])?;
+        self.rend += n;
+        bump(&c.bytes_read, n as u64);
+        Ok(n)
+    }
+
+    /// Give back buffers a big request grew, once nothing is pending in them.
+    fn shrink_idle(&mut self) {
+        if self.rpos == self.rend && self.rbuf.len() > BUF_KEEP {
+            self.rbuf = vec![0; READ_CHUNK];
+            self.rpos = 0;
+            self.rend = 0;
+        }
+        if self.wbuf.is_empty() && self.wbuf.capacity() > BUF_KEEP {
+            self.wbuf = Vec::with_capacity(READ_CHUNK);
+        }
+    }
+}

@@ -1,0 +1,232 @@
+//! Execute: the one place that knows both the protocol and the store. A parsed text request
+//! is applied to the store and its reply appended to the connection's output buffer.
+
+use std::sync::atomic::Ordering::Relaxed;
+
+use mnemo_proto::reply::{line, number_line, value_header};
+use mnemo_proto::text::{Keys, Request, ShutdownMode, StoreKind};
+use mnemo_proto::ErrorReply;
+use mnemo_store::{DeltaError, Lookup, Mode, StoreError, StoreOutcome};
+
+use crate::stats::{self, bump, Counters};
+use crate::Shared;
+
+/// What the connection does after a request.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Next {
+    Continue,
+    /// Discard this many bytes of input (the data of a refused storage command).
+    Swallow(usize),
+    /// Close once the pending output is written.
+    Close,
+    /// Stop the server (`shutdown` with -A).
+    Shutdown,
+}
+
+/// Append a reply line unless the client asked for none.
+fn reply(out: &mut Vec<u8>, noreply: bool, text: &[u8]) {
+    if !noreply {
+        line(out, text);
+    }
+}
+
+fn error(out: &mut Vec<u8>, noreply: bool, e: ErrorReply) {
+    if !noreply {
+        e.write(out);
+    }
+}
+
+pub fn execute(req: Request<'_>, sh: &Shared, c: &Counters, out: &mut Vec<u8>) -> Next {
+    let now = sh.clock.now();
+    let store = &sh.store;
+    match req {
+        Request::Get { keys, cas, touch } => get(keys, cas, touch, sh, c, out),
+        Request::Store { kind, key, flags, exptime, data, cas, noreply } => {
+            bump(&c.cmd_set, 1);
+            let mode = match kind {
+                StoreKind::Set => Mode::Set,
+                StoreKind::Add => Mode::Add,
+                StoreKind::Replace => Mode::Replace,
+                StoreKind::Append => Mode::Append,
+                StoreKind::Prepend => Mode::Prepend,
+                StoreKind::Cas => Mode::Cas(cas),
+            };
+            let exp = sh.clock.item_expiry(exptime);
+            match store.store(mode, key, flags, exp, data, now) {
+                Ok(StoreOutcome::Stored { .. }) => {
+                    if kind == StoreKind::Cas {
+                        bump(&c.cas_hits, 1);
+                    }
+                    reply(out, noreply, b"STORED");
+                }
+                Ok(StoreOutcome::NotStored) => reply(out, noreply, b"NOT_STORED"),
+                Ok(StoreOutcome::Exists) => {
+                    bump(&c.cas_badval, 1);
+                    reply(out, noreply, b"EXISTS");
+                }
+                Ok(StoreOutcome::NotFound) => {
+                    bump(&c.cas_misses, 1);
+                    reply(out, noreply, b"NOT_FOUND");
+                }
+                Err(e) => {
+                    // memcached drops the old value of a `set` it could not store, so a
+                    // reader never sees data older than what the client last wrote.
+                    if kind == StoreKind::Set {
+                        store.delete(key, now);
+                    }
+                    let (counter, err) = match e {
+                        StoreError::TooLarge => (&c.store_too_large, ErrorReply::TooLarge),
+                        StoreError::OutOfMemory => (&c.store_no_memory, ErrorReply::OutOfMemory),
+                    };
+                    bump(counter, 1);
+                    error(out, noreply, err);
+                }
+            }
+            Next::Continue
+        }
+        Request::TooLarge { kind, key, swallow, noreply } => {
+            bump(&c.store_too_large, 1);
+            if kind == StoreKind::Set {
+                store.delete(key, now);
+            }
+            error(out, noreply, ErrorReply::TooLarge);
+            Next::Swallow(swallow)
+        }
+        Request::Delete { key, noreply } => {
+            if store.delete(key, now) {
+                bump(&c.delete_hits, 1);
+                reply(out, noreply, b"DELETED");
+            } else {
+                bump(&c.delete_misses, 1);
+                reply(out, noreply, b"NOT_FOUND");
+            }
+            Next::Continue
+        }
+        Request::Delta { key, incr, delta, noreply } => {
+            let (hits, misses) = if incr { (&c.incr_hits, &c.incr_misses) } else { (&c.decr_hits, &c.decr_misses) };
+            match store.delta(key, incr, delta, now, mnemo_proto::num::parse_u64) {
+                Ok((value, _cas)) => {
+                    bump(hits, 1);
+                    if !noreply {
+                        number_line(out, value);
+                    }
+                }
+                Err(DeltaError::NotFound) => {
+                    bump(misses, 1);
+                    reply(out, noreply, b"NOT_FOUND");
+                }
+                Err(DeltaError::NonNumeric) => error(out, noreply, ErrorReply::NonNumeric),
+            }
+            Next::Continue
+        }
+        Request::Touch { key, exptime, noreply } => {
+            bump(&c.cmd_touch, 1);
+            if store.touch(key, sh.clock.item_expiry(exptime), now) {
+                bump(&c.touch_hits, 1);
+                reply(out, noreply, b"TOUCHED");
+            } else {
+                bump(&c.touch_misses, 1);
+                reply(out, noreply, b"NOT_FOUND");
+            }
+            Next::Continue
+        }
+        Request::FlushAll { delay, noreply } => {
+            if !sh.config.flush_enabled {
+                error(out, noreply, ErrorReply::FlushDisabled);
+                return Next::Continue;
+            }
+            bump(&c.cmd_flush, 1);
+            // memcached: items stored at or before realtime(delay) - 1 are invalid once that
+            // moment arrives; no delay (or a negative one) means everything, now.
+            let at = if delay > 0 { sh.clock.realtime(i64::from(delay)).saturating_sub(1).max(now) } else { now };
+            store.flush_all(at);
+            reply(out, noreply, b"OK");
+            Next::Continue
+        }
+        Request::Version => {
+            out.extend_from_slice(b"VERSION ");
+            line(out, crate::config::VERSION.as_bytes());
+            Next::Continue
+        }
+        Request::Verbosity { level, noreply } => {
+            sh.verbosity.store(level.min(u32::from(crate::MAX_VERBOSITY)) as u8, Relaxed);
+            reply(out, noreply, b"OK");
+            Next::Continue
+        }
+        Request::Quit => Next::Close,
+        Request::Shutdown { mode } => {
+            if !sh.config.enable_shutdown {
+                error(out, false, ErrorReply::ShutdownDisabled);
+                return Next::Continue;
+            }
+            match mode {
+                ShutdownMode::Invalid => {
+                    error(out, false, ErrorReply::ShutdownMode);
+                    Next::Continue
+                }
+                ShutdownMode::Immediate | ShutdownMode::Graceful => Next::Shutdown,
+            }
+        }
+        Request::Stats { args } => {
+            stats_command(args, sh, out);
+            Next::Continue
+        }
+    }
+}
+
+fn get(keys: Keys<'_>, cas: bool, touch: Option<i32>, sh: &Shared, c: &Counters, out: &mut Vec<u8>) -> Next {
+    let now = sh.clock.now();
+    let exp = touch.map(|e| sh.clock.item_expiry(e));
+    for key in keys.iter() {
+        let write = |it: mnemo_store::Item<'_>, out: &mut Vec<u8>| {
+            value_header(out, key, it.flags, it.value.len(), cas.then_some(it.cas));
+            out.extend_from_slice(it.value);
+            out.extend_from_slice(b"\r\n");
+        };
+        let found = match exp {
+            None => {
+                bump(&c.cmd_get, 1);
+                sh.store.get(key, now, |it| write(it, out))
+            }
+            Some(exp) => {
+                bump(&c.cmd_touch, 1);
+                sh.store.get_and_touch(key, exp, now, |it| write(it, out))
+            }
+        };
+        let (hits, misses) = if exp.is_some() { (&c.touch_hits, &c.touch_misses) } else { (&c.get_hits, &c.get_misses) };
+        match found {
+            Lookup::Hit(()) => bump(hits, 1),
+            Lookup::Miss => bump(misses, 1),
+            Lookup::Expired => {
+                bump(misses, 1);
+                bump(&c.get_expired, 1);
+            }
+            Lookup::Flushed => {
+                bump(misses, 1);
+                bump(&c.get_flushed, 1);
+            }
+        }
+    }
+    line(out, b"END");
+    Next::Continue
+}
+
+fn stats_command(args: Keys<'_>, sh: &Shared, out: &mut Vec<u8>) {
+    let mut words = args.iter();
+    match words.next() {
+        None => stats::general(sh, out),
+        Some(b"reset") => {
+            sh.reset_stats();
+            line(out, b"RESET");
+        }
+        Some(b"settings") => stats::settings(sh, out),
+        Some(b"items") => stats::items(sh, out),
+        Some(b"slabs") => stats::slabs(sh, out),
+        Some(b"sizes") => {
+            out.extend_from_slice(b"STAT sizes_status disabled\r\n");
+            line(out, b"END");
+        }
+        Some(b"detail") => line(out, b"CLIENT_ERROR usage: stats detail on|off|dump"),
+        Some(_) => ErrorReply::Error.write(out),
+    }
+}

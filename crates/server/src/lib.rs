@@ -1,0 +1,120 @@
+//! mnemo-server: the `mnemod` binary's library: flags, listeners, event loops, connections,
+//! request execution and stats. The only crate that knows both the protocol and the store.
+//!
+//! Thread model:
+//!
+//! ```text
+//!              accept thread                       worker threads (-t, default 4)
+//!   listen ──> accept, -c check, TCP_NODELAY ──┬──> worker 0: mio loop, owns its conns ─┐
+//!   sockets    round robin via channel + waker ├──> worker 1: ...                        ├─> Store
+//!                                              └──> worker N-1                           │  (sharded,
+//!   maintenance thread: advances the clock once a second, reclaims expired segments ─────┘   lock per shard,
+//!                                                                                            never held
+//!                                                                                            across I/O)
+//! ```
+//!
+//! A connection never moves between workers; a request is parsed, executed and answered on
+//! the worker that read it, and all replies of a batch leave in one write.
+
+pub mod clock;
+pub mod config;
+pub mod conn;
+pub mod exec;
+pub mod listener;
+pub mod stats;
+pub mod worker;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering::Relaxed};
+use std::sync::Arc;
+
+pub use config::Config;
+use mnemo_store::{Store, StoreConfig};
+
+/// Highest level the `verbosity` command sets (-vv).
+pub const MAX_VERBOSITY: u8 = 2;
+
+/// State every thread reads.
+pub struct Shared {
+    pub config: Config,
+    pub store: Store,
+    pub clock: clock::Clock,
+    /// One block per worker; index = worker number.
+    pub counters: Vec<Arc<stats::Counters>>,
+    pub curr_conns: AtomicUsize,
+    pub total_conns: AtomicU64,
+    pub rejected_conns: AtomicU64,
+    pub verbosity: AtomicU8,
+    stopping: AtomicBool,
+}
+
+impl Shared {
+    pub fn new(config: Config) -> Shared {
+        let store = Store::new(StoreConfig {
+            mem_limit: config.memory_limit,
+            item_size_max: config.item_size_max,
+            evict: config.evict,
+            use_cas: config.use_cas,
+            ..StoreConfig::default()
+        });
+        Shared {
+            counters: (0..config.threads).map(|_| Arc::new(stats::Counters::default())).collect(),
+            verbosity: AtomicU8::new(config.verbose.min(MAX_VERBOSITY)),
+            config,
+            store,
+            clock: clock::Clock::new(),
+            curr_conns: AtomicUsize::new(0),
+            total_conns: AtomicU64::new(0),
+            rejected_conns: AtomicU64::new(0),
+            stopping: AtomicBool::new(false),
+        }
+    }
+
+    /// `shutdown`: stop serving and exit the process.
+    pub fn shutdown(&self) {
+        self.stopping.store(true, Relaxed);
+        if let Some(path) = &self.config.unix_socket {
+            let _ = std::fs::remove_file(path);
+        }
+        std::process::exit(0);
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error(transparent)]
+    Bind(#[from] listener::BindError),
+    #[error("cannot start a thread: {0}")]
+    Thread(#[from] std::io::Error),
+}
+
+/// Bind, start every thread, and serve until shutdown.
+pub fn run(config: Config) -> Result<(), ServerError> {
+    let listeners = listener::bind(&config)?;
+    let sh = Arc::new(Shared::new(config));
+    let mut handles = Vec::new();
+    let mut senders = Vec::new();
+    for i in 0..sh.config.threads {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (w, waker) = worker::Worker::new(sh.clone(), sh.counters[i].clone(), rx)?;
+        senders.push((tx, waker));
+        handles.push(std::thread::Builder::new().name(format!("mnemo-worker-{i}")).spawn(move || w.run())?);
+    }
+    let maint = sh.clone();
+    std::thread::Builder::new().name("mnemo-maint".into()).spawn(move || maintenance(&maint))?;
+    if sh.verbosity.load(Relaxed) > 0 {
+        eprintln!("mnemod {} serving with {} threads", config::VERSION, sh.config.threads);
+    }
+    listener::run(listeners, sh, senders);
+    Ok(())
+}
+
+/// Advance the clock at each second boundary and let the store reclaim expired segments.
+fn maintenance(sh: &Shared) {
+    use std::time::{Duration, SystemTime, UNIX_EPOCH};
+    loop {
+        let sub = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
+        std::thread::sleep(Duration::from_nanos(u64::from(1_000_000_000 - sub.min(999_999_999))) + Duration::from_millis(1));
+        let now = sh.clock.tick();
+        sh.store.maintain(now);
+    }
+}
