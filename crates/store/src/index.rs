@@ -157,6 +157,7 @@ impl Index {
     pub fn slots(&self) -> usize {
         (self.primary.len() + self.ovf_in_use) * SLOTS
     }
+    #[cfg(test)]
     pub fn primary_buckets(&self) -> usize {
         self.primary.len()
     }

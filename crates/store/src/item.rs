@@ -33,6 +33,7 @@ const VLEN_VARINT: u8 = 15;
 pub const MAX_KEY_LEN: usize = 250;
 
 /// Longest possible header: 2 fixed + 5 vlen + 5 flags + 4 exp + 8 cas.
+#[cfg(test)]
 pub(crate) const MAX_HEADER_LEN: usize = 24;
 
 /// A decoded header. Offsets are relative to the start of the item.

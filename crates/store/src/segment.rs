@@ -184,6 +184,7 @@ impl SegTable {
     }
 
     /// Gives back an id obtained from `alloc_id` that was never opened.
+    #[cfg(test)]
     pub fn unalloc_id(&mut self, id: u32) {
         debug_assert_eq!(self.metas[id as usize].state, SegState::Free);
         self.push_free(id);

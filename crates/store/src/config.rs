@@ -1,0 +1,163 @@
+//! Configuration, the geometry derived from it, and the shared memory budget.
+//!
+//! Owns the numbers every shard must agree on (segment size, shard count, fair share) and the
+//! one global byte counter that `mem_limit` is enforced against.
+
+use core::sync::atomic::{AtomicUsize, Ordering};
+
+/// Number of shards unless configured otherwise. Each is one mutex; 16 keeps contention low for
+/// the usual handful of worker threads while every shard still holds a useful number of segments.
+pub const DEFAULT_SHARDS: usize = 16;
+/// Largest number of shards (the shard index uses the top 8 bits of the key hash).
+pub const MAX_SHARDS: usize = 256;
+/// Regular segment size when memory allows; never more, because offsets have 20 bits.
+pub const MAX_SEGMENT_SIZE: usize = 1 << 20;
+/// Smallest regular segment: below this the per-segment bookkeeping stops being negligible.
+pub const MIN_SEGMENT_SIZE: usize = 4 << 10;
+/// A shard aims to hold at least this many regular segments, so eviction is fine-grained.
+const SEGMENTS_PER_SHARD: usize = 8;
+/// Index buckets a shard starts with (64 bytes each).
+const INITIAL_BUCKETS: usize = 64;
+
+/// Store configuration; the server fills it from its flags.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoreConfig {
+    /// Bytes: everything the store owns, index and metadata included (memcached `-m`).
+    pub mem_limit: usize,
+    /// Largest key + value accepted (memcached `-I`; the server applies memcached's exact check).
+    pub item_size_max: usize,
+    /// false = memcached `-M`: return OutOfMemory instead of evicting.
+    pub evict: bool,
+    /// false = memcached `-C`: every CAS reported is 0.
+    pub use_cas: bool,
+    /// Power of two (rounded up if not), 1..=256.
+    pub shards: usize,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig {
+            mem_limit: 64 << 20,
+            item_size_max: 1 << 20,
+            evict: true,
+            use_cas: true,
+            shards: DEFAULT_SHARDS,
+        }
+    }
+}
+
+/// Derived sizes, fixed for the store's lifetime.
+#[derive(Clone, Debug)]
+pub(crate) struct Geometry {
+    pub limit: usize,
+    pub item_size_max: usize,
+    pub evict: bool,
+    pub use_cas: bool,
+    pub shards: usize,
+    pub shard_bits: u32,
+    pub seg_size: usize,
+    /// Items whose encoded size exceeds this get a buffer of their own instead of a segment
+    /// slice: it bounds the space wasted at segment ends to a quarter segment.
+    pub large_min: usize,
+    /// limit / shards: a shard below this takes memory from richer shards before evicting its own.
+    pub fair_share: usize,
+    pub initial_buckets: usize,
+}
+
+impl Geometry {
+    pub fn new(cfg: &StoreConfig) -> Geometry {
+        let shards = cfg.shards.clamp(1, MAX_SHARDS).next_power_of_two();
+        let fair_share = cfg.mem_limit / shards;
+        let want = fair_share / SEGMENTS_PER_SHARD;
+        // Largest power of two <= want, within bounds.
+        let seg = if want < MIN_SEGMENT_SIZE {
+            MIN_SEGMENT_SIZE
+        } else {
+            (1usize << (usize::BITS - 1 - want.leading_zeros())).min(MAX_SEGMENT_SIZE)
+        };
+        Geometry {
+            limit: cfg.mem_limit,
+            item_size_max: cfg.item_size_max,
+            evict: cfg.evict,
+            use_cas: cfg.use_cas,
+            shards,
+            shard_bits: shards.trailing_zeros(),
+            seg_size: seg,
+            large_min: seg / 4,
+            fair_share,
+            initial_buckets: INITIAL_BUCKETS,
+        }
+    }
+
+    /// Shard of a key hash: its top bits (the index uses the low bits and bits 40..55).
+    #[inline]
+    pub fn shard_of(&self, h: u64) -> usize {
+        if self.shard_bits == 0 {
+            0
+        } else {
+            (h >> (64 - self.shard_bits)) as usize
+        }
+    }
+}
+
+/// The global byte counter. Segment buffers are reserved with `try_add` before they are
+/// allocated; index and metadata growth is charged with `force_add` after the fact (it is small
+/// and must not fail), and the next reservation evicts to make up for it.
+pub(crate) struct Budget {
+    limit: usize,
+    used: AtomicUsize,
+}
+
+impl Budget {
+    pub fn new(limit: usize) -> Budget {
+        Budget { limit, used: AtomicUsize::new(0) }
+    }
+    pub fn try_add(&self, n: usize) -> bool {
+        self.used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| {
+                u.checked_add(n).filter(|&t| t <= self.limit)
+            })
+            .is_ok()
+    }
+    pub fn force_add(&self, n: usize) {
+        self.used.fetch_add(n, Ordering::AcqRel);
+    }
+    pub fn sub(&self, n: usize) {
+        let prev = self.used.fetch_sub(n, Ordering::AcqRel);
+        debug_assert!(prev >= n);
+    }
+    pub fn used(&self) -> usize {
+        self.used.load(Ordering::Acquire)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn geometry_scales_segments_with_memory() {
+        let g = Geometry::new(&StoreConfig::default());
+        assert_eq!(g.shards, 16);
+        assert_eq!(g.seg_size, 512 << 10);
+        let g = Geometry::new(&StoreConfig { mem_limit: 1 << 30, ..Default::default() });
+        assert_eq!(g.seg_size, MAX_SEGMENT_SIZE);
+        let g = Geometry::new(&StoreConfig { mem_limit: 1 << 20, ..Default::default() });
+        assert_eq!(g.seg_size, 8 << 10);
+        let g = Geometry::new(&StoreConfig { mem_limit: 1000, shards: 3, ..Default::default() });
+        assert_eq!((g.seg_size, g.shards, g.shard_bits), (MIN_SEGMENT_SIZE, 4, 2));
+        assert!(g.shard_of(u64::MAX) == 3 && g.shard_of(0) == 0);
+    }
+
+    #[test]
+    fn budget_refuses_past_limit() {
+        let b = Budget::new(100);
+        assert!(b.try_add(60));
+        assert!(!b.try_add(41));
+        assert!(b.try_add(40));
+        b.sub(50);
+        b.force_add(70);
+        assert_eq!(b.used(), 120);
+        assert!(!b.try_add(1));
+    }
+}

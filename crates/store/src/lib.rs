@@ -1,0 +1,298 @@
+//! mnemo-store: the memory engine behind mnemod.
+//!
+//! Owns items, their memory and their lifetime: segments, the hash index, TTL expiry, eviction,
+//! CAS values, memory accounting and the counters `stats` reports. No protocol, no sockets, no
+//! clock: every operation is told `now` (seconds on the server's relative clock).
+//!
+//! ```text
+//!                 key --xxh3--> h (64 bits)
+//!   h[56..64] -> shard          h[40..55] -> tag in slot          h[0..] -> index bucket
+//!
+//!   Store ─┬─ Mutex<Shard 0> ─┬─ Index:     [bucket: 8 × u64 slot] ... + overflow chains
+//!          ├─ Mutex<Shard 1>  │               slot = tag | freq | segment id | offset
+//!          ├─ ...             ├─ SegTable:  segment 1: [hdr key value][hdr key value]...  (≤ 1 MiB)
+//!          │                  │             segment 2: ...      large item: own exact buffer
+//!          │                  │             FIFO of segments (eviction order), 130 TTL groups
+//!          │                  └─ counters, pending flush_all time
+//!          └─ Budget: one atomic byte count of buffers + index + metadata, against mem_limit
+//! ```
+//!
+//! * Items are appended to segments; there is no per-item allocation (item.rs has the format).
+//! * CAS is (segment sequence, shard, offset): every write lands at a never-used location, so it
+//!   gets a new CAS for free. Items moved by eviction or touch carry their CAS explicitly.
+//! * TTL: a segment holds items of similar remaining TTL; `maintain` drops a segment as soon as
+//!   its largest exp has passed, without reading it. Index slots still pointing there are
+//!   dropped lazily (on lookup, or by the sweep in `maintain`).
+//! * Eviction frees the oldest segment; items read since they were written are copied forward
+//!   (S3-FIFO's reinsertion, at segment granularity), the rest are dropped.
+//! * flush_all is a pending time per shard; the first operation that sees it due retires every
+//!   segment of that shard (O(segments)).
+//!
+//! Module map: config.rs (sizes, budget), item.rs (header codec), index.rs (hash index),
+//! segment.rs (segment table, FIFO, TTL groups), shard.rs (operations), evict.rs (eviction,
+//! expiry, flush, sweep), stats.rs (counters).
+
+mod config;
+mod evict;
+mod index;
+mod item;
+mod segment;
+mod shard;
+mod stats;
+
+use parking_lot::Mutex;
+
+pub use config::{StoreConfig, DEFAULT_SHARDS, MAX_SEGMENT_SIZE, MAX_SHARDS, MIN_SEGMENT_SIZE};
+pub use item::MAX_KEY_LEN;
+pub use stats::StoreStats;
+
+use config::{Budget, Geometry};
+use shard::{Env, Shard};
+
+/// Seconds on the server's relative clock.
+pub type Time = u32;
+
+/// How `store` treats an existing item (memcached's storage commands).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    Set,
+    Add,
+    Replace,
+    Append,
+    Prepend,
+    Cas(u64),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StoreOutcome {
+    Stored { cas: u64 },
+    NotStored,
+    Exists,
+    NotFound,
+}
+
+#[derive(thiserror::Error, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StoreError {
+    #[error("object too large for cache")]
+    TooLarge,
+    #[error("out of memory storing object")]
+    OutOfMemory,
+}
+
+/// A stored item as seen under the shard lock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Item<'a> {
+    pub flags: u32,
+    pub value: &'a [u8],
+    /// 0 when CAS is disabled.
+    pub cas: u64,
+    /// 0 = never expires.
+    pub exp: Time,
+}
+
+/// Result of a read. `Expired` and `Flushed` mean the key was there but is dead (memcached's
+/// get_expired / get_flushed); treat them as a miss.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lookup<R> {
+    Hit(R),
+    Miss,
+    Expired,
+    Flushed,
+}
+
+impl<R> Lookup<R> {
+    pub fn hit(self) -> Option<R> {
+        match self {
+            Lookup::Hit(r) => Some(r),
+            _ => None,
+        }
+    }
+    pub fn is_hit(&self) -> bool {
+        matches!(self, Lookup::Hit(_))
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeltaError {
+    NotFound,
+    NonNumeric,
+}
+
+/// The cache. Send + Sync; share it with `Arc`.
+pub struct Store {
+    shards: Box<[Mutex<Shard>]>,
+    geo: Geometry,
+    budget: Budget,
+}
+
+impl Store {
+    pub fn new(cfg: StoreConfig) -> Store {
+        let geo = Geometry::new(&cfg);
+        let budget = Budget::new(geo.limit);
+        let shards: Box<[Mutex<Shard>]> =
+            (0..geo.shards).map(|i| Mutex::new(Shard::new(i as u64, &geo, &budget))).collect();
+        Store { shards, geo, budget }
+    }
+
+    #[inline]
+    fn hash(key: &[u8]) -> u64 {
+        xxhash_rust::xxh3::xxh3_64(key)
+    }
+
+    /// Runs `op` on the key's shard with its lock held, after applying a due flush_all.
+    #[inline]
+    fn with_shard<T>(&self, h: u64, now: Time, op: impl FnOnce(&mut Shard, &Env<'_>) -> T) -> T {
+        let me = self.geo.shard_of(h);
+        let env = Env { geo: &self.geo, budget: &self.budget, shards: &self.shards, me };
+        let mut shard = self.shards[me].lock();
+        shard.apply_flush(&env, now);
+        op(&mut shard, &env)
+    }
+
+    #[inline]
+    fn valid_key(key: &[u8]) -> bool {
+        !key.is_empty() && key.len() <= MAX_KEY_LEN
+    }
+
+    /// Reads an item; `f` runs under the shard lock (copy the value out, don't block).
+    pub fn get<R>(&self, key: &[u8], now: Time, f: impl FnOnce(Item<'_>) -> R) -> Lookup<R> {
+        if !Self::valid_key(key) {
+            return Lookup::Miss;
+        }
+        let h = Self::hash(key);
+        self.with_shard(h, now, |s, env| s.get(env, h, key, now, f))
+    }
+
+    /// gat: sets a new exp and reads; the CAS stays.
+    pub fn get_and_touch<R>(
+        &self,
+        key: &[u8],
+        exp: Time,
+        now: Time,
+        f: impl FnOnce(Item<'_>) -> R,
+    ) -> Lookup<R> {
+        if !Self::valid_key(key) {
+            return Lookup::Miss;
+        }
+        let h = Self::hash(key);
+        self.with_shard(h, now, |s, env| s.get_and_touch(env, h, key, exp, now, f))
+    }
+
+    /// Sets a new exp; the CAS stays. false if absent (or, with evict=false, if the item had to
+    /// move to take an expiry and no memory was left).
+    pub fn touch(&self, key: &[u8], exp: Time, now: Time) -> bool {
+        if !Self::valid_key(key) {
+            return false;
+        }
+        let h = Self::hash(key);
+        self.with_shard(h, now, |s, env| s.touch(env, h, key, exp, now))
+    }
+
+    /// memcached's set/add/replace/append/prepend/cas. Append/prepend whose result would exceed
+    /// item_size_max, or find no memory, answer NotStored (as memcached does).
+    pub fn store(
+        &self,
+        mode: Mode,
+        key: &[u8],
+        flags: u32,
+        exp: Time,
+        value: &[u8],
+        now: Time,
+    ) -> Result<StoreOutcome, StoreError> {
+        if !Self::valid_key(key) || key.len() + value.len() > self.geo.item_size_max {
+            if mode == Mode::Set {
+                // memcached: a failed set must not leave the old value readable.
+                self.delete(key, now);
+            }
+            return Err(StoreError::TooLarge);
+        }
+        let h = Self::hash(key);
+        self.with_shard(h, now, |s, env| s.store(env, h, mode, key, flags, exp, value, now))
+    }
+
+    pub fn delete(&self, key: &[u8], now: Time) -> bool {
+        if !Self::valid_key(key) {
+            return false;
+        }
+        let h = Self::hash(key);
+        self.with_shard(h, now, |s, env| s.delete(env, h, key, now))
+    }
+
+    /// incr/decr. `parse` is memcached's safe_strtoull. Returns the new number and new CAS.
+    pub fn delta(
+        &self,
+        key: &[u8],
+        incr: bool,
+        delta: u64,
+        now: Time,
+        parse: impl FnOnce(&[u8]) -> Option<u64>,
+    ) -> Result<(u64, u64), DeltaError> {
+        if !Self::valid_key(key) {
+            return Err(DeltaError::NotFound);
+        }
+        let h = Self::hash(key);
+        self.with_shard(h, now, |s, env| s.delta(env, h, key, incr, delta, now, parse))
+    }
+
+    /// Invalidates everything written before the store first sees `now >= at`. O(shards) here;
+    /// each shard pays O(its segments) on its first operation at or after `at`.
+    pub fn flush_all(&self, at: Time) {
+        for s in self.shards.iter() {
+            s.lock().set_flush(at);
+        }
+    }
+
+    pub fn stats(&self) -> StoreStats {
+        let mut st = StoreStats {
+            limit_maxbytes: self.geo.limit as u64,
+            segment_size: self.geo.seg_size as u64,
+            shards: self.geo.shards as u64,
+            ..Default::default()
+        };
+        for s in self.shards.iter() {
+            s.lock().add_stats(&mut st);
+        }
+        st.mem_used = self.budget.used() as u64;
+        st.segments_total = (self.geo.limit / self.geo.seg_size) as u64;
+        st.segments_free =
+            (self.geo.limit.saturating_sub(self.budget.used()) / self.geo.seg_size) as u64;
+        st
+    }
+
+    /// `stats reset`: zero the cumulative counters.
+    pub fn reset_stats(&self) {
+        for s in self.shards.iter() {
+            s.lock().reset_stats();
+        }
+    }
+
+    /// Background work, about once a second: apply due flushes, drop segments whose items have
+    /// all expired (without reading them), and sweep index slots that still point at them.
+    /// Holds each shard lock only for bounded steps.
+    pub fn maintain(&self, now: Time) {
+        for me in 0..self.shards.len() {
+            let env = Env { geo: &self.geo, budget: &self.budget, shards: &self.shards, me };
+            {
+                let mut s = self.shards[me].lock();
+                s.apply_flush(&env, now);
+                s.expire_segments(&env, now);
+            }
+            // The sweep runs in slices so that requests on this shard wait at most one slice.
+            loop {
+                let mut s = self.shards[me].lock();
+                if !s.sweep_step(&env) {
+                    break;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod send_sync {
+    fn assert_send_sync<T: Send + Sync>() {}
+    #[test]
+    fn store_is_send_sync() {
+        assert_send_sync::<super::Store>();
+    }
+}
