@@ -40,6 +40,8 @@ mod segment;
 mod shard;
 mod stats;
 
+use core::sync::atomic::{AtomicU32, Ordering};
+
 use parking_lot::Mutex;
 
 pub use config::{StoreConfig, DEFAULT_SHARDS, MAX_SEGMENT_SIZE, MAX_SHARDS, MIN_SEGMENT_SIZE};
@@ -123,6 +125,9 @@ pub struct Store {
     shards: Box<[Mutex<Shard>]>,
     geo: Geometry,
     budget: Budget,
+    /// Largest `now` any operation passed: lets flush_all apply a pending flush that is due but
+    /// was not yet seen by every shard before replacing it.
+    seen: AtomicU32,
 }
 
 impl Store {
@@ -131,7 +136,7 @@ impl Store {
         let budget = Budget::new(geo.limit);
         let shards: Box<[Mutex<Shard>]> =
             (0..geo.shards).map(|i| Mutex::new(Shard::new(i as u64, &geo, &budget))).collect();
-        Store { shards, geo, budget }
+        Store { shards, geo, budget, seen: AtomicU32::new(0) }
     }
 
     #[inline]
@@ -141,7 +146,16 @@ impl Store {
 
     /// Runs `op` on the key's shard with its lock held, after applying a due flush_all.
     #[inline]
+    fn observe(&self, now: Time) {
+        // Written about once a second, so the shared line stays mostly read-only.
+        if now > self.seen.load(Ordering::Relaxed) {
+            self.seen.fetch_max(now, Ordering::Relaxed);
+        }
+    }
+
+    #[inline]
     fn with_shard<T>(&self, h: u64, now: Time, op: impl FnOnce(&mut Shard, &Env<'_>) -> T) -> T {
+        self.observe(now);
         let me = self.geo.shard_of(h);
         let env = Env { geo: &self.geo, budget: &self.budget, shards: &self.shards, me };
         let mut shard = self.shards[me].lock();
@@ -237,8 +251,14 @@ impl Store {
     /// Invalidates everything written before the store first sees `now >= at`. O(shards) here;
     /// each shard pays O(its segments) on its first operation at or after `at`.
     pub fn flush_all(&self, at: Time) {
-        for s in self.shards.iter() {
-            s.lock().set_flush(at);
+        let seen = self.seen.load(Ordering::Relaxed);
+        for me in 0..self.shards.len() {
+            let env = Env { geo: &self.geo, budget: &self.budget, shards: &self.shards, me };
+            let mut s = self.shards[me].lock();
+            // A flush that is already due for the rest of the store must not be cancelled
+            // here just because no operation reached this shard yet.
+            s.apply_flush(&env, seen);
+            s.set_flush(at);
         }
     }
 
@@ -270,6 +290,7 @@ impl Store {
     /// all expired (without reading them), and sweep index slots that still point at them.
     /// Holds each shard lock only for bounded steps.
     pub fn maintain(&self, now: Time) {
+        self.observe(now);
         for me in 0..self.shards.len() {
             let env = Env { geo: &self.geo, budget: &self.budget, shards: &self.shards, me };
             {
