@@ -1,6 +1,7 @@
 //! Command-line flags (memcached's, with the same short and long names and meanings) and the
 //! one `Config` struct the rest of the server reads. Every default is a named constant.
 
+use clap::builder::TypedValueParser;
 use clap::Parser;
 
 pub const DEFAULT_PORT: u16 = 11211;

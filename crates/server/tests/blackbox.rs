@@ -1,0 +1,187 @@
+//! Black-box tests against the real `mnemod` binary on a free port.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+struct Server {
+    child: Child,
+    port: u16,
+}
+
+impl Server {
+    fn start(extra: &[&str]) -> Server {
+        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let child = Command::new(env!("CARGO_BIN_EXE_mnemod"))
+            .args(["-p", &port.to_string(), "-l", "127.0.0.1", "-U", "0"])
+            .args(extra)
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("start mnemod");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "mnemod did not start listening");
+            std::thread::yield_now();
+        }
+        Server { child, port }
+    }
+
+    fn connect(&self) -> TcpStream {
+        let s = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Send `req`, then read exactly `want.len()` bytes and compare.
+fn talk(s: &mut TcpStream, req: &[u8], want: &[u8]) {
+    s.write_all(req).unwrap();
+    let mut got = vec![0; want.len()];
+    s.read_exact(&mut got).unwrap();
+    assert_eq!(String::from_utf8_lossy(&got), String::from_utf8_lossy(want));
+}
+
+#[test]
+fn storage_and_retrieval() {
+    let srv = Server::start(&[]);
+    let mut c = srv.connect();
+    talk(&mut c, b"set a 5 0 3\r\nabc\r\n", b"STORED\r\n");
+    talk(&mut c, b"get a b\r\n", b"VALUE a 5 3\r\nabc\r\nEND\r\n");
+    talk(&mut c, b"append a 0 0 2\r\nde\r\nprepend a 0 0 1\r\nz\r\nget a\r\n", b"STORED\r\nSTORED\r\nVALUE a 5 6\r\nzabcde\r\nEND\r\n");
+    talk(&mut c, b"add a 0 0 1\r\nx\r\nreplace nope 0 0 1\r\nx\r\n", b"NOT_STORED\r\nNOT_STORED\r\n");
+    talk(&mut c, b"set n 0 0 2\r\n10\r\ndecr n 1\r\nget n\r\n", b"STORED\r\n9\r\nVALUE n 0 2\r\n9 \r\nEND\r\n");
+    talk(&mut c, b"incr n 18446744073709551615\r\n", b"8\r\n");
+    talk(&mut c, b"delete a\r\ndelete a\r\n", b"DELETED\r\nNOT_FOUND\r\n");
+    talk(&mut c, b"set q 0 0 1 noreply\r\nq\r\nget q\r\n", b"VALUE q 0 1\r\nq\r\nEND\r\n");
+}
+
+#[test]
+fn cas_changes_on_every_write() {
+    let srv = Server::start(&[]);
+    let mut c = srv.connect();
+    talk(&mut c, b"set k 0 0 1\r\nx\r\n", b"STORED\r\n");
+    c.write_all(b"gets k\r\n").unwrap();
+    let mut r = BufReader::new(c.try_clone().unwrap());
+    let mut header = String::new();
+    r.read_line(&mut header).unwrap();
+    let cas: u64 = header.trim_end().rsplit(' ').next().unwrap().parse().unwrap();
+    let mut rest = String::new();
+    r.read_line(&mut rest).unwrap();
+    r.read_line(&mut rest).unwrap();
+    talk(&mut c, format!("cas k 0 0 1 {}\r\ny\r\n", cas + 1000).as_bytes(), b"EXISTS\r\n");
+    talk(&mut c, format!("cas k 0 0 1 {cas}\r\ny\r\n").as_bytes(), b"STORED\r\n");
+    talk(&mut c, format!("cas k 0 0 1 {cas}\r\nz\r\n").as_bytes(), b"EXISTS\r\n");
+    talk(&mut c, b"cas nope 0 0 1 1\r\nz\r\n", b"NOT_FOUND\r\n");
+}
+
+#[test]
+fn pipelined_requests_answer_in_order() {
+    let srv = Server::start(&["-t", "2"]);
+    let mut c = srv.connect();
+    let mut req = Vec::new();
+    let mut want = Vec::new();
+    for i in 0..5000 {
+        req.extend_from_slice(format!("set k{i} 0 0 {}\r\n{i}\r\nget k{i}\r\n", i.to_string().len()).as_bytes());
+        want.extend_from_slice(format!("STORED\r\nVALUE k{i} 0 {}\r\n{i}\r\nEND\r\n", i.to_string().len()).as_bytes());
+    }
+    let mut w = c.try_clone().unwrap();
+    let writer = std::thread::spawn(move || w.write_all(&req).unwrap());
+    let mut got = vec![0; want.len()];
+    c.read_exact(&mut got).unwrap();
+    writer.join().unwrap();
+    assert!(got == want, "pipelined replies differ");
+}
+
+#[test]
+fn oversized_value_is_swallowed_and_old_value_dropped() {
+    let srv = Server::start(&[]);
+    let mut c = srv.connect();
+    talk(&mut c, b"set big 0 0 1\r\nx\r\n", b"STORED\r\n");
+    let mut req = b"set big 0 0 2000000\r\n".to_vec();
+    req.extend(std::iter::repeat(b'v').take(2_000_000));
+    req.extend_from_slice(b"\r\nget big\r\n");
+    talk(&mut c, &req, b"SERVER_ERROR object too large for cache\r\nEND\r\n");
+}
+
+#[test]
+fn other_clients_are_served_while_one_never_reads() {
+    let srv = Server::start(&["-t", "1"]);
+    let mut greedy = srv.connect();
+    talk(&mut greedy, b"set k 0 0 1000\r\n", b"");
+    greedy.write_all(&[b'v'; 1000]).unwrap();
+    talk(&mut greedy, b"\r\n", b"STORED\r\n");
+    greedy.set_nonblocking(true).unwrap();
+    let batch = b"get k\r\n".repeat(10_000);
+    // Push until the kernel refuses more: the server must stop reading, not buffer forever.
+    let mut sent = 0usize;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline && sent < 500_000_000 {
+        match greedy.write(&batch) {
+            Ok(n) => sent += n,
+            Err(_) => break,
+        }
+    }
+    let mut polite = srv.connect();
+    talk(&mut polite, b"get k\r\n", format!("VALUE k 0 1000\r\n{}\r\nEND\r\n", "v".repeat(1000)).as_bytes());
+    let status = std::fs::read_to_string(format!("/proc/{}/status", srv.child.id())).unwrap();
+    let rss_kb: u64 = status.lines().find(|l| l.starts_with("VmRSS")).unwrap().split_whitespace().nth(1).unwrap().parse().unwrap();
+    assert!(rss_kb < 200_000, "RSS grew to {rss_kb} kB");
+}
+
+fn curr_connections(s: &mut TcpStream) -> u64 {
+    s.write_all(b"stats\r\n").unwrap();
+    let mut r = BufReader::new(s.try_clone().unwrap());
+    let mut n = 0;
+    loop {
+        let mut line = String::new();
+        r.read_line(&mut line).unwrap();
+        if line == "END\r\n" {
+            return n;
+        }
+        if let Some(v) = line.strip_prefix("STAT curr_connections ") {
+            n = v.trim().parse().unwrap();
+        }
+    }
+}
+
+#[test]
+fn connection_limit_rejects_then_recovers() {
+    let srv = Server::start(&["-c", "3"]);
+    let mut keep: Vec<TcpStream> = vec![srv.connect()];
+    // The start-up probe's connection may not be closed on the server side yet.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while curr_connections(&mut keep[0]) != 1 {
+        assert!(Instant::now() < deadline, "probe connection never went away");
+    }
+    keep.push(srv.connect());
+    keep.push(srv.connect());
+    for s in keep.iter_mut() {
+        talk(s, b"version\r\n", b"VERSION ");
+        let mut line = String::new();
+        BufReader::new(s.try_clone().unwrap()).read_line(&mut line).unwrap();
+    }
+    let mut extra = srv.connect();
+    let mut buf = String::new();
+    extra.read_to_string(&mut buf).unwrap();
+    assert_eq!(buf, "ERROR Too many open connections\r\n");
+    drop(keep.pop());
+    // The slot frees once the server sees the close; retry until it does.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut s = srv.connect();
+        s.write_all(b"version\r\n").unwrap();
+        let mut b = [0u8; 8];
+        if s.read_exact(&mut b).is_ok() && &b == b"VERSION " {
+            break;
+        }
+        assert!(Instant::now() < deadline, "slot never freed");
+    }
+}
