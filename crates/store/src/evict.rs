@@ -122,7 +122,10 @@ impl Shard {
         if !env.geo.evict {
             return Err(StoreError::OutOfMemory);
         }
-        let mine_first = self.used() >= env.geo.fair_share;
+        // Under even load every shard hovers around its fair share and must evict its own
+        // segments (only own eviction can keep read items). Taking from others is for real
+        // imbalance, e.g. another shard full of large items.
+        let mine_first = self.used() >= env.geo.fair_share / 2;
         if mine_first && self.evict_head(env, now, dest) {
             return Ok(());
         }

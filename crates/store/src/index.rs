@@ -284,21 +284,35 @@ impl Index {
         }
     }
 
-    /// Clears a slot; unlinks its overflow bucket if that leaves it empty.
+    /// Clears a slot. The chain stays compact: the last entry of the chain moves into the hole,
+    /// and an overflow bucket left empty is unlinked, so churn does not strand half-empty
+    /// overflow buckets (they would cost memory and lookup time).
     pub fn remove(&mut self, p: Pos) {
         debug_assert!(self.get(p) != 0);
         self.bucket_mut(p.bucket)[p.slot as usize] = 0;
         self.items -= 1;
-        if p.bucket & OVF != 0 && p.prev != NONE {
-            let b = *self.bucket(p.bucket);
-            let last = b[SLOTS - 1];
-            if b[..SLOTS - 1].iter().all(|&s| s == 0) && (last == 0 || last & slot::LINK != 0) {
-                // Only unlink if prev still links here (it does unless the chain changed).
-                if self.bucket(p.prev)[SLOTS - 1] == slot::LINK | (p.bucket & !OVF) {
-                    self.bucket_mut(p.prev)[SLOTS - 1] = last;
-                    self.free_overflow(p.bucket);
-                }
+        // Walk to the chain's last bucket.
+        let (mut prev, mut last) = (p.prev, p.bucket);
+        loop {
+            let l = self.bucket(last)[SLOTS - 1];
+            if l & slot::LINK == 0 {
+                break;
             }
+            prev = last;
+            last = OVF | (l & !slot::LINK);
+        }
+        if last != p.bucket {
+            let b = self.bucket(last);
+            if let Some(j) = (0..SLOTS).rev().find(|&j| b[j] != 0) {
+                let e = b[j];
+                self.bucket_mut(last)[j] = 0;
+                self.bucket_mut(p.bucket)[p.slot as usize] = e;
+            }
+        }
+        if last & OVF != 0 && prev != NONE && self.bucket(last).iter().all(|&s| s == 0) {
+            debug_assert_eq!(self.bucket(prev)[SLOTS - 1], slot::LINK | (last & !OVF));
+            self.bucket_mut(prev)[SLOTS - 1] = 0;
+            self.free_overflow(last);
         }
     }
 
