@@ -107,6 +107,19 @@ impl Shard {
         self.overhead = cur;
     }
 
+    /// Index growth is charged after the fact; if that left the store over its limit, give
+    /// back whole segments of this shard now rather than at the next reservation.
+    pub fn trim(&mut self, env: &Env<'_>, now: Time) {
+        if !env.geo.evict {
+            return;
+        }
+        while env.budget.used() > env.geo.limit {
+            if !self.evict_head(env, now, None) {
+                break;
+            }
+        }
+    }
+
     // ---- reading -------------------------------------------------------------------------
 
     #[inline]
@@ -402,6 +415,7 @@ impl Shard {
             self.delete(env, h, key, now);
         }
         self.sync_overhead(env);
+        self.trim(env, now);
         r
     }
 
@@ -543,6 +557,7 @@ impl Shard {
     pub fn touch(&mut self, env: &Env<'_>, h: u64, key: &[u8], exp: Time, now: Time) -> bool {
         let r = matches!(self.retime(env, h, key, exp, now), Ok(Found::Live { .. }));
         self.sync_overhead(env);
+        self.trim(env, now);
         r
     }
 
@@ -580,6 +595,7 @@ impl Shard {
     ) -> Result<(u64, u64), DeltaError> {
         let r = self.delta_inner(env, h, key, incr, delta, now, parse);
         self.sync_overhead(env);
+        self.trim(env, now);
         r
     }
 

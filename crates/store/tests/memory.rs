@@ -18,6 +18,7 @@ fn value_for(i: u64, ver: u64, len: usize) -> Vec<u8> {
 
 #[test]
 fn eviction_keeps_serving_a_tiny_store() {
+    // Single-threaded with evict=true the budget holds exactly after every operation.
     let limit = 1 << 20;
     let s = Store::new(StoreConfig { mem_limit: limit, ..Default::default() });
     let n = 1_000_000u64;
@@ -25,8 +26,8 @@ fn eviction_keeps_serving_a_tiny_store() {
         let v = value_for(i, 0, 8 + (i % 90) as usize);
         let r = s.store(Mode::Set, &key(i), 0, 0, &v, 1);
         assert!(matches!(r, Ok(StoreOutcome::Stored { .. })), "set {i}: {r:?}");
-        if i % 100_000 == 0 {
-            assert!(s.stats().mem_used <= limit as u64 + 16 * 1024, "{:?}", s.stats());
+        if i % 10_000 == 0 {
+            assert!(s.stats().mem_used <= limit as u64, "{:?}", s.stats());
         }
     }
     let st = s.stats();
@@ -124,7 +125,7 @@ fn writing_twice_the_limit_stays_within_it() {
         i += 1;
         if i % 1000 == 0 {
             let st = s.stats();
-            assert!(st.mem_used <= limit as u64 + 16 * 1024, "{st:?}");
+            assert!(st.mem_used <= limit as u64, "{st:?}");
         }
     }
     let st = s.stats();
@@ -216,10 +217,21 @@ fn overhead_per_item() {
     let n = 1_000_000u64;
     let s = Store::new(StoreConfig { mem_limit: 1 << 30, ..Default::default() });
     let base = s.stats();
+    let t = std::time::Instant::now();
     for i in 0..n {
         let k = format!("{i:08}");
         s.store(Mode::Set, k.as_bytes(), 0, 0, &i.to_le_bytes(), 1).unwrap();
     }
+    let set_ns = t.elapsed().as_nanos() as f64 / n as f64;
+    let t = std::time::Instant::now();
+    let mut hits = 0u64;
+    for i in 0..n {
+        let k = format!("{i:08}");
+        hits += s.get(k.as_bytes(), 1, |it| it.value.len() as u64).hit().unwrap_or(0);
+    }
+    let get_ns = t.elapsed().as_nanos() as f64 / n as f64;
+    assert_eq!(hits, 8 * n);
+    println!("single thread: set {set_ns:.0} ns/op, get {get_ns:.0} ns/op (incl. key formatting)");
     let st = s.stats();
     assert_eq!(st.curr_items, n);
     let payload = 16 * n;
