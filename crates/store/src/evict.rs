@@ -282,7 +282,7 @@ impl Shard {
     fn open_credit_segment(&mut self, env: &Env<'_>) -> Option<u32> {
         let id = self.segs.alloc_id()?;
         env.budget.force_add(env.geo.seg_size);
-        self.segs.open(id, vec![0u8; env.geo.seg_size].into_boxed_slice(), false, 0);
+        self.segs.open(id, crate::buf::SegBuf::zeroed(env.geo.seg_size), false, 0);
         Some(id)
     }
 

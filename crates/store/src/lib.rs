@@ -28,10 +28,11 @@
 //! * flush_all is a pending time per shard; the first operation that sees it due retires every
 //!   segment of that shard (O(segments)).
 //!
-//! Module map: config.rs (sizes, budget), item.rs (header codec), index.rs (hash index),
+//! Module map: buf.rs (segment buffers, mmap), config.rs (sizes, budget), item.rs (header codec), index.rs (hash index),
 //! segment.rs (segment table, FIFO, TTL groups), shard.rs (operations), evict.rs (eviction,
 //! expiry, flush, sweep), stats.rs (counters).
 
+mod buf;
 mod config;
 mod evict;
 mod index;

@@ -19,6 +19,7 @@
 //! reserved (so a slot can never be mistaken for an item in a recycled segment) until lookups or
 //! the maintenance sweep have dropped every such slot (`items` counts them).
 
+use crate::buf::SegBuf;
 use crate::Time;
 
 /// `max_exp` of a segment holding an item that never expires.
@@ -67,7 +68,7 @@ pub(crate) enum SegState {
 
 pub(crate) struct SegMeta {
     /// Empty unless Live.
-    pub data: Box<[u8]>,
+    pub data: SegBuf,
     /// CAS generation: new every time the segment is (re)opened, never reused in this shard.
     pub seq: u64,
     /// Next free byte.
@@ -90,7 +91,7 @@ pub(crate) struct SegMeta {
 impl SegMeta {
     fn empty() -> SegMeta {
         SegMeta {
-            data: Box::default(),
+            data: SegBuf::default(),
             seq: 0,
             write: 0,
             items: 0,
@@ -199,7 +200,7 @@ impl SegTable {
     }
 
     /// Makes `id` Live with `data` and appends it to the FIFO.
-    pub fn open(&mut self, id: u32, data: Box<[u8]>, large: bool, ttl: u8) {
+    pub fn open(&mut self, id: u32, data: SegBuf, large: bool, ttl: u8) {
         let seq = self.next_seq;
         self.next_seq += 1;
         self.buffer_bytes += data.len();
@@ -318,10 +319,10 @@ impl SegTable {
         let (s, d) = (src as usize, dst as usize);
         if s < d {
             let (a, b) = self.metas.split_at_mut(d);
-            (&a[s].data, &mut b[0].data)
+            (&a[s].data, &mut b[0].data[..])
         } else {
             let (a, b) = self.metas.split_at_mut(s);
-            (&b[0].data, &mut a[d].data)
+            (&b[0].data, &mut a[d].data[..])
         }
     }
 }
@@ -352,7 +353,7 @@ mod tests {
         let mut t = SegTable::new();
         let ids: Vec<u32> = (0..4).map(|_| t.alloc_id().unwrap()).collect();
         for &id in &ids {
-            t.open(id, vec![0u8; 64].into_boxed_slice(), false, 0);
+            t.open(id, SegBuf::zeroed(64), false, 0);
         }
         assert_eq!(t.live_ids(), ids);
         assert_eq!(t.buffer_bytes, 256);

@@ -297,7 +297,7 @@ impl Shard {
                     env.budget.sub(size);
                     return Err(StoreError::OutOfMemory);
                 };
-                self.segs.open(id, vec![0u8; size].into_boxed_slice(), true, ttl);
+                self.segs.open(id, crate::buf::SegBuf::zeroed(size), true, ttl);
                 return Ok(Reserve::At(id, 0));
             }
             self.make_room(env, now, None)?;
@@ -315,9 +315,8 @@ impl Shard {
                 env.budget.sub(geo.seg_size);
                 return Err(StoreError::OutOfMemory);
             };
-            // Zeroed allocation: large ones come straight from mmap, so pages cost RSS only
-            // once written.
-            self.segs.open(id, vec![0u8; geo.seg_size].into_boxed_slice(), false, ttl);
+            // Zero pages from mmap: an unwritten tail costs no RSS.
+            self.segs.open(id, crate::buf::SegBuf::zeroed(geo.seg_size), false, ttl);
             self.set_active(env, ttl, id);
             return Ok(Reserve::At(id, 0));
         }

@@ -248,3 +248,52 @@ fn overhead_per_item() {
     println!("overhead, resident view: {:.2} B/item", per(touched));
     println!("overhead, allocated view: {:.2} B/item (unwritten segment tails {} B)", per(held), st.unwritten_bytes);
 }
+
+fn rss_bytes() -> u64 {
+    let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    s.lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+/// RSS after writing twice the limit (mixed sizes, some expiring): run with
+/// `cargo test -p mnemo-store --release --test memory -- --ignored --nocapture rss`.
+#[test]
+#[ignore]
+fn rss_after_writing_twice_the_limit() {
+    let limit = 256usize << 20;
+    let before = rss_bytes();
+    let s = Store::new(StoreConfig { mem_limit: limit, item_size_max: 4 << 20, ..Default::default() });
+    let empty = rss_bytes();
+    let mut written = 0usize;
+    let mut i = 0u64;
+    let mut now = 1;
+    let mut buf = Vec::with_capacity(2 << 20);
+    let mut kbuf = Vec::with_capacity(32);
+    while written < 2 * limit {
+        let len = match i % 1000 {
+            0 => 2 << 20,
+            1..=99 => 20_000,
+            _ => 10 + (i % 700) as usize,
+        };
+        let exp = if i % 3 == 0 { now + 5 } else { 0 };
+        // One reused buffer: the test's own allocations must not pollute the RSS figure.
+        buf.clear();
+        buf.resize(len, (i % 251) as u8);
+        kbuf.clear();
+        kbuf.extend_from_slice(format!("key:{:010}", i % 2_000_000).as_bytes());
+        s.store(Mode::Set, &kbuf, 0, exp, &buf, now).unwrap();
+        written += len;
+        i += 1;
+        if i % 200_000 == 0 {
+            now += 1;
+            s.maintain(now);
+        }
+    }
+    let st = s.stats();
+    let after = rss_bytes();
+    println!("limit {} MiB; RSS before store {} MiB, empty store {} MiB, after writing {} MiB: {} MiB",
+        limit >> 20, before >> 20, empty >> 20, written >> 20, after >> 20);
+    println!("mem_used {} MiB, items {}, evictions {}, index {} KiB", st.mem_used >> 20, st.curr_items, st.evictions, st.index_bytes >> 10);
+}
