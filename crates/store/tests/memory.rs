@@ -193,17 +193,49 @@ fn concurrent_writers_and_readers_never_see_wrong_values() {
                                 assert_eq!(it.flags, i as u32);
                             });
                         }
-                        _ => {
-                            s.store(Mode::Append, &key(i), 0, 0, b"+", 1).unwrap();
-                        }
+                        _ => match n % 16 {
+                            3 => {
+                                s.touch(&key(i), 5 + (n % 7) as Time, 1);
+                            }
+                            7 => {
+                                s.delete(&key(i), 1);
+                            }
+                            11 => {
+                                let r = s.get_and_touch(&key(i), 0, 1, |it| it.flags);
+                                if let Lookup::Hit(f) = r {
+                                    assert_eq!(f, i as u32);
+                                }
+                            }
+                            _ => {
+                                s.store(Mode::Append, &key(i), 0, 0, b"+", 1).unwrap();
+                            }
+                        },
                     }
                 }
             })
         })
         .collect();
+    // Maintenance and flushes race with the workers.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let maint = {
+        let (s, stop) = (s.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut k = 0u32;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                s.maintain(1 + k % 10);
+                if k % 50 == 49 {
+                    s.flush_all(0);
+                }
+                k += 1;
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+        })
+    };
     for t in threads {
         t.join().unwrap();
     }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    maint.join().unwrap();
     let st = s.stats();
     assert!(st.mem_used <= limit as u64 + 16 * 1024, "{st:?}");
     assert!(st.evictions > 0, "{st:?}");
