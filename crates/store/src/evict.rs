@@ -11,8 +11,10 @@
 //! so items read since they were written survive (S3-FIFO's reinsertion; the FIFO order is by
 //! segment). Copying is capped so the new segment always has room for the item that asked, and
 //! when nothing is worth keeping the victim's buffer itself is reused (no allocation).
-//! A shard holding less than its fair share (limit / shards) takes a segment from a richer shard
-//! instead (try_lock only: a shard lock is never waited for while another is held).
+//! A shard holding less than half its fair share (limit / shards) takes a segment from a shard
+//! above its share instead (try_lock only: a shard lock is never waited for while another is
+//! held). After an operation whose index growth pushed the store over its limit, the shard
+//! evicts its own head segments until it is back under (`Shard::trim`).
 //!
 //! Expiry never reads items: a segment whose largest exp has passed is retired whole. Its index
 //! slots are dropped lazily, by lookups that meet them or by the sweep `maintain` runs, and the
