@@ -83,6 +83,14 @@ struct Args {
     /// disable flush_all
     #[arg(short = 'F', long = "disable-flush-all")]
     disable_flush_all: bool,
+    /// require SASL PLAIN authentication on the binary protocol (password file: -Y, or the
+    /// MEMCACHED_SASL_PWDB environment variable)
+    #[arg(short = 'S', long = "enable-sasl")]
+    enable_sasl: bool,
+    /// password file for authentication ("user:password" per line); turns on text-protocol
+    /// auth (a "set" carrying "user password") — reloaded on SIGHUP
+    #[arg(short = 'Y', long = "auth-file")]
+    auth_file: Option<std::path::PathBuf>,
 }
 
 /// Everything the server reads from its flags.
@@ -103,6 +111,11 @@ pub struct Config {
     pub backlog: i32,
     pub item_size_max: usize,
     pub flush_enabled: bool,
+    pub sasl: bool,
+    /// Credentials file: -Y, or for SASL the MEMCACHED_SASL_PWDB environment variable.
+    pub auth_file: Option<std::path::PathBuf>,
+    /// -Y given: the text protocol requires authentication.
+    pub text_auth: bool,
 }
 
 impl Default for Config {
@@ -123,6 +136,9 @@ impl Default for Config {
             backlog: DEFAULT_BACKLOG,
             item_size_max: DEFAULT_ITEM_SIZE_MAX,
             flush_enabled: true,
+            sasl: false,
+            auth_file: None,
+            text_auth: false,
         }
     }
 }
@@ -165,7 +181,21 @@ impl Config {
                 a.item_size_max, a.memory_mb
             ));
         }
+        let text_auth = a.auth_file.is_some();
+        let auth_file = a.auth_file.or_else(|| {
+            if a.enable_sasl {
+                std::env::var_os("MEMCACHED_SASL_PWDB").map(Into::into)
+            } else {
+                None
+            }
+        });
+        if a.enable_sasl && auth_file.is_none() {
+            return Cli::Fail("mnemod: -S needs a password file: -Y FILE or MEMCACHED_SASL_PWDB=FILE".into());
+        }
         Cli::Run(Config {
+            sasl: a.enable_sasl,
+            auth_file,
+            text_auth,
             port: a.port,
             listen: a.listen.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect(),
             unix_socket: a.unix_socket,

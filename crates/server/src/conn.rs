@@ -15,6 +15,7 @@ use std::io::{self, Read, Write};
 
 use mnemo_proto::text::{self, Parsed};
 
+use crate::binary::{self, BinNext, BinSession};
 use crate::exec::{self, Next};
 use crate::stats::{bump, Counters};
 use crate::Shared;
@@ -80,8 +81,18 @@ enum Progress {
     Shutdown,
 }
 
+/// memcached picks the protocol per connection from its first byte.
+enum Proto {
+    Unknown,
+    Text,
+    Binary(BinSession),
+}
+
 pub struct Conn {
     pub stream: Stream,
+    proto: Proto,
+    /// -Y: whether this text connection has authenticated.
+    authed: bool,
     /// Input; `rbuf[rpos..rend]` is unparsed. The Vec is kept fully initialised (its len is
     /// its size) so reads go straight into it without zeroing each time.
     rbuf: Vec<u8>,
@@ -102,6 +113,8 @@ impl Conn {
     pub fn new(stream: Stream) -> Conn {
         Conn {
             stream,
+            proto: Proto::Unknown,
+            authed: false,
             rbuf: vec![0; READ_CHUNK],
             rpos: 0,
             rend: 0,
@@ -176,6 +189,26 @@ impl Conn {
                 return Progress::Budget;
             }
             let input = &self.rbuf[self.rpos..self.rend];
+            if let Proto::Unknown = self.proto {
+                self.proto = if input[0] == 0x80 { Proto::Binary(BinSession::default()) } else { Proto::Text };
+            }
+            if let Proto::Binary(session) = &mut self.proto {
+                match binary::step(input, session, sh, c, &mut self.wbuf) {
+                    BinNext::Consumed(n) => {
+                        *budget -= 1;
+                        self.rpos += n;
+                    }
+                    BinNext::Incomplete(need) => {
+                        self.need = need;
+                        return Progress::NeedInput;
+                    }
+                    BinNext::Close => {
+                        self.closing = true;
+                        return Progress::Close;
+                    }
+                }
+                continue;
+            }
             match text::parse(input, &limits) {
                 Parsed::Request(req, n) => {
                     *budget -= 1;
@@ -183,7 +216,11 @@ impl Conn {
                         let end = memchr::memchr(b'\n', input).unwrap_or(0);
                         eprintln!("<{}", String::from_utf8_lossy(&input[..end]).trim_end());
                     }
-                    let next = exec::execute(req, sh, c, &mut self.wbuf);
+                    let next = if sh.config.text_auth && !self.authed {
+                        exec::unauthenticated(req, sh, &mut self.authed, &mut self.wbuf)
+                    } else {
+                        exec::execute(req, sh, c, &mut self.wbuf)
+                    };
                     self.rpos += n;
                     match next {
                         Next::Continue => {}

@@ -174,6 +174,33 @@ pub fn execute(req: Request<'_>, sh: &Shared, c: &Counters, out: &mut Vec<u8>) -
     }
 }
 
+/// -Y: before authentication only a storage command carrying "user password" is accepted
+/// (memcached's convention); everything else is refused.
+pub fn unauthenticated(req: Request<'_>, sh: &Shared, authed: &mut bool, out: &mut Vec<u8>) -> Next {
+    match req {
+        Request::Store { data, .. } => {
+            let mut parts = data.splitn(2, |&b| b == b' ');
+            let (user, pass) = (parts.next().unwrap_or(&[]), parts.next().unwrap_or(&[]));
+            if sh.credentials.read().check(user, pass) {
+                *authed = true;
+                line(out, b"STORED");
+            } else {
+                line(out, b"CLIENT_ERROR authentication failure");
+            }
+            Next::Continue
+        }
+        Request::TooLarge { swallow, .. } => {
+            ErrorReply::Unauthenticated.write(out);
+            Next::Swallow(swallow)
+        }
+        // memcached refuses even `quit` before authentication.
+        _ => {
+            ErrorReply::Unauthenticated.write(out);
+            Next::Continue
+        }
+    }
+}
+
 fn get(keys: Keys<'_>, cas: bool, touch: Option<i32>, sh: &Shared, c: &Counters, out: &mut Vec<u8>) -> Next {
     let now = sh.clock.now();
     let exp = touch.map(|e| sh.clock.item_expiry(e));

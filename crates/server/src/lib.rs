@@ -16,6 +16,8 @@
 //! A connection never moves between workers; a request is parsed, executed and answered on
 //! the worker that read it, and all replies of a batch leave in one write.
 
+pub mod auth;
+pub mod binary;
 pub mod clock;
 pub mod config;
 pub mod conn;
@@ -44,11 +46,17 @@ pub struct Shared {
     pub total_conns: AtomicU64,
     pub rejected_conns: AtomicU64,
     pub verbosity: AtomicU8,
+    /// Users for -Y / -S; empty when authentication is off.
+    pub credentials: parking_lot::RwLock<auth::Credentials>,
     stopping: AtomicBool,
 }
 
 impl Shared {
     pub fn new(config: Config) -> Shared {
+        Shared::with_credentials(config, auth::Credentials::default())
+    }
+
+    pub fn with_credentials(config: Config, credentials: auth::Credentials) -> Shared {
         let store = Store::new(StoreConfig {
             mem_limit: config.memory_limit,
             item_size_max: config.item_size_max,
@@ -65,6 +73,7 @@ impl Shared {
             curr_conns: AtomicUsize::new(0),
             total_conns: AtomicU64::new(0),
             rejected_conns: AtomicU64::new(0),
+            credentials: parking_lot::RwLock::new(credentials),
             stopping: AtomicBool::new(false),
         }
     }
@@ -83,14 +92,21 @@ impl Shared {
 pub enum ServerError {
     #[error(transparent)]
     Bind(#[from] listener::BindError),
+    #[error(transparent)]
+    Auth(#[from] auth::AuthError),
     #[error("cannot start a thread: {0}")]
     Thread(#[from] std::io::Error),
 }
 
 /// Bind, start every thread, and serve until shutdown.
 pub fn run(config: Config) -> Result<(), ServerError> {
+    let credentials = match &config.auth_file {
+        Some(path) => auth::Credentials::load(path)?,
+        None => auth::Credentials::default(),
+    };
     let listeners = listener::bind(&config)?;
-    let sh = Arc::new(Shared::new(config));
+    auth::install_sighup();
+    let sh = Arc::new(Shared::with_credentials(config, credentials));
     let mut handles = Vec::new();
     let mut senders = Vec::new();
     for i in 0..sh.config.threads {
@@ -116,5 +132,14 @@ fn maintenance(sh: &Shared) {
         std::thread::sleep(Duration::from_nanos(u64::from(1_000_000_000 - sub.min(999_999_999))) + Duration::from_millis(1));
         let now = sh.clock.tick();
         sh.store.maintain(now);
+        if auth::reload_requested() {
+            if let Some(path) = &sh.config.auth_file {
+                match auth::Credentials::load(path) {
+                    Ok(c) => *sh.credentials.write() = c,
+                    // Keep serving with the old users rather than locking everyone out.
+                    Err(e) => eprintln!("mnemod: SIGHUP: {e}; keeping the previous credentials"),
+                }
+            }
+        }
     }
 }

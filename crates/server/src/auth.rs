@@ -1,0 +1,87 @@
+//! Credentials for text-protocol auth (-Y) and SASL PLAIN (-S): a file of `user:password`
+//! lines (memcached's -Y format; blank lines and lines starting with '#' are ignored),
+//! loaded at start-up and again on SIGHUP.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+#[derive(Debug, thiserror::Error)]
+pub enum AuthError {
+    #[error("cannot read auth file {path}: {source}")]
+    Read { path: String, source: std::io::Error },
+    #[error("auth file {path}, line {line}: expected user:password")]
+    Format { path: String, line: usize },
+}
+
+#[derive(Default, Debug)]
+pub struct Credentials {
+    users: HashMap<Vec<u8>, Vec<u8>>,
+}
+
+impl Credentials {
+    pub fn load(path: &Path) -> Result<Credentials, AuthError> {
+        let shown = path.display().to_string();
+        let text = std::fs::read(path).map_err(|source| AuthError::Read { path: shown.clone(), source })?;
+        let mut users = HashMap::new();
+        for (i, raw) in text.split(|&b| b == b'\n').enumerate() {
+            let line = raw.strip_suffix(b"\r").unwrap_or(raw);
+            if line.is_empty() || line[0] == b'#' {
+                continue;
+            }
+            let Some(colon) = line.iter().position(|&b| b == b':') else {
+                return Err(AuthError::Format { path: shown, line: i + 1 });
+            };
+            users.insert(line[..colon].to_vec(), line[colon + 1..].to_vec());
+        }
+        Ok(Credentials { users })
+    }
+
+    /// Compare in time independent of where the password differs.
+    pub fn check(&self, user: &[u8], password: &[u8]) -> bool {
+        match self.users.get(user) {
+            Some(want) => {
+                want.len() == password.len() && want.iter().zip(password).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
+            }
+            None => false,
+        }
+    }
+}
+
+static RELOAD: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_sighup(_: libc::c_int) {
+    RELOAD.store(true, Ordering::Relaxed);
+}
+
+/// Route SIGHUP to a flag the maintenance thread polls (the handler itself only stores).
+pub fn install_sighup() {
+    // SAFETY: the handler only performs an atomic store, which is async-signal-safe.
+    unsafe {
+        libc::signal(libc::SIGHUP, on_sighup as extern "C" fn(libc::c_int) as libc::sighandler_t);
+    }
+}
+
+/// True once after each SIGHUP.
+pub fn reload_requested() -> bool {
+    RELOAD.swap(false, Ordering::Relaxed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_and_checks() {
+        let dir = std::env::temp_dir().join(format!("mnemo-auth-{}", std::process::id()));
+        std::fs::write(&dir, "# users\nalice:s3cret\n\nbob:pa:ss\r\n").unwrap();
+        let c = Credentials::load(&dir).unwrap();
+        assert!(c.check(b"alice", b"s3cret"));
+        assert!(c.check(b"bob", b"pa:ss"));
+        assert!(!c.check(b"alice", b"s3cre"));
+        assert!(!c.check(b"carol", b""));
+        std::fs::write(&dir, "nocolon\n").unwrap();
+        assert!(matches!(Credentials::load(&dir), Err(AuthError::Format { line: 1, .. })));
+        let _ = std::fs::remove_file(&dir);
+    }
+}
