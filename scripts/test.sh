@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Run every test: Rust unit and black-box tests, memccapable, and the Python suites against
+# the real binary (and the real memcached, for the differential tables).
+# Installs what it needs on a fresh Debian machine: apt packages, Rust (rustup), a venv.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+
+sudo_cmd=""
+[ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
+
+# --- system packages -------------------------------------------------------------------------
+need=()
+command -v memcached >/dev/null 2>&1 || need+=(memcached)
+command -v memccapable >/dev/null 2>&1 || need+=(libmemcached-tools)
+command -v cc >/dev/null 2>&1 || need+=(build-essential)
+command -v curl >/dev/null 2>&1 || need+=(curl ca-certificates)
+command -v python3 >/dev/null 2>&1 || need+=(python3)
+python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
+dpkg -s libmemcached-dev >/dev/null 2>&1 || need+=(libmemcached-dev)
+dpkg -s zlib1g-dev >/dev/null 2>&1 || need+=(zlib1g-dev)
+dpkg -s pkg-config >/dev/null 2>&1 || need+=(pkg-config)
+if [ ${#need[@]} -gt 0 ]; then
+    echo "== installing: ${need[*]}"
+    $sudo_cmd apt-get update -q
+    DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -q --no-install-recommends "${need[@]}"
+fi
+# The Debian package starts a memcached on 11211; the tests use their own ports.
+
+# --- Rust ----------------------------------------------------------------------------------------
+if ! command -v cargo >/dev/null 2>&1 && [ -x "$HOME/.cargo/bin/cargo" ]; then
+    export PATH="$HOME/.cargo/bin:$PATH"
+fi
+if ! command -v cargo >/dev/null 2>&1; then
+    echo "== installing Rust"
+    curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal
+    export PATH="$HOME/.cargo/bin:$PATH"
+fi
+
+# --- Python venv -------------------------------------------------------------------------------
+reqs=()
+for f in tests/requirements.txt tests/*/requirements.txt crates/client/tests/interop/requirements.txt; do
+    [ -f "$f" ] && reqs+=(-r "$f")
+done
+if [ ! -x .venv/bin/python ]; then
+    python3 -m venv .venv
+fi
+if [ ${#reqs[@]} -gt 0 ]; then
+    .venv/bin/python -m pip install -q "${reqs[@]}"
+fi
+export MNEMO_PYTHON="$root/.venv/bin/python"
+
+# --- build and test ------------------------------------------------------------------------------
+echo "== cargo build"
+cargo build --locked --workspace --all-targets
+echo "== cargo test"
+cargo test --locked --workspace
+
+export MNEMOD_BIN="$root/target/debug/mnemod"
+echo "== memccapable -a against mnemod"
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+"$MNEMOD_BIN" -p "$port" -l 127.0.0.1 -U 0 &
+mpid=$!
+trap 'kill $mpid 2>/dev/null || true' EXIT
+for _ in $(seq 1 500); do (exec 3<>/dev/tcp/127.0.0.1/"$port") 2>/dev/null && break; sleep 0.02; done
+out=$(memccapable -a -h 127.0.0.1 -p "$port" 2>&1) || { echo "$out"; echo "memccapable failed"; exit 1; }
+echo "$out" | tail -n 1
+echo "$out" | grep -q "All tests passed" || { echo "$out"; exit 1; }
+kill $mpid; wait $mpid 2>/dev/null || true
+trap - EXIT
+
+if [ -d tests ] && ls tests/test_*.py tests/*/test_*.py >/dev/null 2>&1; then
+    echo "== pytest"
+    .venv/bin/python -m pytest -q tests
+fi
+echo "== all tests passed"
