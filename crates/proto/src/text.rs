@@ -109,6 +109,8 @@ pub enum Request<'a> {
     /// `delay` is the raw value (0 when absent).
     FlushAll { delay: i32, noreply: bool },
     Version,
+    /// `mn`: replies "MN".
+    MetaNoop,
     Verbosity { level: u32, noreply: bool },
     Quit,
     Shutdown { mode: ShutdownMode },
@@ -254,6 +256,8 @@ fn command<'a>(line: &'a [u8], after: usize, buf: &'a [u8], limits: &Limits) -> 
             }
             req(Request::FlushAll { delay, noreply }, after)
         }
+        // Meta no-op: memcached answers it whatever follows (clients use it to end a batch).
+        b"mn" => req(Request::MetaNoop, after),
         b"version" => req(Request::Version, after),
         b"quit" => req(Request::Quit, after),
         b"verbosity" => {

@@ -148,6 +148,10 @@ pub fn execute(req: Request<'_>, sh: &Shared, c: &Counters, out: &mut Vec<u8>) -
             line(out, crate::config::VERSION.as_bytes());
             Next::Continue
         }
+        Request::MetaNoop => {
+            line(out, b"MN");
+            Next::Continue
+        }
         Request::Verbosity { level, noreply } => {
             sh.verbosity.store(level.min(u32::from(crate::MAX_VERBOSITY)) as u8, Relaxed);
             reply(out, noreply, b"OK");
