@@ -1,1 +1,33 @@
-fn main() {}
+//! `mnemo`: the operator's tool for mnemo and any memcached-protocol server.
+//!
+//! One binary, one subcommand per job; each subcommand lives in its own module and owns its
+//! arguments (a clap `Args` struct) and its `run`, so adding one is a variant here and a module.
+//!
+//! ```text
+//!   mnemo bench --server 127.0.0.1:11211 ...   load generator (src/bench/)
+//! ```
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod bench;
+
+#[derive(Parser, Debug)]
+#[command(name = "mnemo", version, about = "mnemo: tools for memcached-protocol servers")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Load generator: drive a memcached-protocol server and report throughput and latency.
+    Bench(bench::BenchArgs),
+}
+
+fn main() -> ExitCode {
+    match Cli::parse().command {
+        Command::Bench(args) => bench::run(args),
+    }
+}

@@ -1,0 +1,113 @@
+# Shared helpers for bench/throughput.sh, bench/syscalls.sh and bench/instructions.sh (sourced).
+#
+# Gives: ROOT, MNEMOD, MNEMO, BENCH_TMP (removed on exit), free_port, wait_port,
+# server_argv NAME PORT (sets SERVER_ARGV), spawn (background + remember for the exit trap),
+# stop_pid, build_release, note. Every server started through spawn is killed on exit.
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+MNEMOD=$ROOT/target/release/mnemod
+MNEMO=$ROOT/target/release/mnemo
+BENCH_TMP=$(mktemp -d "${TMPDIR:-/tmp}/mnemo-bench.XXXXXX")
+BENCH_PIDS=()
+
+if ! command -v cargo >/dev/null 2>&1 && [ -x "$HOME/.cargo/bin/cargo" ]; then
+    export PATH="$HOME/.cargo/bin:$PATH"
+fi
+
+bench_cleanup() {
+    local p
+    for p in "${BENCH_PIDS[@]}"; do
+        kill "$p" 2>/dev/null || true
+    done
+    for p in "${BENCH_PIDS[@]}"; do
+        wait "$p" 2>/dev/null || true
+    done
+    rm -rf "$BENCH_TMP"
+}
+trap bench_cleanup EXIT
+trap 'exit 130' INT TERM
+
+note() { echo "# $*" >&2; }
+
+# A TCP port free on 127.0.0.1 right now (the kernel picks it).
+free_port() {
+    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+# Waits until something accepts on 127.0.0.1:PORT; fails at once if PID (optional) has died,
+# or after TIMEOUT seconds (default 30; valgrind needs more).
+wait_port() {
+    local port=$1 pid=${2:-} timeout=${3:-30} start=$SECONDS
+    while ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; do
+        if [ -n "$pid" ] && ! kill -0 "$pid" 2>/dev/null; then
+            echo "server for port $port (pid $pid) exited before accepting" >&2
+            return 1
+        fi
+        if [ $((SECONDS - start)) -ge "$timeout" ]; then
+            echo "nothing accepted on port $port within ${timeout}s" >&2
+            return 1
+        fi
+        sleep 0.02
+    done
+}
+
+# SERVER_ARGV := the command line of server NAME (memcached | mnemod) on PORT, one worker
+# thread, the same flags for both. Extra arguments are appended.
+server_argv() {
+    local name=$1 port=$2
+    shift 2
+    case $name in
+        memcached)
+            SERVER_ARGV=(memcached -p "$port" -l 127.0.0.1 -U 0 -m 1024 -c 4096 -t 1)
+            [ "$(id -u)" -eq 0 ] && SERVER_ARGV+=(-u root)
+            ;;
+        mnemod) SERVER_ARGV=("$MNEMOD" -p "$port" -l 127.0.0.1 -U 0 -m 1024 -c 4096 -t 1) ;;
+        *)
+            echo "unknown server $name" >&2
+            return 1
+            ;;
+    esac
+    SERVER_ARGV+=("$@")
+}
+
+# Runs "$@" in the background, remembers it for the exit trap; its pid is in SPAWNED.
+spawn() {
+    "$@" &
+    SPAWNED=$!
+    BENCH_PIDS+=("$SPAWNED")
+}
+
+stop_pid() {
+    kill "$1" 2>/dev/null || true
+    wait "$1" 2>/dev/null || true
+}
+
+# Release build of the load generator and, when wanted, the server.
+build_release() {
+    local pkgs=(-p mnemo-cli)
+    case " ${SERVERS:-memcached mnemod} " in *" mnemod "*) pkgs=(-p mnemo-server "${pkgs[@]}") ;; esac
+    (cd "$ROOT" && cargo build --release -q "${pkgs[@]}")
+}
+
+# Installs Debian packages providing the given commands when missing: "cmd:package ...".
+need_tools() {
+    local pair cmd pkg missing=()
+    for pair in "$@"; do
+        cmd=${pair%%:*} pkg=${pair#*:}
+        command -v "$cmd" >/dev/null 2>&1 || missing+=("$pkg")
+    done
+    [ ${#missing[@]} -eq 0 ] && return 0
+    local sudo_cmd=""
+    [ "$(id -u)" -eq 0 ] || sudo_cmd=sudo
+    note "installing ${missing[*]}"
+    $sudo_cmd apt-get update -q >/dev/null
+    $sudo_cmd apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+# Median, min and max of numbers on stdin, as "median min max".
+stats3() {
+    python3 -c '
+import sys, statistics
+v = [float(x) for x in sys.stdin.read().split()]
+print(statistics.median(v), min(v), max(v)) if v else print("nan nan nan")'
+}

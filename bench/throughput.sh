@@ -1,0 +1,197 @@
+#!/usr/bin/env bash
+# Throughput, issue 5: memcached -t 1 and mnemod -t 1 side by side under the same load.
+#
+# Each server is pinned to core $SERVER_CPU (taskset) and runs SCHED_FIFO (chrt -a -f -p 1);
+# the load (`mnemo bench`) is pinned to core $LOAD_CPU under chrt -f 1. The servers alternate
+# in adjacent runs (memcached first in odd repetitions, mnemod first in even ones), each cell
+# is repeated REPS times, and the table gives medians with the min-max spread. Workloads a and d
+# are also run with memcaslap (libmemcached-tools) as a cross-check of the generator.
+#
+#   bash bench/throughput.sh                      # all workloads, REPS=3, DUR=5 (seconds)
+#   REPS=9 DUR=10 bash bench/throughput.sh        # the issue's medians of 9
+#   WORKLOADS="a b" SERVERS=memcached bash bench/throughput.sh
+#   MEMCASLAP=0 bash bench/throughput.sh          # skip the memcaslap cross-check
+#
+# Workloads (50 connections each, keys of 16 bytes, every key set before the run):
+#   a  32 B values, 100k keys, 1:10 set:get
+#   b  as a, pipeline depth 16 (a batch of 16 in one write, the next when all 16 are answered)
+#   c  multi-get of 100 keys (gets only; ops/s counts requests, keys/s = 100 x ops/s)
+#   d  100 KB values, 5k keys (500 MB: fits -m 1024 on both servers), 1:10 set:get
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+
+REPS=${REPS:-3}
+DUR=${DUR:-5}
+WARMUP=${WARMUP:-0.5}
+WORKLOADS=${WORKLOADS:-a b c d}
+SERVERS=${SERVERS:-memcached mnemod}
+SERVER_CPU=${SERVER_CPU:-0}
+LOAD_CPU=${LOAD_CPU:-1}
+MEMCASLAP=${MEMCASLAP:-1}
+
+need_tools memcached:memcached memcaslap:libmemcached-tools taskset:util-linux chrt:util-linux python3:python3
+build_release
+
+workload_args() {
+    local common=(--connections 50 --key-size 16 --prefill)
+    case $1 in
+        a) echo "${common[*]} --keys 100000 --value-size 32 --ratio 1:10" ;;
+        b) echo "${common[*]} --keys 100000 --value-size 32 --ratio 1:10 --pipeline 16" ;;
+        c) echo "${common[*]} --keys 100000 --value-size 32 --ratio 0:1 --multiget 100" ;;
+        d) echo "${common[*]} --keys 5000 --value-size 100k --ratio 1:10" ;;
+        *) echo "unknown workload $1" >&2; return 1 ;;
+    esac
+}
+
+# memcaslap's matching configuration: key and value sizes, then set (0) and get (1) shares.
+# Its key space is concurrency x window and the window takes only a k/m suffix: 100k keys for
+# a as in ours, but 50k (not 5k) for d, so memcached and mnemod evict there (both alike).
+memcaslap_args() {
+    local cfg=$BENCH_TMP/memcaslap.$1.cfg value window
+    case $1 in
+        a) value=32 window=2k ;;
+        d) value=102400 window=1k ;;
+        *) return 1 ;;
+    esac
+    printf 'key\n16 16 1\nvalue\n%s %s 1\ncmd\n0 0.090909\n1 0.909091\n' "$value" "$value" >"$cfg"
+    echo "-F $cfg -T 1 -c 50 -w $window -t ${DUR}s"
+}
+
+# The load runs under SCHED_FIFO when this user may ask for it.
+# memcaslap gets SCHED_RR instead: its timer thread shares the core with a worker that never
+# blocks, and under FIFO at equal priority it would never run again to end the test.
+LOAD_PREFIX=(taskset -c "$LOAD_CPU")
+CASLAP_PREFIX=(taskset -c "$LOAD_CPU")
+if chrt -f 1 true 2>/dev/null; then
+    LOAD_PREFIX+=(chrt -f 1)
+    CASLAP_PREFIX+=(chrt -r 1)
+else
+    note "warning: chrt -f refused (no privilege): the load runs SCHED_OTHER"
+fi
+
+declare -A PORT PID
+start_servers() {
+    local s port
+    for s in $SERVERS; do
+        port=$(free_port)
+        server_argv "$s" "$port"
+        spawn taskset -c "$SERVER_CPU" "${SERVER_ARGV[@]}"
+        PORT[$s]=$port PID[$s]=$SPAWNED
+        wait_port "$port" "$SPAWNED"
+        # After the server accepts, so every thread it starts at boot exists and is covered.
+        if ! chrt -a -f -p 1 "$SPAWNED" 2>/dev/null; then
+            note "warning: chrt -a -f -p 1 $s failed (no privilege?): it runs SCHED_OTHER"
+        fi
+    done
+}
+stop_servers() {
+    local s
+    for s in $SERVERS; do stop_pid "${PID[$s]}"; done
+}
+
+ordered_servers() { # rep -> servers in this repetition's order
+    if [ $(($1 % 2)) -eq 1 ]; then echo "$SERVERS"; else echo "$SERVERS" | awk '{for (i = NF; i > 0; i--) printf "%s ", $i}'; fi
+}
+
+RES=$BENCH_TMP/results
+mkdir -p "$RES"
+for wl in $WORKLOADS; do
+    args=$(workload_args "$wl")
+    start_servers
+    for rep in $(seq 1 "$REPS"); do
+        for s in $(ordered_servers "$rep"); do
+            note "workload $wl, $s, run $rep/$REPS"
+            # shellcheck disable=SC2086 # args is a list of flags
+            "${LOAD_PREFIX[@]}" "$MNEMO" bench --server "127.0.0.1:${PORT[$s]}" $args \
+                --duration "$DUR" --warmup "$WARMUP" --json >"$RES/$wl.$s.$rep.json" 2>"$RES/$wl.$s.$rep.err" ||
+                { cat "$RES/$wl.$s.$rep.err" >&2; exit 1; }
+        done
+    done
+    if [ "$MEMCASLAP" = 1 ] && { [ "$wl" = a ] || [ "$wl" = d ]; }; then
+        margs=$(memcaslap_args "$wl")
+        for rep in $(seq 1 "$REPS"); do
+            for s in $(ordered_servers "$rep"); do
+                note "workload $wl, $s, memcaslap run $rep/$REPS"
+                # shellcheck disable=SC2086
+                timeout $((DUR + 30)) "${CASLAP_PREFIX[@]}" memcaslap -s "127.0.0.1:${PORT[$s]}" $margs >"$RES/$wl.$s.$rep.memcaslap" 2>&1 ||
+                    { cat "$RES/$wl.$s.$rep.memcaslap" >&2; exit 1; }
+            done
+        done
+    fi
+    stop_servers
+done
+
+echo
+echo "## Throughput: $(nproc) cores, servers on core $SERVER_CPU, load on core $LOAD_CPU; REPS=$REPS, DUR=${DUR}s (+${WARMUP}s warm-up)"
+echo
+for wl in $WORKLOADS; do echo "- $wl: \`mnemo bench $(workload_args "$wl") --duration $DUR --warmup $WARMUP\`"; done
+echo
+python3 - "$RES" "$REPS" "$SERVERS" "$WORKLOADS" <<'PY'
+import json, os, re, statistics, sys
+res, reps, servers, workloads = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(), sys.argv[4].split()
+target = {"a": 1.3, "b": 3.5, "c": 1.5, "d": 1.0}
+
+def load(wl, s):
+    runs = []
+    for rep in range(1, reps + 1):
+        with open(os.path.join(res, f"{wl}.{s}.{rep}.json")) as f:
+            runs.append(json.load(f))
+    return runs
+
+def med(xs):
+    return statistics.median(xs) if xs else float("nan")
+
+def k(x):
+    return f"{x / 1000:,.1f}k"
+
+head = ["workload"]
+for s in servers:
+    head += [f"{s} ops/s", f"{s} p50 / p99 µs", f"{s} spread"]
+if len(servers) == 2:
+    head += [f"{servers[1]}/{servers[0]}", "target"]
+print("| " + " | ".join(head) + " |")
+print("|" + "---|" * len(head))
+for wl in workloads:
+    row, medians, p99s = [wl], [], []
+    for s in servers:
+        runs = load(wl, s)
+        ops = [r["ops_per_sec"] for r in runs]
+        p50 = med([r["latency_us"]["all"]["p50"] for r in runs])
+        p99 = med([r["latency_us"]["all"]["p99"] for r in runs])
+        m = med(ops)
+        medians.append(m)
+        p99s.append(p99)
+        extra = f" ({k(med([r['keys_per_sec'] for r in runs]))} keys/s)" if wl == "c" else ""
+        hit = med([r["hit_ratio"] or 0 for r in runs])
+        row += [f"{k(m)}{extra}", f"{p50:,.0f} / {p99:,.0f}", f"{k(min(ops))}-{k(max(ops))}"]
+        if hit < 0.99:
+            row[-3] += f" (hit {hit:.0%})"
+    if len(servers) == 2:
+        ratio = medians[1] / medians[0] if medians[0] else float("nan")
+        ok = ratio >= target.get(wl, 0) and p99s[1] <= p99s[0]
+        row += [f"**{ratio:.2f}**", f"≥ {target.get(wl, '-')}, p99 ≤ {'ok' if ok else 'not met'}"]
+    print("| " + " | ".join(row) + " |")
+
+caslap = [wl for wl in workloads if os.path.exists(os.path.join(res, f"{wl}.{servers[0]}.1.memcaslap"))]
+if caslap:
+    print()
+    print("memcaslap cross-check (`memcaslap -T 1 -c 50`, same key/value sizes and set:get share; TPS):")
+    print()
+    head = ["workload"] + [f"{s} TPS" for s in servers] + ([f"{servers[1]}/{servers[0]}"] if len(servers) == 2 else [])
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * len(head))
+    for wl in caslap:
+        row, medians = [wl], []
+        for s in servers:
+            tps = []
+            for rep in range(1, reps + 1):
+                text = open(os.path.join(res, f"{wl}.{s}.{rep}.memcaslap")).read()
+                m = re.findall(r"TPS:\s*(\d+)", text)
+                if m:
+                    tps.append(float(m[-1]))
+            medians.append(med(tps))
+            row.append(f"{k(med(tps))} ({k(min(tps))}-{k(max(tps))})" if tps else "n/a")
+        if len(servers) == 2:
+            row.append(f"{medians[1] / medians[0]:.2f}" if medians[0] else "n/a")
+        print("| " + " | ".join(row) + " |")
+PY
