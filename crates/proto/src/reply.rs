@@ -32,6 +32,28 @@ pub enum ErrorReply {
     FlushDisabled,
     #[error("CLIENT_ERROR unauthenticated")]
     Unauthenticated,
+    #[error("CLIENT_ERROR invalid flag")]
+    InvalidFlag,
+    #[error("CLIENT_ERROR duplicate flag")]
+    DuplicateFlag,
+    #[error("CLIENT_ERROR invalid or duplicate flag")]
+    InvalidOrDuplicateFlag,
+    #[error("CLIENT_ERROR bad token in command line format")]
+    BadToken,
+    #[error("CLIENT_ERROR error decoding key")]
+    KeyDecode,
+    #[error("CLIENT_ERROR opaque token too long")]
+    OpaqueTooLong,
+    #[error("CLIENT_ERROR invalid numeric delta value")]
+    BadDeltaValue,
+    #[error("CLIENT_ERROR invalid numeric initial value")]
+    BadInitialValue,
+    #[error("CLIENT_ERROR incorrect length for M token")]
+    ModeLength,
+    #[error("CLIENT_ERROR invalid mode for ms M token")]
+    SetMode,
+    #[error("CLIENT_ERROR invalid mode for ma M token")]
+    ArithMode,
 }
 
 impl ErrorReply {
@@ -56,6 +78,17 @@ impl ErrorReply {
             ErrorReply::ShutdownMode => "CLIENT_ERROR invalid shutdown mode",
             ErrorReply::FlushDisabled => "CLIENT_ERROR flush_all not allowed",
             ErrorReply::Unauthenticated => "CLIENT_ERROR unauthenticated",
+            ErrorReply::InvalidFlag => "CLIENT_ERROR invalid flag",
+            ErrorReply::DuplicateFlag => "CLIENT_ERROR duplicate flag",
+            ErrorReply::InvalidOrDuplicateFlag => "CLIENT_ERROR invalid or duplicate flag",
+            ErrorReply::BadToken => "CLIENT_ERROR bad token in command line format",
+            ErrorReply::KeyDecode => "CLIENT_ERROR error decoding key",
+            ErrorReply::OpaqueTooLong => "CLIENT_ERROR opaque token too long",
+            ErrorReply::BadDeltaValue => "CLIENT_ERROR invalid numeric delta value",
+            ErrorReply::BadInitialValue => "CLIENT_ERROR invalid numeric initial value",
+            ErrorReply::ModeLength => "CLIENT_ERROR incorrect length for M token",
+            ErrorReply::SetMode => "CLIENT_ERROR invalid mode for ms M token",
+            ErrorReply::ArithMode => "CLIENT_ERROR invalid mode for ma M token",
         }
     }
 

@@ -111,6 +111,10 @@ pub enum Request<'a> {
     Version,
     /// `mn`: replies "MN".
     MetaNoop,
+    /// mg / ms / md / ma.
+    Meta(crate::meta::Meta<'a>),
+    /// `me <key>`: item details.
+    MetaDebug { key: &'a [u8] },
     Verbosity { level: u32, noreply: bool },
     Quit,
     Shutdown { mode: ShutdownMode },
@@ -258,6 +262,7 @@ fn command<'a>(line: &'a [u8], after: usize, buf: &'a [u8], limits: &Limits) -> 
         }
         // Meta no-op: memcached answers it whatever follows (clients use it to end a batch).
         b"mn" => req(Request::MetaNoop, after),
+        [b'm', _] => crate::meta::command(&t, after, buf, limits),
         b"version" => req(Request::Version, after),
         b"quit" => req(Request::Quit, after),
         b"verbosity" => {

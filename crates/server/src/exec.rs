@@ -148,6 +148,8 @@ pub fn execute(req: Request<'_>, sh: &Shared, c: &Counters, out: &mut Vec<u8>) -
             line(out, crate::config::VERSION.as_bytes());
             Next::Continue
         }
+        Request::Meta(m) => crate::meta::execute(m, sh, c, out),
+        Request::MetaDebug { key } => crate::meta::debug(key, sh, out),
         Request::MetaNoop => {
             line(out, b"MN");
             Next::Continue

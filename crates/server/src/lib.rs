@@ -23,6 +23,7 @@ pub mod config;
 pub mod conn;
 pub mod exec;
 pub mod listener;
+pub mod meta;
 pub mod stats;
 pub mod worker;
 

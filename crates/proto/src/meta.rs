@@ -1,0 +1,291 @@
+//! The meta commands (`mg ms md ma me`; `mn` lives in the text dispatcher), parsed with
+//! memcached 1.6.18's rules: a key, then one-letter flags, some carrying a token
+//! (`T30`, `Oabc`). Flags to return are kept in the order the client gave them, because
+//! replies echo them in that order.
+//!
+//! Validation happens in two passes, as in memcached: every flag is first checked for
+//! duplicates and for a well-formed token; then the command decides which letters it knows.
+//! `md` and `ma` report every flag problem as "invalid or duplicate flag", `mg` and `ms`
+//! have a message per problem.
+
+use base64::Engine;
+
+use crate::num::{parse_i32, parse_u32_flags, parse_u64};
+use crate::reply::ErrorReply;
+use crate::text::{Limits, Parsed, Request, KEY_MAX};
+use crate::tokens::Tokens;
+
+/// Longest opaque token memcached echoes.
+pub const OPAQUE_MAX: usize = 32;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetaKind {
+    Get,
+    Set,
+    Delete,
+    Arith,
+}
+
+/// A key as the command names it: decoded from base64 when the `b` flag is set.
+#[derive(Clone, Copy)]
+pub struct KeyBuf {
+    buf: [u8; KEY_MAX],
+    len: u8,
+}
+
+impl KeyBuf {
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.buf[..self.len as usize]
+    }
+}
+
+impl std::fmt::Debug for KeyBuf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", String::from_utf8_lossy(self.as_bytes()))
+    }
+}
+
+impl PartialEq for KeyBuf {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_bytes() == other.as_bytes()
+    }
+}
+impl Eq for KeyBuf {}
+
+/// Everything the flags of one meta command say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct MetaFlags<'a> {
+    /// Flag letters in request order (at most 22 fit on a memcached command line).
+    order: [u8; 24],
+    n: usize,
+    /// `b`: the key token is base64.
+    pub base64: bool,
+    /// `q`: suppress the "nothing interesting" replies (EN, HD, NF per command).
+    pub quiet: bool,
+    /// `O`: echoed back.
+    pub opaque: Option<&'a [u8]>,
+    /// `C`: compare CAS.
+    pub compare_cas: Option<u64>,
+    /// `T`: new TTL.
+    pub ttl: Option<i32>,
+    /// `N`: vivify on miss with this TTL.
+    pub vivify: Option<i32>,
+    /// `R`: win a recache when the TTL left is below this.
+    pub recache: Option<i32>,
+    /// `F`: client flags.
+    pub client_flags: Option<u32>,
+    /// `D`: delta for ma.
+    pub delta: Option<u64>,
+    /// `J`: initial value for ma autovivify.
+    pub initial: Option<u64>,
+    /// `M`: mode letter.
+    pub mode: Option<u8>,
+    /// `I`: invalidate (mark stale) instead of the plain operation.
+    pub invalidate: bool,
+}
+
+impl<'a> MetaFlags<'a> {
+    /// The flag letters in request order.
+    pub fn letters(&self) -> &[u8] {
+        &self.order[..self.n]
+    }
+
+    pub fn has(&self, letter: u8) -> bool {
+        self.letters().contains(&letter)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Meta<'a> {
+    pub kind: MetaKind,
+    /// The key token as sent (base64 when `flags.base64`), echoed by `k`.
+    pub raw_key: &'a [u8],
+    /// The key the store sees.
+    pub key: KeyBuf,
+    pub flags: MetaFlags<'a>,
+    /// The data block of `ms`.
+    pub data: &'a [u8],
+}
+
+/// Letters memcached 1.6.18 accepts on mg, ms, md and ma alike (each command uses some and
+/// silently ignores the rest).
+fn known(letter: u8) -> bool {
+    b"bqukOcfhlstvILPCNRTDFJM".contains(&letter)
+}
+
+fn flag_error(kind: MetaKind, specific: ErrorReply) -> ErrorReply {
+    match kind {
+        MetaKind::Get | MetaKind::Set => specific,
+        // memcached 1.6 keeps its specific wording only for an overlong opaque here.
+        MetaKind::Delete | MetaKind::Arith if specific == ErrorReply::OpaqueTooLong => specific,
+        MetaKind::Delete | MetaKind::Arith => ErrorReply::InvalidOrDuplicateFlag,
+    }
+}
+
+/// Parse the flags (tokens from index `first`) of a meta command.
+fn parse_flags<'a>(kind: MetaKind, t: &Tokens<'a>, first: usize) -> Result<MetaFlags<'a>, ErrorReply> {
+    let mut f = MetaFlags::default();
+    let mut seen = [false; 128];
+    // Pass 1: duplicates and tokens.
+    for i in first..t.n {
+        let tok = t.get(i);
+        let letter = tok[0];
+        let arg = &tok[1..];
+        if letter < 128 {
+            if seen[letter as usize] {
+                return Err(flag_error(kind, ErrorReply::DuplicateFlag));
+            }
+            seen[letter as usize] = true;
+        }
+        let bad = |e| Err(flag_error(kind, e));
+        match letter {
+            b'b' => f.base64 = true,
+            b'q' => f.quiet = true,
+            b'I' => f.invalidate = true,
+            b'N' | b'T' | b'R' => {
+                let Some(v) = parse_i32(arg) else { return bad(ErrorReply::BadToken) };
+                match letter {
+                    b'N' => f.vivify = Some(v),
+                    b'T' => f.ttl = Some(v),
+                    _ => f.recache = Some(v),
+                }
+            }
+            b'C' => match parse_u64(arg) {
+                Some(v) => f.compare_cas = Some(v),
+                None => return bad(ErrorReply::BadToken),
+            },
+            b'D' => match parse_u64(arg) {
+                Some(v) => f.delta = Some(v),
+                None => return bad(ErrorReply::BadDeltaValue),
+            },
+            b'J' => match parse_u64(arg) {
+                Some(v) => f.initial = Some(v),
+                None => return bad(ErrorReply::BadInitialValue),
+            },
+            b'F' => match parse_u32_flags(arg) {
+                Some(v) => f.client_flags = Some(v),
+                None => return bad(ErrorReply::BadFormat),
+            },
+            b'M' => {
+                if arg.len() != 1 {
+                    return bad(ErrorReply::ModeLength);
+                }
+                f.mode = Some(arg[0]);
+            }
+            b'O' => {
+                if arg.len() > OPAQUE_MAX {
+                    return bad(ErrorReply::OpaqueTooLong);
+                }
+                f.opaque = Some(arg);
+            }
+            _ => {}
+        }
+        if f.n < f.order.len() {
+            f.order[f.n] = letter;
+            f.n += 1;
+        }
+    }
+    // Pass 2: letters this command knows.
+    for &letter in f.letters() {
+        if !known(letter) {
+            return Err(match kind {
+                MetaKind::Get | MetaKind::Set => ErrorReply::InvalidFlag,
+                _ => ErrorReply::InvalidOrDuplicateFlag,
+            });
+        }
+    }
+    if let Some(m) = f.mode {
+        let ok = match kind {
+            MetaKind::Set => b"SEAPR".contains(&m),
+            MetaKind::Arith => b"I+D-".contains(&m),
+            _ => true,
+        };
+        if !ok {
+            return Err(if kind == MetaKind::Set { ErrorReply::SetMode } else { ErrorReply::ArithMode });
+        }
+    }
+    Ok(f)
+}
+
+fn decode_key(raw: &[u8], base64: bool) -> Option<KeyBuf> {
+    let mut k = KeyBuf { buf: [0; KEY_MAX], len: 0 };
+    if !base64 {
+        k.buf[..raw.len()].copy_from_slice(raw);
+        k.len = raw.len() as u8;
+        return Some(k);
+    }
+    let n = base64::engine::general_purpose::STANDARD.decode_slice(raw, &mut k.buf).ok()?;
+    if n == 0 {
+        return None;
+    }
+    k.len = n as u8;
+    Some(k)
+}
+
+fn err<'a>(reply: ErrorReply, consumed: usize) -> Parsed<'a> {
+    Parsed::Error { reply, consumed, noreply: false }
+}
+
+/// Parse a meta command whose line (without its terminator) is `line`; `after` is where the
+/// line ends in `buf`.
+pub(crate) fn command<'a>(t: &Tokens<'a>, after: usize, buf: &'a [u8], limits: &Limits) -> Parsed<'a> {
+    let kind = match t.get(0)[1] {
+        b'g' => MetaKind::Get,
+        b's' => MetaKind::Set,
+        b'd' => MetaKind::Delete,
+        b'a' => MetaKind::Arith,
+        b'e' => {
+            if t.n < 2 || t.get(1).len() > KEY_MAX {
+                return err(ErrorReply::BadFormat, after);
+            }
+            return Parsed::Request(Request::MetaDebug { key: t.get(1) }, after);
+        }
+        _ => return err(ErrorReply::Error, after),
+    };
+    if t.n < 2 {
+        return err(if kind == MetaKind::Get { ErrorReply::Error } else { ErrorReply::BadFormat }, after);
+    }
+    let raw_key = t.get(1);
+    if raw_key.len() > KEY_MAX {
+        return err(ErrorReply::BadFormat, after);
+    }
+    if kind != MetaKind::Set {
+        let flags = match parse_flags(kind, t, 2) {
+            Ok(f) => f,
+            Err(e) => return err(e, after),
+        };
+        let Some(key) = decode_key(raw_key, flags.base64) else {
+            return err(flag_error(kind, ErrorReply::KeyDecode), after);
+        };
+        return Parsed::Request(Request::Meta(Meta { kind, raw_key, key, flags, data: &[] }), after);
+    }
+    // ms <key> <datalen> <flags>*
+    let Some(vlen) = parse_i32(t.get(2)).filter(|&v| v >= 0 && t.n >= 3) else {
+        return err(ErrorReply::BadFormat, after);
+    };
+    let vlen = vlen as usize;
+    let end = after + vlen + 2;
+    let flags = parse_flags(kind, t, 3);
+    let client_flags = flags.as_ref().ok().and_then(|f| f.client_flags).unwrap_or(0);
+    if !limits.item_fits(raw_key.len(), client_flags, vlen) {
+        return Parsed::Request(
+            Request::TooLarge { kind: crate::text::StoreKind::Set, key: raw_key, swallow: vlen + 2, noreply: false },
+            after,
+        );
+    }
+    // Errors found after the length was read swallow the data block, as memcached does.
+    if buf.len() < end {
+        return Parsed::Incomplete(end);
+    }
+    let flags = match flags {
+        Ok(f) => f,
+        Err(e) => return err(e, end),
+    };
+    let Some(key) = decode_key(raw_key, flags.base64) else {
+        return err(ErrorReply::KeyDecode, end);
+    };
+    if &buf[end - 2..end] != b"\r\n" {
+        return err(ErrorReply::BadDataChunk, end);
+    }
+    Parsed::Request(Request::Meta(Meta { kind, raw_key, key, flags, data: &buf[after..end - 2] }), end)
+}

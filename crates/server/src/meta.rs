@@ -1,0 +1,316 @@
+//! Execute the meta commands (mg ms md ma me) against the store.
+//!
+//! Replies echo the requested return flags in request order. `q` hides the reply that says
+//! nothing new: EN for mg, HD for ms/md/ma (and ma's value), never an error or a NF/NS/EX.
+
+use mnemo_proto::meta::{Meta, MetaKind};
+use mnemo_proto::reply::line;
+use mnemo_proto::ErrorReply;
+use mnemo_store::{DeltaError, Item, Lookup, Mode, StoreError, StoreOutcome, Time};
+
+use crate::exec::Next;
+use crate::stats::{bump, Counters};
+use crate::Shared;
+
+fn push_num(out: &mut Vec<u8>, n: impl itoa::Integer) {
+    out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+}
+
+/// Seconds left before `exp`, or -1 for an item that never expires.
+fn ttl_left(exp: Time, now: Time) -> i64 {
+    if exp == 0 {
+        -1
+    } else {
+        i64::from(exp) - i64::from(now)
+    }
+}
+
+/// The flags every meta reply may echo about the request itself (k, O); `with_b` adds the
+/// " b" marker after a base64 key, as ms does.
+fn echo_request(m: &Meta<'_>, letter: u8, key_echo: &[u8], with_b: bool, out: &mut Vec<u8>) {
+    match letter {
+        b'k' => {
+            out.extend_from_slice(b" k");
+            out.extend_from_slice(key_echo);
+            if with_b && m.flags.base64 {
+                out.extend_from_slice(b" b");
+            }
+        }
+        b'O' => {
+            out.extend_from_slice(b" O");
+            out.extend_from_slice(m.flags.opaque.unwrap_or(&[]));
+        }
+        _ => {}
+    }
+}
+
+/// "EN", "NF", "NS", "EX": a status word plus the k/O echoes.
+fn status(m: &Meta<'_>, word: &[u8], key_echo: &[u8], out: &mut Vec<u8>) {
+    out.extend_from_slice(word);
+    for &l in m.flags.letters() {
+        echo_request(m, l, key_echo, true, out);
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+pub fn execute(m: Meta<'_>, sh: &Shared, c: &Counters, out: &mut Vec<u8>) -> Next {
+    match m.kind {
+        MetaKind::Get => get(&m, sh, c, out),
+        MetaKind::Set => set(&m, sh, c, out),
+        MetaKind::Delete => delete(&m, sh, c, out),
+        MetaKind::Arith => arith(&m, sh, c, out),
+    }
+    Next::Continue
+}
+
+fn write_hit(m: &Meta<'_>, it: &Item<'_>, now: Time, out: &mut Vec<u8>) {
+    let f = &m.flags;
+    let with_value = f.has(b'v');
+    if with_value {
+        out.extend_from_slice(b"VA ");
+        push_num(out, it.value.len());
+    } else {
+        out.extend_from_slice(b"HD");
+    }
+    for &l in f.letters() {
+        match l {
+            b'c' => {
+                out.extend_from_slice(b" c");
+                push_num(out, it.cas);
+            }
+            b'f' => {
+                out.extend_from_slice(b" f");
+                push_num(out, it.flags);
+            }
+            b's' => {
+                out.extend_from_slice(b" s");
+                push_num(out, it.value.len());
+            }
+            b't' => {
+                out.extend_from_slice(b" t");
+                push_num(out, ttl_left(it.exp, now));
+            }
+            // memcached 1.6.18's mg echoes the decoded key, without the b marker.
+            b'k' | b'O' => echo_request(m, l, m.key.as_bytes(), false, out),
+            _ => {}
+        }
+    }
+    out.extend_from_slice(b"\r\n");
+    if with_value {
+        out.extend_from_slice(it.value);
+        out.extend_from_slice(b"\r\n");
+    }
+}
+
+fn get(m: &Meta<'_>, sh: &Shared, c: &Counters, out: &mut Vec<u8>) {
+    let key = m.key.as_bytes();
+    let now = sh.clock.now();
+    let f = &m.flags;
+    bump(&c.cmd_get, 1);
+    let found = match f.ttl {
+        Some(t) => {
+            bump(&c.cmd_touch, 1);
+            sh.store.get_and_touch(key, sh.clock.item_expiry(t), now, |it| write_hit(m, &it, now, out))
+        }
+        None => sh.store.get(key, now, |it| write_hit(m, &it, now, out)),
+    };
+    match found {
+        Lookup::Hit(()) => bump(&c.get_hits, 1),
+        miss => {
+            bump(&c.get_misses, 1);
+            match miss {
+                Lookup::Expired => bump(&c.get_expired, 1),
+                Lookup::Flushed => bump(&c.get_flushed, 1),
+                _ => {}
+            }
+            if !f.quiet {
+                status(m, b"EN", m.raw_key, out);
+            }
+        }
+    }
+}
+
+fn set(m: &Meta<'_>, sh: &Shared, c: &Counters, out: &mut Vec<u8>) {
+    let f = &m.flags;
+    let key = m.key.as_bytes();
+    let now = sh.clock.now();
+    bump(&c.cmd_set, 1);
+    let mode = match (f.mode.unwrap_or(b'S'), f.compare_cas) {
+        (b'S', Some(cas)) => Mode::Cas(cas),
+        (b'S', None) => Mode::Set,
+        (b'E', _) => Mode::Add,
+        (b'A', _) => Mode::Append,
+        (b'P', _) => Mode::Prepend,
+        _ => Mode::Replace,
+    };
+    let exp = sh.clock.item_expiry(f.ttl.unwrap_or(0));
+    let result = sh.store.store(mode, key, f.client_flags.unwrap_or(0), exp, m.data, now);
+    let (word, cas): (&[u8], u64) = match result {
+        Ok(StoreOutcome::Stored { cas }) => {
+            if matches!(mode, Mode::Cas(_)) {
+                bump(&c.cas_hits, 1);
+            }
+            if f.quiet {
+                return;
+            }
+            (b"HD", cas)
+        }
+        Ok(StoreOutcome::NotStored) => (b"NS", 0),
+        Ok(StoreOutcome::Exists) => {
+            bump(&c.cas_badval, 1);
+            (b"EX", 0)
+        }
+        Ok(StoreOutcome::NotFound) => {
+            bump(&c.cas_misses, 1);
+            (b"NF", 0)
+        }
+        Err(e) => {
+            if mode == Mode::Set {
+                sh.store.delete(key, now);
+            }
+            match e {
+                StoreError::TooLarge => ErrorReply::TooLarge.write(out),
+                StoreError::OutOfMemory => ErrorReply::OutOfMemory.write(out),
+            }
+            return;
+        }
+    };
+    out.extend_from_slice(word);
+    for &l in f.letters() {
+        match l {
+            b'c' if word == b"HD" => {
+                out.extend_from_slice(b" c");
+                push_num(out, cas);
+            }
+            b'k' | b'O' => echo_request(m, l, m.raw_key, true, out),
+            _ => {}
+        }
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+/// The CAS of a live item, for the compare (C) of md and ma.
+fn current_cas(sh: &Shared, key: &[u8], now: Time) -> Option<u64> {
+    sh.store.get(key, now, |it| it.cas).hit()
+}
+
+fn delete(m: &Meta<'_>, sh: &Shared, c: &Counters, out: &mut Vec<u8>) {
+    let f = &m.flags;
+    let key = m.key.as_bytes();
+    let now = sh.clock.now();
+    if let Some(want) = f.compare_cas {
+        match current_cas(sh, key, now) {
+            Some(have) if have != want => {
+                status(m, b"EX", m.raw_key, out);
+                return;
+            }
+            _ => {}
+        }
+    }
+    if sh.store.delete(key, now) {
+        bump(&c.delete_hits, 1);
+        if !f.quiet {
+            status(m, b"HD", m.raw_key, out);
+        }
+    } else {
+        bump(&c.delete_misses, 1);
+        status(m, b"NF", m.raw_key, out);
+    }
+}
+
+fn arith(m: &Meta<'_>, sh: &Shared, c: &Counters, out: &mut Vec<u8>) {
+    let f = &m.flags;
+    let key = m.key.as_bytes();
+    let now = sh.clock.now();
+    let incr = matches!(f.mode.unwrap_or(b'I'), b'I' | b'+');
+    let (hits, misses) = if incr { (&c.incr_hits, &c.incr_misses) } else { (&c.decr_hits, &c.decr_misses) };
+    if let Some(want) = f.compare_cas {
+        if let Some(have) = current_cas(sh, key, now) {
+            if have != want {
+                status(m, b"EX", m.raw_key, out);
+                return;
+            }
+        }
+    }
+    let mut result = sh.store.delta(key, incr, f.delta.unwrap_or(1), now, mnemo_proto::num::parse_u64);
+    if let (Err(DeltaError::NotFound), Some(ttl)) = (&result, f.vivify) {
+        // Autovivify: create the counter with its initial value (no delta applied).
+        let initial = f.initial.unwrap_or(0);
+        let text = itoa::Buffer::new().format(initial).as_bytes().to_vec();
+        let exp = sh.clock.item_expiry(ttl);
+        match sh.store.store(Mode::Add, key, 0, exp, &text, now) {
+            Ok(StoreOutcome::Stored { cas }) => result = Ok((initial, cas)),
+            // Someone created it first: apply the delta to theirs.
+            _ => result = sh.store.delta(key, incr, f.delta.unwrap_or(1), now, mnemo_proto::num::parse_u64),
+        }
+    }
+    match result {
+        Ok((value, cas)) => {
+            bump(hits, 1);
+            let mut exp = None;
+            if let Some(t) = f.ttl {
+                let e = sh.clock.item_expiry(t);
+                sh.store.touch(key, e, now);
+            }
+            if f.quiet {
+                return;
+            }
+            if f.has(b't') {
+                exp = sh.store.get(key, now, |it| it.exp).hit();
+            }
+            let digits = itoa::Buffer::new().format(value).as_bytes().to_vec();
+            if f.has(b'v') {
+                out.extend_from_slice(b"VA ");
+                push_num(out, digits.len());
+            } else {
+                out.extend_from_slice(b"HD");
+            }
+            for &l in f.letters() {
+                match l {
+                    b'c' => {
+                        out.extend_from_slice(b" c");
+                        push_num(out, cas);
+                    }
+                    b't' => {
+                        out.extend_from_slice(b" t");
+                        push_num(out, ttl_left(exp.unwrap_or(0), now));
+                    }
+                    b'k' | b'O' => echo_request(m, l, m.raw_key, false, out),
+                    _ => {}
+                }
+            }
+            out.extend_from_slice(b"\r\n");
+            if f.has(b'v') {
+                out.extend_from_slice(&digits);
+                out.extend_from_slice(b"\r\n");
+            }
+        }
+        Err(DeltaError::NotFound) => {
+            bump(misses, 1);
+            status(m, b"NF", m.raw_key, out);
+        }
+        Err(DeltaError::NonNumeric) => ErrorReply::NonNumeric.write(out),
+    }
+}
+
+/// `me <key>`: mnemo's item details (memcached's fields where mnemo has them).
+pub fn debug(key: &[u8], sh: &Shared, out: &mut Vec<u8>) -> Next {
+    let now = sh.clock.now();
+    let found = sh.store.get(key, now, |it| {
+        out.extend_from_slice(b"ME ");
+        out.extend_from_slice(key);
+        out.extend_from_slice(b" exp=");
+        push_num(out, ttl_left(it.exp, now));
+        out.extend_from_slice(b" cas=");
+        push_num(out, it.cas);
+        out.extend_from_slice(b" flags=");
+        push_num(out, it.flags);
+        out.extend_from_slice(b" size=");
+        push_num(out, it.value.len());
+        out.extend_from_slice(b"\r\n");
+    });
+    if !found.is_hit() {
+        line(out, b"EN");
+    }
+    Next::Continue
+}
