@@ -23,6 +23,7 @@ pub mod config;
 pub mod conn;
 pub mod exec;
 pub mod listener;
+pub mod marks;
 pub mod meta;
 pub mod stats;
 pub mod worker;
@@ -49,6 +50,8 @@ pub struct Shared {
     pub verbosity: AtomicU8,
     /// Users for -Y / -S; empty when authentication is off.
     pub credentials: parking_lot::RwLock<auth::Credentials>,
+    /// Meta stale / win-token states.
+    pub marks: marks::Marks,
     stopping: AtomicBool,
 }
 
@@ -75,6 +78,7 @@ impl Shared {
             total_conns: AtomicU64::new(0),
             rejected_conns: AtomicU64::new(0),
             credentials: parking_lot::RwLock::new(credentials),
+            marks: marks::Marks::default(),
             stopping: AtomicBool::new(false),
         }
     }

@@ -63,7 +63,32 @@ pub fn execute(m: Meta<'_>, sh: &Shared, c: &Counters, out: &mut Vec<u8>) -> Nex
     Next::Continue
 }
 
-fn write_hit(m: &Meta<'_>, it: &Item<'_>, now: Time, out: &mut Vec<u8>) {
+/// The win/stale flags of a hit, in memcached's order: Z (a win token went to someone
+/// else earlier), X (stale), W (this client wins and should recache).
+fn win_flags(m: &Meta<'_>, it: &Item<'_>, now: Time, sh: &Shared) -> &'static [u8] {
+    let key = m.key.as_bytes();
+    let mut mark = sh.marks.get(key, it.cas);
+    let sent_before = mark.win_sent;
+    let mut win = false;
+    if !mark.win_sent {
+        let recache = m.flags.recache.is_some_and(|r| it.exp != 0 && ttl_left(it.exp, now) < i64::from(r));
+        if mark.stale || recache {
+            win = true;
+            mark.win_sent = true;
+            sh.marks.set(key, it.cas, mark);
+        }
+    }
+    match (sent_before, mark.stale, win) {
+        (true, true, _) => b" Z X",
+        (true, false, _) => b" Z",
+        (false, true, true) => b" X W",
+        (false, true, false) => b" X",
+        (false, false, true) => b" W",
+        (false, false, false) => b"",
+    }
+}
+
+fn write_hit(m: &Meta<'_>, it: &Item<'_>, now: Time, suffix: &[u8], out: &mut Vec<u8>) {
     let f = &m.flags;
     let with_value = f.has(b'v');
     if with_value {
@@ -95,6 +120,7 @@ fn write_hit(m: &Meta<'_>, it: &Item<'_>, now: Time, out: &mut Vec<u8>) {
             _ => {}
         }
     }
+    out.extend_from_slice(suffix);
     out.extend_from_slice(b"\r\n");
     if with_value {
         out.extend_from_slice(it.value);
@@ -107,13 +133,29 @@ fn get(m: &Meta<'_>, sh: &Shared, c: &Counters, out: &mut Vec<u8>) {
     let now = sh.clock.now();
     let f = &m.flags;
     bump(&c.cmd_get, 1);
-    let found = match f.ttl {
+    let hit = |it: Item<'_>, out: &mut Vec<u8>| {
+        let suffix = win_flags(m, &it, now, sh);
+        write_hit(m, &it, now, suffix, out);
+    };
+    let mut found = match f.ttl {
         Some(t) => {
             bump(&c.cmd_touch, 1);
-            sh.store.get_and_touch(key, sh.clock.item_expiry(t), now, |it| write_hit(m, &it, now, out))
+            sh.store.get_and_touch(key, sh.clock.item_expiry(t), now, |it| hit(it, out))
         }
-        None => sh.store.get(key, now, |it| write_hit(m, &it, now, out)),
+        None => sh.store.get(key, now, |it| hit(it, out)),
     };
+    if let (false, Some(ttl)) = (found.is_hit(), f.vivify) {
+        // Vivify: create an empty placeholder and hand this client the win token; everyone
+        // else sees the placeholder with Z until the winner stores the real value.
+        let exp = sh.clock.item_expiry(ttl);
+        if let Ok(StoreOutcome::Stored { cas }) = sh.store.store(Mode::Add, key, 0, exp, b"", now) {
+            sh.marks.set(key, cas, crate::marks::Mark { stale: false, win_sent: true });
+            write_hit(m, &Item { flags: 0, value: b"", cas, exp }, now, b" W", out);
+            bump(&c.get_misses, 1);
+            return;
+        }
+        found = sh.store.get(key, now, |it| hit(it, out));
+    }
     match found {
         Lookup::Hit(()) => bump(&c.get_hits, 1),
         miss => {
@@ -144,7 +186,17 @@ fn set(m: &Meta<'_>, sh: &Shared, c: &Counters, out: &mut Vec<u8>) {
         _ => Mode::Replace,
     };
     let exp = sh.clock.item_expiry(f.ttl.unwrap_or(0));
-    let result = sh.store.store(mode, key, f.client_flags.unwrap_or(0), exp, m.data, now);
+    let flags = f.client_flags.unwrap_or(0);
+    let mut result = sh.store.store(mode, key, flags, exp, m.data, now);
+    if let (Ok(StoreOutcome::Exists), Mode::Cas(want), true) = (&result, mode, f.invalidate) {
+        // ms I: a write carrying an older CAS still lands, but as a stale item.
+        if current_cas(sh, key, now).is_some_and(|have| want < have) {
+            result = sh.store.store(Mode::Set, key, flags, exp, m.data, now);
+            if let Ok(StoreOutcome::Stored { cas }) = result {
+                sh.marks.set(key, cas, crate::marks::Mark { stale: true, win_sent: false });
+            }
+        }
+    }
     let (word, cas): (&[u8], u64) = match result {
         Ok(StoreOutcome::Stored { cas }) => {
             if matches!(mode, Mode::Cas(_)) {
@@ -206,6 +258,25 @@ fn delete(m: &Meta<'_>, sh: &Shared, c: &Counters, out: &mut Vec<u8>) {
             }
             _ => {}
         }
+    }
+    if f.invalidate {
+        // Mark stale instead of deleting: readers get X (and one of them W) until rewritten.
+        return match current_cas(sh, key, now) {
+            Some(cas) => {
+                if let Some(t) = f.ttl {
+                    sh.store.touch(key, sh.clock.item_expiry(t), now);
+                }
+                sh.marks.set(key, cas, crate::marks::Mark { stale: true, win_sent: false });
+                bump(&c.delete_hits, 1);
+                if !f.quiet {
+                    status(m, b"HD", m.raw_key, out);
+                }
+            }
+            None => {
+                bump(&c.delete_misses, 1);
+                status(m, b"NF", m.raw_key, out);
+            }
+        };
     }
     if sh.store.delete(key, now) {
         bump(&c.delete_hits, 1);
