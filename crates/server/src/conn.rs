@@ -104,6 +104,8 @@ pub struct Conn {
     wpos: usize,
     /// Input bytes still to discard (data of a refused storage command).
     swallow: usize,
+    /// Keys of the multi-get at the front of the input already answered.
+    resume: usize,
     /// Close as soon as the pending output is written.
     closing: bool,
     shutdown: bool,
@@ -122,6 +124,7 @@ impl Conn {
             wbuf: Vec::with_capacity(READ_CHUNK),
             wpos: 0,
             swallow: 0,
+            resume: 0,
             closing: false,
             shutdown: false,
         }
@@ -219,11 +222,17 @@ impl Conn {
                     let next = if sh.config.text_auth && !self.authed {
                         exec::unauthenticated(req, sh, &mut self.authed, &mut self.wbuf)
                     } else {
-                        exec::execute(req, sh, c, &mut self.wbuf)
+                        exec::execute_from(req, self.resume, sh, c, &mut self.wbuf)
                     };
+                    if let Next::Resume(done) = next {
+                        // Leave the request in place; it continues once the output drains.
+                        self.resume = done;
+                        return Progress::OutputFull;
+                    }
+                    self.resume = 0;
                     self.rpos += n;
                     match next {
-                        Next::Continue => {}
+                        Next::Continue | Next::Resume(_) => {}
                         Next::Swallow(s) => self.swallow = s,
                         Next::Close => self.closing = true,
                         Next::Shutdown => self.shutdown = true,

@@ -21,7 +21,14 @@ pub enum Next {
     Close,
     /// Stop the server (`shutdown` with -A).
     Shutdown,
+    /// A multi-get produced a full output buffer after this many keys: write, then run the
+    /// same request again from that key on (the request stays unconsumed meanwhile).
+    Resume(usize),
 }
+
+/// A multi-get pauses when this much output is pending, so `get k k k ...` over large values
+/// never makes one request's reply grow without bound.
+pub const GET_PAUSE_BYTES: usize = 4 * 1024 * 1024;
 
 /// Append a reply line unless the client asked for none.
 fn reply(out: &mut Vec<u8>, noreply: bool, text: &[u8]) {
@@ -37,10 +44,15 @@ fn error(out: &mut Vec<u8>, noreply: bool, e: ErrorReply) {
 }
 
 pub fn execute(req: Request<'_>, sh: &Shared, c: &Counters, out: &mut Vec<u8>) -> Next {
+    execute_from(req, 0, sh, c, out)
+}
+
+/// `execute`, with the first `skip` keys of a multi-get already answered.
+pub fn execute_from(req: Request<'_>, skip: usize, sh: &Shared, c: &Counters, out: &mut Vec<u8>) -> Next {
     let now = sh.clock.now();
     let store = &sh.store;
     match req {
-        Request::Get { keys, cas, touch } => get(keys, cas, touch, sh, c, out),
+        Request::Get { keys, cas, touch } => get(keys, skip, cas, touch, sh, c, out),
         Request::Store { kind, key, flags, exptime, data, cas, noreply } => {
             bump(&c.cmd_set, 1);
             let mode = match kind {
@@ -207,10 +219,14 @@ pub fn unauthenticated(req: Request<'_>, sh: &Shared, authed: &mut bool, out: &m
     }
 }
 
-fn get(keys: Keys<'_>, cas: bool, touch: Option<i32>, sh: &Shared, c: &Counters, out: &mut Vec<u8>) -> Next {
+fn get(keys: Keys<'_>, skip: usize, cas: bool, touch: Option<i32>, sh: &Shared, c: &Counters, out: &mut Vec<u8>) -> Next {
     let now = sh.clock.now();
     let exp = touch.map(|e| sh.clock.item_expiry(e));
-    for key in keys.iter() {
+    let start = out.len();
+    for (i, key) in keys.iter().enumerate().skip(skip) {
+        if out.len() - start >= GET_PAUSE_BYTES {
+            return Next::Resume(i);
+        }
         let write = |it: mnemo_store::Item<'_>, out: &mut Vec<u8>| {
             value_header(out, key, it.flags, it.value.len(), cas.then_some(it.cas));
             out.extend_from_slice(it.value);

@@ -185,3 +185,33 @@ fn connection_limit_rejects_then_recovers() {
         assert!(Instant::now() < deadline, "slot never freed");
     }
 }
+
+#[test]
+fn huge_multiget_output_is_streamed_not_buffered() {
+    let srv = Server::start(&["-t", "1"]);
+    let mut c = srv.connect();
+    let value = vec![b'v'; 900_000];
+    c.write_all(b"set big 0 0 900000\r\n").unwrap();
+    c.write_all(&value).unwrap();
+    talk(&mut c, b"\r\n", b"STORED\r\n");
+    // 300 copies of a 900 KB value: 270 MB of reply to one request.
+    let keys = " big".repeat(300);
+    c.write_all(format!("get{keys}\r\n").as_bytes()).unwrap();
+    let header = b"VALUE big 0 900000\r\n";
+    let mut buf = vec![0; header.len() + value.len() + 2];
+    let mut peak_kb = 0;
+    for i in 0..300 {
+        c.read_exact(&mut buf).unwrap();
+        assert_eq!(&buf[..header.len()], header, "item {i}");
+        assert!(buf[header.len()..header.len() + value.len()] == value[..]);
+        if i % 50 == 0 {
+            let status = std::fs::read_to_string(format!("/proc/{}/status", srv.child.id())).unwrap();
+            let rss: u64 = status.lines().find(|l| l.starts_with("VmRSS")).unwrap().split_whitespace().nth(1).unwrap().parse().unwrap();
+            peak_kb = peak_kb.max(rss);
+        }
+    }
+    let mut end = [0u8; 5];
+    c.read_exact(&mut end).unwrap();
+    assert_eq!(&end, b"END\r\n");
+    assert!(peak_kb < 100_000, "RSS reached {peak_kb} kB while streaming");
+}
