@@ -16,6 +16,7 @@
 //! replacement accepts and refuses exactly the same command lines.
 
 pub mod meta;
+pub mod binary;
 pub mod num;
 pub mod reply;
 pub mod text;
