@@ -1,0 +1,369 @@
+//! The binary commands that touch items: the get family, touch, storage, append/prepend,
+//! delete and incr/decr, with memcached's statuses, CAS rules and counters.
+//!
+//! The binary protocol lets a client attach a CAS to commands the store has no CAS form of
+//! (append/prepend, incr/decr, delete). Those are built from a read and a CAS-guarded write,
+//! so they stay atomic: a write that lands in between changes the CAS and the guarded write
+//! fails with "exists", as it would in memcached. Delete is the exception (see `delete`).
+
+use mnemo_proto::binary::{Status, StoreOp, DELTA_NO_CREATE};
+use mnemo_proto::num::parse_u64;
+use mnemo_proto::text::Limits;
+use mnemo_store::{DeltaError, Lookup, Mode, StoreError, StoreOutcome};
+
+use super::{expiry, After, Reply};
+use crate::stats::{bump, Counters};
+use crate::Shared;
+
+/// How often incr/decr retries when the item it creates is added by someone else first.
+const DELTA_ATTEMPTS: usize = 8;
+
+pub(super) fn get(
+    key: &[u8],
+    with_key: bool,
+    quiet: bool,
+    touch: Option<u32>,
+    sh: &Shared,
+    c: &Counters,
+    r: &mut Reply<'_>,
+) -> After {
+    let now = sh.clock.now();
+    let (op, opaque) = (r.opcode, r.opaque);
+    let write = |it: mnemo_store::Item<'_>, out: &mut Vec<u8>| {
+        let shown_key = if with_key { key } else { &[] };
+        mnemo_proto::binary::response_header(out, op, Status::Ok, opaque, it.cas, 4, shown_key.len() as u16, it.value.len());
+        out.extend_from_slice(&it.flags.to_be_bytes());
+        out.extend_from_slice(shown_key);
+        out.extend_from_slice(it.value);
+    };
+    let found = match touch {
+        None => {
+            bump(&c.cmd_get, 1);
+            sh.store.get(key, now, |it| write(it, r.out))
+        }
+        Some(e) => {
+            bump(&c.cmd_touch, 1);
+            sh.store.get_and_touch(key, expiry(sh, e), now, |it| write(it, r.out))
+        }
+    };
+    let (hits, misses) = if touch.is_some() { (&c.touch_hits, &c.touch_misses) } else { (&c.get_hits, &c.get_misses) };
+    count_lookup(found, hits, misses, c);
+    if !found.is_hit() && !quiet {
+        if with_key {
+            // GETK / GATK: the miss carries the key instead of a message.
+            bin_response(r, Status::KeyNotFound, key);
+        } else {
+            r.error(Status::KeyNotFound);
+        }
+    }
+    After::Continue
+}
+
+fn bin_response(r: &mut Reply<'_>, status: Status, key: &[u8]) {
+    mnemo_proto::binary::response(r.out, r.opcode, status, r.opaque, 0, &[], key, &[]);
+}
+
+fn count_lookup<R>(found: Lookup<R>, hits: &std::sync::atomic::AtomicU64, misses: &std::sync::atomic::AtomicU64, c: &Counters) {
+    match found {
+        Lookup::Hit(_) => bump(hits, 1),
+        Lookup::Miss => bump(misses, 1),
+        Lookup::Expired => {
+            bump(misses, 1);
+            bump(&c.get_expired, 1);
+        }
+        Lookup::Flushed => {
+            bump(misses, 1);
+            bump(&c.get_flushed, 1);
+        }
+    }
+}
+
+/// TOUCH: a hit answers with the item's flags and CAS but no value.
+pub(super) fn touch(key: &[u8], exptime: u32, sh: &Shared, c: &Counters, r: &mut Reply<'_>) -> After {
+    bump(&c.cmd_touch, 1);
+    let found = sh.store.get_and_touch(key, expiry(sh, exptime), sh.clock.now(), |it| (it.flags, it.cas));
+    count_lookup(found, &c.touch_hits, &c.touch_misses, c);
+    match found {
+        Lookup::Hit((flags, cas)) => r.ok(cas, &flags.to_be_bytes(), &[], &[]),
+        _ => r.error(Status::KeyNotFound),
+    }
+    After::Continue
+}
+
+#[allow(clippy::too_many_arguments)]
+pub(super) fn store(
+    op: StoreOp,
+    key: &[u8],
+    flags: u32,
+    exptime: u32,
+    value: &[u8],
+    cas: u64,
+    quiet: bool,
+    sh: &Shared,
+    c: &Counters,
+    r: &mut Reply<'_>,
+) -> After {
+    bump(&c.cmd_set, 1);
+    let now = sh.clock.now();
+    // memcached turns any SET/ADD/REPLACE that carries a CAS into a compare-and-swap; with
+    // -C items hold no CAS and the field is ignored.
+    let guarded = cas != 0 && sh.config.use_cas;
+    let mode = match (guarded, op) {
+        (true, _) => Mode::Cas(cas),
+        (false, StoreOp::Set) => Mode::Set,
+        (false, StoreOp::Add) => Mode::Add,
+        (false, StoreOp::Replace) => Mode::Replace,
+    };
+    match sh.store.store(mode, key, flags, expiry(sh, exptime), value, now) {
+        Ok(StoreOutcome::Stored { cas }) => {
+            if guarded {
+                bump(&c.cas_hits, 1);
+            }
+            if !quiet {
+                r.ok(cas, &[], &[], &[]);
+            }
+        }
+        Ok(StoreOutcome::NotStored) => r.error(match op {
+            StoreOp::Add => Status::KeyExists,
+            StoreOp::Replace => Status::KeyNotFound,
+            StoreOp::Set => Status::NotStored,
+        }),
+        Ok(StoreOutcome::Exists) => {
+            bump(&c.cas_badval, 1);
+            r.error(Status::KeyExists);
+        }
+        Ok(StoreOutcome::NotFound) => {
+            bump(&c.cas_misses, 1);
+            r.error(Status::KeyNotFound);
+        }
+        Err(e) => {
+            if guarded && op == StoreOp::Set {
+                // The store drops the old value of a failed plain set; memcached does it for
+                // a set with a CAS too.
+                sh.store.delete(key, now);
+            }
+            let (counter, status) = match e {
+                StoreError::TooLarge => (&c.store_too_large, Status::TooLarge),
+                StoreError::OutOfMemory => (&c.store_no_memory, Status::OutOfMemory),
+            };
+            bump(counter, 1);
+            r.error(status);
+        }
+    }
+    After::Continue
+}
+
+#[allow(clippy::too_many_arguments)]
+pub(super) fn concat(
+    append: bool,
+    key: &[u8],
+    value: &[u8],
+    cas: u64,
+    quiet: bool,
+    sh: &Shared,
+    c: &Counters,
+    r: &mut Reply<'_>,
+) -> After {
+    bump(&c.cmd_set, 1);
+    let now = sh.clock.now();
+    let outcome = if cas != 0 && sh.config.use_cas {
+        concat_guarded(append, key, value, cas, sh)
+    } else {
+        let mode = if append { Mode::Append } else { Mode::Prepend };
+        // The store answers NotStored itself when the result would be too large or finds no
+        // memory, as memcached does for append/prepend.
+        sh.store.store(mode, key, 0, 0, value, now).unwrap_or(StoreOutcome::NotStored)
+    };
+    match outcome {
+        StoreOutcome::Stored { cas } => {
+            if !quiet {
+                r.ok(cas, &[], &[], &[]);
+            }
+        }
+        StoreOutcome::Exists => r.error(Status::KeyExists),
+        StoreOutcome::NotStored | StoreOutcome::NotFound => r.error(Status::NotStored),
+    }
+    After::Continue
+}
+
+/// Append/prepend with a CAS: read, compare, and write the joined value only if the CAS
+/// still matches.
+fn concat_guarded(append: bool, key: &[u8], value: &[u8], cas: u64, sh: &Shared) -> StoreOutcome {
+    let now = sh.clock.now();
+    let joined = sh.store.get(key, now, |it| {
+        if it.cas != cas {
+            return None;
+        }
+        let mut v = Vec::with_capacity(it.value.len() + value.len());
+        if append {
+            v.extend_from_slice(it.value);
+            v.extend_from_slice(value);
+        } else {
+            v.extend_from_slice(value);
+            v.extend_from_slice(it.value);
+        }
+        Some((it.flags, it.exp, v))
+    });
+    let Some(found) = joined.hit() else { return StoreOutcome::NotStored };
+    let Some((flags, exp, v)) = found else { return StoreOutcome::Exists };
+    let limits = Limits { item_size_max: sh.config.item_size_max, use_cas: sh.config.use_cas };
+    if !limits.item_fits(key.len(), flags, v.len()) {
+        return StoreOutcome::NotStored;
+    }
+    match sh.store.store(Mode::Cas(cas), key, flags, exp, &v, now) {
+        Ok(StoreOutcome::NotFound) | Err(_) => StoreOutcome::NotStored,
+        Ok(o) => o,
+    }
+}
+
+/// DELETE. With a CAS the compare and the delete are two store calls: the store has no
+/// conditional delete, so a write landing between them is deleted too (a narrow window that
+/// memcached, holding the item lock, does not have).
+pub(super) fn delete(key: &[u8], cas: u64, quiet: bool, sh: &Shared, c: &Counters, r: &mut Reply<'_>) -> After {
+    let now = sh.clock.now();
+    if cas != 0 {
+        // memcached compares even with -C, where every item's CAS is 0.
+        match sh.store.get(key, now, |it| it.cas).hit() {
+            Some(current) if current != cas => {
+                r.error(Status::KeyExists);
+                return After::Continue;
+            }
+            _ => {}
+        }
+    }
+    if sh.store.delete(key, now) {
+        bump(&c.delete_hits, 1);
+        if !quiet {
+            r.ok(0, &[], &[], &[]);
+        }
+    } else {
+        bump(&c.delete_misses, 1);
+        r.error(Status::KeyNotFound);
+    }
+    After::Continue
+}
+
+pub(super) struct DeltaArgs<'a> {
+    pub incr: bool,
+    pub key: &'a [u8],
+    pub delta: u64,
+    pub initial: u64,
+    pub exptime: u32,
+    pub cas: u64,
+    pub quiet: bool,
+}
+
+enum DeltaResult {
+    Value(u64, u64),
+    Missing,
+    Failed(Status),
+}
+
+/// INCREMENT / DECREMENT: u64, incr wraps, decr stops at 0; a missing item is created with
+/// `initial` (flags 0) unless the expiration is 0xffffffff.
+pub(super) fn delta(a: DeltaArgs<'_>, sh: &Shared, c: &Counters, r: &mut Reply<'_>) -> After {
+    let (hits, misses) = if a.incr { (&c.incr_hits, &c.incr_misses) } else { (&c.decr_hits, &c.decr_misses) };
+    let now = sh.clock.now();
+    for _ in 0..DELTA_ATTEMPTS {
+        let res = if a.cas != 0 { delta_guarded(&a, sh) } else { delta_plain(&a, sh) };
+        match res {
+            DeltaResult::Value(n, cas) => {
+                bump(hits, 1);
+                if !a.quiet {
+                    r.ok(cas, &[], &[], &n.to_be_bytes());
+                }
+                return After::Continue;
+            }
+            DeltaResult::Failed(status) => {
+                r.error(status);
+                return After::Continue;
+            }
+            DeltaResult::Missing if a.exptime == DELTA_NO_CREATE => {
+                bump(misses, 1);
+                r.error(Status::KeyNotFound);
+                return After::Continue;
+            }
+            DeltaResult::Missing => {
+                let mut digits = [0; 20];
+                let text = decimal(a.initial, &mut digits);
+                match sh.store.store(Mode::Add, a.key, 0, expiry(sh, a.exptime), text, now) {
+                    Ok(StoreOutcome::Stored { cas }) => {
+                        if !a.quiet {
+                            r.ok(cas, &[], &[], &a.initial.to_be_bytes());
+                        }
+                        return After::Continue;
+                    }
+                    // Someone else created it first: apply the delta to theirs.
+                    Ok(_) => continue,
+                    Err(StoreError::OutOfMemory) => {
+                        bump(&c.store_no_memory, 1);
+                        r.error(Status::OutOfMemory);
+                        return After::Continue;
+                    }
+                    Err(StoreError::TooLarge) => {
+                        r.error(Status::NotStored);
+                        return After::Continue;
+                    }
+                }
+            }
+        }
+    }
+    // memcached's answer when its add of the initial value fails.
+    r.error(Status::NotStored);
+    After::Continue
+}
+
+fn delta_plain(a: &DeltaArgs<'_>, sh: &Shared) -> DeltaResult {
+    match sh.store.delta(a.key, a.incr, a.delta, sh.clock.now(), parse_u64) {
+        Ok((n, cas)) => DeltaResult::Value(n, cas),
+        Err(DeltaError::NotFound) => DeltaResult::Missing,
+        Err(DeltaError::NonNumeric) => DeltaResult::Failed(Status::NonNumeric),
+    }
+}
+
+/// incr/decr with a CAS: the CAS is compared before the value is parsed (memcached's order),
+/// and the new number is written with a CAS-guarded store. Like the store's own delta, a
+/// shorter number keeps the old length, padded with spaces, as memcached rewrites in place.
+fn delta_guarded(a: &DeltaArgs<'_>, sh: &Shared) -> DeltaResult {
+    let now = sh.clock.now();
+    let found = sh.store.get(a.key, now, |it| {
+        if it.cas != a.cas {
+            return Err(Status::KeyExists);
+        }
+        let n = match parse_u64(it.value) {
+            Some(v) if !it.value.is_empty() => v,
+            _ => return Err(Status::NonNumeric),
+        };
+        let n = if a.incr { n.wrapping_add(a.delta) } else { n.saturating_sub(a.delta) };
+        Ok((n, it.flags, it.exp, it.value.len()))
+    });
+    let (n, flags, exp, old_len) = match found.hit() {
+        None => return DeltaResult::Missing,
+        Some(Err(status)) => return DeltaResult::Failed(status),
+        Some(Ok(v)) => v,
+    };
+    let mut digits = [0; 20];
+    let mut text = decimal(n, &mut digits).to_vec();
+    if text.len() < old_len {
+        text.resize(old_len, b' ');
+    }
+    match sh.store.store(Mode::Cas(a.cas), a.key, flags, exp, &text, now) {
+        Ok(StoreOutcome::Stored { cas }) => DeltaResult::Value(n, cas),
+        Ok(StoreOutcome::Exists) => DeltaResult::Failed(Status::KeyExists),
+        Ok(_) => DeltaResult::Missing,
+        Err(_) => DeltaResult::Failed(Status::OutOfMemory),
+    }
+}
+
+/// `n` in decimal, without allocating.
+fn decimal(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            return &buf[i..];
+        }
+    }
+}
