@@ -168,6 +168,8 @@ pub(super) fn concat(
     let now = sh.clock.now();
     let outcome = if cas != 0 && sh.config.use_cas {
         concat_guarded(append, key, value, cas, sh)
+    } else if !joined_fits(key, value.len(), sh) {
+        StoreOutcome::NotStored
     } else {
         let mode = if append { Mode::Append } else { Mode::Prepend };
         // The store answers NotStored itself when the result would be too large or finds no
@@ -184,6 +186,18 @@ pub(super) fn concat(
         StoreOutcome::NotStored | StoreOutcome::NotFound => r.error(Status::NotStored),
     }
     After::Continue
+}
+
+/// Whether appending `extra` bytes keeps the item within memcached's exact size rule (the
+/// store's own bound is a little looser). An append racing in between can only be caught by
+/// the store's bound, which still holds.
+fn joined_fits(key: &[u8], extra: usize, sh: &Shared) -> bool {
+    let limits = Limits { item_size_max: sh.config.item_size_max, use_cas: sh.config.use_cas };
+    match sh.store.get(key, sh.clock.now(), |it| (it.flags, it.value.len())).hit() {
+        Some((flags, len)) => limits.item_fits(key.len(), flags, len + extra),
+        // Missing: the store answers NotStored.
+        None => true,
+    }
 }
 
 /// Append/prepend with a CAS: read, compare, and write the joined value only if the CAS
