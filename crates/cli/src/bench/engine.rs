@@ -30,9 +30,11 @@ use mio::{Events, Interest, Poll, Token};
 use super::encode;
 use super::rng::Rng;
 use super::scan::{Class, Reply, Scanner, MAX_LINE};
+use super::timer::Timer;
 use super::Config;
 
 const RBUF: usize = 64 * 1024;
+const TIMER: Token = Token(usize::MAX);
 /// Histograms hold nanoseconds up to a minute, 3 significant digits.
 const HIST_MAX_NS: u64 = 60_000_000_000;
 
@@ -50,6 +52,9 @@ pub struct Stats {
     pub all: Histogram<u64>,
     pub get: Histogram<u64>,
     pub set: Histogram<u64>,
+    /// Fixed rate: how late each request left after its due time (the client's own lag, which
+    /// the latencies above include).
+    pub lag: Histogram<u64>,
     /// Length of the measured window in ns.
     pub elapsed_ns: u64,
 }
@@ -68,6 +73,7 @@ impl Stats {
             all: h(),
             get: h(),
             set: h(),
+            lag: h(),
             elapsed_ns: 0,
         }
     }
@@ -83,6 +89,7 @@ impl Stats {
         self.all.add(&o.all).expect("same bounds");
         self.get.add(&o.get).expect("same bounds");
         self.set.add(&o.set).expect("same bounds");
+        self.lag.add(&o.lag).expect("same bounds");
         self.elapsed_ns = self.elapsed_ns.max(o.elapsed_ns);
     }
 }
@@ -140,7 +147,7 @@ pub fn run(cfg: &Config, job: Job, barrier: &std::sync::Barrier) -> io::Result<S
     // Every thread reaches the barrier even on error, so none waits forever.
     barrier.wait();
     connected?;
-    Loop::new(cfg, job, poll, conns).run()
+    Loop::new(cfg, job, poll, conns)?.run()
 }
 
 fn connect_all(cfg: &Config, job: &Job, poll: &mut Poll, conns: &mut Vec<Conn>) -> io::Result<()> {
@@ -188,18 +195,20 @@ struct Loop<'a> {
     next_k: u64,
     interval_ns: f64,
     rr: usize,
+    timer: Option<Timer>,
     last_progress: u64,
 }
 
 impl<'a> Loop<'a> {
-    fn new(cfg: &'a Config, job: Job, poll: Poll, conns: Vec<Conn>) -> Loop<'a> {
+    fn new(cfg: &'a Config, job: Job, poll: Poll, conns: Vec<Conn>) -> io::Result<Loop<'a>> {
         let warm = cfg.warmup.as_nanos() as u64;
         let until = match (&job.plan, cfg.duration) {
             (Plan::Mixed, Some(d)) => warm + d.as_nanos() as u64,
             _ => u64::MAX,
         };
         let interval_ns = job.rate.map_or(0.0, |r| 1e9 / r);
-        Loop {
+        let timer = if job.rate.is_some() { Some(Timer::new(poll.registry(), TIMER)?) } else { None };
+        Ok(Loop {
             cfg,
             poll,
             conns,
@@ -211,9 +220,10 @@ impl<'a> Loop<'a> {
             next_k: 0,
             interval_ns,
             rr: 0,
+            timer,
             last_progress: 0,
             job,
-        }
+        })
     }
 
     #[inline]
@@ -238,19 +248,22 @@ impl<'a> Loop<'a> {
             if now >= self.measure_until || self.finished() {
                 break;
             }
-            let mut wait = self.measure_until.saturating_sub(now).min(1_000_000_000);
-            if self.job.rate.is_some() {
-                let due = self.due(self.next_k);
-                if self.budget_left() && due < self.measure_until {
-                    // epoll_wait sleeps in whole ms, rounding up: sleep the whole ms short of the
-                    // due time, and spin (timeout 0) through the last one.
-                    let until_due = due.saturating_sub(now);
-                    wait = if until_due > 1_000_000 { until_due - 1_000_000 } else { 0 };
+            let wait = self.measure_until.saturating_sub(now).min(1_000_000_000);
+            let due = self.due(self.next_k);
+            if let Some(timer) = self.timer.as_mut() {
+                if self.job.budget.map_or(true, |b| b > 0) && due < self.measure_until {
+                    timer.arm(due, now)?;
                 }
             }
             self.poll.poll(&mut events, Some(Duration::from_nanos(wait)))?;
             now = self.now();
             for ev in events.iter() {
+                if ev.token() == TIMER {
+                    if let Some(t) = self.timer.as_mut() {
+                        t.fired();
+                    }
+                    continue;
+                }
                 let i = ev.token().0;
                 if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
                     self.read(i, now)?;
@@ -269,6 +282,9 @@ impl<'a> Loop<'a> {
         }
         let end = self.now().min(self.measure_until);
         self.stats.elapsed_ns = end.saturating_sub(self.measure_from);
+        // One record per reply in the hot path; the overall histogram is their sum.
+        self.stats.all.add(&self.stats.get).expect("same bounds");
+        self.stats.all.add(&self.stats.set).expect("same bounds");
         Ok(self.stats)
     }
 
@@ -389,7 +405,11 @@ impl<'a> Loop<'a> {
         let mut built = 0;
         for _ in 0..room {
             let t0 = if rate_mode {
-                c.backlog.pop_front().expect("room <= backlog")
+                let due = c.backlog.pop_front().expect("room <= backlog");
+                if now >= self.measure_from {
+                    self.stats.lag.saturating_record(now.saturating_sub(due).max(1));
+                }
+                due
             } else {
                 match self.job.budget.as_mut() {
                     Some(0) => break,
@@ -446,7 +466,6 @@ fn build_request(cfg: &Config, c: &mut Conn, blob: &[u8], t0: u64) -> Option<Pen
 fn record(stats: &mut Stats, p: Pending, reply: Reply, now: u64) {
     let lat = now.saturating_sub(p.t0).max(1);
     stats.ops += 1;
-    stats.all.saturating_record(lat);
     if p.is_set {
         stats.sets += 1;
         stats.set.saturating_record(lat);

@@ -15,6 +15,7 @@ mod engine;
 mod report;
 mod rng;
 mod scan;
+mod timer;
 
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::process::ExitCode;

@@ -90,7 +90,9 @@ pub fn table(cfg: &Config, s: &Stats) -> String {
         let _ = write!(o, " {:>10}", name);
     }
     let _ = writeln!(o, " {:>10} {:>10}   (microseconds)", "max", "mean");
-    for (name, h) in [("all", &s.all), ("get", &s.get), ("set", &s.set)] {
+    // In fixed-rate mode latencies count from each request's due time; "send lag" is how much
+    // of that the client itself added before the request left.
+    for (name, h) in [("all", &s.all), ("get", &s.get), ("set", &s.set), ("send lag", &s.lag)] {
         if h.is_empty() {
             continue;
         }
@@ -172,10 +174,11 @@ pub fn json(cfg: &Config, s: &Stats) -> String {
     );
     let _ = write!(
         o,
-        "\"latency_us\":{{\"all\":{},\"get\":{},\"set\":{}}}}}",
+        "\"latency_us\":{{\"all\":{},\"get\":{},\"set\":{},\"send_lag\":{}}}}}",
         json_hist(&s.all),
         json_hist(&s.get),
-        json_hist(&s.set)
+        json_hist(&s.set),
+        json_hist(&s.lag)
     );
     o
 }
