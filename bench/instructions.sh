@@ -104,10 +104,11 @@ PY
 
 for s in $SERVERS; do
     port=$(free_port)
-    server_argv "$s" "$port" -c 19988
+    # memcached sizes its connection table from -c and valgrind wants 19988; both get it.
+    CONN_LIMIT=19988 server_argv "$s" "$port"
     out=$BENCH_TMP/cg.$s
     mkdir -p "$out"
-    spawn valgrind -q --tool=callgrind --separate-threads=yes --dump-instr=no --dump-line=no \
+    spawn valgrind -q --tool=callgrind --separate-threads=yes --dump-instr=no \
         --callgrind-out-file="$out/callgrind.out.%p" "${SERVER_ARGV[@]}"
     pid=$SPAWNED
     wait_port "$port" "$pid" 120
@@ -148,7 +149,9 @@ def per_op(server):
     if not ir:
         sys.exit(f"no callgrind dumps for {server} in {d}")
     worker = max(ir, key=lambda t: sum(ir[t].values()))
-    return {p: ir[worker].get(p, 0) / n for p, n in ops.items()}, worker
+    all_ir = sum(sum(v.values()) for v in ir.values()) or 1
+    shares = ", ".join(f"{t}: {sum(ir[t].values()) / all_ir:.1%}" for t in sorted(ir))
+    return {p: ir[worker].get(p, 0) / n for p, n in ops.items()}, f"{worker} (instructions by thread: {shares})"
 
 res = {s: per_op(s) for s in servers}
 head = ["request"] + [f"{s} instr/op" for s in servers]
@@ -165,5 +168,6 @@ for p in label:
         row += [f"**{r:.2f}**", (f"≤ {t}: " + ("met" if r <= t else "not met")) if t else ""]
     print("| " + " | ".join(row) + " |")
 print()
-print("worker thread: " + ", ".join(f"{s} thread {res[s][1]}" for s in servers))
+for s in servers:
+    print(f"- {s}: worker thread {res[s][1]}")
 PY

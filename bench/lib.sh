@@ -52,16 +52,17 @@ wait_port() {
 }
 
 # SERVER_ARGV := the command line of server NAME (memcached | mnemod) on PORT, one worker
-# thread, the same flags for both. Extra arguments are appended.
+# thread, the same flags for both (connection limit $CONN_LIMIT, default 4096). Extra arguments
+# are appended.
 server_argv() {
     local name=$1 port=$2
     shift 2
     case $name in
         memcached)
-            SERVER_ARGV=(memcached -p "$port" -l 127.0.0.1 -U 0 -m 1024 -c 4096 -t 1)
+            SERVER_ARGV=(memcached -p "$port" -l 127.0.0.1 -U 0 -m 1024 -c "${CONN_LIMIT:-4096}" -t 1)
             [ "$(id -u)" -eq 0 ] && SERVER_ARGV+=(-u root)
             ;;
-        mnemod) SERVER_ARGV=("$MNEMOD" -p "$port" -l 127.0.0.1 -U 0 -m 1024 -c 4096 -t 1) ;;
+        mnemod) SERVER_ARGV=("$MNEMOD" -p "$port" -l 127.0.0.1 -U 0 -m 1024 -c "${CONN_LIMIT:-4096}" -t 1) ;;
         *)
             echo "unknown server $name" >&2
             return 1
