@@ -1,17 +1,23 @@
-"""Start mnemod and the real memcached on free ports for black-box tests.
+"""Start mnemod and the real memcached for black-box tests, and talk to them.
 
-Servers are waited for by connecting (never by sleeping) and killed when the test ends.
+Servers bind 127.0.0.1 on a free port (or a UNIX socket), are waited for by connecting in a
+retry loop with a deadline (never by a fixed sleep) and are killed when the test ends.
+
+    mnemod:    $MNEMOD_BIN -p PORT -l 127.0.0.1 -U 0 [extra]
+    memcached: memcached [-u root] -p PORT -l 127.0.0.1 -U 0 [extra]
 """
 import os
 import pathlib
 import shutil
 import socket
 import subprocess
+import tempfile
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 MNEMOD = os.environ.get("MNEMOD_BIN", str(ROOT / "target" / "debug" / "mnemod"))
 MEMCACHED = shutil.which("memcached") or "/usr/bin/memcached"
+START_DEADLINE = 15.0
 
 
 def free_port():
@@ -20,39 +26,69 @@ def free_port():
         return s.getsockname()[1]
 
 
+def command(kind, *extra):
+    """The argv that starts `kind` ("mnemod" or "memcached") with memcached's flags."""
+    if kind == "mnemod":
+        return [MNEMOD, *extra]
+    base = [MEMCACHED]
+    # memcached refuses to run as root without -u; as anyone else -u would fail.
+    if os.geteuid() == 0:
+        base += ["-u", "root"]
+    return base + list(extra)
+
+
 class Server:
-    def __init__(self, kind, *extra):
+    """One server process. `extra` are memcached-style flags added after -p/-l/-U."""
+
+    def __init__(self, kind, *extra, unix=None):
         self.kind = kind
-        self.port = free_port()
-        base = [MNEMOD] if kind == "mnemod" else [MEMCACHED]
-        if kind == "memcached" and os.geteuid() == 0:
-            base += ["-u", "root"]
-        self.proc = subprocess.Popen(
-            base + ["-p", str(self.port), "-l", "127.0.0.1", "-U", "0", *extra],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        deadline = time.monotonic() + 10
+        self.unix = unix
+        self.port = None if unix else free_port()
+        where = ["-s", unix] if unix else ["-p", str(self.port), "-l", "127.0.0.1"]
+        self.argv = command(kind, *where, "-U", "0", *extra)
+        # stderr goes to a file: a pipe nobody reads would block a -vv server.
+        self.errfile = tempfile.TemporaryFile()
+        self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.DEVNULL, stderr=self.errfile)
+        deadline = time.monotonic() + START_DEADLINE
         while True:
             try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                self.connect(timeout=1).close()
                 break
             except OSError:
                 if self.proc.poll() is not None:
-                    raise RuntimeError(f"{kind} exited: {self.proc.stderr.read().decode()}")
+                    raise RuntimeError(f"{' '.join(self.argv)} exited {self.proc.returncode}: {self.stderr()}")
                 if time.monotonic() > deadline:
-                    raise RuntimeError(f"{kind} did not start on {self.port}")
-                time.sleep(0.01)  # polling a connect, not waiting for a fixed time
+                    self.stop()
+                    raise RuntimeError(f"{' '.join(self.argv)} did not start")
+                time.sleep(0.01)  # polling a connect until the deadline
 
     def connect(self, timeout=5):
+        if self.unix:
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.settimeout(timeout)
+            try:
+                s.connect(self.unix)
+            except OSError:
+                s.close()
+                raise
+            return s
         s = socket.create_connection(("127.0.0.1", self.port), timeout=timeout)
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return s
+
+    def alive(self):
+        return self.proc.poll() is None
+
+    def stderr(self):
+        self.errfile.seek(0)
+        return self.errfile.read().decode(errors="replace")
 
     def stop(self):
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.wait()
-        if self.proc.stderr:
-            self.proc.stderr.close()
+        self.errfile.close()
 
     def rss_kb(self):
         with open(f"/proc/{self.proc.pid}/status") as f:
@@ -61,19 +97,57 @@ class Server:
                     return int(line.split()[1])
         return 0
 
+    def __enter__(self):
+        return self
 
-def stats(sock):
-    """Send `stats` and return the fields as a dict of strings."""
-    sock.sendall(b"stats\r\n")
+    def __exit__(self, *exc):
+        self.stop()
+
+
+# --- talking to a server -------------------------------------------------------------------------
+
+def roundtrip(sock, req, end=b"\r\n"):
+    """Send `req`, read until the reply ends with `end` (or the server closes: `<CLOSED>`)."""
+    if req:
+        sock.sendall(req)
     buf = b""
-    while not buf.endswith(b"END\r\n"):
-        d = sock.recv(65536)
+    while not buf.endswith(end):
+        try:
+            d = sock.recv(1 << 20)
+        except ConnectionResetError:
+            d = b""
         if not d:
-            raise ConnectionError("closed")
+            return buf + b"<CLOSED>"
         buf += d
+    return buf
+
+
+def read_until_close(sock):
+    """Everything the server sends until it closes (a reset counts as a close)."""
+    buf = b""
+    while True:
+        try:
+            d = sock.recv(1 << 20)
+        except ConnectionResetError:
+            return buf
+        if not d:
+            return buf
+        buf += d
+
+
+def stats(sock, sub=b""):
+    """Send `stats [sub]` and return the fields as a dict of strings."""
+    reply = roundtrip(sock, b"stats" + (b" " + sub if sub else b"") + b"\r\n", b"END\r\n")
     out = {}
-    for line in buf.decode().splitlines():
+    for line in reply.decode().splitlines():
         parts = line.split(" ", 2)
         if parts[0] == "STAT":
-            out[parts[1]] = parts[2]
+            out[parts[1]] = parts[2] if len(parts) > 2 else ""
     return out
+
+
+def served(server):
+    """A well-behaved client on a new connection gets a set and a get answered."""
+    with server.connect() as s:
+        got = roundtrip(s, b"set __ok 0 0 2\r\nok\r\nget __ok\r\n", b"END\r\n")
+        assert got == b"STORED\r\nVALUE __ok 0 2\r\nok\r\nEND\r\n", got

@@ -1,0 +1,41 @@
+"""Record memcached's replies into the conversation tables.
+
+    .venv/bin/python tests/record_tables.py [tests/tables/text.txt ...]
+
+Runs every case of the given tables (default: every new-format table) against a fresh real
+memcached each and rewrites the `< ` lines with what it answered. Review the diff before
+committing: the tables are only as good as memcached's replies.
+"""
+import pathlib
+import subprocess
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+from conversation import load, run_case, save  # noqa: E402
+from servers import MEMCACHED, Server  # noqa: E402
+
+
+def main(paths):
+    version = subprocess.run([MEMCACHED, "-V"], capture_output=True, text=True).stdout.split()[1]
+    for path in paths:
+        path = pathlib.Path(path)
+        header = []
+        for raw in path.read_text().splitlines():
+            if raw.startswith("== "):
+                break
+            header.append(raw)
+        while header and not header[-1].strip():
+            header.pop()
+        _, cases = load(path)
+        for case in cases:
+            with Server("memcached", *case.flags) as srv:
+                for st, rep in zip(case.steps, run_case(srv, case)):
+                    st[1] = rep
+        save(path, version, cases, header)
+        print(f"{path}: {len(cases)} cases recorded against memcached {version}")
+
+
+if __name__ == "__main__":
+    tables = pathlib.Path(__file__).parent / "tables"
+    main(sys.argv[1:] or [p for p in sorted(tables.glob("*.txt"))
+                          if any(l.startswith("== ") for l in p.read_text().splitlines())])
