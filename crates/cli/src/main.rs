@@ -14,7 +14,11 @@ use clap::{Parser, Subcommand};
 mod bench;
 
 #[derive(Parser, Debug)]
-#[command(name = "mnemo", version, about = "mnemo: tools for memcached-protocol servers")]
+#[command(
+    name = "mnemo",
+    version,
+    about = "mnemo: tools for memcached-protocol servers"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -26,7 +26,10 @@ impl KeyFormat {
                 prefix.len() + need
             ));
         }
-        Ok(KeyFormat { prefix: prefix.as_bytes().to_vec(), digits: key_size - prefix.len() })
+        Ok(KeyFormat {
+            prefix: prefix.as_bytes().to_vec(),
+            digits: key_size - prefix.len(),
+        })
     }
 
     pub fn len(&self) -> usize {
@@ -102,7 +105,7 @@ pub fn set(out: &mut Vec<u8>, keys: &KeyFormat, id: u64, value: &[u8]) {
 /// or dedup can flatter anyone), deterministic.
 pub fn value_blob(max: usize) -> Vec<u8> {
     const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-    let mut state = 0x6d6e_656d_6fu64;
+    let mut state = 0x006d_6e65_6d6f_u64;
     (0..max)
         .map(|_| ALPHABET[(super::rng::splitmix64(&mut state) & 63) as usize])
         .collect()

@@ -157,10 +157,14 @@ fn connect_all(cfg: &Config, job: &Job, poll: &mut Poll, conns: &mut Vec<Conn>) 
         std_sock.set_nodelay(true)?;
         std_sock.set_nonblocking(true)?;
         let mut sock = TcpStream::from_std(std_sock);
-        poll.registry().register(&mut sock, Token(i), Interest::READABLE | Interest::WRITABLE)?;
+        poll.registry()
+            .register(&mut sock, Token(i), Interest::READABLE | Interest::WRITABLE)?;
         let plan = match job.plan {
             Plan::Mixed => Plan::Mixed,
-            Plan::Prefill { stride, .. } => Plan::Prefill { next: global as u64, stride },
+            Plan::Prefill { stride, .. } => Plan::Prefill {
+                next: global as u64,
+                stride,
+            },
         };
         conns.push(Conn {
             sock,
@@ -207,14 +211,22 @@ impl<'a> Loop<'a> {
             _ => u64::MAX,
         };
         let interval_ns = job.rate.map_or(0.0, |r| 1e9 / r);
-        let timer = if job.rate.is_some() { Some(Timer::new(poll.registry(), TIMER)?) } else { None };
+        let timer = if job.rate.is_some() {
+            Some(Timer::new(poll.registry(), TIMER)?)
+        } else {
+            None
+        };
         Ok(Loop {
             cfg,
             poll,
             conns,
             stats: Stats::new(),
             start: Instant::now(),
-            measure_from: if matches!(job.plan, Plan::Mixed) { warm } else { 0 },
+            measure_from: if matches!(job.plan, Plan::Mixed) {
+                warm
+            } else {
+                0
+            },
             measure_until: until,
             value_blob: encode::value_blob(cfg.value_max),
             next_k: 0,
@@ -251,11 +263,12 @@ impl<'a> Loop<'a> {
             let wait = self.measure_until.saturating_sub(now).min(1_000_000_000);
             let due = self.due(self.next_k);
             if let Some(timer) = self.timer.as_mut() {
-                if self.job.budget.map_or(true, |b| b > 0) && due < self.measure_until {
+                if !matches!(self.job.budget, Some(0)) && due < self.measure_until {
                     timer.arm(due, now)?;
                 }
             }
-            self.poll.poll(&mut events, Some(Duration::from_nanos(wait)))?;
+            self.poll
+                .poll(&mut events, Some(Duration::from_nanos(wait)))?;
             now = self.now();
             for ev in events.iter() {
                 if ev.token() == TIMER {
@@ -273,10 +286,16 @@ impl<'a> Loop<'a> {
                 }
                 self.send_more(i, now)?;
             }
-            if events.is_empty() && self.conns.iter().any(|c| !c.inflight.is_empty()) && now - self.last_progress > timeout_ns {
+            if events.is_empty()
+                && self.conns.iter().any(|c| !c.inflight.is_empty())
+                && now - self.last_progress > timeout_ns
+            {
                 return Err(io::Error::new(
                     io::ErrorKind::TimedOut,
-                    format!("no reply from {} for {:?}", self.cfg.server, self.cfg.timeout),
+                    format!(
+                        "no reply from {} for {:?}",
+                        self.cfg.server, self.cfg.timeout
+                    ),
                 ));
             }
         }
@@ -293,7 +312,7 @@ impl<'a> Loop<'a> {
     }
 
     fn budget_left(&self) -> bool {
-        self.job.budget.map_or(true, |b| b > 0)
+        !matches!(self.job.budget, Some(0))
     }
 
     fn finished(&self) -> bool {
@@ -301,7 +320,11 @@ impl<'a> Loop<'a> {
             Plan::Mixed => !self.budget_left(),
             Plan::Prefill { .. } => self.conns.iter().all(|c| self.prefill_done(c)),
         };
-        nothing_to_send && self.conns.iter().all(|c| c.inflight.is_empty() && c.backlog.is_empty())
+        nothing_to_send
+            && self
+                .conns
+                .iter()
+                .all(|c| c.inflight.is_empty() && c.backlog.is_empty())
     }
 
     fn prefill_done(&self, c: &Conn) -> bool {
@@ -339,7 +362,10 @@ impl<'a> Loop<'a> {
             let space = c.rbuf.len() - c.rend;
             let got = match c.sock.read(&mut c.rbuf[c.rend..]) {
                 Ok(0) => {
-                    return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "server closed the connection"))
+                    return Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "server closed the connection",
+                    ))
                 }
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
@@ -407,7 +433,9 @@ impl<'a> Loop<'a> {
             let t0 = if rate_mode {
                 let due = c.backlog.pop_front().expect("room <= backlog");
                 if now >= self.measure_from {
-                    self.stats.lag.saturating_record(now.saturating_sub(due).max(1));
+                    self.stats
+                        .lag
+                        .saturating_record(now.saturating_sub(due).max(1));
                 }
                 due
             } else {
@@ -418,7 +446,9 @@ impl<'a> Loop<'a> {
                 }
                 now
             };
-            let Some(p) = build_request(cfg, c, &self.value_blob, t0) else { break };
+            let Some(p) = build_request(cfg, c, &self.value_blob, t0) else {
+                break;
+            };
             c.inflight.push_back(p);
             built += 1;
         }
@@ -442,21 +472,43 @@ fn build_request(cfg: &Config, c: &mut Conn, blob: &[u8], t0: u64) -> Option<Pen
             }
             let id = *next;
             *next += *stride;
-            let len = c.rng.range_inclusive(cfg.value_min as u64, cfg.value_max as u64) as usize;
+            let len = c
+                .rng
+                .range_inclusive(cfg.value_min as u64, cfg.value_max as u64)
+                as usize;
             encode::set(&mut c.wbuf, &cfg.key_format, id, &blob[..len]);
-            Some(Pending { t0, keys: 1, is_set: true })
+            Some(Pending {
+                t0,
+                keys: 1,
+                is_set: true,
+            })
         }
         Plan::Mixed => {
             let total = cfg.set_weight as u64 + cfg.get_weight as u64;
             if c.rng.below(total) < cfg.set_weight as u64 {
                 let id = cfg.pick_key(&mut c.rng);
-                let len = c.rng.range_inclusive(cfg.value_min as u64, cfg.value_max as u64) as usize;
+                let len = c
+                    .rng
+                    .range_inclusive(cfg.value_min as u64, cfg.value_max as u64)
+                    as usize;
                 encode::set(&mut c.wbuf, &cfg.key_format, id, &blob[..len]);
-                Some(Pending { t0, keys: 1, is_set: true })
+                Some(Pending {
+                    t0,
+                    keys: 1,
+                    is_set: true,
+                })
             } else {
                 let rng = &mut c.rng;
-                encode::get(&mut c.wbuf, &cfg.key_format, (0..cfg.multiget).map(|_| cfg.pick_key(rng)));
-                Some(Pending { t0, keys: cfg.multiget as u32, is_set: false })
+                encode::get(
+                    &mut c.wbuf,
+                    &cfg.key_format,
+                    (0..cfg.multiget).map(|_| cfg.pick_key(rng)),
+                );
+                Some(Pending {
+                    t0,
+                    keys: cfg.multiget as u32,
+                    is_set: false,
+                })
             }
         }
     }
@@ -489,7 +541,12 @@ fn record(stats: &mut Stats, p: Pending, reply: Reply, now: u64) {
 fn flush(c: &mut Conn) -> io::Result<()> {
     while c.wpos < c.wbuf.len() {
         match c.sock.write(&c.wbuf[c.wpos..]) {
-            Ok(0) => return Err(io::Error::new(io::ErrorKind::WriteZero, "server closed the connection")),
+            Ok(0) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::WriteZero,
+                    "server closed the connection",
+                ))
+            }
             Ok(n) => c.wpos += n,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}

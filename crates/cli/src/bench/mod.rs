@@ -17,6 +17,9 @@ mod rng;
 mod scan;
 mod timer;
 
+#[cfg(test)]
+mod tests;
+
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::process::ExitCode;
 use std::sync::Barrier;
@@ -127,7 +130,13 @@ impl Config {
             .map_err(|e| format!("--server {}: {e}", a.server))?
             .next()
             .ok_or_else(|| format!("--server {}: no address", a.server))?;
-        let positive = |name: &str, v: usize| if v == 0 { Err(format!("--{name} must be at least 1")) } else { Ok(v) };
+        let positive = |name: &str, v: usize| {
+            if v == 0 {
+                Err(format!("--{name} must be at least 1"))
+            } else {
+                Ok(v)
+            }
+        };
         let connections = positive("connections", a.connections)?;
         let threads = positive("threads", a.threads)?;
         if threads > connections {
@@ -159,7 +168,9 @@ impl Config {
             }
         }
         let zipf = match a.zipf {
-            Some(s) if !(s.is_finite() && s > 0.0) => return Err("--zipf exponent must be > 0".into()),
+            Some(s) if !(s.is_finite() && s > 0.0) => {
+                return Err("--zipf exponent must be > 0".into())
+            }
             Some(s) => Some(Zipf::new(a.keys, s)),
             None => None,
         };
@@ -213,7 +224,14 @@ pub fn run(args: BenchArgs) -> ExitCode {
         let t = std::time::Instant::now();
         let depth = (256 * 1024 / (cfg.value_max + 64)).clamp(1, 64);
         let stride = cfg.connections as u64;
-        match run_phase(&cfg, |_| Plan::Prefill { next: 0, stride }, depth, true, |_| None, None) {
+        match run_phase(
+            &cfg,
+            |_| Plan::Prefill { next: 0, stride },
+            depth,
+            true,
+            |_| None,
+            None,
+        ) {
             Ok(s) => {
                 eprintln!(
                     "prefill: {} keys set in {:.2} s{}",
@@ -233,10 +251,18 @@ pub fn run(args: BenchArgs) -> ExitCode {
         }
     }
     let budget = |t: usize| {
-        cfg.requests.map(|n| n / cfg.threads as u64 + u64::from((t as u64) < n % cfg.threads as u64))
+        cfg.requests
+            .map(|n| n / cfg.threads as u64 + u64::from((t as u64) < n % cfg.threads as u64))
     };
     let rate = cfg.rate;
-    let stats = match run_phase(&cfg, |_| Plan::Mixed, cfg.pipeline, cfg.refill, budget, rate) {
+    let stats = match run_phase(
+        &cfg,
+        |_| Plan::Mixed,
+        cfg.pipeline,
+        cfg.refill,
+        budget,
+        rate,
+    ) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("mnemo bench: {e}");
@@ -282,7 +308,10 @@ fn run_phase(
                 s.spawn(move || engine::run(cfg, job, barrier))
             })
             .collect();
-        handles.into_iter().map(|h| h.join().expect("bench thread panicked")).collect()
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("bench thread panicked"))
+            .collect()
     });
     let mut total = Stats::new();
     for r in results {
@@ -300,7 +329,9 @@ fn parse_size_range(s: &str) -> Result<(usize, usize), String> {
             Some((i, 'm' | 'M')) => (&t[..i], 1024 * 1024),
             _ => (t, 1),
         };
-        num.parse::<usize>().map(|n| n * mult).map_err(|_| format!("bad size {t:?}"))
+        num.parse::<usize>()
+            .map(|n| n * mult)
+            .map_err(|_| format!("bad size {t:?}"))
     };
     let (lo, hi) = match s.split_once('-') {
         Some((a, b)) => (one(a)?, one(b)?),
@@ -320,13 +351,19 @@ fn parse_size_range(s: &str) -> Result<(usize, usize), String> {
 
 /// `S:G` as (sets, gets).
 fn parse_ratio(s: &str) -> Result<(u32, u32), String> {
-    let (a, b) = s.split_once(':').ok_or_else(|| format!("ratio {s:?} is not S:G"))?;
-    let p = |t: &str| t.trim().parse::<u32>().map_err(|_| format!("bad ratio {s:?}"));
+    let (a, b) = s
+        .split_once(':')
+        .ok_or_else(|| format!("ratio {s:?} is not S:G"))?;
+    let p = |t: &str| {
+        t.trim()
+            .parse::<u32>()
+            .map_err(|_| format!("bad ratio {s:?}"))
+    };
     Ok((p(a)?, p(b)?))
 }
 
 #[cfg(test)]
-mod tests {
+mod arg_tests {
     use super::*;
 
     #[test]

@@ -7,7 +7,12 @@ use hdrhistogram::Histogram;
 use super::engine::Stats;
 use super::Config;
 
-const QUANTILES: [(&str, f64); 4] = [("p50", 0.50), ("p90", 0.90), ("p99", 0.99), ("p99.9", 0.999)];
+const QUANTILES: [(&str, f64); 4] = [
+    ("p50", 0.50),
+    ("p90", 0.90),
+    ("p99", 0.99),
+    ("p99.9", 0.999),
+];
 
 struct Rates {
     secs: f64,
@@ -62,8 +67,9 @@ fn group(v: f64) -> String {
     let n = v.round() as u64;
     let s = n.to_string();
     let mut out = String::new();
+    let head = s.len() % 3;
     for (i, ch) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
+        if i > 0 && i % 3 == head % 3 {
             out.push(',');
         }
         out.push(ch);
@@ -82,7 +88,9 @@ pub fn table(cfg: &Config, s: &Stats) -> String {
     );
     let _ = writeln!(o);
     let _ = writeln!(o, "{:>14} {:>14} {:>10}", "ops/s", "keys/s", "hit ratio");
-    let hit = r.hit_ratio.map_or("-".to_string(), |h| format!("{:.2}%", h * 100.0));
+    let hit = r
+        .hit_ratio
+        .map_or("-".to_string(), |h| format!("{:.2}%", h * 100.0));
     let _ = writeln!(o, "{:>14} {:>14} {:>10}", group(r.ops), group(r.keys), hit);
     let _ = writeln!(o);
     let _ = write!(o, "{:<8}", "latency");
@@ -92,7 +100,12 @@ pub fn table(cfg: &Config, s: &Stats) -> String {
     let _ = writeln!(o, " {:>10} {:>10}   (microseconds)", "max", "mean");
     // In fixed-rate mode latencies count from each request's due time; "send lag" is how much
     // of that the client itself added before the request left.
-    for (name, h) in [("all", &s.all), ("get", &s.get), ("set", &s.set), ("send lag", &s.lag)] {
+    for (name, h) in [
+        ("all", &s.all),
+        ("get", &s.get),
+        ("set", &s.set),
+        ("send lag", &s.lag),
+    ] {
         if h.is_empty() {
             continue;
         }
@@ -113,7 +126,13 @@ fn json_hist(h: &Histogram<u64>) -> String {
     for (name, q) in QUANTILES {
         let _ = write!(o, "\"{name}\":{:.3},", us(h.value_at_quantile(q)));
     }
-    let _ = write!(o, "\"max\":{:.3},\"mean\":{:.3},\"count\":{}}}", us(h.max()), h.mean() / 1000.0, h.len());
+    let _ = write!(
+        o,
+        "\"max\":{:.3},\"mean\":{:.3},\"count\":{}}}",
+        us(h.max()),
+        h.mean() / 1000.0,
+        h.len()
+    );
     o
 }
 

@@ -24,7 +24,14 @@ pub struct Rng {
 impl Rng {
     pub fn new(seed: u64) -> Rng {
         let mut sm = seed;
-        Rng { s: [splitmix64(&mut sm), splitmix64(&mut sm), splitmix64(&mut sm), splitmix64(&mut sm)] }
+        Rng {
+            s: [
+                splitmix64(&mut sm),
+                splitmix64(&mut sm),
+                splitmix64(&mut sm),
+                splitmix64(&mut sm),
+            ],
+        }
     }
 
     /// A generator for stream `stream` of `seed` (one per connection), independent of the others.
@@ -86,7 +93,13 @@ impl Zipf {
     pub fn new(n: u64, s: f64) -> Zipf {
         assert!(n >= 1 && s > 0.0);
         let nf = n as f64;
-        let mut z = Zipf { n: nf, s, h_x1: 0.0, h_n: 0.0, threshold: 0.0 };
+        let mut z = Zipf {
+            n: nf,
+            s,
+            h_x1: 0.0,
+            h_n: 0.0,
+            threshold: 0.0,
+        };
         z.h_x1 = z.h(1.5) - 1.0;
         z.h_n = z.h(nf + 0.5);
         z.threshold = 2.0 - z.h_inv(z.h(2.5) - (-s * 2f64.ln()).exp());
@@ -151,7 +164,10 @@ mod tests {
         }
         let mut c = Rng::new(43);
         let mut a = Rng::new(42);
-        assert_ne!((0..4).map(|_| a.next_u64()).collect::<Vec<_>>(), (0..4).map(|_| c.next_u64()).collect::<Vec<_>>());
+        assert_ne!(
+            (0..4).map(|_| a.next_u64()).collect::<Vec<_>>(),
+            (0..4).map(|_| c.next_u64()).collect::<Vec<_>>()
+        );
     }
 
     #[test]

@@ -19,7 +19,9 @@ pub const MAX_LINE: usize = 2048;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Reply {
     /// A complete get / multi-get reply with this many values.
-    Get { hits: u32 },
+    Get {
+        hits: u32,
+    },
     Stored,
     Other(Class),
 }
@@ -69,7 +71,11 @@ impl Scanner {
     /// Scans `buf`, calling `on_reply` once per complete reply, in order. Returns how many bytes
     /// were consumed; the rest (a partial line) must be passed again, with more bytes after it.
     #[inline]
-    pub fn scan(&mut self, buf: &[u8], mut on_reply: impl FnMut(Reply)) -> Result<usize, ScanError> {
+    pub fn scan(
+        &mut self,
+        buf: &[u8],
+        mut on_reply: impl FnMut(Reply),
+    ) -> Result<usize, ScanError> {
         let mut pos = 0;
         loop {
             if self.skip > 0 {
@@ -151,7 +157,11 @@ mod tests {
             let used = s.scan(&buf, |r| out.push(r))?;
             buf.drain(..used);
         }
-        assert!(buf.is_empty(), "left over: {:?}", String::from_utf8_lossy(&buf));
+        assert!(
+            buf.is_empty(),
+            "left over: {:?}",
+            String::from_utf8_lossy(&buf)
+        );
         assert!(s.idle());
         Ok(out)
     }
@@ -212,11 +222,20 @@ VALUE k1 0 11\r\nEND\r\nEND\r\nx\r\nVALUE k2 7 0 99\r\n\r\nEND\r\nNOT_STORED\r\n
     #[test]
     fn bad_input() {
         let mut s = Scanner::new();
-        assert_eq!(s.scan(b"VALUE k 0 x\r\n", |_| {}), Err(ScanError::BadValueLine));
+        assert_eq!(
+            s.scan(b"VALUE k 0 x\r\n", |_| {}),
+            Err(ScanError::BadValueLine)
+        );
         let mut s = Scanner::new();
-        assert_eq!(s.scan(b"VALUE k 0\r\n", |_| {}), Err(ScanError::BadValueLine));
+        assert_eq!(
+            s.scan(b"VALUE k 0\r\n", |_| {}),
+            Err(ScanError::BadValueLine)
+        );
         let mut s = Scanner::new();
-        assert_eq!(s.scan(&[b'a'; MAX_LINE + 1], |_| {}), Err(ScanError::LineTooLong));
+        assert_eq!(
+            s.scan(&[b'a'; MAX_LINE + 1], |_| {}),
+            Err(ScanError::LineTooLong)
+        );
     }
 
     #[test]

@@ -20,14 +20,22 @@ pub struct Timer {
 impl Timer {
     pub fn new(registry: &Registry, token: Token) -> io::Result<Timer> {
         // SAFETY: plain syscall; the result is checked before use.
-        let fd = unsafe { libc::timerfd_create(libc::CLOCK_MONOTONIC, libc::TFD_NONBLOCK | libc::TFD_CLOEXEC) };
+        let fd = unsafe {
+            libc::timerfd_create(
+                libc::CLOCK_MONOTONIC,
+                libc::TFD_NONBLOCK | libc::TFD_CLOEXEC,
+            )
+        };
         if fd < 0 {
             return Err(io::Error::last_os_error());
         }
         // SAFETY: fd is a fresh descriptor owned by nothing else.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
         registry.register(&mut SourceFd(&fd.as_raw_fd()), token, Interest::READABLE)?;
-        Ok(Timer { fd, armed_for: None })
+        Ok(Timer {
+            fd,
+            armed_for: None,
+        })
     }
 
     /// Makes the loop wake at `due` (its `now` is `now`); a no-op if already armed for it.
@@ -38,11 +46,18 @@ impl Timer {
         // A zero it_value would disarm the timer: wake after at least 1 ns.
         let ns = due.saturating_sub(now).max(1);
         let spec = libc::itimerspec {
-            it_interval: libc::timespec { tv_sec: 0, tv_nsec: 0 },
-            it_value: libc::timespec { tv_sec: (ns / 1_000_000_000) as _, tv_nsec: (ns % 1_000_000_000) as _ },
+            it_interval: libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            },
+            it_value: libc::timespec {
+                tv_sec: (ns / 1_000_000_000) as _,
+                tv_nsec: (ns % 1_000_000_000) as _,
+            },
         };
         // SAFETY: valid fd and a valid itimerspec; the old value is not asked for.
-        let r = unsafe { libc::timerfd_settime(self.fd.as_raw_fd(), 0, &spec, std::ptr::null_mut()) };
+        let r =
+            unsafe { libc::timerfd_settime(self.fd.as_raw_fd(), 0, &spec, std::ptr::null_mut()) };
         if r < 0 {
             return Err(io::Error::last_os_error());
         }

@@ -1,0 +1,185 @@
+//! The whole generator against a tiny in-process memcached stand-in on 127.0.0.1 port 0:
+//! every request sent is answered and counted once, in every mode.
+
+use std::collections::HashSet;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::sync::{Arc, Mutex};
+
+use clap::Parser;
+
+use super::*;
+
+/// Answers `set` with STORED and `get` with a VALUE for every key already set, then END.
+/// Returns its address; its threads end when the test process does.
+fn fake_server() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let store = Arc::new(Mutex::new(HashSet::<Vec<u8>>::new()));
+    std::thread::spawn(move || {
+        for sock in listener.incoming() {
+            let Ok(sock) = sock else { return };
+            let store = store.clone();
+            std::thread::spawn(move || serve(sock, &store));
+        }
+    });
+    addr
+}
+
+fn serve(sock: std::net::TcpStream, store: &Mutex<HashSet<Vec<u8>>>) {
+    // One write per reply: without NODELAY, Nagle holds each next reply for a delayed ACK.
+    sock.set_nodelay(true).unwrap();
+    let mut out = sock.try_clone().unwrap();
+    let mut r = BufReader::new(sock);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        if r.read_until(b'\n', &mut line).unwrap_or(0) == 0 {
+            return;
+        }
+        let words: Vec<&[u8]> = line.trim_ascii_end().split(|&b| b == b' ').collect();
+        let mut reply = Vec::new();
+        match words[0] {
+            b"set" => {
+                let len: usize = std::str::from_utf8(words[4]).unwrap().parse().unwrap();
+                let mut data = vec![0u8; len + 2];
+                r.read_exact(&mut data).unwrap();
+                store.lock().unwrap().insert(words[1].to_vec());
+                reply.extend_from_slice(b"STORED\r\n");
+            }
+            b"get" => {
+                let store = store.lock().unwrap();
+                for k in &words[1..] {
+                    if store.contains(*k) {
+                        reply.extend_from_slice(b"VALUE ");
+                        reply.extend_from_slice(k);
+                        reply.extend_from_slice(b" 0 3\r\nabc\r\n");
+                    }
+                }
+                reply.extend_from_slice(b"END\r\n");
+            }
+            _ => reply.extend_from_slice(b"ERROR\r\n"),
+        }
+        if out.write_all(&reply).is_err() {
+            return;
+        }
+    }
+}
+
+fn config(addr: SocketAddr, extra: &[&str]) -> Config {
+    #[derive(Parser)]
+    struct T {
+        #[command(flatten)]
+        b: BenchArgs,
+    }
+    let server = addr.to_string();
+    let mut argv = vec!["t", "--server", server.as_str()];
+    argv.extend_from_slice(extra);
+    Config::from_args(&T::try_parse_from(argv).unwrap().b).unwrap()
+}
+
+fn mixed(cfg: &Config) -> Stats {
+    let budget = |t: usize| {
+        cfg.requests
+            .map(|n| n / cfg.threads as u64 + u64::from((t as u64) < n % cfg.threads as u64))
+    };
+    run_phase(
+        cfg,
+        |_| Plan::Mixed,
+        cfg.pipeline,
+        cfg.refill,
+        budget,
+        cfg.rate,
+    )
+    .unwrap()
+}
+
+#[test]
+fn closed_loop_request_bound_counts_every_reply() {
+    let addr = fake_server();
+    let cfg = config(
+        addr,
+        &[
+            "-c", "5", "-t", "2", "-n", "1003", "-p", "4", "-k", "50", "-r", "1:3",
+        ],
+    );
+    let s = mixed(&cfg);
+    assert_eq!(s.ops, 1003);
+    assert_eq!(s.gets + s.sets, 1003);
+    assert_eq!(s.errors, 0);
+    assert_eq!(s.all.len(), 1003);
+    assert!(
+        s.sets > 150 && s.gets > 600,
+        "{} sets, {} gets",
+        s.sets,
+        s.gets
+    );
+}
+
+#[test]
+fn prefill_sets_every_key_then_gets_hit() {
+    let addr = fake_server();
+    let cfg = config(
+        addr,
+        &[
+            "-c", "3", "-k", "100", "-n", "200", "-r", "0:1", "-m", "5", "--refill", "-p", "3",
+        ],
+    );
+    let stride = cfg.connections as u64;
+    let pre = run_phase(
+        &cfg,
+        |_| Plan::Prefill { next: 0, stride },
+        8,
+        true,
+        |_| None,
+        None,
+    )
+    .unwrap();
+    assert_eq!(pre.ops, 100);
+    assert_eq!(pre.sets, 100);
+    let s = mixed(&cfg);
+    assert_eq!(s.ops, 200);
+    assert_eq!(s.get_keys, 1000);
+    assert_eq!(s.hits, 1000);
+}
+
+#[test]
+fn fixed_rate_sends_on_schedule() {
+    let addr = fake_server();
+    let cfg = config(addr, &["-c", "4", "--rate", "2000", "-n", "100"]);
+    let t = std::time::Instant::now();
+    let s = mixed(&cfg);
+    assert_eq!(s.ops, 100);
+    assert_eq!(s.lag.len(), 100);
+    // 100 requests at 2000/s are due over 50 ms: the run cannot be much shorter.
+    assert!(
+        t.elapsed() >= Duration::from_millis(45),
+        "{:?}",
+        t.elapsed()
+    );
+}
+
+#[test]
+fn duration_bound_stops() {
+    let addr = fake_server();
+    let cfg = config(addr, &["-c", "2", "-d", "0.2", "--warmup", "0.05"]);
+    let t = std::time::Instant::now();
+    let s = mixed(&cfg);
+    assert!(s.ops > 0);
+    assert!(t.elapsed() < Duration::from_secs(2));
+    assert!(
+        (200_000_000..300_000_000).contains(&s.elapsed_ns),
+        "{}",
+        s.elapsed_ns
+    );
+}
+
+#[test]
+fn unreachable_server_is_an_error() {
+    let addr = {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    }; // closed again: nothing listens there
+    let cfg = config(addr, &["-c", "2", "-n", "10"]);
+    assert!(run_phase(&cfg, |_| Plan::Mixed, 1, false, |_| Some(5), None).is_err());
+}
