@@ -33,7 +33,8 @@ use super::scan::{Class, Reply, Scanner, MAX_LINE};
 use super::timer::Timer;
 use super::Config;
 
-const RBUF: usize = 64 * 1024;
+/// Per-connection read buffer: large values (100 KB) arrive in few reads.
+const RBUF: usize = 256 * 1024;
 const TIMER: Token = Token(usize::MAX);
 /// Histograms hold nanoseconds up to a minute, 3 significant digits.
 const HIST_MAX_NS: u64 = 60_000_000_000;
