@@ -277,9 +277,10 @@ pub enum Request<'a> {
     /// An empty key asks for the general statistics.
     Stat { key: &'a [u8] },
     SaslListMechs,
-    /// SASL_AUTH / SASL_STEP. A mechanism name over 32 bytes is refused with "invalid
-    /// arguments" after skipping the data (`mech_too_long`).
+    /// SASL_AUTH / SASL_STEP.
     Sasl { step: bool, mech: &'a [u8], data: &'a [u8] },
+    /// A mechanism name over 32 bytes: memcached answers "invalid arguments" and skips the
+    /// `skip` bytes of data, keeping the connection.
     SaslMechTooLong { skip: u32 },
 }
 
