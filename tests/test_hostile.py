@@ -1,101 +1,124 @@
-"""Hostile input: each gets memcached's reply or a clean close, another client keeps being
-served, and memory stays bounded."""
+"""Hostile input and hostile clients. Each gets memcached's reply or a clean close; a
+well-behaved client on another connection is served during and after; memory stays bounded.
+
+Where memcached's behaviour is the reference, the same test runs against memcached too."""
 import os
 import random
 import socket
+import threading
 import time
 
 import pytest
 
-from servers import Server
+from servers import Server, read_until_close, roundtrip, served, stats
+
+
+@pytest.fixture(scope="module", params=["mnemod", "memcached"])
+def server(request):
+    with Server(request.param, "-c", "200") as s:
+        yield s
 
 
 @pytest.fixture(scope="module")
-def server():
-    s = Server("mnemod", "-c", "64")
-    yield s
-    s.stop()
+def mnemod():
+    with Server("mnemod", "-c", "200") as s:
+        yield s
 
 
-def roundtrip(sock, req, end=b"\r\n"):
-    sock.sendall(req)
-    buf = b""
-    while not buf.endswith(end):
-        d = sock.recv(65536)
-        if not d:
-            return buf + b"<CLOSED>"
-        buf += d
-    return buf
+def close_or_error(sock):
+    """What the server says before closing (reset counts as close). Raises on a hang."""
+    sock.settimeout(10)
+    return read_until_close(sock)
 
 
-def read_until_close(sock):
-    buf = b""
-    while True:
-        try:
-            d = sock.recv(65536)
-        except ConnectionResetError:
-            return buf
-        if not d:
-            return buf
-        buf += d
-
-
-def served(server):
-    with server.connect() as s:
-        assert roundtrip(s, b"set ok 0 0 2\r\nok\r\nget ok\r\n", b"END\r\n") == b"STORED\r\nVALUE ok 0 2\r\nok\r\nEND\r\n"
-
-
-def test_huge_declared_length(server):
+def test_declared_length_4294967295(server):
     with server.connect() as s:
         assert roundtrip(s, b"set k 0 0 4294967295\r\n") == b"CLIENT_ERROR bad command line format\r\n"
-        # The connection goes on.
+        # Nothing was swallowed: the connection goes on in step.
         assert roundtrip(s, b"version\r\n").startswith(b"VERSION ")
-        # A length that does not fit -I is refused before anything is buffered.
-        assert roundtrip(s, b"set k 0 0 2147483000\r\n") == b"SERVER_ERROR object too large for cache\r\n"
+        assert roundtrip(s, b"get k\r\n", b"END\r\n") == b"END\r\n"
     served(server)
 
 
-def test_line_without_newline_closes(server):
+def test_declared_length_too_large_is_refused_before_buffering(server):
+    # Under 2^31 it parses but does not fit -I: the server must not allocate 2 GB, and swallows
+    # what follows. (memcached sends its SERVER_ERROR only once the swallowing is done.)
+    base = server.rss_kb()
     with server.connect() as s:
-        s.sendall(b"x" * 5000)
-        assert read_until_close(s) == b""
-    with server.connect() as s:
-        # A multi-get may be longer than 2048 bytes, up to mnemo's bound of 2 MiB.
-        keys = b" ".join(b"k%d" % i for i in range(2000))
-        assert roundtrip(s, b"get " + keys + b"\r\n", b"END\r\n") == b"END\r\n"
-        s.sendall(b"get " + b"k" * (3 * 1024 * 1024))
-        assert read_until_close(s) == b""
-    served(server)
-
-
-def test_binary_garbage(server):
-    rng = random.Random(7)
-    for _ in range(5):
-        with server.connect() as s:
-            s.settimeout(5)
-            junk = bytes(rng.getrandbits(8) for _ in range(64 * 1024))
-            try:
-                s.sendall(junk)
-                s.shutdown(socket.SHUT_WR)
-                read_until_close(s)
-            except (ConnectionResetError, BrokenPipeError):
-                pass
+        s.sendall(b"set k 0 0 2147483000\r\n" + b"x" * 100_000)
         served(server)
+    assert server.rss_kb() < base + 50_000
+    served(server)
+
+
+@pytest.mark.parametrize("size", [2049, 4096, 64 * 1024, 1024 * 1024])
+def test_line_without_newline_closes(server, size):
+    with server.connect() as s:
+        try:
+            s.sendall(b"x" * size)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        assert close_or_error(s) == b""  # memcached closes without a word
+    served(server)
+
+
+def test_storage_line_with_2048_spaces(server):
+    with server.connect() as s:
+        assert roundtrip(s, b"set k 0 0 1" + b" " * 3000 + b"\r\nx\r\n") == b"STORED\r\n"
+
+
+def test_multiget_line_longer_than_2048(server):
+    with server.connect() as s:
+        keys = b" ".join(b"key%05d" % i for i in range(2000))  # ~18 kB
+        roundtrip(s, b"set key00007 0 0 1\r\nz\r\n")
+        assert roundtrip(s, b"get " + keys + b"\r\n", b"END\r\n") == b"VALUE key00007 0 1\r\nz\r\nEND\r\n"
+
+
+def test_mnemod_multiget_line_bound(mnemod):
+    # mnemo bounds a multi-get line at 2 MiB (memcached grows its buffer without bound).
+    with mnemod.connect() as s:
+        try:
+            s.sendall(b"get " + b"k" * (3 * 1024 * 1024))
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        assert close_or_error(s) == b""
+    served(mnemod)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_binary_garbage(server, seed):
+    rng = random.Random(seed)
+    junk = bytes(rng.getrandbits(8) for _ in range(64 * 1024))
+    if seed == 0:
+        junk = b"\x80" + junk[1:]  # a binary-protocol magic byte first
+    elif seed == 1:
+        junk = bytes(b % 95 + 32 for b in junk)  # printable, no newline
+    elif seed == 2:
+        junk = junk.replace(b"\x80", b"\n")  # many short lines
+    elif seed == 3:
+        junk = b"set k 0 0 10\r\n" + junk
+    elif seed == 4:
+        junk = b"\x81" + junk[1:]
+    with server.connect() as s:
+        s.settimeout(10)
+        try:
+            s.sendall(junk)
+            s.shutdown(socket.SHUT_WR)
+            read_until_close(s)
+        except OSError:
+            pass  # the server closed first: fine
+    assert server.alive()
+    served(server)
 
 
 def test_control_bytes_in_keys(server):
     with server.connect() as s:
-        for key in (b"\x01\x02", b"a\x7fb", b"\xff\xfe", b"tab\there", b"\x00nul"):
-            req = b"set " + key + b" 0 0 1\r\nv\r\n"
-            got = roundtrip(s, req)
-            if b"\x00" in key:
-                # memcached reads the line as a C string: everything after NUL is gone,
-                # so this is a 1-token set -> ERROR, then "v" -> ERROR.
-                assert got.startswith(b"ERROR\r\n")
-                roundtrip(s, b"version\r\n")
-                continue
-            assert got == b"STORED\r\n"
+        for key in (b"\x01\x02", b"a\x7fb", b"\xff\xfe", b"tab\there", b"\x1b[0m"):
+            assert roundtrip(s, b"set " + key + b" 0 0 1\r\nv\r\n") == b"STORED\r\n"
             assert roundtrip(s, b"get " + key + b"\r\n", b"END\r\n") == b"VALUE " + key + b" 0 1\r\nv\r\nEND\r\n"
+        # NUL: memcached reads the line as a C string, so `set a` has too few tokens -> ERROR,
+        # and the data line `v` is another unknown command -> ERROR.
+        assert roundtrip(s, b"set a\x00b 0 0 1\r\nv\r\n", b"ERROR\r\nERROR\r\n") == b"ERROR\r\nERROR\r\n"
 
 
 def test_disconnect_in_the_middle_of_a_value(server):
@@ -108,60 +131,162 @@ def test_disconnect_in_the_middle_of_a_value(server):
     served(server)
 
 
+def test_connection_churn(server):
+    with server.connect() as s:
+        before = int(stats(s)["curr_connections"])
+    for _ in range(300):
+        c = server.connect()
+        if random.random() < 0.5:
+            c.sendall(b"get x\r\n")
+        c.close()
+    with server.connect() as s:
+        deadline = time.monotonic() + 10
+        while int(stats(s)["curr_connections"]) > before:
+            assert time.monotonic() < deadline, "closed connections are still counted"
+            time.sleep(0.05)
+    served(server)
+
+
 def test_more_connections_than_limit():
-    srv = Server("mnemod", "-c", "5")
-    try:
+    """-c 10: connections past the limit get memcached's `ERROR Too many open connections`
+    and are closed (or are refused); an existing client keeps working; when the others go
+    away, new clients get in. (memcached itself cannot start with -c 10: it lowers its fd
+    limit to -c and then has no fds for its threads.)"""
+    with Server("mnemod", "-c", "10") as srv:
         first = srv.connect()
         assert roundtrip(first, b"version\r\n").startswith(b"VERSION")
-        conns = []
-        rejected = 0
-        for _ in range(10):
+        kept, rejected = [], 0
+        for _ in range(20):
+            try:
+                c = srv.connect()
+            except OSError:
+                rejected += 1
+                continue
+            c.settimeout(5)
+            try:
+                c.sendall(b"version\r\n")
+                reply = c.recv(100)
+            except (ConnectionResetError, BrokenPipeError):
+                reply = b""
+            if reply.startswith(b"VERSION"):
+                kept.append(c)
+            else:
+                assert reply in (b"", b"ERROR Too many open connections\r\n"), reply
+                if reply:
+                    assert close_or_error(c) == b""  # and then closed
+                rejected += 1
+                c.close()
+        assert len(kept) == 9 and rejected == 11, (len(kept), rejected)
+        # The existing clients keep working.
+        assert roundtrip(first, b"set a 0 0 1\r\n1\r\nget a\r\n", b"END\r\n") == b"STORED\r\nVALUE a 0 1\r\n1\r\nEND\r\n"
+        for c in kept:
+            assert roundtrip(c, b"version\r\n").startswith(b"VERSION")
+        st = stats(first)
+        assert int(st["rejected_connections"]) >= 11 and st["max_connections"] == "10"
+        for c in kept:
+            c.close()
+        # Once the others are gone, new clients get in again (the server notices the closes).
+        deadline = time.monotonic() + 10
+        ok = 0
+        while ok < 9:
             c = srv.connect()
             c.settimeout(5)
             c.sendall(b"version\r\n")
-            reply = read_until_close(c) if False else c.recv(100)
-            if reply.startswith(b"ERROR Too many open connections"):
-                rejected += 1
-                c.close()
-            else:
-                conns.append(c)
-        assert rejected >= 5
-        assert roundtrip(first, b"version\r\n").startswith(b"VERSION")
-        for c in conns:
-            c.close()
-        # Once the others are gone, new clients get in again.
-        deadline = time.monotonic() + 10
-        while True:
-            c = srv.connect()
-            c.sendall(b"version\r\n")
             if c.recv(100).startswith(b"VERSION"):
+                kept.append(c)
+                ok += 1
+            else:
                 c.close()
-                break
+                assert time.monotonic() < deadline, f"only {ok} new clients got in"
+                time.sleep(0.05)
+        for c in kept:
             c.close()
-            assert time.monotonic() < deadline
-    finally:
-        srv.stop()
+        first.close()
 
 
 def test_pipeline_that_never_reads():
-    srv = Server("mnemod", "-t", "2")
-    try:
+    """Pipelined `get k` (a 100-byte value) from a client that never reads: at least 200k of
+    them, and on until the server stops reading (kernel buffers hold a few MB): the server must
+    apply backpressure instead of buffering replies without bound, and serve another client
+    throughout."""
+    with Server("mnemod", "-t", "2") as srv:
         with srv.connect() as s:
             assert roundtrip(s, b"set k 0 0 100\r\n" + b"v" * 100 + b"\r\n") == b"STORED\r\n"
+        base = srv.rss_kb()
         greedy = srv.connect()
+        greedy.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         greedy.setblocking(False)
-        batch = b"get k\r\n" * 20000
-        sent = 0
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline and sent < 200_000 * 7:
+        batch = b"get k\r\n" * 10_000
+        sent, peak, blocked_since = 0, 0, None
+        deadline = time.monotonic() + 30
+        while sent < 40 * 1024 * 1024 and time.monotonic() < deadline:
             try:
                 sent += greedy.send(batch)
+                blocked_since = None
             except BlockingIOError:
-                break
-        # Someone else is served while the greedy client's replies pile up.
-        served(srv)
-        assert srv.rss_kb() < 150_000, f"RSS {srv.rss_kb()} kB"
+                now = time.monotonic()
+                blocked_since = blocked_since or now
+                served(srv)  # the server no longer reads from us: it must serve others
+                if sent >= 200_000 * 7 and now - blocked_since > 2:
+                    break  # the server has stopped reading from us for good
+                time.sleep(0.05)
+            peak = max(peak, srv.rss_kb())
+        assert sent >= 200_000 * 7, f"only {sent} bytes of requests accepted"
+        for _ in range(10):
+            served(srv)
+            peak = max(peak, srv.rss_kb())
+        assert peak < 200_000, f"RSS {peak} kB (started at {base} kB) after {sent // 7} pipelined gets"
         greedy.close()
         served(srv)
-    finally:
-        srv.stop()
+        assert srv.alive()
+
+
+def test_slow_reader_of_large_values():
+    """A client fetching a 1 MB value 50 times in one write and reading slowly."""
+    with Server("mnemod") as srv:
+        with srv.connect() as s:
+            v = b"x" * 1_000_000
+            assert roundtrip(s, b"set big 0 0 %d\r\n%s\r\n" % (len(v), v)) == b"STORED\r\n"
+        slow = srv.connect(timeout=30)
+        slow.sendall(b"get big\r\n" * 50)
+        got = 0
+        one = len(b"VALUE big 0 1000000\r\n") + 1_000_000 + len(b"\r\nEND\r\n")
+        while got < 50 * one:
+            d = slow.recv(256 * 1024)
+            assert d
+            got += len(d)
+            time.sleep(0.005)
+            if got % (5 * one) < 256 * 1024:
+                served(srv)
+        assert got == 50 * one
+        assert srv.rss_kb() < 300_000
+        slow.close()
+
+
+def test_many_clients_at_once(server):
+    errors = []
+
+    def client(i):
+        try:
+            with server.connect(timeout=20) as s:
+                for j in range(50):
+                    v = b"%d-%d" % (i, j)
+                    got = roundtrip(s, b"set c%d 0 0 %d\r\n%s\r\nget c%d\r\n" % (i, len(v), v, i), b"END\r\n")
+                    if got != b"STORED\r\nVALUE c%d 0 %d\r\n%s\r\nEND\r\n" % (i, len(v), v):
+                        errors.append(got)
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(40)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors[:3]
+
+
+def test_server_survives_everything(server):
+    """Runs last in this module: the server is still the same process and answers."""
+    assert server.alive()
+    served(server)
+    assert os.path.exists(f"/proc/{server.proc.pid}")
