@@ -20,6 +20,8 @@ python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
 dpkg -s libmemcached-dev >/dev/null 2>&1 || need+=(libmemcached-dev)
 dpkg -s zlib1g-dev >/dev/null 2>&1 || need+=(zlib1g-dev)
 dpkg -s pkg-config >/dev/null 2>&1 || need+=(pkg-config)
+command -v saslpasswd2 >/dev/null 2>&1 || need+=(sasl2-bin)
+dpkg -s libsasl2-modules >/dev/null 2>&1 || need+=(libsasl2-modules)
 if [ ${#need[@]} -gt 0 ]; then
     echo "== installing: ${need[*]}"
     $sudo_cmd apt-get update -q
@@ -57,13 +59,13 @@ echo "== cargo test"
 cargo test --locked --workspace
 
 export MNEMOD_BIN="$root/target/debug/mnemod"
-echo "== memccapable -a against mnemod"
+echo "== memccapable (ascii + binary) against mnemod"
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 "$MNEMOD_BIN" -p "$port" -l 127.0.0.1 -U 0 &
 mpid=$!
 trap 'kill $mpid 2>/dev/null || true' EXIT
 for _ in $(seq 1 500); do (exec 3<>/dev/tcp/127.0.0.1/"$port") 2>/dev/null && break; sleep 0.02; done
-out=$(memccapable -a -h 127.0.0.1 -p "$port" 2>&1) || { echo "$out"; echo "memccapable failed"; exit 1; }
+out=$(memccapable -h 127.0.0.1 -p "$port" 2>&1) || { echo "$out"; echo "memccapable failed"; exit 1; }
 echo "$out" | tail -n 1
 echo "$out" | grep -q "All tests passed" || { echo "$out"; exit 1; }
 kill $mpid; wait $mpid 2>/dev/null || true

@@ -194,6 +194,12 @@ impl Conn {
             let input = &self.rbuf[self.rpos..self.rend];
             if let Proto::Unknown = self.proto {
                 self.proto = if input[0] == 0x80 { Proto::Binary(BinSession::default()) } else { Proto::Text };
+                // With -S, memcached serves only the binary protocol (the one SASL runs
+                // over) and drops text connections: an open text port would bypass SASL.
+                if sh.config.sasl && matches!(self.proto, Proto::Text) {
+                    self.closing = true;
+                    return Progress::Close;
+                }
             }
             if let Proto::Binary(session) = &mut self.proto {
                 match binary::step(input, session, sh, c, &mut self.wbuf) {

@@ -199,7 +199,9 @@ pub fn unauthenticated(req: Request<'_>, sh: &Shared, authed: &mut bool, out: &m
         Request::Store { data, .. } => {
             let mut parts = data.splitn(2, |&b| b == b' ');
             let (user, pass) = (parts.next().unwrap_or(&[]), parts.next().unwrap_or(&[]));
-            if sh.credentials.read().check(user, pass) {
+            let ok = sh.credentials.read().check(user, pass);
+            sh.count_auth(ok);
+            if ok {
                 *authed = true;
                 line(out, b"STORED");
             } else {

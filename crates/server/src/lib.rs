@@ -47,6 +47,9 @@ pub struct Shared {
     pub curr_conns: AtomicUsize,
     pub total_conns: AtomicU64,
     pub rejected_conns: AtomicU64,
+    /// Authentication attempts (text -Y and SASL) and the failed ones.
+    pub auth_cmds: AtomicU64,
+    pub auth_errors: AtomicU64,
     pub verbosity: AtomicU8,
     /// Users for -Y / -S; empty when authentication is off.
     pub credentials: parking_lot::RwLock<auth::Credentials>,
@@ -77,9 +80,19 @@ impl Shared {
             curr_conns: AtomicUsize::new(0),
             total_conns: AtomicU64::new(0),
             rejected_conns: AtomicU64::new(0),
+            auth_cmds: AtomicU64::new(0),
+            auth_errors: AtomicU64::new(0),
             credentials: parking_lot::RwLock::new(credentials),
             marks: marks::Marks::default(),
             stopping: AtomicBool::new(false),
+        }
+    }
+
+    /// Count an authentication attempt.
+    pub fn count_auth(&self, ok: bool) {
+        self.auth_cmds.fetch_add(1, Relaxed);
+        if !ok {
+            self.auth_errors.fetch_add(1, Relaxed);
         }
     }
 

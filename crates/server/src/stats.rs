@@ -59,6 +59,8 @@ impl Shared {
         }
         self.total_conns.store(0, Relaxed);
         self.rejected_conns.store(0, Relaxed);
+        self.auth_cmds.store(0, Relaxed);
+        self.auth_errors.store(0, Relaxed);
         self.store.reset_stats();
     }
 }
@@ -109,6 +111,8 @@ pub fn general(sh: &Shared, out: &mut Vec<u8>) {
     stat(out, "touch_misses", t.touch_misses);
     stat(out, "store_too_large", t.store_too_large);
     stat(out, "store_no_memory", t.store_no_memory);
+    stat(out, "auth_cmds", sh.auth_cmds.load(Relaxed));
+    stat(out, "auth_errors", sh.auth_errors.load(Relaxed));
     stat(out, "bytes_read", t.bytes_read);
     stat(out, "bytes_written", t.bytes_written);
     stat(out, "limit_maxbytes", sh.config.memory_limit);
@@ -141,7 +145,10 @@ pub fn settings(sh: &Shared, out: &mut Vec<u8>) {
     stat(out, "reqs_per_event", c.reqs_per_event);
     stat(out, "cas_enabled", yes_no(c.use_cas));
     stat(out, "tcp_backlog", c.backlog);
-    stat(out, "binding_protocol", "ascii");
+    // Text and binary are both served, chosen per connection (binary only with -S).
+    stat(out, "binding_protocol", if c.sasl { "binary" } else { "auto-negotiate" });
+    stat(out, "auth_enabled_sasl", yes_no(c.sasl));
+    stat(out, "auth_enabled_ascii", yes_no(c.text_auth && !c.sasl));
     stat(out, "item_size_max", c.item_size_max);
     stat(out, "flush_enabled", yes_no(c.flush_enabled));
     stat(out, "shutdown_command", yes_no(c.enable_shutdown));

@@ -31,7 +31,9 @@ pub(super) fn auth(session: &mut BinSession, step: bool, mech: &[u8], data: &[u8
         r.status(Status::AuthContinue, &[]);
         return;
     }
-    if check_plain(data, sh) {
+    let ok = check_plain(data, sh);
+    sh.count_auth(ok);
+    if ok {
         session.authenticated = true;
         r.ok(0, &[], &[], b"Authenticated");
     } else {
