@@ -91,6 +91,31 @@ struct Args {
     /// auth (a "set" carrying "user password") — reloaded on SIGHUP
     #[arg(short = 'Y', long = "auth-file")]
     auth_file: Option<std::path::PathBuf>,
+    /// run as this user (after binding, when started as root)
+    #[arg(short = 'u', long = "user")]
+    user: Option<String>,
+    /// write the process id to this file
+    #[arg(short = 'P', long = "pidfile")]
+    pidfile: Option<std::path::PathBuf>,
+    /// raise the core file size limit to the maximum
+    #[arg(short = 'r', long = "enable-coredumps")]
+    coredumps: bool,
+    /// delimiter between key prefix and id for `stats detail`
+    #[arg(short = 'D', default_value = ":", value_parser = parse_delimiter)]
+    prefix_delimiter: u8,
+    /// protocol to serve: auto, ascii or binary
+    #[arg(short = 'B', long = "protocol", default_value = "auto", value_parser = ["auto", "ascii", "binary"])]
+    protocol: String,
+    /// slab growth factor (accepted for compatibility; mnemo has no slab classes)
+    #[arg(short = 'f', long = "slab-growth-factor", default_value_t = 1.25)]
+    growth_factor: f64,
+    /// minimum slab chunk size (accepted for compatibility; mnemo has no slab classes)
+    #[arg(short = 'n', long = "slab-min-size", default_value_t = 48)]
+    chunk_size: u32,
+    /// memcached's extended options (comma separated); accepted for compatibility and
+    /// reported by `stats settings`; mnemo's engine has no equivalents to tune
+    #[arg(short = 'o', long = "extended", action = clap::ArgAction::Append)]
+    extended: Vec<String>,
 }
 
 /// Everything the server reads from its flags.
@@ -116,6 +141,22 @@ pub struct Config {
     pub auth_file: Option<std::path::PathBuf>,
     /// -Y given: the text protocol requires authentication.
     pub text_auth: bool,
+    pub user: Option<String>,
+    pub pidfile: Option<std::path::PathBuf>,
+    pub coredumps: bool,
+    pub prefix_delimiter: u8,
+    /// -B: which protocols connections may speak.
+    pub protocol: Protocols,
+    pub growth_factor: f64,
+    pub chunk_size: u32,
+    pub extended: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocols {
+    Auto,
+    Ascii,
+    Binary,
 }
 
 impl Default for Config {
@@ -139,6 +180,14 @@ impl Default for Config {
             sasl: false,
             auth_file: None,
             text_auth: false,
+            user: None,
+            pidfile: None,
+            coredumps: false,
+            prefix_delimiter: b':',
+            protocol: Protocols::Auto,
+            growth_factor: 1.25,
+            chunk_size: 48,
+            extended: Vec::new(),
         }
     }
 }
@@ -192,7 +241,22 @@ impl Config {
         if a.enable_sasl && auth_file.is_none() {
             return Cli::Fail("mnemod: -S needs a password file: -Y FILE or MEMCACHED_SASL_PWDB=FILE".into());
         }
+        if a.growth_factor <= 1.0 {
+            return Cli::Fail("mnemod: -f: factor must be greater than 1".into());
+        }
         Cli::Run(Config {
+            user: a.user,
+            pidfile: a.pidfile,
+            coredumps: a.coredumps,
+            prefix_delimiter: a.prefix_delimiter,
+            protocol: match a.protocol.as_str() {
+                "ascii" => Protocols::Ascii,
+                "binary" => Protocols::Binary,
+                _ => Protocols::Auto,
+            },
+            growth_factor: a.growth_factor,
+            chunk_size: a.chunk_size,
+            extended: a.extended,
             sasl: a.enable_sasl,
             auth_file,
             text_auth,
@@ -218,6 +282,13 @@ impl Config {
 fn first_line(s: &str) -> String {
     let line = s.lines().find(|l| !l.trim().is_empty()).unwrap_or("invalid arguments");
     format!("mnemod: {}", line.trim_start_matches("error: "))
+}
+
+fn parse_delimiter(s: &str) -> Result<u8, String> {
+    match s.as_bytes() {
+        [b] => Ok(*b),
+        _ => Err(format!("'{s}': the delimiter must be one character")),
+    }
 }
 
 fn parse_octal(s: &str) -> Result<u32, String> {

@@ -104,6 +104,8 @@ pub struct Conn {
     wpos: usize,
     /// Input bytes still to discard (data of a refused storage command).
     swallow: usize,
+    /// The reply to send once the swallowing is done.
+    after_swallow: Option<mnemo_proto::ErrorReply>,
     /// Keys of the multi-get at the front of the input already answered.
     resume: usize,
     /// Close as soon as the pending output is written.
@@ -124,6 +126,7 @@ impl Conn {
             wbuf: Vec::with_capacity(READ_CHUNK),
             wpos: 0,
             swallow: 0,
+            after_swallow: None,
             resume: 0,
             closing: false,
             shutdown: false,
@@ -180,6 +183,9 @@ impl Conn {
                     self.need = 1;
                     return Progress::NeedInput;
                 }
+                if let Some(reply) = self.after_swallow.take() {
+                    reply.write(&mut self.wbuf);
+                }
             }
             if self.wbuf.len() - self.wpos >= WBUF_HIGH {
                 return Progress::OutputFull;
@@ -196,7 +202,13 @@ impl Conn {
                 self.proto = if input[0] == 0x80 { Proto::Binary(BinSession::default()) } else { Proto::Text };
                 // With -S, memcached serves only the binary protocol (the one SASL runs
                 // over) and drops text connections: an open text port would bypass SASL.
-                if sh.config.sasl && matches!(self.proto, Proto::Text) {
+                use crate::config::Protocols;
+                let allowed = match (&self.proto, sh.config.protocol) {
+                    (Proto::Text, Protocols::Binary) | (Proto::Binary(_), Protocols::Ascii) => false,
+                    (Proto::Text, _) => !sh.config.sasl,
+                    _ => true,
+                };
+                if !allowed {
                     self.closing = true;
                     return Progress::Close;
                 }
@@ -239,7 +251,10 @@ impl Conn {
                     self.rpos += n;
                     match next {
                         Next::Continue | Next::Resume(_) => {}
-                        Next::Swallow(s) => self.swallow = s,
+                        Next::Swallow(s, reply) => {
+                            self.swallow = s;
+                            self.after_swallow = reply;
+                        }
                         Next::Close => self.closing = true,
                         Next::Shutdown => self.shutdown = true,
                     }

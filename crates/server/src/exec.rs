@@ -8,6 +8,7 @@ use mnemo_proto::text::{Keys, Request, ShutdownMode, StoreKind};
 use mnemo_proto::ErrorReply;
 use mnemo_store::{DeltaError, Lookup, Mode, StoreError, StoreOutcome};
 
+use crate::detail::Event;
 use crate::stats::{self, bump, Counters};
 use crate::Shared;
 
@@ -15,8 +16,9 @@ use crate::Shared;
 #[derive(Debug, PartialEq, Eq)]
 pub enum Next {
     Continue,
-    /// Discard this many bytes of input (the data of a refused storage command).
-    Swallow(usize),
+    /// Discard this many bytes of input (the data of a refused storage command), then send
+    /// the reply, if any: memcached answers only once the data is gone.
+    Swallow(usize, Option<ErrorReply>),
     /// Close once the pending output is written.
     Close,
     /// Stop the server (`shutdown` with -A).
@@ -55,6 +57,7 @@ pub fn execute_from(req: Request<'_>, skip: usize, sh: &Shared, c: &Counters, ou
         Request::Get { keys, cas, touch } => get(keys, skip, cas, touch, sh, c, out),
         Request::Store { kind, key, flags, exptime, data, cas, noreply } => {
             bump(&c.cmd_set, 1);
+            sh.detail.record(key, sh.config.prefix_delimiter, Event::Set);
             let mode = match kind {
                 StoreKind::Set => Mode::Set,
                 StoreKind::Add => Mode::Add,
@@ -64,7 +67,13 @@ pub fn execute_from(req: Request<'_>, skip: usize, sh: &Shared, c: &Counters, ou
                 StoreKind::Cas => Mode::Cas(cas),
             };
             let exp = sh.clock.item_expiry(exptime);
-            match store.store(mode, key, flags, exp, data, now) {
+            let result = if kind == StoreKind::Cas && !sh.config.use_cas {
+                // memcached -C: no CAS can match, so cas fails on any existing item.
+                Ok(if store.get(key, now, |_| ()).is_hit() { StoreOutcome::Exists } else { StoreOutcome::NotFound })
+            } else {
+                store.store(mode, key, flags, exp, data, now)
+            };
+            match result {
                 Ok(StoreOutcome::Stored { .. }) => {
                     if kind == StoreKind::Cas {
                         bump(&c.cas_hits, 1);
@@ -101,10 +110,10 @@ pub fn execute_from(req: Request<'_>, skip: usize, sh: &Shared, c: &Counters, ou
             if kind == StoreKind::Set {
                 store.delete(key, now);
             }
-            error(out, noreply, ErrorReply::TooLarge);
-            Next::Swallow(swallow)
+            Next::Swallow(swallow, (!noreply).then_some(ErrorReply::TooLarge))
         }
         Request::Delete { key, noreply } => {
+            sh.detail.record(key, sh.config.prefix_delimiter, Event::Delete);
             if store.delete(key, now) {
                 bump(&c.delete_hits, 1);
                 reply(out, noreply, b"DELETED");
@@ -209,10 +218,7 @@ pub fn unauthenticated(req: Request<'_>, sh: &Shared, authed: &mut bool, out: &m
             }
             Next::Continue
         }
-        Request::TooLarge { swallow, .. } => {
-            ErrorReply::Unauthenticated.write(out);
-            Next::Swallow(swallow)
-        }
+        Request::TooLarge { swallow, .. } => Next::Swallow(swallow, Some(ErrorReply::Unauthenticated)),
         // memcached refuses even `quit` before authentication.
         _ => {
             ErrorReply::Unauthenticated.write(out);
@@ -244,6 +250,7 @@ fn get(keys: Keys<'_>, skip: usize, cas: bool, touch: Option<i32>, sh: &Shared, 
                 sh.store.get_and_touch(key, exp, now, |it| write(it, out))
             }
         };
+        sh.detail.record(key, sh.config.prefix_delimiter, Event::Get { hit: found.is_hit() });
         let (hits, misses) = if exp.is_some() { (&c.touch_hits, &c.touch_misses) } else { (&c.get_hits, &c.get_misses) };
         match found {
             Lookup::Hit(()) => bump(hits, 1),
@@ -277,7 +284,20 @@ fn stats_command(args: Keys<'_>, sh: &Shared, out: &mut Vec<u8>) {
             out.extend_from_slice(b"STAT sizes_status disabled\r\n");
             line(out, b"END");
         }
-        Some(b"detail") => line(out, b"CLIENT_ERROR usage: stats detail on|off|dump"),
+        Some(b"detail") => match words.next() {
+            Some(b"on") => {
+                sh.detail.set_enabled(true);
+                line(out, b"OK");
+            }
+            Some(b"off") => {
+                sh.detail.set_enabled(false);
+                line(out, b"OK");
+            }
+            Some(b"dump") => sh.detail.dump(out),
+            _ => line(out, b"CLIENT_ERROR usage: stats detail on|off|dump"),
+        },
+        // mnemo cannot list a slab class's items (it has none); only the usage error is memcached's.
+        Some(b"cachedump") => line(out, b"CLIENT_ERROR bad command line"),
         Some(_) => ErrorReply::Error.write(out),
     }
 }

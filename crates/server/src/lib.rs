@@ -21,6 +21,7 @@ pub mod binary;
 pub mod clock;
 pub mod config;
 pub mod conn;
+pub mod detail;
 pub mod exec;
 pub mod listener;
 pub mod marks;
@@ -53,6 +54,8 @@ pub struct Shared {
     pub verbosity: AtomicU8,
     /// Users for -Y / -S; empty when authentication is off.
     pub credentials: parking_lot::RwLock<auth::Credentials>,
+    /// `stats detail` per-prefix counters.
+    pub detail: detail::Detail,
     /// Meta stale / win-token states.
     pub marks: marks::Marks,
     stopping: AtomicBool,
@@ -84,6 +87,7 @@ impl Shared {
             auth_errors: AtomicU64::new(0),
             credentials: parking_lot::RwLock::new(credentials),
             marks: marks::Marks::default(),
+            detail: detail::Detail::default(),
             stopping: AtomicBool::new(false),
         }
     }
@@ -102,6 +106,9 @@ impl Shared {
         if let Some(path) = &self.config.unix_socket {
             let _ = std::fs::remove_file(path);
         }
+        if let Some(path) = &self.config.pidfile {
+            let _ = std::fs::remove_file(path);
+        }
         std::process::exit(0);
     }
 }
@@ -112,6 +119,10 @@ pub enum ServerError {
     Bind(#[from] listener::BindError),
     #[error(transparent)]
     Auth(#[from] auth::AuthError),
+    #[error("{0}")]
+    User(String),
+    #[error("cannot write pid file {0}: {1}")]
+    Pidfile(String, std::io::Error),
     #[error("cannot start a thread: {0}")]
     Thread(#[from] std::io::Error),
 }
@@ -123,6 +134,7 @@ pub fn run(config: Config) -> Result<(), ServerError> {
         None => auth::Credentials::default(),
     };
     let listeners = listener::bind(&config)?;
+    process_setup(&config)?;
     auth::install_sighup();
     let sh = Arc::new(Shared::with_credentials(config, credentials));
     let mut handles = Vec::new();
@@ -139,6 +151,49 @@ pub fn run(config: Config) -> Result<(), ServerError> {
         eprintln!("mnemod {} serving with {} threads", config::VERSION, sh.config.threads);
     }
     listener::run(listeners, sh, senders);
+    Ok(())
+}
+
+/// After binding (a privileged port needs root): -r, -u, -P, as memcached orders them.
+fn process_setup(config: &Config) -> Result<(), ServerError> {
+    if config.coredumps {
+        // SAFETY: plain libc calls on a local struct.
+        unsafe {
+            let mut rl: libc::rlimit = std::mem::zeroed();
+            if libc::getrlimit(libc::RLIMIT_CORE, &mut rl) == 0 {
+                rl.rlim_cur = rl.rlim_max;
+                libc::setrlimit(libc::RLIMIT_CORE, &rl);
+            }
+        }
+    }
+    // SAFETY: geteuid has no preconditions.
+    if let (Some(user), 0) = (&config.user, unsafe { libc::geteuid() }) {
+        drop_privileges(user).map_err(ServerError::User)?;
+    }
+    if let Some(path) = &config.pidfile {
+        std::fs::write(path, format!("{}\n", std::process::id()))
+            .map_err(|e| ServerError::Pidfile(path.display().to_string(), e))?;
+    }
+    Ok(())
+}
+
+fn drop_privileges(user: &str) -> Result<(), String> {
+    let name = std::ffi::CString::new(user).map_err(|_| format!("bad user name {user:?}"))?;
+    // SAFETY: getpwnam returns a pointer into static storage, read at once; the id-changing
+    // calls take plain integers. Group first: once the uid changes, setgid is not allowed.
+    unsafe {
+        let pw = libc::getpwnam(name.as_ptr());
+        if pw.is_null() {
+            return Err(format!("can't find the user {user} to switch to"));
+        }
+        let (uid, gid) = ((*pw).pw_uid, (*pw).pw_gid);
+        if libc::setgroups(0, std::ptr::null()) != 0 && uid != 0 {
+            return Err(format!("failed to drop supplementary groups for {user}"));
+        }
+        if libc::setgid(gid) != 0 || libc::setuid(uid) != 0 {
+            return Err(format!("failed to assume the identity of {user}"));
+        }
+    }
     Ok(())
 }
 

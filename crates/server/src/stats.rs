@@ -62,6 +62,7 @@ impl Shared {
         self.auth_cmds.store(0, Relaxed);
         self.auth_errors.store(0, Relaxed);
         self.store.reset_stats();
+        self.detail.reset();
     }
 }
 
@@ -141,12 +142,23 @@ pub fn settings(sh: &Shared, out: &mut Vec<u8>) {
     stat(out, "evictions", if c.evict { "on" } else { "off" });
     stat(out, "domain_socket", c.unix_socket.as_deref().unwrap_or("NULL"));
     stat(out, "umask", format!("{:o}", c.unix_mask));
+    stat(out, "growth_factor", format!("{:.2}", c.growth_factor));
+    stat(out, "chunk_size", c.chunk_size);
     stat(out, "num_threads", c.threads);
+    stat(out, "stat_key_prefix", c.prefix_delimiter as char);
+    stat(out, "detail_enabled", yes_no(sh.detail.enabled()));
     stat(out, "reqs_per_event", c.reqs_per_event);
     stat(out, "cas_enabled", yes_no(c.use_cas));
     stat(out, "tcp_backlog", c.backlog);
     // Text and binary are both served, chosen per connection (binary only with -S).
-    stat(out, "binding_protocol", if c.sasl { "binary" } else { "auto-negotiate" });
+    use crate::config::Protocols;
+    let binding = match c.protocol {
+        Protocols::Binary => "binary",
+        Protocols::Ascii => "ascii",
+        Protocols::Auto if c.sasl => "binary",
+        Protocols::Auto => "auto-negotiate",
+    };
+    stat(out, "binding_protocol", binding);
     stat(out, "auth_enabled_sasl", yes_no(c.sasl));
     stat(out, "auth_enabled_ascii", yes_no(c.text_auth && !c.sasl));
     stat(out, "item_size_max", c.item_size_max);
@@ -154,6 +166,9 @@ pub fn settings(sh: &Shared, out: &mut Vec<u8>) {
     stat(out, "shutdown_command", yes_no(c.enable_shutdown));
     stat(out, "maxconns_fast", "yes");
     stat(out, "segment_size", sh.store.stats().segment_size);
+    if !c.extended.is_empty() {
+        stat(out, "extended_options_ignored", c.extended.join(","));
+    }
     line(out, b"END");
 }
 
