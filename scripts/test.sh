@@ -44,11 +44,13 @@ reqs=()
 for f in tests/requirements.txt tests/*/requirements.txt crates/client/tests/interop/requirements.txt; do
     [ -f "$f" ] && reqs+=(-r "$f")
 done
-if [ ! -x .venv/bin/python ]; then
+# A venv left by another Python (or half made) is made anew.
+if ! .venv/bin/python -c 'import sys' >/dev/null 2>&1; then
+    rm -rf .venv
     python3 -m venv .venv
 fi
 if [ ${#reqs[@]} -gt 0 ]; then
-    .venv/bin/python -m pip install -q "${reqs[@]}"
+    .venv/bin/python -m pip install -q --disable-pip-version-check "${reqs[@]}"
 fi
 export MNEMO_PYTHON="$root/.venv/bin/python"
 
@@ -73,6 +75,7 @@ trap - EXIT
 
 if [ -d tests ] && ls tests/test_*.py tests/*/test_*.py >/dev/null 2>&1; then
     echo "== pytest"
-    .venv/bin/python -m pytest -q tests
+    # -rfE: a summary line per failure and error at the end.
+    .venv/bin/python -m pytest -q -rfE -p no:cacheprovider tests
 fi
 echo "== all tests passed"
