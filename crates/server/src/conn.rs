@@ -25,7 +25,8 @@ const READ_CHUNK: usize = 16 * 1024;
 /// Stop producing replies beyond this much unwritten output.
 const WBUF_HIGH: usize = 256 * 1024;
 /// Buffers that grew past this (a large value, a big multi-get) are given back when idle.
-const BUF_KEEP: usize = 64 * 1024;
+/// Large enough that a client moving 100 KB values does not reallocate on every request.
+const BUF_KEEP: usize = 512 * 1024;
 
 pub enum Stream {
     Tcp(mio::net::TcpStream),
@@ -138,6 +139,20 @@ impl Conn {
         let mut budget = sh.config.reqs_per_event;
         loop {
             let progress = self.process(sh, c, &mut budget);
+            // Replies wait while more input is arriving: a pipeline split across several
+            // segments still gets one write (seed 004), issued once the socket is drained.
+            if let Progress::NeedInput = progress {
+                match self.fill(c) {
+                    Ok(0) => {
+                        let _ = self.flush(c);
+                        return Turn::Close;
+                    }
+                    Ok(_) => continue,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(_) => return Turn::Close,
+                }
+            }
             match self.flush(c) {
                 Ok(true) => {}
                 Ok(false) => return Turn::Wait,
@@ -151,16 +166,10 @@ impl Conn {
                     return Turn::Yield;
                 }
                 Progress::OutputFull => continue,
-                Progress::NeedInput => match self.fill(c) {
-                    Ok(0) => return Turn::Close,
-                    Ok(_) => continue,
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                        self.shrink_idle();
-                        return Turn::Wait;
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                    Err(_) => return Turn::Close,
-                },
+                Progress::NeedInput => {
+                    self.shrink_idle();
+                    return Turn::Wait;
+                }
             }
         }
     }
