@@ -112,6 +112,9 @@ pub struct Conn {
     /// Close as soon as the pending output is written.
     closing: bool,
     shutdown: bool,
+    /// The last read returned less than it had room for: the socket was empty then, and
+    /// edge-triggered epoll reports any later arrival, so the EAGAIN read can be skipped.
+    drained: bool,
 }
 
 impl Conn {
@@ -131,6 +134,7 @@ impl Conn {
             resume: 0,
             closing: false,
             shutdown: false,
+            drained: false,
         }
     }
 
@@ -141,7 +145,7 @@ impl Conn {
             let progress = self.process(sh, c, &mut budget);
             // Replies wait while more input is arriving: a pipeline split across several
             // segments still gets one write (seed 004), issued once the socket is drained.
-            if let Progress::NeedInput = progress {
+            if let (Progress::NeedInput, false) = (&progress, std::mem::take(&mut self.drained)) {
                 match self.fill(c) {
                     Ok(0) => {
                         let _ = self.flush(c);
@@ -324,7 +328,9 @@ impl Conn {
                 self.rbuf.resize(size, 0);
             }
         }
+        let room = self.rbuf.len() - self.rend;
         let n = self.stream.read(&mut self.rbuf[self.rend..])?;
+        self.drained = n > 0 && n < room;
         self.rend += n;
         bump(&c.bytes_read, n as u64);
         Ok(n)
