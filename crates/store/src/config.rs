@@ -62,6 +62,10 @@ pub(crate) struct Geometry {
     /// limit / shards: a shard below this takes memory from richer shards before evicting its own.
     pub fair_share: usize,
     pub initial_buckets: usize,
+    /// How many expiry groups (of the 128 fine TTL buckets) a shard keeps open segments for.
+    /// Each group holds an active segment, so with few segments per shard the groups must be
+    /// few, or active segments alone would use up memory and force evictions of live items.
+    pub ttl_groups: usize,
 }
 
 impl Geometry {
@@ -86,7 +90,20 @@ impl Geometry {
             large_min: seg / 4,
             fair_share,
             initial_buckets: INITIAL_BUCKETS,
+            ttl_groups: ((fair_share / seg) / 4).clamp(1, 128),
         }
+    }
+
+    /// Map a fine TTL bucket to the group whose segment receives it. "Never expires" keeps
+    /// a group of its own; mixing TTLs in a segment only delays its bulk reclaim (each item's
+    /// own expiry is still checked on read, and the segment's max expiry bounds the reclaim).
+    #[inline]
+    pub fn ttl_group(&self, bucket: u8) -> u8 {
+        if bucket == 0 || self.ttl_groups >= 128 {
+            return bucket;
+        }
+        let fine = usize::from(bucket.max(2)) - 2;
+        (2 + fine * self.ttl_groups / 128) as u8
     }
 
     /// Shard of a key hash: its top bits (the index uses the low bits and bits 40..55).

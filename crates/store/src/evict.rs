@@ -194,6 +194,9 @@ impl Shard {
         let mut target = 0u32; // copy-forward segment, allocated on the first keeper
         let mut w = 0usize;
         let end = self.segs.metas[v as usize].write;
+        // A victim that is mostly dead space (overwritten or deleted items) is compacted:
+        // all its live items move forward, so churn on a few keys never evicts live data.
+        let mostly_dead = self.segs.metas[v as usize].live_bytes * 2 <= geo.seg_size;
         let mut off = 0;
         while off < end {
             let hdr = self.header_at(v, off);
@@ -216,7 +219,7 @@ impl Shard {
             let cas = geo.use_cas.then(|| self.cas_of(geo, v, off, &hdr));
             let nh = NewHeader { key_len: hdr.key_len, value_len: hdr.value_len, flags: hdr.flags, exp: hdr.exp, cas };
             let nlen = nh.total_len();
-            if !expired && dest.is_some() && slot::freq(s) > 0 && w + nlen <= cap {
+            if !expired && dest.is_some() && (mostly_dead || slot::freq(s) > 0) && w + nlen <= cap {
                 if target == 0 {
                     match self.open_credit_segment(env) {
                         Some(t) => target = t,

@@ -288,6 +288,7 @@ impl Shard {
         now: Time,
     ) -> Result<Reserve, StoreError> {
         let geo = env.geo;
+        let ttl = geo.ttl_group(ttl);
         if size > geo.large_min {
             if size > geo.limit {
                 return Err(StoreError::OutOfMemory);
