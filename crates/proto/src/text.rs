@@ -109,6 +109,8 @@ pub enum Request<'a> {
     /// `delay` is the raw value (0 when absent).
     FlushAll { delay: i32, noreply: bool },
     Version,
+    /// `cache_memlimit <MB> [noreply]`.
+    CacheMemlimit { megabytes: u64, noreply: bool },
     /// `mn`: replies "MN".
     MetaNoop,
     /// mg / ms / md / ma.
@@ -263,6 +265,17 @@ fn command<'a>(line: &'a [u8], after: usize, buf: &'a [u8], limits: &Limits) -> 
         // Meta no-op: memcached answers it whatever follows (clients use it to end a batch).
         b"mn" => req(Request::MetaNoop, after),
         [b'm', _] => crate::meta::command(&t, after, buf, limits),
+        b"cache_memlimit" => {
+            if nt != 3 && nt != 4 {
+                return err(ErrorReply::Error, after, false);
+            }
+            let noreply = t.noreply();
+            // memcached answers a bad number with a plain ERROR here.
+            match parse_u64(t.get(1)) {
+                Some(mb) => req(Request::CacheMemlimit { megabytes: mb, noreply }, after),
+                None => err(ErrorReply::Error, after, noreply),
+            }
+        }
         b"version" => req(Request::Version, after),
         b"quit" => req(Request::Quit, after),
         b"verbosity" => {

@@ -171,6 +171,18 @@ pub fn execute_from(req: Request<'_>, skip: usize, sh: &Shared, c: &Counters, ou
         }
         Request::Meta(m) => crate::meta::execute(m, sh, c, out),
         Request::MetaDebug { key } => crate::meta::debug(key, sh, out),
+        Request::CacheMemlimit { megabytes, noreply } => {
+            let text: &[u8] = if megabytes < 8 {
+                b"MEMLIMIT_TOO_SMALL cannot set maxbytes to less than 8m"
+            } else if megabytes > 1_000_000_000 {
+                b"MEMLIMIT_ADJUST_FAILED input value is megabytes not bytes"
+            } else {
+                sh.store.set_mem_limit((megabytes as usize) << 20);
+                b"OK"
+            };
+            reply(out, noreply, text);
+            Next::Continue
+        }
         Request::MetaNoop => {
             line(out, b"MN");
             Next::Continue

@@ -116,7 +116,7 @@ pub fn general(sh: &Shared, out: &mut Vec<u8>) {
     stat(out, "auth_errors", sh.auth_errors.load(Relaxed));
     stat(out, "bytes_read", t.bytes_read);
     stat(out, "bytes_written", t.bytes_written);
-    stat(out, "limit_maxbytes", sh.config.memory_limit);
+    stat(out, "limit_maxbytes", s.limit_maxbytes);
     stat(out, "threads", sh.config.threads);
     stat(out, "conn_yields", t.conn_yields);
     stat(out, "bytes", s.bytes);
@@ -133,7 +133,7 @@ pub fn general(sh: &Shared, out: &mut Vec<u8>) {
 pub fn settings(sh: &Shared, out: &mut Vec<u8>) {
     let c = &sh.config;
     let yes_no = |b: bool| if b { "yes" } else { "no" };
-    stat(out, "maxbytes", c.memory_limit);
+    stat(out, "maxbytes", sh.store.stats().limit_maxbytes);
     stat(out, "maxconns", c.max_conns);
     stat(out, "tcpport", c.port);
     stat(out, "udpport", 0);

@@ -121,18 +121,25 @@ impl Geometry {
 /// allocated; index and metadata growth is charged with `force_add` after the fact (it is small
 /// and must not fail), and the next reservation evicts to make up for it.
 pub(crate) struct Budget {
-    limit: usize,
+    /// Changeable at run time (`cache_memlimit`); shards trim down to it on their next use.
+    limit: AtomicUsize,
     used: AtomicUsize,
 }
 
 impl Budget {
     pub fn new(limit: usize) -> Budget {
-        Budget { limit, used: AtomicUsize::new(0) }
+        Budget { limit: AtomicUsize::new(limit), used: AtomicUsize::new(0) }
+    }
+    pub fn limit(&self) -> usize {
+        self.limit.load(Ordering::Relaxed)
+    }
+    pub fn set_limit(&self, limit: usize) {
+        self.limit.store(limit, Ordering::Relaxed);
     }
     pub fn try_add(&self, n: usize) -> bool {
         self.used
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| {
-                u.checked_add(n).filter(|&t| t <= self.limit)
+                u.checked_add(n).filter(|&t| t <= self.limit())
             })
             .is_ok()
     }

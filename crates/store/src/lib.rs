@@ -233,6 +233,25 @@ impl Store {
         self.with_shard(h, now, |s, env| s.delete(env, h, key, now))
     }
 
+    /// `cache_memlimit`: a new memory limit. Raising it takes effect at once; lowering it makes
+    /// each shard evict down to it on its next operation.
+    pub fn set_mem_limit(&self, bytes: usize) {
+        self.budget.set_limit(bytes);
+        // Lowering: each shard gives back its oldest segments down to its share of the new
+        // limit now, so the very next write does not have to free many segments at once.
+        let share = bytes / self.shards.len();
+        let now = self.seen.load(Ordering::Relaxed);
+        for (me, shard) in self.shards.iter().enumerate() {
+            let env = Env { geo: &self.geo, budget: &self.budget, shards: &self.shards, me };
+            let mut s = shard.lock();
+            while self.budget.used() > bytes && s.used() > share {
+                if !s.evict_head(&env, now, None) {
+                    break;
+                }
+            }
+        }
+    }
+
     /// incr/decr. `parse` is memcached's safe_strtoull. Returns the new number and new CAS.
     pub fn delta(
         &self,
@@ -265,7 +284,7 @@ impl Store {
 
     pub fn stats(&self) -> StoreStats {
         let mut st = StoreStats {
-            limit_maxbytes: self.geo.limit as u64,
+            limit_maxbytes: self.budget.limit() as u64,
             segment_size: self.geo.seg_size as u64,
             shards: self.geo.shards as u64,
             ..Default::default()
@@ -274,9 +293,9 @@ impl Store {
             s.lock().add_stats(&mut st);
         }
         st.mem_used = self.budget.used() as u64;
-        st.segments_total = (self.geo.limit / self.geo.seg_size) as u64;
+        st.segments_total = (self.budget.limit() / self.geo.seg_size) as u64;
         st.segments_free =
-            (self.geo.limit.saturating_sub(self.budget.used()) / self.geo.seg_size) as u64;
+            (self.budget.limit().saturating_sub(self.budget.used()) / self.geo.seg_size) as u64;
         st
     }
 

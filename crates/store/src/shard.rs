@@ -113,7 +113,7 @@ impl Shard {
         if !env.geo.evict {
             return;
         }
-        while env.budget.used() > env.geo.limit {
+        while env.budget.used() > env.budget.limit() {
             if !self.evict_head(env, now, None) {
                 break;
             }
@@ -290,7 +290,7 @@ impl Shard {
         let geo = env.geo;
         let ttl = geo.ttl_group(ttl);
         if size > geo.large_min {
-            if size > geo.limit {
+            if size > env.budget.limit() {
                 return Err(StoreError::OutOfMemory);
             }
             if env.budget.try_add(size) {

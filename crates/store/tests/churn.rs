@@ -38,3 +38,26 @@ fn churn_on_few_keys_with_many_ttls_never_evicts() {
     }
     assert_eq!(store.stats().evictions, 0);
 }
+
+#[test]
+fn lowering_the_limit_trims_memory_and_raising_it_lets_more_in() {
+    let store = Store::new(StoreConfig { mem_limit: 64 << 20, item_size_max: 1 << 20, ..StoreConfig::default() });
+    let v = vec![b'v'; 1000];
+    for i in 0..40_000u32 {
+        store.store(Mode::Set, format!("a{i}").as_bytes(), 0, 0, &v, 100).unwrap();
+    }
+    assert!(store.stats().mem_used > 32 << 20);
+    store.set_mem_limit(16 << 20);
+    // Each shard trims on its next operation.
+    for i in 0..4_000u32 {
+        store.store(Mode::Set, format!("b{i}").as_bytes(), 0, 0, &v, 100).unwrap();
+    }
+    let st = store.stats();
+    assert_eq!(st.limit_maxbytes, 16 << 20);
+    assert!(st.mem_used <= 16 << 20, "{} bytes used over a 16 MiB limit", st.mem_used);
+    store.set_mem_limit(64 << 20);
+    for i in 0..40_000u32 {
+        store.store(Mode::Set, format!("c{i}").as_bytes(), 0, 0, &v, 100).unwrap();
+    }
+    assert!(store.stats().mem_used > 32 << 20);
+}
