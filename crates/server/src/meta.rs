@@ -111,6 +111,7 @@ fn write_hit(m: &Meta<'_>, it: &Item<'_>, now: Time, suffix: &[u8], out: &mut Ve
                 out.extend_from_slice(b" s");
                 push_num(out, it.value.len());
             }
+            b'h' => out.extend_from_slice(if it.fetched { b" h1" } else { b" h0" }),
             b't' => {
                 out.extend_from_slice(b" t");
                 push_num(out, ttl_left(it.exp, now));
@@ -150,7 +151,7 @@ fn get(m: &Meta<'_>, sh: &Shared, c: &Counters, out: &mut Vec<u8>) {
         let exp = sh.clock.item_expiry(ttl);
         if let Ok(StoreOutcome::Stored { cas }) = sh.store.store(Mode::Add, key, 0, exp, b"", now) {
             sh.marks.set(key, cas, crate::marks::Mark { stale: false, win_sent: true });
-            write_hit(m, &Item { flags: 0, value: b"", cas, exp }, now, b" W", out);
+            write_hit(m, &Item { flags: 0, value: b"", cas, exp, fetched: false }, now, b" W", out);
             bump(&c.get_misses, 1);
             return;
         }
@@ -374,6 +375,7 @@ pub fn debug(key: &[u8], sh: &Shared, out: &mut Vec<u8>) -> Next {
         push_num(out, ttl_left(it.exp, now));
         out.extend_from_slice(b" cas=");
         push_num(out, it.cas);
+        out.extend_from_slice(if it.fetched { b" fetch=yes" } else { b" fetch=no" });
         out.extend_from_slice(b" flags=");
         push_num(out, it.flags);
         out.extend_from_slice(b" size=");

@@ -91,6 +91,8 @@ pub struct Item<'a> {
     pub cas: u64,
     /// 0 = never expires.
     pub exp: Time,
+    /// Read before this access (memcached's meta `h` flag); false on writes' results.
+    pub fetched: bool,
 }
 
 /// Result of a read. `Expired` and `Flushed` mean the key was there but is dead (memcached's

@@ -200,6 +200,7 @@ impl Shard {
             value: &d[hdr.value_range()],
             cas: self.cas_of(geo, seg, off, hdr),
             exp: hdr.exp,
+            fetched: false,
         }
     }
 
@@ -215,7 +216,9 @@ impl Shard {
             Found::Live { pos, seg, off, hdr } => {
                 let s = self.index.get(pos);
                 self.index.set(pos, slot::touched(s));
-                Lookup::Hit(f(self.item_at(env.geo, seg, off, &hdr)))
+                let mut it = self.item_at(env.geo, seg, off, &hdr);
+                it.fetched = slot::fetched(s);
+                Lookup::Hit(f(it))
             }
             Found::Dead(DeadReason::Expired) => Lookup::Expired,
             Found::Dead(DeadReason::Flushed) => Lookup::Flushed,
@@ -573,7 +576,13 @@ impl Shard {
         let r = self.retime(env, h, key, exp, now);
         self.sync_overhead(env);
         match r {
-            Ok(Found::Live { seg, off, hdr, .. }) => Lookup::Hit(f(self.item_at(env.geo, seg, off, &hdr))),
+            Ok(Found::Live { pos, seg, off, hdr }) => {
+                let s = self.index.get(pos);
+                self.index.set(pos, slot::touched(s));
+                let mut it = self.item_at(env.geo, seg, off, &hdr);
+                it.fetched = slot::fetched(s);
+                Lookup::Hit(f(it))
+            }
             Ok(Found::Dead(DeadReason::Expired)) => Lookup::Expired,
             Ok(Found::Dead(DeadReason::Flushed)) => Lookup::Flushed,
             Ok(Found::Absent) => Lookup::Miss,
