@@ -4,9 +4,8 @@
 //! keep being served).
 
 use std::io::{ErrorKind, Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::net::TcpStream;
+use std::time::Duration;
 
 const GET: u8 = 0x00;
 const SET: u8 = 0x01;
@@ -56,48 +55,8 @@ const AUTH_ERROR: u16 = 0x20;
 const AUTH_CONTINUE: u16 = 0x21;
 const UNKNOWN: u16 = 0x81;
 
-struct Server {
-    child: Child,
-    port: u16,
-}
-
-impl Server {
-    fn start(extra: &[&str]) -> Server {
-        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let child = Command::new(env!("CARGO_BIN_EXE_mnemod"))
-            .args(["-p", &port.to_string(), "-l", "127.0.0.1", "-U", "0"])
-            .args(extra)
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("start mnemod");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "mnemod did not start listening");
-            std::thread::yield_now();
-        }
-        Server { child, port }
-    }
-
-    fn connect(&self) -> TcpStream {
-        let s = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        s.set_nodelay(true).unwrap();
-        s
-    }
-
-    fn rss_kb(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
-        let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
-        line.split_whitespace().nth(1).unwrap().parse().unwrap()
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+mod common;
+use common::Server;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Resp {

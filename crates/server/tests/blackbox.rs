@@ -1,45 +1,11 @@
 //! Black-box tests against the real `mnemod` binary on a free port.
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
+use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-struct Server {
-    child: Child,
-    port: u16,
-}
-
-impl Server {
-    fn start(extra: &[&str]) -> Server {
-        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let child = Command::new(env!("CARGO_BIN_EXE_mnemod"))
-            .args(["-p", &port.to_string(), "-l", "127.0.0.1", "-U", "0"])
-            .args(extra)
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("start mnemod");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "mnemod did not start listening");
-            std::thread::yield_now();
-        }
-        Server { child, port }
-    }
-
-    fn connect(&self) -> TcpStream {
-        let s = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        s
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+mod common;
+use common::Server;
 
 /// Send `req`, then read exactly `want.len()` bytes and compare.
 fn talk(s: &mut TcpStream, req: &[u8], want: &[u8]) {
@@ -131,8 +97,7 @@ fn other_clients_are_served_while_one_never_reads() {
     }
     let mut polite = srv.connect();
     talk(&mut polite, b"get k\r\n", format!("VALUE k 0 1000\r\n{}\r\nEND\r\n", "v".repeat(1000)).as_bytes());
-    let status = std::fs::read_to_string(format!("/proc/{}/status", srv.child.id())).unwrap();
-    let rss_kb: u64 = status.lines().find(|l| l.starts_with("VmRSS")).unwrap().split_whitespace().nth(1).unwrap().parse().unwrap();
+    let rss_kb = srv.rss_kb();
     assert!(rss_kb < 200_000, "RSS grew to {rss_kb} kB");
 }
 
@@ -205,9 +170,7 @@ fn huge_multiget_output_is_streamed_not_buffered() {
         assert_eq!(&buf[..header.len()], header, "item {i}");
         assert!(buf[header.len()..header.len() + value.len()] == value[..]);
         if i % 50 == 0 {
-            let status = std::fs::read_to_string(format!("/proc/{}/status", srv.child.id())).unwrap();
-            let rss: u64 = status.lines().find(|l| l.starts_with("VmRSS")).unwrap().split_whitespace().nth(1).unwrap().parse().unwrap();
-            peak_kb = peak_kb.max(rss);
+            peak_kb = peak_kb.max(srv.rss_kb());
         }
     }
     let mut end = [0u8; 5];
