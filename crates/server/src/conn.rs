@@ -109,6 +109,8 @@ pub struct Conn {
     after_swallow: Option<mnemo_proto::ErrorReply>,
     /// Keys of the multi-get at the front of the input already answered.
     resume: usize,
+    /// Keys whose values are in the unsent output (see `exec::PendingReads`).
+    reads: exec::PendingReads,
     /// Close as soon as the pending output is written.
     closing: bool,
     shutdown: bool,
@@ -132,6 +134,7 @@ impl Conn {
             swallow: 0,
             after_swallow: None,
             resume: 0,
+            reads: exec::PendingReads::default(),
             closing: false,
             shutdown: false,
             drained: false,
@@ -253,7 +256,7 @@ impl Conn {
                     let next = if sh.config.text_auth && !self.authed {
                         exec::unauthenticated(req, sh, &mut self.authed, &mut self.wbuf)
                     } else {
-                        exec::execute_from(req, self.resume, sh, c, &mut self.wbuf)
+                        exec::execute_from(req, self.resume, sh, c, &mut self.wbuf, &mut self.reads)
                     };
                     if let Next::Resume(done) = next {
                         // Leave the request in place; it continues once the output drains.
@@ -262,8 +265,11 @@ impl Conn {
                     }
                     self.resume = 0;
                     self.rpos += n;
+                    if next == Next::Flush {
+                        return Progress::OutputFull;
+                    }
                     match next {
-                        Next::Continue | Next::Resume(_) => {}
+                        Next::Continue | Next::Resume(_) | Next::Flush => {}
                         Next::Swallow(s, reply) => {
                             self.swallow = s;
                             self.after_swallow = reply;
@@ -307,6 +313,7 @@ impl Conn {
         }
         self.wbuf.clear();
         self.wpos = 0;
+        self.reads.clear();
         Ok(true)
     }
 

@@ -23,6 +23,8 @@ pub enum Next {
     Close,
     /// Stop the server (`shutdown` with -A).
     Shutdown,
+    /// Write pending output now (`mn`, which memcached documents as forcing a writeback).
+    Flush,
     /// A multi-get produced a full output buffer after this many keys: write, then run the
     /// same request again from that key on (the request stays unconsumed meanwhile).
     Resume(usize),
@@ -46,15 +48,49 @@ fn error(out: &mut Vec<u8>, noreply: bool, e: ErrorReply) {
 }
 
 pub fn execute(req: Request<'_>, sh: &Shared, c: &Counters, out: &mut Vec<u8>) -> Next {
-    execute_from(req, 0, sh, c, out)
+    execute_from(req, 0, sh, c, out, &mut PendingReads::default())
+}
+
+/// Keys whose values sit in this connection's unsent output. memcached's replies hold a
+/// reference to such items, and an incr/decr that shrinks a referenced number stores a new
+/// item of the new length instead of rewriting it in place with space padding; tracking
+/// the same fact reproduces its bytes exactly.
+#[derive(Default)]
+pub struct PendingReads(Vec<u64>);
+
+impl PendingReads {
+    fn key_hash(key: &[u8]) -> u64 {
+        // FNV-1a: a collision only changes whether a shrunken number is padded.
+        key.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
+    }
+
+    fn add(&mut self, key: &[u8]) {
+        self.0.push(Self::key_hash(key));
+    }
+
+    fn holds(&self, key: &[u8]) -> bool {
+        !self.0.is_empty() && self.0.contains(&Self::key_hash(key))
+    }
+
+    /// The output was written: no reply references an item any more.
+    pub fn clear(&mut self) {
+        self.0.clear();
+    }
 }
 
 /// `execute`, with the first `skip` keys of a multi-get already answered.
-pub fn execute_from(req: Request<'_>, skip: usize, sh: &Shared, c: &Counters, out: &mut Vec<u8>) -> Next {
+pub fn execute_from(
+    req: Request<'_>,
+    skip: usize,
+    sh: &Shared,
+    c: &Counters,
+    out: &mut Vec<u8>,
+    reads: &mut PendingReads,
+) -> Next {
     let now = sh.clock.now();
     let store = &sh.store;
     match req {
-        Request::Get { keys, cas, touch } => get(keys, skip, cas, touch, sh, c, out),
+        Request::Get { keys, cas, touch } => get(keys, skip, cas, touch, sh, c, out, reads),
         Request::Store { kind, key, flags, exptime, data, cas, noreply } => {
             bump(&c.cmd_set, 1);
             sh.detail.record(key, sh.config.prefix_delimiter, Event::Set);
@@ -125,7 +161,7 @@ pub fn execute_from(req: Request<'_>, skip: usize, sh: &Shared, c: &Counters, ou
         }
         Request::Delta { key, incr, delta, noreply } => {
             let (hits, misses) = if incr { (&c.incr_hits, &c.incr_misses) } else { (&c.decr_hits, &c.decr_misses) };
-            match store.delta(key, incr, delta, now, mnemo_proto::num::parse_u64) {
+            match store.delta_padded(key, incr, delta, now, mnemo_proto::num::parse_u64, !reads.holds(key)) {
                 Ok((value, _cas)) => {
                     bump(hits, 1);
                     if !noreply {
@@ -185,7 +221,7 @@ pub fn execute_from(req: Request<'_>, skip: usize, sh: &Shared, c: &Counters, ou
         }
         Request::MetaNoop => {
             line(out, b"MN");
-            Next::Continue
+            Next::Flush
         }
         Request::Verbosity { level, noreply } => {
             sh.verbosity.store(level.min(u32::from(crate::MAX_VERBOSITY)) as u8, Relaxed);
@@ -239,7 +275,17 @@ pub fn unauthenticated(req: Request<'_>, sh: &Shared, authed: &mut bool, out: &m
     }
 }
 
-fn get(keys: Keys<'_>, skip: usize, cas: bool, touch: Option<i32>, sh: &Shared, c: &Counters, out: &mut Vec<u8>) -> Next {
+#[allow(clippy::too_many_arguments)]
+fn get(
+    keys: Keys<'_>,
+    skip: usize,
+    cas: bool,
+    touch: Option<i32>,
+    sh: &Shared,
+    c: &Counters,
+    out: &mut Vec<u8>,
+    reads: &mut PendingReads,
+) -> Next {
     let now = sh.clock.now();
     let exp = touch.map(|e| sh.clock.item_expiry(e));
     let start = out.len();
@@ -265,7 +311,10 @@ fn get(keys: Keys<'_>, skip: usize, cas: bool, touch: Option<i32>, sh: &Shared, 
         sh.detail.record(key, sh.config.prefix_delimiter, Event::Get { hit: found.is_hit() });
         let (hits, misses) = if exp.is_some() { (&c.touch_hits, &c.touch_misses) } else { (&c.get_hits, &c.get_misses) };
         match found {
-            Lookup::Hit(()) => bump(hits, 1),
+            Lookup::Hit(()) => {
+                bump(hits, 1);
+                reads.add(key);
+            }
             Lookup::Miss => bump(misses, 1),
             Lookup::Expired => {
                 bump(misses, 1);

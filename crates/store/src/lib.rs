@@ -263,11 +263,27 @@ impl Store {
         now: Time,
         parse: impl FnOnce(&[u8]) -> Option<u64>,
     ) -> Result<(u64, u64), DeltaError> {
+        self.delta_padded(key, incr, delta, now, parse, true)
+    }
+
+    /// incr/decr choosing memcached's two outcomes for a number that got shorter: `pad`
+    /// keeps the old length, space-padded (memcached's in-place rewrite, taken when nobody
+    /// else holds the item); otherwise the value is just the digits (memcached's new item,
+    /// taken when e.g. a reply still being sent references the old one).
+    pub fn delta_padded(
+        &self,
+        key: &[u8],
+        incr: bool,
+        delta: u64,
+        now: Time,
+        parse: impl FnOnce(&[u8]) -> Option<u64>,
+        pad: bool,
+    ) -> Result<(u64, u64), DeltaError> {
         if !Self::valid_key(key) {
             return Err(DeltaError::NotFound);
         }
         let h = Self::hash(key);
-        self.with_shard(h, now, |s, env| s.delta(env, h, key, incr, delta, now, parse))
+        self.with_shard(h, now, |s, env| s.delta(env, h, key, incr, delta, now, parse, pad))
     }
 
     /// Invalidates everything written before the store first sees `now >= at`. O(shards) here;

@@ -601,8 +601,9 @@ impl Shard {
         delta: u64,
         now: Time,
         parse: impl FnOnce(&[u8]) -> Option<u64>,
+        pad: bool,
     ) -> Result<(u64, u64), DeltaError> {
-        let r = self.delta_inner(env, h, key, incr, delta, now, parse);
+        let r = self.delta_inner(env, h, key, incr, delta, now, parse, pad);
         self.sync_overhead(env);
         self.trim(env, now);
         r
@@ -618,6 +619,7 @@ impl Shard {
         delta: u64,
         now: Time,
         parse: impl FnOnce(&[u8]) -> Option<u64>,
+        pad: bool,
     ) -> Result<(u64, u64), DeltaError> {
         let mut parse = Some(parse);
         // Computed once: a retry after eviction finds the same value (eviction moves, never
@@ -642,7 +644,7 @@ impl Shard {
             let (n, digits, dl) = result.unwrap();
             // memcached rewrites in place when the number got shorter, leaving the old length
             // padded with spaces ("10" decr 1 -> "9 "); we reproduce the bytes.
-            let vlen = dl.max(old_len);
+            let vlen = if pad { dl.max(old_len) } else { dl };
             let nh = NewHeader { key_len: hdr.key_len, value_len: vlen as u32, flags: hdr.flags, exp: hdr.exp, cas: None };
             let (nseg, noff) = match self.reserve(env, nh.total_len(), ttl_bucket(hdr.exp, now), now) {
                 Ok(Reserve::At(a, b)) => (a, b),
