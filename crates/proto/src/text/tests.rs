@@ -144,3 +144,24 @@ proptest::proptest! {
         }
     }
 }
+
+#[test]
+fn fast_get_path_agrees_with_the_general_one() {
+    // Each line parsed both ways: via the fast path, and with a leading space (which forces
+    // the tokenizer); the answers must agree.
+    let long = "k".repeat(251);
+    for line in ["get a", "gets a b  c", "get  ", "get a HTTP/1.1", &format!("get a {long}"), "get a\tb", "gets "] {
+        let fast_in = format!("{line}\r\n");
+        let fast = p(fast_in.as_bytes());
+        let slow_in = format!(" {line}\r\n");
+        let slow = p(slow_in.as_bytes());
+        match (fast, slow) {
+            (Parsed::Request(Request::Get { keys: a, cas: c1, .. }, _), Parsed::Request(Request::Get { keys: b, cas: c2, .. }, _)) => {
+                assert_eq!(a.iter().collect::<Vec<_>>(), b.iter().collect::<Vec<_>>(), "{line:?}");
+                assert_eq!(c1, c2);
+            }
+            (Parsed::Error { reply: r1, .. }, Parsed::Error { reply: r2, .. }) => assert_eq!(r1, r2, "{line:?}"),
+            (f, s) => panic!("{line:?}: fast {f:?} vs general {s:?}"),
+        }
+    }
+}
