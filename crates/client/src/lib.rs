@@ -1,0 +1,1 @@
+//! mnemo-client (in progress).
