@@ -1,1 +1,2 @@
 //! mnemo-client (in progress).
+pub mod codec;
