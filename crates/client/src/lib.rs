@@ -1,2 +1,3 @@
 //! mnemo-client (in progress).
 pub mod codec;
+pub mod ketama;
