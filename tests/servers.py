@@ -53,7 +53,13 @@ class Server:
         deadline = time.monotonic() + START_DEADLINE
         while True:
             try:
-                self.connect(timeout=1).close()
+                s = self.connect(timeout=1)
+                # On loopback a connect to a port nobody listens on can succeed as a TCP
+                # self-connect (source port == destination port): that is not the server.
+                selfconn = not unix and s.getsockname() == s.getpeername()
+                s.close()
+                if selfconn:
+                    raise ConnectionRefusedError("self-connect")
                 break
             except OSError:
                 if self.proc.poll() is not None:

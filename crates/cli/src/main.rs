@@ -4,7 +4,9 @@
 //! arguments (a clap `Args` struct) and its `run`, so adding one is a variant here and a module.
 //!
 //! ```text
-//!   mnemo bench --server 127.0.0.1:11211 ...   load generator (src/bench/)
+//!   mnemo bench --server 127.0.0.1:11211 ...          load generator (src/bench/)
+//!   mnemo [--servers h:p[:w],...] get|set|delete|touch|incr|decr|stats|keys|flush|route ...
+//!                                                     operator commands (src/ops.rs)
 //! ```
 
 use std::process::ExitCode;
@@ -12,6 +14,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod ops;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -20,6 +23,8 @@ mod bench;
     about = "mnemo: tools for memcached-protocol servers"
 )]
 struct Cli {
+    #[command(flatten)]
+    target: ops::Target,
     #[command(subcommand)]
     command: Command,
 }
@@ -28,10 +33,14 @@ struct Cli {
 enum Command {
     /// Load generator: drive a memcached-protocol server and report throughput and latency.
     Bench(bench::BenchArgs),
+    #[command(flatten)]
+    Op(ops::Op),
 }
 
 fn main() -> ExitCode {
-    match Cli::parse().command {
+    let cli = Cli::parse();
+    match cli.command {
         Command::Bench(args) => bench::run(args),
+        Command::Op(op) => ops::run(&cli.target, op),
     }
 }

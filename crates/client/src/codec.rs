@@ -72,16 +72,42 @@ pub enum Request<'a> {
         cas: u64,
         noreply: bool,
     },
-    Retrieve { cmd: RetrieveCmd, keys: &'a [&'a [u8]] },
-    Delete { key: &'a [u8], noreply: bool },
-    Incr { key: &'a [u8], delta: u64, noreply: bool },
-    Decr { key: &'a [u8], delta: u64, noreply: bool },
-    Touch { key: &'a [u8], exptime: i64, noreply: bool },
-    FlushAll { delay: Option<u32>, noreply: bool },
+    Retrieve {
+        cmd: RetrieveCmd,
+        keys: &'a [&'a [u8]],
+    },
+    Delete {
+        key: &'a [u8],
+        noreply: bool,
+    },
+    Incr {
+        key: &'a [u8],
+        delta: u64,
+        noreply: bool,
+    },
+    Decr {
+        key: &'a [u8],
+        delta: u64,
+        noreply: bool,
+    },
+    Touch {
+        key: &'a [u8],
+        exptime: i64,
+        noreply: bool,
+    },
+    FlushAll {
+        delay: Option<u32>,
+        noreply: bool,
+    },
     Version,
-    Verbosity { level: u32, noreply: bool },
+    Verbosity {
+        level: u32,
+        noreply: bool,
+    },
     /// `stats` or `stats <arg>`.
-    Stats { arg: Option<&'a str> },
+    Stats {
+        arg: Option<&'a str>,
+    },
     /// `lru_crawler metadump all`: one line per item (memcached >= 1.4.31).
     MetadumpAll,
     Quit,
@@ -136,7 +162,10 @@ pub struct Encoder<'a> {
 
 impl<'a> Encoder<'a> {
     pub fn new() -> Self {
-        Encoder { head: Vec::with_capacity(256), parts: Vec::new() }
+        Encoder {
+            head: Vec::with_capacity(256),
+            parts: Vec::new(),
+        }
     }
 
     /// Total bytes to write.
@@ -185,7 +214,15 @@ impl<'a> Encoder<'a> {
     pub fn push(&mut self, req: &Request<'a>) {
         let h = &mut self.head;
         match *req {
-            Request::Store { cmd, key, flags, exptime, value, cas, noreply } => {
+            Request::Store {
+                cmd,
+                key,
+                flags,
+                exptime,
+                value,
+                cas,
+                noreply,
+            } => {
                 h.extend_from_slice(cmd.name());
                 self.sp(key);
                 self.head.push(b' ');
@@ -230,15 +267,32 @@ impl<'a> Encoder<'a> {
                 self.noreply(noreply);
                 self.head.extend_from_slice(b"\r\n");
             }
-            Request::Incr { key, delta, noreply } | Request::Decr { key, delta, noreply } => {
-                h.extend_from_slice(if matches!(req, Request::Incr { .. }) { b"incr" } else { b"decr" });
+            Request::Incr {
+                key,
+                delta,
+                noreply,
+            }
+            | Request::Decr {
+                key,
+                delta,
+                noreply,
+            } => {
+                h.extend_from_slice(if matches!(req, Request::Incr { .. }) {
+                    b"incr"
+                } else {
+                    b"decr"
+                });
                 self.sp(key);
                 self.head.push(b' ');
                 self.num(delta);
                 self.noreply(noreply);
                 self.head.extend_from_slice(b"\r\n");
             }
-            Request::Touch { key, exptime, noreply } => {
+            Request::Touch {
+                key,
+                exptime,
+                noreply,
+            } => {
                 h.extend_from_slice(b"touch");
                 self.sp(key);
                 self.head.push(b' ');
@@ -297,7 +351,10 @@ impl<'a> Encoder<'a> {
 
     /// Everything as one contiguous buffer (tests, small requests).
     pub fn to_vec(&self) -> Vec<u8> {
-        self.io_slices().iter().flat_map(|s| s.iter().copied()).collect()
+        self.io_slices()
+            .iter()
+            .flat_map(|s| s.iter().copied())
+            .collect()
     }
 }
 
@@ -408,7 +465,13 @@ pub struct ReplyDecoder {
 
 impl ReplyDecoder {
     pub fn new(expect: Expect) -> Self {
-        ReplyDecoder { expect, pos: 0, values: Vec::new(), stats: Vec::new(), lines: Vec::new() }
+        ReplyDecoder {
+            expect,
+            pos: 0,
+            values: Vec::new(),
+            stats: Vec::new(),
+            lines: Vec::new(),
+        }
     }
 
     /// Start on a new reply.
@@ -501,9 +564,10 @@ impl ReplyDecoder {
                         (Expect::Delete, b"DELETED") => Reply::Deleted,
                         (Expect::Touch, b"TOUCHED") => Reply::Touched,
                         (Expect::Ok, b"OK") => Reply::Ok,
-                        (Expect::Storage | Expect::Delete | Expect::Touch | Expect::Arith, b"NOT_FOUND") => {
-                            Reply::NotFound
-                        }
+                        (
+                            Expect::Storage | Expect::Delete | Expect::Touch | Expect::Arith,
+                            b"NOT_FOUND",
+                        ) => Reply::NotFound,
                         (Expect::Arith, digits) => match parse_u64(digits) {
                             Some(n) => Reply::Number(n),
                             None => return Err(unexpected(line)),
@@ -543,15 +607,26 @@ fn parse_u64(s: &[u8]) -> Option<u64> {
     std::str::from_utf8(s).ok()?.parse().ok()
 }
 
-fn parse_value_line(line: &[u8], cas: bool) -> Result<(&[u8], u32, usize, Option<u64>), CodecError> {
+/// A `VALUE` line's key, flags, data length and cas.
+type ValueLine<'a> = (&'a [u8], u32, usize, Option<u64>);
+
+fn parse_value_line(line: &[u8], cas: bool) -> Result<ValueLine<'_>, CodecError> {
     let mut it = line.split(|&b| b == b' ');
     let bad = || unexpected(line);
     if it.next() != Some(b"VALUE") {
         return Err(bad());
     }
     let key = it.next().filter(|k| !k.is_empty()).ok_or_else(bad)?;
-    let flags = it.next().and_then(parse_u64).and_then(|f| u32::try_from(f).ok()).ok_or_else(bad)?;
-    let len = it.next().and_then(parse_u64).and_then(|l| usize::try_from(l).ok()).ok_or_else(bad)?;
+    let flags = it
+        .next()
+        .and_then(parse_u64)
+        .and_then(|f| u32::try_from(f).ok())
+        .ok_or_else(bad)?;
+    let len = it
+        .next()
+        .and_then(parse_u64)
+        .and_then(|l| usize::try_from(l).ok())
+        .ok_or_else(bad)?;
     let c = match it.next() {
         Some(c) => Some(parse_u64(c).ok_or_else(bad)?),
         None if cas => return Err(bad()),

@@ -41,7 +41,11 @@ pub struct SpecError {
 
 impl ServerSpec {
     pub fn new(host: impl Into<String>, port: u16) -> Self {
-        ServerSpec { host: host.into(), port, weight: 1 }
+        ServerSpec {
+            host: host.into(),
+            port,
+            weight: 1,
+        }
     }
 
     pub fn with_weight(mut self, weight: u32) -> Self {
@@ -51,13 +55,22 @@ impl ServerSpec {
 
     /// `host`, `host:port`, `host:port:weight`, `[v6]`, `[v6]:port[:weight]`.
     pub fn parse(spec: &str) -> Result<Self, SpecError> {
-        let err = |why| SpecError { spec: spec.to_owned(), why };
+        let err = |why| SpecError {
+            spec: spec.to_owned(),
+            why,
+        };
         let s = spec.trim();
         let (host, rest) = if let Some(v6) = s.strip_prefix('[') {
             let (h, r) = v6.split_once(']').ok_or_else(|| err("no closing ]"))?;
             match r {
                 "" => (h, None),
-                r => (h, Some(r.strip_prefix(':').ok_or_else(|| err("expected : after ]"))?)),
+                r => (
+                    h,
+                    Some(
+                        r.strip_prefix(':')
+                            .ok_or_else(|| err("expected : after ]"))?,
+                    ),
+                ),
             }
         } else {
             match s.split_once(':') {
@@ -89,12 +102,19 @@ impl ServerSpec {
         if weight == 0 {
             return Err(err("weight must be at least 1"));
         }
-        Ok(ServerSpec { host: host.to_owned(), port, weight })
+        Ok(ServerSpec {
+            host: host.to_owned(),
+            port,
+            weight,
+        })
     }
 
     /// A comma-separated list, as `--servers` takes it.
     pub fn parse_list(list: &str) -> Result<Vec<Self>, SpecError> {
-        list.split(',').filter(|s| !s.trim().is_empty()).map(ServerSpec::parse).collect()
+        list.split(',')
+            .filter(|s| !s.trim().is_empty())
+            .map(ServerSpec::parse)
+            .collect()
     }
 
     /// The address to connect to.
@@ -177,13 +197,20 @@ impl Ketama {
                 };
                 let d = Md5::digest(name.as_bytes());
                 for a in 0..4 {
-                    let v = u32::from_le_bytes([d[4 * a], d[4 * a + 1], d[4 * a + 2], d[4 * a + 3]]);
-                    points.push(Point { value: v, server: i as u32 });
+                    let v =
+                        u32::from_le_bytes([d[4 * a], d[4 * a + 1], d[4 * a + 2], d[4 * a + 3]]);
+                    points.push(Point {
+                        value: v,
+                        server: i as u32,
+                    });
                 }
             }
         }
         points.sort_unstable();
-        Ketama { points, servers: servers.len() }
+        Ketama {
+            points,
+            servers: servers.len(),
+        }
     }
 
     pub fn server_count(&self) -> usize {
@@ -213,7 +240,10 @@ impl Ketama {
         match self.servers {
             0 => None,
             1 => Some(0),
-            _ => self.points.get(self.first_point(hash)).map(|p| p.server as usize),
+            _ => self
+                .points
+                .get(self.first_point(hash))
+                .map(|p| p.server as usize),
         }
     }
 
@@ -223,13 +253,20 @@ impl Ketama {
     }
 
     /// The first server at or after the key's point that `live` accepts.
-    pub fn route_live(&self, key: &[u8], hash_tags: bool, live: impl Fn(usize) -> bool) -> Option<usize> {
+    pub fn route_live(
+        &self,
+        key: &[u8],
+        hash_tags: bool,
+        live: impl Fn(usize) -> bool,
+    ) -> Option<usize> {
         if self.servers <= 1 || self.points.is_empty() {
             return (self.servers == 1 && live(0)).then_some(0);
         }
         let start = self.first_point(key_hash(hashed_part(key, hash_tags)));
         let n = self.points.len();
-        (0..n).map(|i| self.points[(start + i) % n].server as usize).find(|&s| live(s))
+        (0..n)
+            .map(|i| self.points[(start + i) % n].server as usize)
+            .find(|&s| live(s))
     }
 }
 
@@ -240,10 +277,22 @@ mod tests {
     #[test]
     fn parses_specs() {
         assert_eq!(ServerSpec::parse("h").unwrap(), ServerSpec::new("h", 11211));
-        assert_eq!(ServerSpec::parse("h:1234").unwrap(), ServerSpec::new("h", 1234));
-        assert_eq!(ServerSpec::parse("h:1234:3").unwrap(), ServerSpec::new("h", 1234).with_weight(3));
-        assert_eq!(ServerSpec::parse("[::1]").unwrap(), ServerSpec::new("::1", 11211));
-        assert_eq!(ServerSpec::parse("[::1]:5:2").unwrap(), ServerSpec::new("::1", 5).with_weight(2));
+        assert_eq!(
+            ServerSpec::parse("h:1234").unwrap(),
+            ServerSpec::new("h", 1234)
+        );
+        assert_eq!(
+            ServerSpec::parse("h:1234:3").unwrap(),
+            ServerSpec::new("h", 1234).with_weight(3)
+        );
+        assert_eq!(
+            ServerSpec::parse("[::1]").unwrap(),
+            ServerSpec::new("::1", 11211)
+        );
+        assert_eq!(
+            ServerSpec::parse("[::1]:5:2").unwrap(),
+            ServerSpec::new("::1", 5).with_weight(2)
+        );
         assert_eq!(ServerSpec::parse("[::1]:5").unwrap().addr(), "[::1]:5");
         for bad in ["", ":1", "h:x", "h:1:x", "h:1:0", "h:0", "[::1", "[::1]x"] {
             assert!(ServerSpec::parse(bad).is_err(), "{bad}");
@@ -277,11 +326,16 @@ mod tests {
     #[test]
     fn hash_tags() {
         assert_eq!(hashed_part(b"user:{42}:friends", true), b"42");
-        assert_eq!(hashed_part(b"user:{42}:friends", false), b"user:{42}:friends");
+        assert_eq!(
+            hashed_part(b"user:{42}:friends", false),
+            b"user:{42}:friends"
+        );
         assert_eq!(hashed_part(b"a{}b{c}", true), b"a{}b{c}");
         assert_eq!(hashed_part(b"a{bc", true), b"a{bc");
         assert_eq!(hashed_part(b"}a{b}", true), b"b");
-        let s: Vec<_> = (0..5).map(|i| ServerSpec::new("10.0.0.1", 2000 + i)).collect();
+        let s: Vec<_> = (0..5)
+            .map(|i| ServerSpec::new("10.0.0.1", 2000 + i))
+            .collect();
         let k = Ketama::new(&s);
         let owner = k.route(b"{tag}", true);
         for i in 0..50 {
@@ -291,7 +345,9 @@ mod tests {
 
     #[test]
     fn ejected_servers_keys_move_to_the_next_point_only() {
-        let s: Vec<_> = (0..4).map(|i| ServerSpec::new("127.0.0.1", 3000 + i).with_weight(i as u32 + 1)).collect();
+        let s: Vec<_> = (0..4)
+            .map(|i| ServerSpec::new("127.0.0.1", 3000 + i).with_weight(i as u32 + 1))
+            .collect();
         let k = Ketama::new(&s);
         for i in 0..2000 {
             let key = format!("key{i}");

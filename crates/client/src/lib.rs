@@ -1,3 +1,40 @@
-//! mnemo-client (in progress).
+//! mnemo-client: a Rust client for memcached-protocol servers (mnemod, memcached).
+//!
+//! It owns what a memcached deployment leaves to its clients: which server holds a key
+//! (libmemcached-compatible weighted ketama, optional `{hash tags}`), how requests hit the wire
+//! (one vectored write per batch, TCP_NODELAY, pipelined multi-key commands fanned out to all
+//! servers at once), and how values become bytes and flags (a pluggable serde, zstd or zlib
+//! compression with a threshold, a minimum saving and already-compressed detection).
+//!
+//! ```text
+//!   Client::get_multi(keys)
+//!     ├─ ketama: key -> server (ejected servers skipped)      ketama.rs
+//!     ├─ per server, concurrently:                            ops.rs, client.rs
+//!     │    pool -> Conn: one writev of all requests,          node.rs, conn.rs
+//!     │          replies decoded as they arrive               codec.rs (I/O-free)
+//!     └─ merge; values decompressed by flags, then the serde  serde.rs, compress.rs
+//! ```
+//!
+//! [`Client`] is async (tokio); [`blocking::Client`] is the same client for code without a
+//! runtime.
+
+pub mod admin;
+pub mod blocking;
+mod client;
 pub mod codec;
+pub mod compress;
+mod conn;
+mod error;
 pub mod ketama;
+mod node;
+mod ops;
+pub mod serde;
+
+pub use admin::{KeyInfo, PerServer};
+pub use client::{Client, Config};
+pub use codec::StoreCmd;
+pub use compress::{Algorithm, Compression};
+pub use error::{Error, Result};
+pub use ketama::ServerSpec;
+pub use ops::{Item, SetOptions, StoreOutcome};
+pub use serde::{FlagProfile, FlagSerde, Serde, Value, ValueRef};

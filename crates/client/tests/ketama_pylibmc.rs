@@ -21,13 +21,28 @@ fn keys() -> Vec<String> {
 fn check(weights: &[u32]) {
     let Some(py) = python() else { return };
     let servers: Vec<Server> = weights.iter().map(|_| Server::memcached(&[])).collect();
-    let specs: Vec<ServerSpec> =
-        servers.iter().zip(weights).map(|(s, &w)| ServerSpec::new("127.0.0.1", s.port).with_weight(w)).collect();
-    let list = specs.iter().map(|s| format!("{}:{}:{}", s.host, s.port, s.weight)).collect::<Vec<_>>().join(",");
+    let specs: Vec<ServerSpec> = servers
+        .iter()
+        .zip(weights)
+        .map(|(s, &w)| ServerSpec::new("127.0.0.1", s.port).with_weight(w))
+        .collect();
+    let list = specs
+        .iter()
+        .map(|s| format!("{}:{}:{}", s.host, s.port, s.weight))
+        .collect::<Vec<_>>()
+        .join(",");
     let keys = keys();
-    let keyfile = std::env::temp_dir().join(format!("mnemo-ketama-{}-{}.txt", std::process::id(), weights.len()));
+    let keyfile = std::env::temp_dir().join(format!(
+        "mnemo-ketama-{}-{}.txt",
+        std::process::id(),
+        weights.len()
+    ));
     std::fs::write(&keyfile, keys.join("\n")).unwrap();
-    let out = run_python(&py, "ketama_pylibmc.py", &[&list, keyfile.to_str().unwrap()]);
+    let out = run_python(
+        &py,
+        "ketama_pylibmc.py",
+        &[&list, keyfile.to_str().unwrap()],
+    );
     let _ = std::fs::remove_file(&keyfile);
 
     let ring = Ketama::new(&specs);
@@ -39,13 +54,25 @@ fn check(weights: &[u32]) {
         let ours = ring.route(key.as_bytes(), false).unwrap();
         per_server[ours] += 1;
         if specs[ours].addr() != owner {
-            wrong.push(format!("{key}: pylibmc {owner}, mnemo {}", specs[ours].addr()));
+            wrong.push(format!(
+                "{key}: pylibmc {owner}, mnemo {}",
+                specs[ours].addr()
+            ));
         }
         seen += 1;
     }
     assert_eq!(seen, keys.len());
-    assert!(wrong.is_empty(), "{} of {} keys routed differently, e.g. {:?}", wrong.len(), seen, &wrong[..wrong.len().min(5)]);
-    eprintln!("weights {weights:?}: all {seen} keys agree; keys per server {per_server:?}; points {:?}", ring.point_counts());
+    assert!(
+        wrong.is_empty(),
+        "{} of {} keys routed differently, e.g. {:?}",
+        wrong.len(),
+        seen,
+        &wrong[..wrong.len().min(5)]
+    );
+    eprintln!(
+        "weights {weights:?}: all {seen} keys agree; keys per server {per_server:?}; points {:?}",
+        ring.point_counts()
+    );
 }
 
 #[test]

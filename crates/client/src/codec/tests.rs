@@ -15,29 +15,115 @@ fn encodes_every_command() {
     let k: &[u8] = b"k";
     let cases: Vec<(Request<'_>, &[u8])> = vec![
         (
-            Request::Store { cmd: StoreCmd::Set, key: k, flags: 5, exptime: 0, value: b"ab", cas: 0, noreply: false },
+            Request::Store {
+                cmd: StoreCmd::Set,
+                key: k,
+                flags: 5,
+                exptime: 0,
+                value: b"ab",
+                cas: 0,
+                noreply: false,
+            },
             b"set k 5 0 2\r\nab\r\n",
         ),
         (
-            Request::Store { cmd: StoreCmd::Cas, key: k, flags: 0, exptime: -1, value: b"", cas: 77, noreply: true },
+            Request::Store {
+                cmd: StoreCmd::Cas,
+                key: k,
+                flags: 0,
+                exptime: -1,
+                value: b"",
+                cas: 77,
+                noreply: true,
+            },
             b"cas k 0 -1 0 77 noreply\r\n\r\n",
         ),
         (
-            Request::Store { cmd: StoreCmd::Prepend, key: k, flags: 0, exptime: 0, value: b"x", cas: 9, noreply: false },
+            Request::Store {
+                cmd: StoreCmd::Prepend,
+                key: k,
+                flags: 0,
+                exptime: 0,
+                value: b"x",
+                cas: 9,
+                noreply: false,
+            },
             b"prepend k 0 0 1\r\nx\r\n",
         ),
-        (Request::Retrieve { cmd: RetrieveCmd::Get, keys: &[b"a", b"b"] }, b"get a b\r\n"),
-        (Request::Retrieve { cmd: RetrieveCmd::Gats(100), keys: &[b"a"] }, b"gats 100 a\r\n"),
-        (Request::Delete { key: k, noreply: false }, b"delete k\r\n"),
-        (Request::Incr { key: k, delta: u64::MAX, noreply: false }, b"incr k 18446744073709551615\r\n"),
-        (Request::Decr { key: k, delta: 1, noreply: true }, b"decr k 1 noreply\r\n"),
-        (Request::Touch { key: k, exptime: 10, noreply: false }, b"touch k 10\r\n"),
-        (Request::FlushAll { delay: None, noreply: false }, b"flush_all\r\n"),
-        (Request::FlushAll { delay: Some(3), noreply: true }, b"flush_all 3 noreply\r\n"),
+        (
+            Request::Retrieve {
+                cmd: RetrieveCmd::Get,
+                keys: &[b"a", b"b"],
+            },
+            b"get a b\r\n",
+        ),
+        (
+            Request::Retrieve {
+                cmd: RetrieveCmd::Gats(100),
+                keys: &[b"a"],
+            },
+            b"gats 100 a\r\n",
+        ),
+        (
+            Request::Delete {
+                key: k,
+                noreply: false,
+            },
+            b"delete k\r\n",
+        ),
+        (
+            Request::Incr {
+                key: k,
+                delta: u64::MAX,
+                noreply: false,
+            },
+            b"incr k 18446744073709551615\r\n",
+        ),
+        (
+            Request::Decr {
+                key: k,
+                delta: 1,
+                noreply: true,
+            },
+            b"decr k 1 noreply\r\n",
+        ),
+        (
+            Request::Touch {
+                key: k,
+                exptime: 10,
+                noreply: false,
+            },
+            b"touch k 10\r\n",
+        ),
+        (
+            Request::FlushAll {
+                delay: None,
+                noreply: false,
+            },
+            b"flush_all\r\n",
+        ),
+        (
+            Request::FlushAll {
+                delay: Some(3),
+                noreply: true,
+            },
+            b"flush_all 3 noreply\r\n",
+        ),
         (Request::Version, b"version\r\n"),
-        (Request::Verbosity { level: 1, noreply: false }, b"verbosity 1\r\n"),
+        (
+            Request::Verbosity {
+                level: 1,
+                noreply: false,
+            },
+            b"verbosity 1\r\n",
+        ),
         (Request::Stats { arg: None }, b"stats\r\n"),
-        (Request::Stats { arg: Some("settings") }, b"stats settings\r\n"),
+        (
+            Request::Stats {
+                arg: Some("settings"),
+            },
+            b"stats settings\r\n",
+        ),
         (Request::MetadumpAll, b"lru_crawler metadump all\r\n"),
         (Request::Quit, b"quit\r\n"),
     ];
@@ -50,8 +136,24 @@ fn encodes_every_command() {
 fn large_values_are_borrowed_not_copied() {
     let big = vec![b'x'; BORROW_MIN];
     let mut e = Encoder::new();
-    e.push(&Request::Store { cmd: StoreCmd::Set, key: b"a", flags: 0, exptime: 0, value: &big, cas: 0, noreply: false });
-    e.push(&Request::Store { cmd: StoreCmd::Set, key: b"b", flags: 0, exptime: 0, value: &big, cas: 0, noreply: true });
+    e.push(&Request::Store {
+        cmd: StoreCmd::Set,
+        key: b"a",
+        flags: 0,
+        exptime: 0,
+        value: &big,
+        cas: 0,
+        noreply: false,
+    });
+    e.push(&Request::Store {
+        cmd: StoreCmd::Set,
+        key: b"b",
+        flags: 0,
+        exptime: 0,
+        value: &big,
+        cas: 0,
+        noreply: true,
+    });
     let s = e.io_slices();
     assert_eq!(s.len(), 5); // head, big, "\r\nset b ..\r\n", big, "\r\n"
     assert_eq!(s[1].as_ptr(), big.as_ptr());
@@ -65,10 +167,18 @@ fn large_values_are_borrowed_not_copied() {
 
 #[test]
 fn long_multi_get_is_split_into_lines_under_the_limit() {
-    let keys: Vec<Vec<u8>> = (0..100).map(|i| format!("{:0>100}", i).into_bytes()).collect();
+    let keys: Vec<Vec<u8>> = (0..100)
+        .map(|i| format!("{:0>100}", i).into_bytes())
+        .collect();
     let refs: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
-    let bytes = enc(&[Request::Retrieve { cmd: RetrieveCmd::Get, keys: &refs }]);
-    let lines: Vec<&[u8]> = bytes.split(|&b| b == b'\n').filter(|l| !l.is_empty()).collect();
+    let bytes = enc(&[Request::Retrieve {
+        cmd: RetrieveCmd::Get,
+        keys: &refs,
+    }]);
+    let lines: Vec<&[u8]> = bytes
+        .split(|&b| b == b'\n')
+        .filter(|l| !l.is_empty())
+        .collect();
     assert_eq!(lines.len(), retrieve_lines(&refs));
     assert!(lines.len() > 1);
     let mut n = 0;
@@ -102,8 +212,18 @@ fn decodes_values_resumably() {
     assert_eq!(
         r,
         Reply::Values(vec![
-            Entry { key: b"a".to_vec(), flags: 3, cas: Some(10), data: b"hi".to_vec() },
-            Entry { key: b"b".to_vec(), flags: 0, cas: Some(11), data: vec![] },
+            Entry {
+                key: b"a".to_vec(),
+                flags: 3,
+                cas: Some(10),
+                data: b"hi".to_vec()
+            },
+            Entry {
+                key: b"b".to_vec(),
+                flags: 0,
+                cas: Some(11),
+                data: vec![]
+            },
         ])
     );
     let (r, _) = decode_all(Expect::Values { cas: false }, b"END\r\n");
@@ -119,26 +239,63 @@ fn decodes_single_line_replies() {
         (Expect::Storage, b"NOT_FOUND\r\n", Reply::NotFound),
         (Expect::Delete, b"DELETED\r\n", Reply::Deleted),
         (Expect::Touch, b"TOUCHED\r\n", Reply::Touched),
-        (Expect::Arith, b"18446744073709551615\r\n", Reply::Number(u64::MAX)),
+        (
+            Expect::Arith,
+            b"18446744073709551615\r\n",
+            Reply::Number(u64::MAX),
+        ),
         (Expect::Arith, b"NOT_FOUND\r\n", Reply::NotFound),
         (Expect::Ok, b"OK\r\n", Reply::Ok),
-        (Expect::Version, b"VERSION 1.6.18\r\n", Reply::Version("1.6.18".into())),
-        (Expect::Storage, b"SERVER_ERROR object too large for cache\r\n", Reply::Error("SERVER_ERROR object too large for cache".into())),
-        (Expect::Values { cas: false }, b"ERROR\r\n", Reply::Error("ERROR".into())),
-        (Expect::Lines, b"BUSY currently processing crawler request\r\n", Reply::Error("BUSY currently processing crawler request".into())),
+        (
+            Expect::Version,
+            b"VERSION 1.6.18\r\n",
+            Reply::Version("1.6.18".into()),
+        ),
+        (
+            Expect::Storage,
+            b"SERVER_ERROR object too large for cache\r\n",
+            Reply::Error("SERVER_ERROR object too large for cache".into()),
+        ),
+        (
+            Expect::Values { cas: false },
+            b"ERROR\r\n",
+            Reply::Error("ERROR".into()),
+        ),
+        (
+            Expect::Lines,
+            b"BUSY currently processing crawler request\r\n",
+            Reply::Error("BUSY currently processing crawler request".into()),
+        ),
         (Expect::Storage, b"STORED\n", Reply::Stored),
     ];
     for (e, b, want) in cases {
-        assert_eq!(&decode_all(*e, b).0, want, "{:?}", String::from_utf8_lossy(b));
+        assert_eq!(
+            &decode_all(*e, b).0,
+            want,
+            "{:?}",
+            String::from_utf8_lossy(b)
+        );
     }
 }
 
 #[test]
 fn decodes_stats_and_lines() {
     let (r, _) = decode_all(Expect::Stats, b"STAT pid 12\r\nSTAT version 1.6\r\nEND\r\n");
-    assert_eq!(r, Reply::Stats(vec![("pid".into(), "12".into()), ("version".into(), "1.6".into())]));
-    let (r, _) = decode_all(Expect::Lines, b"key=a exp=-1 la=1 cas=2 fetch=no cls=1 size=60\r\nEND\r\n");
-    assert_eq!(r, Reply::Lines(vec!["key=a exp=-1 la=1 cas=2 fetch=no cls=1 size=60".into()]));
+    assert_eq!(
+        r,
+        Reply::Stats(vec![
+            ("pid".into(), "12".into()),
+            ("version".into(), "1.6".into())
+        ])
+    );
+    let (r, _) = decode_all(
+        Expect::Lines,
+        b"key=a exp=-1 la=1 cas=2 fetch=no cls=1 size=60\r\nEND\r\n",
+    );
+    assert_eq!(
+        r,
+        Reply::Lines(vec!["key=a exp=-1 la=1 cas=2 fetch=no cls=1 size=60".into()])
+    );
 }
 
 #[test]
@@ -146,18 +303,28 @@ fn rejects_desynchronised_streams() {
     let bad: &[(Expect, &[u8])] = &[
         (Expect::Storage, b"DELETED\r\n"),
         (Expect::Arith, b"12a\r\n"),
-        (Expect::Values { cas: false }, b"VALUE a x 1\r\nz\r\nEND\r\n"),
+        (
+            Expect::Values { cas: false },
+            b"VALUE a x 1\r\nz\r\nEND\r\n",
+        ),
         (Expect::Values { cas: true }, b"VALUE a 0 1\r\nz\r\nEND\r\n"),
         (Expect::Stats, b"garbage\r\n"),
     ];
     for (e, b) in bad {
-        assert!(ReplyDecoder::new(*e).decode(b).is_err(), "{:?}", String::from_utf8_lossy(b));
+        assert!(
+            ReplyDecoder::new(*e).decode(b).is_err(),
+            "{:?}",
+            String::from_utf8_lossy(b)
+        );
     }
     assert_eq!(
         ReplyDecoder::new(Expect::Values { cas: false }).decode(b"VALUE a 0 1\r\nzz\r\n"),
         Err(CodecError::BadDataEnd)
     );
-    assert_eq!(ReplyDecoder::new(Expect::Ok).decode(&vec![b'x'; MAX_LINE + 1]), Err(CodecError::LineTooLong));
+    assert_eq!(
+        ReplyDecoder::new(Expect::Ok).decode(&vec![b'x'; MAX_LINE + 1]),
+        Err(CodecError::LineTooLong)
+    );
 }
 
 #[test]

@@ -15,7 +15,11 @@ pub struct Server {
 }
 
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 fn workspace() -> PathBuf {
@@ -28,7 +32,9 @@ pub fn mnemod_bin() -> PathBuf {
     if let Ok(p) = std::env::var("MNEMOD_BIN") {
         return PathBuf::from(p);
     }
-    let target = std::env::var("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|_| workspace().join("target"));
+    let target = std::env::var("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| workspace().join("target"));
     let p = target.join("debug/mnemod");
     assert!(
         p.exists(),
@@ -47,8 +53,11 @@ impl Server {
             .unwrap_or_else(|e| panic!("start {name}: {e}"));
         let s = Server { child, port, name };
         let deadline = Instant::now() + Duration::from_secs(10);
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "{name} did not start listening on {port}");
+        while !listening(port) {
+            assert!(
+                Instant::now() < deadline,
+                "{name} did not start listening on {port}"
+            );
             std::thread::yield_now();
         }
         s
@@ -57,14 +66,25 @@ impl Server {
     pub fn memcached(extra: &[&str]) -> Server {
         let port = free_port();
         let mut c = Command::new("memcached");
-        c.args(["-u", "root", "-p", &port.to_string(), "-l", "127.0.0.1", "-U", "0"]).args(extra);
+        c.args([
+            "-u",
+            "root",
+            "-p",
+            &port.to_string(),
+            "-l",
+            "127.0.0.1",
+            "-U",
+            "0",
+        ])
+        .args(extra);
         Server::spawn("memcached", c, port)
     }
 
     pub fn mnemod(extra: &[&str]) -> Server {
         let port = free_port();
         let mut c = Command::new(mnemod_bin());
-        c.args(["-p", &port.to_string(), "-l", "127.0.0.1", "-U", "0"]).args(extra);
+        c.args(["-p", &port.to_string(), "-l", "127.0.0.1", "-U", "0"])
+            .args(extra);
         Server::spawn("mnemod", c, port)
     }
 
@@ -95,8 +115,13 @@ pub fn python() -> Option<PathBuf> {
     match std::env::var("MNEMO_PYTHON") {
         Ok(p) if !p.is_empty() => Some(PathBuf::from(p)),
         _ => {
-            let ci = std::env::var("CI").map(|v| v == "true" || v == "1").unwrap_or(false);
-            assert!(!ci, "MNEMO_PYTHON is unset under CI: the pylibmc/pymemcache interop tests cannot run");
+            let ci = std::env::var("CI")
+                .map(|v| v == "true" || v == "1")
+                .unwrap_or(false);
+            assert!(
+                !ci,
+                "MNEMO_PYTHON is unset under CI: the pylibmc/pymemcache interop tests cannot run"
+            );
             eprintln!(
                 "\n********************************************************************\n\
                  SKIPPED: MNEMO_PYTHON is unset, so the Python interop test did not run.\n\
@@ -111,8 +136,14 @@ pub fn python() -> Option<PathBuf> {
 
 /// Run an interop script with arguments; its stdout, or a panic with its stderr.
 pub fn run_python(py: &PathBuf, script: &str, args: &[&str]) -> String {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/interop").join(script);
-    let out = Command::new(py).arg(&path).args(args).output().unwrap_or_else(|e| panic!("run {}: {e}", py.display()));
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/interop")
+        .join(script);
+    let out = Command::new(py)
+        .arg(&path)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("run {}: {e}", py.display()));
     assert!(
         out.status.success(),
         "{script} failed ({}):\n{}\n{}",
@@ -121,4 +152,14 @@ pub fn run_python(py: &PathBuf, script: &str, args: &[&str]) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8(out.stdout).unwrap()
+}
+
+/// Whether something listens on the port. A connect to a port nobody listens on can still
+/// succeed on loopback when the kernel picks that same port as the source (a TCP self-connect,
+/// likeliest while the server is still starting): such a connection does not count.
+fn listening(port: u16) -> bool {
+    match TcpStream::connect(("127.0.0.1", port)) {
+        Ok(s) => s.local_addr().ok() != s.peer_addr().ok(),
+        Err(_) => false,
+    }
 }

@@ -20,7 +20,7 @@ impl Server {
             .spawn()
             .expect("start mnemod");
         let deadline = Instant::now() + Duration::from_secs(10);
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        while !listening(port) {
             assert!(Instant::now() < deadline, "mnemod did not start listening");
             std::thread::yield_now();
         }
@@ -47,5 +47,15 @@ impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// Whether something listens on the port. A connect to a port nobody listens on can still
+/// succeed on loopback when the kernel picks that same port as the source (a TCP self-connect,
+/// likeliest while the server is still starting): such a connection does not count.
+fn listening(port: u16) -> bool {
+    match TcpStream::connect(("127.0.0.1", port)) {
+        Ok(s) => s.local_addr().ok() != s.peer_addr().ok(),
+        Err(_) => false,
     }
 }
