@@ -1,0 +1,135 @@
+//! The `mnemo` binary's operator commands against real servers, and `mnemo route` against real
+//! pylibmc: the server that holds each of 10,000 keys after pylibmc (`ketama_weighted`) stored
+//! it is the one `mnemo route` names.
+
+#[path = "../../client/tests/common/mod.rs"]
+mod common;
+
+use common::{python, Server};
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+
+fn mnemo(servers: &str, args: &[&str], stdin: Option<&[u8]>) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_mnemo"));
+    cmd.arg("--servers").arg(servers).args(args);
+    cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("run mnemo");
+    if let Some(input) = stdin {
+        child.stdin.take().unwrap().write_all(input).unwrap();
+    }
+    drop(child.stdin.take());
+    child.wait_with_output().unwrap()
+}
+
+fn ok(out: &Output) -> String {
+    assert!(out.status.success(), "mnemo failed: {}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout.clone()).unwrap()
+}
+
+#[test]
+fn operator_commands_on_both_servers() {
+    for srv in Server::both(&[]) {
+        let s = srv.addr();
+        assert!(ok(&mnemo(&s, &["set", "greeting", "hello world"], None)).starts_with("STORED greeting on "));
+        assert_eq!(ok(&mnemo(&s, &["get", "greeting"], None)), "hello world\n");
+        // A value from stdin, stored as bytes.
+        ok(&mnemo(&s, &["set", "--bytes", "blob", "-"], Some(b"\x00\x01\x02")));
+        assert_eq!(mnemo(&s, &["get", "blob"], None).stdout, b"\x00\x01\x02\n");
+        ok(&mnemo(&s, &["set", "n", "10"], None));
+        assert_eq!(ok(&mnemo(&s, &["incr", "n", "5"], None)), "15\n");
+        assert_eq!(ok(&mnemo(&s, &["decr", "n"], None)), "14\n");
+        assert_eq!(ok(&mnemo(&s, &["touch", "n", "100"], None)), "TOUCHED n\n");
+        assert_eq!(ok(&mnemo(&s, &["delete", "n"], None)), "DELETED n\n");
+        // Missing keys: stderr and exit 1.
+        let miss = mnemo(&s, &["get", "n"], None);
+        assert_eq!(miss.status.code(), Some(1));
+        assert_eq!(String::from_utf8_lossy(&miss.stderr), "n: not found\n");
+        // stats: one block per server with the general counters.
+        let stats = ok(&mnemo(&s, &["stats"], None));
+        assert!(stats.starts_with(&format!("# {s}\n")), "{stats}");
+        assert!(stats.lines().any(|l| l.starts_with("cmd_set ") || l.starts_with("cmd_set  ")), "{stats}");
+        let settings = ok(&mnemo(&s, &["stats", "settings"], None));
+        assert!(settings.lines().any(|l| l.split_whitespace().next() == Some("maxconns")), "{settings}");
+        // flush: everything gone.
+        assert_eq!(ok(&mnemo(&s, &["flush"], None)), format!("flushed {s}\n"));
+        assert_eq!(mnemo(&s, &["get", "greeting"], None).status.code(), Some(1));
+    }
+    // A dead server is an error, not a hang.
+    let dead = {
+        let srv = Server::mnemod(&[]);
+        srv.addr()
+    };
+    let out = mnemo(&dead, &["get", "x"], None);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains(&dead));
+}
+
+#[test]
+fn keys_lists_what_memcached_holds() {
+    let srv = Server::memcached(&[]);
+    let s = srv.addr();
+    for k in ["alpha", "beta/1", "gamma%2"] {
+        ok(&mnemo(&s, &["set", k, "v"], None));
+    }
+    // memcached's crawler answers asynchronously: a dump right after the sets is complete,
+    // but ask until all keys show rather than assume it.
+    let mut keys = Vec::new();
+    for _ in 0..100 {
+        keys = ok(&mnemo(&s, &["keys"], None)).lines().map(str::to_owned).collect::<Vec<_>>();
+        keys.sort();
+        if keys.len() == 3 {
+            break;
+        }
+    }
+    assert_eq!(keys, ["alpha", "beta/1", "gamma%2"]);
+    let long = ok(&mnemo(&s, &["keys", "--long"], None));
+    assert!(long.lines().all(|l| l.contains(&format!("\t{s}\texp=never\tsize="))), "{long}");
+}
+
+fn route_keys() -> Vec<String> {
+    (0..10_000)
+        .map(|i| match i % 3 {
+            0 => format!("user:{i}"),
+            1 => format!("session/{}/{}", i * 31, i % 7),
+            _ => format!("{}{i}", "k".repeat(1 + i % 150)),
+        })
+        .collect()
+}
+
+fn route_matches_pylibmc(weights: &[u32]) {
+    let Some(py) = python() else { return };
+    let servers: Vec<Server> = weights.iter().map(|_| Server::memcached(&[])).collect();
+    let list = servers.iter().zip(weights).map(|(s, w)| format!("{}:{w}", s.addr())).collect::<Vec<_>>().join(",");
+    let keys = route_keys();
+    let keyfile = std::env::temp_dir().join(format!("mnemo-route-{}-{}.txt", std::process::id(), weights.len()));
+    std::fs::write(&keyfile, keys.join("\n")).unwrap();
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../client/tests/interop/ketama_pylibmc.py");
+    let held = Command::new(py).arg(script).arg(&list).arg(&keyfile).output().unwrap();
+    assert!(held.status.success(), "{}", String::from_utf8_lossy(&held.stderr));
+    let ours = ok(&mnemo(&list, &["route", "-"], Some(keys.join("\n").as_bytes())));
+    let _ = std::fs::remove_file(&keyfile);
+    let held = String::from_utf8(held.stdout).unwrap();
+    let (mut same, mut n) = (0, 0);
+    for (theirs, ours) in held.lines().zip(ours.lines()) {
+        let (k1, s1) = theirs.split_once('\t').unwrap();
+        let (k2, s2) = ours.split_once('\t').unwrap();
+        assert_eq!(k1, k2);
+        n += 1;
+        if s1 == s2 {
+            same += 1;
+        }
+    }
+    assert_eq!(n, keys.len());
+    assert_eq!(same, n, "weights {weights:?}: {} of {n} keys routed elsewhere than pylibmc put them", n - same);
+}
+
+#[test]
+fn route_names_the_server_pylibmc_used_three_servers() {
+    route_matches_pylibmc(&[2, 1, 3]);
+}
+
+#[test]
+fn route_names_the_server_pylibmc_used_five_servers() {
+    route_matches_pylibmc(&[1, 4, 1, 2, 3]);
+}
