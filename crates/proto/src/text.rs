@@ -128,6 +128,8 @@ pub enum Request<'a> {
     Shutdown { mode: ShutdownMode },
     /// `stats [args...]`: the words after `stats`.
     Stats { args: Keys<'a> },
+    /// `lru_crawler <sub> [arg]`: the words after `lru_crawler` (metadump, enable, ...).
+    LruCrawler { args: Keys<'a> },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -309,6 +311,10 @@ fn command<'a>(line: &'a [u8], after: usize, buf: &'a [u8], limits: &Limits) -> 
         b"stats" => {
             let rest = skip_token(line, cmd);
             req(Request::Stats { args: Keys(rest) }, after)
+        }
+        b"lru_crawler" => {
+            let rest = skip_token(line, cmd);
+            req(Request::LruCrawler { args: Keys(rest) }, after)
         }
         _ => {
             // memcached closes on what looks like an HTTP request line.

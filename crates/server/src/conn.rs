@@ -109,6 +109,8 @@ pub struct Conn {
     after_swallow: Option<mnemo_proto::ErrorReply>,
     /// Keys of the multi-get at the front of the input already answered.
     resume: usize,
+    /// A metadump being streamed: its lines come before any later request's reply.
+    dump: Option<Box<crate::crawler::Metadump>>,
     /// Keys whose values are in the unsent output (see `exec::PendingReads`).
     reads: exec::PendingReads,
     /// Close as soon as the pending output is written.
@@ -134,6 +136,7 @@ impl Conn {
             swallow: 0,
             after_swallow: None,
             resume: 0,
+            dump: None,
             reads: exec::PendingReads::default(),
             closing: false,
             shutdown: false,
@@ -206,6 +209,18 @@ impl Conn {
             if self.wbuf.len() - self.wpos >= WBUF_HIGH {
                 return Progress::OutputFull;
             }
+            if let Some(dump) = &mut self.dump {
+                // One store batch per request's worth of budget, so a long dump shares the
+                // worker with its other connections; the output check above bounds memory.
+                if *budget == 0 {
+                    return Progress::Budget;
+                }
+                *budget -= 1;
+                if dump.step(sh, &mut self.wbuf) {
+                    self.dump = None;
+                }
+                continue;
+            }
             if self.rpos == self.rend {
                 self.need = 1;
                 return Progress::NeedInput;
@@ -270,6 +285,7 @@ impl Conn {
                     }
                     match next {
                         Next::Continue | Next::Resume(_) | Next::Flush => {}
+                        Next::Metadump(dump) => self.dump = Some(dump),
                         Next::Swallow(s, reply) => {
                             self.swallow = s;
                             self.after_swallow = reply;

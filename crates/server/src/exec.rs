@@ -28,6 +28,9 @@ pub enum Next {
     /// A multi-get produced a full output buffer after this many keys: write, then run the
     /// same request again from that key on (the request stays unconsumed meanwhile).
     Resume(usize),
+    /// `lru_crawler metadump`: the connection streams the dump, one store batch at a time
+    /// while its unsent output is small, before it reads the next request.
+    Metadump(Box<crate::crawler::Metadump>),
 }
 
 /// A multi-get pauses when this much output is pending, so `get k k k ...` over large values
@@ -246,6 +249,7 @@ pub fn execute_from(
             stats_command(args, sh, out);
             Next::Continue
         }
+        Request::LruCrawler { args } => crate::crawler::command(args, sh, out),
     }
 }
 

@@ -21,6 +21,7 @@ pub mod binary;
 pub mod clock;
 pub mod config;
 pub mod conn;
+pub mod crawler;
 pub mod detail;
 pub mod exec;
 pub mod listener;
@@ -58,6 +59,8 @@ pub struct Shared {
     pub detail: detail::Detail,
     /// Meta stale / win-token states.
     pub marks: marks::Marks,
+    /// `lru_crawler enable|disable`: while disabled, metadump and crawl are refused (memcached).
+    pub crawler_enabled: AtomicBool,
     stopping: AtomicBool,
 }
 
@@ -88,6 +91,7 @@ impl Shared {
             credentials: parking_lot::RwLock::new(credentials),
             marks: marks::Marks::default(),
             detail: detail::Detail::default(),
+            crawler_enabled: AtomicBool::new(true),
             stopping: AtomicBool::new(false),
         }
     }

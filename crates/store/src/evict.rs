@@ -221,7 +221,7 @@ impl Shard {
             let nlen = nh.total_len();
             if !expired && dest.is_some() && (mostly_dead || slot::freq(s) > 0) && w + nlen <= cap {
                 if target == 0 {
-                    match self.open_credit_segment(env) {
+                    match self.open_credit_segment(env, now) {
                         Some(t) => target = t,
                         None => {
                             // No id left: cannot keep anything; fall through to evicting.
@@ -265,7 +265,7 @@ impl Shard {
         match dest {
             Some((ttl, _)) if target == 0 || target == u32::MAX => {
                 // Nothing kept: the victim's buffer becomes the new segment as it is.
-                self.segs.reuse(v, ttl);
+                self.segs.reuse(v, ttl, now);
                 self.set_active(env, ttl, v);
             }
             Some((ttl, _)) => {
@@ -284,10 +284,10 @@ impl Shard {
 
     /// A new regular segment charged to the budget even if that overshoots it for a moment:
     /// it receives copies out of a victim whose buffer is freed right after.
-    fn open_credit_segment(&mut self, env: &Env<'_>) -> Option<u32> {
+    fn open_credit_segment(&mut self, env: &Env<'_>, now: Time) -> Option<u32> {
         let id = self.segs.alloc_id()?;
         env.budget.force_add(env.geo.seg_size);
-        self.segs.open(id, crate::buf::SegBuf::zeroed(env.geo.seg_size), false, 0);
+        self.segs.open(id, crate::buf::SegBuf::zeroed(env.geo.seg_size), false, 0, now);
         Some(id)
     }
 

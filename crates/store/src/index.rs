@@ -158,10 +158,6 @@ impl Index {
     pub fn slots(&self) -> usize {
         (self.primary.len() + self.ovf_in_use) * SLOTS
     }
-    #[cfg(test)]
-    pub fn primary_buckets(&self) -> usize {
-        self.primary.len()
-    }
     pub fn overflow_buckets(&self) -> usize {
         self.ovf_in_use
     }
@@ -427,6 +423,36 @@ impl Index {
         }
     }
 
+    /// (level, split): which buckets exist and how many hash bits each uses. The table only
+    /// grows, so a later geometry always refines an earlier one (metadump relies on it).
+    pub fn geometry(&self) -> (u32, usize) {
+        (self.level, self.split)
+    }
+
+    /// Primary buckets in use (2^level + split).
+    pub fn buckets(&self) -> usize {
+        self.primary.len()
+    }
+
+    /// Visits every item slot in the chain of primary bucket `b`, without changing anything.
+    pub fn for_each_in_chain(&self, b: usize, mut f: impl FnMut(u64)) {
+        let mut handle = b as u64;
+        loop {
+            let mut next = NONE;
+            for &e in self.bucket(handle) {
+                if e & slot::LINK != 0 {
+                    next = OVF | (e & !slot::LINK);
+                } else if e != 0 {
+                    f(e);
+                }
+            }
+            if next == NONE {
+                return;
+            }
+            handle = next;
+        }
+    }
+
     /// Every entry (tests and debugging).
     #[cfg(test)]
     pub fn entries(&self) -> Vec<u64> {
@@ -509,7 +535,7 @@ mod tests {
             }
         }
         assert_eq!(ix.items(), n as usize);
-        assert!(ix.primary_buckets() * SPLIT_LOAD >= n as usize);
+        assert!(ix.buckets() * SPLIT_LOAD >= n as usize);
         for k in 0..n {
             let p = lookup(&mut ix, k).expect("present");
             assert_eq!(ix.get(p), entry(k));

@@ -30,10 +30,11 @@
 //!
 //! Module map: buf.rs (segment buffers, mmap), config.rs (sizes, budget), item.rs (header codec), index.rs (hash index),
 //! segment.rs (segment table, FIFO, TTL groups), shard.rs (operations), evict.rs (eviction,
-//! expiry, flush, sweep), stats.rs (counters).
+//! expiry, flush, sweep), dump.rs (listing live items in bounded batches), stats.rs (counters).
 
 mod buf;
 mod config;
+mod dump;
 mod evict;
 mod index;
 mod item;
@@ -45,6 +46,7 @@ use core::sync::atomic::{AtomicU32, Ordering};
 
 use parking_lot::Mutex;
 
+pub use dump::{DumpCursor, DumpItem, DUMP_BATCH};
 pub use config::{StoreConfig, DEFAULT_SHARDS, MAX_SEGMENT_SIZE, MAX_SHARDS, MIN_SEGMENT_SIZE};
 pub use item::MAX_KEY_LEN;
 pub use stats::StoreStats;

@@ -84,6 +84,9 @@ pub(crate) struct SegMeta {
     pub active: bool,
     /// Holds one item larger than a regular segment allows; sized exactly for it.
     pub large: bool,
+    /// When the segment was (re)opened: every item in it was written at or after this time.
+    /// Items carry no time of their own, so this is the store's only "written at" (metadump).
+    pub opened: Time,
     prev: u32,
     next: u32,
 }
@@ -101,6 +104,7 @@ impl SegMeta {
             ttl: 0,
             active: false,
             large: false,
+            opened: 0,
             prev: 0,
             next: 0,
         }
@@ -200,7 +204,7 @@ impl SegTable {
     }
 
     /// Makes `id` Live with `data` and appends it to the FIFO.
-    pub fn open(&mut self, id: u32, data: SegBuf, large: bool, ttl: u8) {
+    pub fn open(&mut self, id: u32, data: SegBuf, large: bool, ttl: u8, now: Time) {
         let seq = self.next_seq;
         self.next_seq += 1;
         self.buffer_bytes += data.len();
@@ -211,13 +215,13 @@ impl SegTable {
         }
         let m = &mut self.metas[id as usize];
         debug_assert_eq!(m.state, SegState::Free);
-        *m = SegMeta { data, seq, ttl, large, state: SegState::Live, ..SegMeta::empty() };
+        *m = SegMeta { data, seq, ttl, large, opened: now, state: SegState::Live, ..SegMeta::empty() };
         self.push_tail(id);
     }
 
     /// Eviction emptied a regular segment: keep its buffer, start over as a new segment
     /// (new seq, so new CAS values) at the FIFO tail.
-    pub fn reuse(&mut self, id: u32, ttl: u8) {
+    pub fn reuse(&mut self, id: u32, ttl: u8, now: Time) {
         let seq = self.next_seq;
         self.next_seq += 1;
         self.unlink(id);
@@ -229,6 +233,7 @@ impl SegTable {
         m.max_exp = 0;
         m.ttl = ttl;
         m.active = false;
+        m.opened = now;
         self.push_tail(id);
     }
 
@@ -353,7 +358,7 @@ mod tests {
         let mut t = SegTable::new();
         let ids: Vec<u32> = (0..4).map(|_| t.alloc_id().unwrap()).collect();
         for &id in &ids {
-            t.open(id, SegBuf::zeroed(64), false, 0);
+            t.open(id, SegBuf::zeroed(64), false, 0, 0);
         }
         assert_eq!(t.live_ids(), ids);
         assert_eq!(t.buffer_bytes, 256);
@@ -376,7 +381,7 @@ mod tests {
         assert_eq!(t.metas[ids[2] as usize].state, SegState::Free);
         assert_eq!(t.live_ids(), vec![ids[3], ids[0]]);
         let old_seq = t.metas[ids[3] as usize].seq;
-        t.reuse(ids[3], 5);
+        t.reuse(ids[3], 5, 0);
         assert!(t.metas[ids[3] as usize].seq > old_seq);
         assert_eq!(t.live_ids(), vec![ids[0], ids[3]]);
         assert_eq!(t.buffer_bytes, 128);

@@ -301,7 +301,7 @@ impl Shard {
                     env.budget.sub(size);
                     return Err(StoreError::OutOfMemory);
                 };
-                self.segs.open(id, crate::buf::SegBuf::zeroed(size), true, ttl);
+                self.segs.open(id, crate::buf::SegBuf::zeroed(size), true, ttl, now);
                 return Ok(Reserve::At(id, 0));
             }
             self.make_room(env, now, None)?;
@@ -320,7 +320,7 @@ impl Shard {
                 return Err(StoreError::OutOfMemory);
             };
             // Zero pages from mmap: an unwritten tail costs no RSS.
-            self.segs.open(id, crate::buf::SegBuf::zeroed(geo.seg_size), false, ttl);
+            self.segs.open(id, crate::buf::SegBuf::zeroed(geo.seg_size), false, ttl, now);
             self.set_active(env, ttl, id);
             return Ok(Reserve::At(id, 0));
         }

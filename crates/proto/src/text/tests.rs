@@ -165,3 +165,14 @@ fn fast_get_path_agrees_with_the_general_one() {
         }
     }
 }
+
+#[test]
+fn lru_crawler_carries_its_words() {
+    match p(b"lru_crawler metadump all\r\n") {
+        Parsed::Request(Request::LruCrawler { args }, 26) => {
+            assert_eq!(args.iter().collect::<Vec<_>>(), vec![&b"metadump"[..], &b"all"[..]]);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(p(b"lru_crawler\n"), Parsed::Request(Request::LruCrawler { args }, 12) if args.is_empty()));
+}

@@ -1,0 +1,240 @@
+//! `lru_crawler ...`: memcached's crawler commands. mnemo has no LRU crawler (expired segments
+//! are dropped whole by the maintenance thread), so only `metadump` does real work: it lists
+//! every live item, which is how operator tools enumerate a server's keys.
+//!
+//! ```text
+//!   lru_crawler metadump all|hash|<class,...>
+//!   key=<url-encoded key> exp=<-1|unix time> la=<unix time> cas=<n> fetch=<yes|no> cls=1 size=<n>\n
+//!   ...
+//!   END\r\n
+//! ```
+//!
+//! The item lines end in a bare "\n" and only END in "\r\n": memcached's bytes, which its
+//! clients parse. The dump is streamed: the connection asks for one store batch at a time
+//! (`Metadump::step`) and only while its unsent output is small, so a dump of millions of
+//! keys costs a bounded buffer and holds each shard lock for one batch only.
+//!
+//! Replies that differ from memcached by necessity:
+//! * `cls` is always 1: mnemo has no slab classes (`stats items` reports one class, 1, too).
+//!   `metadump <classes>` lists everything when the list names class 1, nothing otherwise.
+//! * `size` is the bytes the item occupies in mnemo (header + key + value), not memcached's
+//!   item struct size, which is ~50 bytes more.
+//! * `la` (last access): mnemo keeps no per-item time. It reports the time the item's segment
+//!   was opened: a lower bound of when the item's current copy was written (reads do not
+//!   change it; writes, and the copies incr, touch or eviction make, start a new one).
+//! * `hash` and `all` walk the same way (the store's index, shard by shard).
+
+use std::sync::atomic::Ordering::Relaxed;
+
+use mnemo_proto::num::parse_u64;
+use mnemo_proto::reply::line;
+use mnemo_proto::text::Keys;
+use mnemo_store::{DumpCursor, DumpItem};
+
+use crate::exec::Next;
+use crate::Shared;
+
+/// memcached's slab class ids run 1..=63 (MAX_NUMBER_OF_SLAB_CLASSES - 1).
+const MAX_CLASS: u64 = 63;
+
+/// A metadump in progress on one connection.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Metadump {
+    cursor: DumpCursor,
+    /// false: a class list without class 1, which in mnemo holds nothing.
+    list: bool,
+}
+
+impl Metadump {
+    fn new(list: bool) -> Metadump {
+        Metadump { cursor: DumpCursor::new(), list }
+    }
+
+    /// Appends the lines of one store batch (one shard lock hold). Returns true once the dump
+    /// is complete, END included.
+    pub fn step(&mut self, sh: &Shared, out: &mut Vec<u8>) -> bool {
+        let more = self.list && {
+            let started = sh.clock.process_started();
+            sh.store.dump_step(&mut self.cursor, sh.clock.now(), |it| item_line(out, it, started))
+        };
+        if !more {
+            line(out, b"END");
+        }
+        !more
+    }
+}
+
+/// One metadump line, in memcached 1.6's field order.
+fn item_line(out: &mut Vec<u8>, it: &DumpItem<'_>, started: u64) {
+    let mut b = itoa::Buffer::new();
+    out.extend_from_slice(b"key=");
+    url_encode(out, it.key);
+    out.extend_from_slice(b" exp=");
+    if it.exp == 0 {
+        out.extend_from_slice(b"-1");
+    } else {
+        out.extend_from_slice(b.format(u64::from(it.exp) + started).as_bytes());
+    }
+    out.extend_from_slice(b" la=");
+    out.extend_from_slice(b.format(u64::from(it.written) + started).as_bytes());
+    out.extend_from_slice(b" cas=");
+    out.extend_from_slice(b.format(it.cas).as_bytes());
+    out.extend_from_slice(if it.fetched { b" fetch=yes" } else { b" fetch=no" });
+    out.extend_from_slice(b" cls=1 size=");
+    out.extend_from_slice(b.format(it.size).as_bytes());
+    out.push(b'\n');
+}
+
+/// memcached's uriencode: RFC 3986 unreserved bytes (letters, digits, `-._~`) as they are,
+/// every other byte as %XX with upper-case hex.
+fn url_encode(out: &mut Vec<u8>, key: &[u8]) {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    for &c in key {
+        if c.is_ascii_alphanumeric() || matches!(c, b'-' | b'.' | b'_' | b'~') {
+            out.push(c);
+        } else {
+            out.extend_from_slice(&[b'%', HEX[usize::from(c >> 4)], HEX[usize::from(c & 15)]]);
+        }
+    }
+}
+
+/// The slab classes a crawl names, judged like memcached's `lru_crawler_crawl`.
+enum Classes {
+    All,
+    Hash,
+    /// Whether the list names class 1.
+    List(bool),
+    /// Only commas: nothing to crawl.
+    Empty,
+    Bad,
+}
+
+fn classes(spec: &[u8]) -> Classes {
+    match spec {
+        b"all" => return Classes::All,
+        b"hash" => return Classes::Hash,
+        _ => {}
+    }
+    let mut any = false;
+    let mut has_one = false;
+    // strtok: empty pieces between commas are skipped. safe_strtoul truncates to 32 bits.
+    for id in spec.split(|&b| b == b',').filter(|p| !p.is_empty()) {
+        match parse_u64(id).map(|v| u64::from(v as u32)) {
+            Some(v) if (1..=MAX_CLASS).contains(&v) => {
+                any = true;
+                has_one |= v == 1;
+            }
+            _ => return Classes::Bad,
+        }
+    }
+    if any {
+        Classes::List(has_one)
+    } else {
+        Classes::Empty
+    }
+}
+
+const DISABLED: &[u8] = b"CLIENT_ERROR lru crawler disabled";
+const BAD_FORMAT: &[u8] = b"CLIENT_ERROR bad command line format";
+const BAD_CLASS: &[u8] = b"BADCLASS invalid class id";
+const NOT_STARTED: &[u8] = b"NOTSTARTED no items to crawl";
+
+/// `lru_crawler <args>`, with memcached 1.6's replies. Returns `Next::Metadump` to start a
+/// streamed dump; the connection then calls `Metadump::step` until it is done.
+pub fn command(args: Keys<'_>, sh: &Shared, out: &mut Vec<u8>) -> Next {
+    let mut w = args.iter();
+    let words = (w.next(), w.next(), w.next());
+    let enabled = sh.crawler_enabled.load(Relaxed);
+    let reply: &[u8] = match words {
+        (Some(b"metadump"), Some(spec), None) => {
+            if !enabled {
+                DISABLED
+            } else {
+                match classes(spec) {
+                    Classes::All | Classes::Hash => return Next::Metadump(Box::new(Metadump::new(true))),
+                    Classes::List(has_one) => return Next::Metadump(Box::new(Metadump::new(has_one))),
+                    Classes::Empty => NOT_STARTED,
+                    Classes::Bad => BAD_CLASS,
+                }
+            }
+        }
+        // A crawl reclaims expired items; mnemo's maintenance thread already does that once a
+        // second, so there is nothing to start, only memcached's answers to give.
+        (Some(b"crawl"), Some(spec), None) => {
+            if !enabled {
+                DISABLED
+            } else {
+                match classes(spec) {
+                    Classes::All | Classes::List(_) => b"OK",
+                    Classes::Hash => b"ERROR an unknown error happened",
+                    Classes::Empty => NOT_STARTED,
+                    Classes::Bad => BAD_CLASS,
+                }
+            }
+        }
+        // Crawler pacing knobs: accepted and checked like memcached's, with nothing to pace.
+        (Some(b"tocrawl"), Some(n), None) => match parse_u64(n) {
+            Some(_) => b"OK",
+            None => BAD_FORMAT,
+        },
+        (Some(b"sleep"), Some(n), None) => match parse_u64(n).map(|v| v as u32) {
+            Some(v) if v > 1_000_000 => b"CLIENT_ERROR sleep must be one second or less",
+            Some(_) => b"OK",
+            None => BAD_FORMAT,
+        },
+        (Some(b"enable"), None, None) => {
+            // memcached refuses to start a crawler thread that is already running.
+            if sh.crawler_enabled.swap(true, Relaxed) {
+                b"ERROR failed to start lru crawler thread"
+            } else {
+                b"OK"
+            }
+        }
+        (Some(b"disable"), None, None) => {
+            sh.crawler_enabled.store(false, Relaxed);
+            b"OK"
+        }
+        _ => b"ERROR",
+    };
+    line(out, reply);
+    Next::Continue
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn url_encoding_is_memcacheds() {
+        let mut out = Vec::new();
+        url_encode(&mut out, "a%/\u{e9}~-._:b Z9".as_bytes());
+        assert_eq!(out, b"a%25%2F%C3%A9~-._%3Ab%20Z9");
+    }
+
+    #[test]
+    fn line_layout() {
+        let mut out = Vec::new();
+        let it = DumpItem { key: b"k", exp: 0, cas: 7, size: 9, fetched: false, written: 70 };
+        item_line(&mut out, &it, 1000);
+        item_line(&mut out, &DumpItem { exp: 100, fetched: true, ..it }, 1000);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "key=k exp=-1 la=1070 cas=7 fetch=no cls=1 size=9\n\
+             key=k exp=1100 la=1070 cas=7 fetch=yes cls=1 size=9\n"
+        );
+    }
+
+    #[test]
+    fn class_lists_like_memcached() {
+        assert!(matches!(classes(b"all"), Classes::All));
+        assert!(matches!(classes(b"hash"), Classes::Hash));
+        assert!(matches!(classes(b"1,"), Classes::List(true)));
+        assert!(matches!(classes(b"+1"), Classes::List(true)));
+        assert!(matches!(classes(b"4294967297"), Classes::List(true)));
+        assert!(matches!(classes(b"2,63"), Classes::List(false)));
+        assert!(matches!(classes(b","), Classes::Empty));
+        for bad in [&b"0"[..], b"64", b"-1", b"x", b"2,x", b"ALL"] {
+            assert!(matches!(classes(bad), Classes::Bad), "{bad:?}");
+        }
+    }
+}

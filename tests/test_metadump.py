@@ -1,0 +1,197 @@
+"""`lru_crawler metadump`: the key listing operator tools use, checked on mnemod and on the real
+memcached with the same assertions.
+
+memcached's dump line (1.6): `key=<url-encoded> exp=<-1|unix time> la=<unix time> cas=<n>
+fetch=<yes|no> cls=<n> size=<n>\\n`, the whole dump ending in `END\\r\\n`. What may differ by
+design: cls (mnemo has one class, 1), size (item bytes in each server's own layout), la (mnemo
+reports when the item's segment was opened), the order of the lines, and the CAS numbers.
+
+memcached's crawler runs beside the connection and can skip an item that is busy at that
+moment, so on memcached a listing that misses keys is retried; mnemo's must be complete at once.
+"""
+import re
+import time
+import urllib.parse
+
+import pytest
+
+from servers import Server, roundtrip, stats
+
+LINE = re.compile(rb"key=([A-Za-z0-9._~%-]+) exp=(-1|\d+) la=(\d+) cas=(\d+) fetch=(yes|no) cls=(\d+) size=(\d+)")
+ENCODED = re.compile(rb"(?:[A-Za-z0-9._~-]|%[0-9A-F]{2})+")
+
+KEYS = [
+    b"plain",
+    b"pct%20sign",
+    b"a/b/c",
+    "caf\u00e9:\u00fcber".encode(),
+    b"tilde~dash-dot.under_",
+    b"sym!#$&'()*+,;=?@[]{}",
+]
+
+
+@pytest.fixture(params=["mnemod", "memcached"])
+def server(request):
+    with Server(request.param) as srv:
+        yield srv
+
+
+def dump(sock, arg=b"all"):
+    """One metadump: {key bytes: fields}. Checks every line's format on the way."""
+    reply = roundtrip(sock, b"lru_crawler metadump " + arg + b"\r\n", b"END\r\n")
+    assert reply.endswith(b"END\r\n"), reply[-200:]
+    body = reply[:-len(b"END\r\n")]
+    out = {}
+    if not body:
+        return out
+    assert body.endswith(b"\n") and b"\r" not in body, body[-200:]
+    for line in body[:-1].split(b"\n"):
+        m = LINE.fullmatch(line)
+        assert m, line
+        enc, exp, la, cas, fetch, cls, size = m.groups()
+        assert ENCODED.fullmatch(enc), enc
+        key = urllib.parse.unquote_to_bytes(enc)
+        assert key not in out, f"{key!r} listed twice"
+        out[key] = dict(exp=int(exp), la=int(la), cas=int(cas), fetched=fetch == b"yes",
+                        cls=int(cls), size=int(size), encoded=enc)
+    return out
+
+
+def dump_expecting(server, sock, want):
+    """A dump whose keys are `want`; memcached gets a few tries to list all of them."""
+    deadline = time.monotonic() + (0 if server.kind == "mnemod" else 5)
+    while True:
+        got = dump(sock)
+        extra = set(got) - want
+        assert not extra, f"{server.kind} lists keys it should not: {extra}"
+        if set(got) == want or time.monotonic() > deadline:
+            assert set(got) == want, f"{server.kind} misses {want - set(got)}"
+            return got
+        time.sleep(0.05)  # memcached: the crawler skipped a busy item; ask again
+
+
+def store(sock, key, ttl=0, value=b"v"):
+    head = b"set %s 0 %d %d\r\n" % (key, ttl, len(value))
+    assert roundtrip(sock, head + value + b"\r\n") == b"STORED\r\n"
+
+
+def test_lists_exactly_the_live_keys(server):
+    with server.connect() as s:
+        assert dump(s) == {}
+        for k in KEYS:
+            store(s, k)
+        store(s, b"with-ttl", ttl=1000)
+        store(s, b"gone")
+        assert roundtrip(s, b"delete gone\r\n") == b"DELETED\r\n"
+        store(s, b"born-dead", ttl=-1)
+        assert roundtrip(s, b"get plain\r\n", b"END\r\n") == b"VALUE plain 0 1\r\nv\r\nEND\r\n"
+        st = stats(s)
+        now, uptime = int(st["time"]), int(st["uptime"])
+        got = dump_expecting(server, s, set(KEYS) | {b"with-ttl"})
+        for k, f in got.items():
+            assert f["exp"] == -1 if k != b"with-ttl" else abs(f["exp"] - (now + 1000)) <= 2, (k, f)
+            assert f["size"] > len(k), (k, f)
+            # la: no later than now, no earlier than the server's start (with its 62 s backdate).
+            assert now - uptime - 70 <= f["la"] <= now + 1, (k, f, now)
+        assert got[b"plain"]["fetched"] and not got[b"a/b/c"]["fetched"]
+        # memcached's encoding: unreserved bytes as they are, the rest %XX in upper case.
+        assert got[b"pct%20sign"]["encoded"] == b"pct%2520sign"
+        assert got[b"a/b/c"]["encoded"] == b"a%2Fb%2Fc"
+        assert got["caf\u00e9:\u00fcber".encode()]["encoded"] == b"caf%C3%A9%3A%C3%BCber"
+        assert got[b"tilde~dash-dot.under_"]["encoded"] == b"tilde~dash-dot.under_"
+        # CAS as gets reports it.
+        reply = roundtrip(s, b"gets a/b/c\r\n", b"END\r\n")
+        assert int(reply.split(b"\r\n")[0].split()[-1]) == got[b"a/b/c"]["cas"]
+        # `hash` and a class list naming the class holding small items list them too.
+        assert set(dump(s, b"hash")) == set(got) or server.kind == "memcached"
+        assert set(dump(s, b"1")) == set(got) or server.kind == "memcached"
+
+
+def test_expired_and_flushed_keys_are_absent(server):
+    with server.connect() as s:
+        store(s, b"short", ttl=1)
+        store(s, b"long")
+        # Expired on the server's clock: poll until a get misses (at most a few seconds).
+        deadline = time.monotonic() + 5
+        while roundtrip(s, b"get short\r\n", b"END\r\n") != b"END\r\n":
+            assert time.monotonic() < deadline, "short never expired"
+            time.sleep(0.1)  # waiting for the server's one-second clock
+        dump_expecting(server, s, {b"long"})
+        assert roundtrip(s, b"flush_all\r\n") == b"OK\r\n"
+        assert dump(s) == {}
+        store(s, b"after")
+        dump_expecting(server, s, {b"after"})
+
+
+def test_big_dump_streams_while_others_are_served(server):
+    """A dump larger than mnemod's 4 MiB output step, read slowly, while another client works."""
+    n = 30000
+    keys = {b"big:%06d:%s" % (i, b"/%" * 30) for i in range(n)}
+    with server.connect() as s:
+        batch = b"".join(b"set %s 0 0 1 noreply\r\nx\r\n" % k for k in keys)
+        assert roundtrip(s, batch + b"mn\r\n") == b"MN\r\n"
+        s.sendall(b"lru_crawler metadump all\r\n")
+        first = s.recv(4096)
+        assert first.startswith(b"key=big%3A")
+        # The dump is not read meanwhile: another client must still be served promptly.
+        with server.connect() as other:
+            t0 = time.monotonic()
+            store(other, b"meanwhile")
+            assert roundtrip(other, b"get meanwhile\r\n", b"END\r\n").startswith(b"VALUE meanwhile")
+            assert time.monotonic() - t0 < 2
+        rest = roundtrip(s, b"", b"END\r\n")
+        lines = (first + rest)[:-len(b"END\r\n")].split(b"\n")[:-1]
+        assert len(lines) * 200 > 4 << 20
+        listed = {urllib.parse.unquote_to_bytes(LINE.fullmatch(ln).group(1)) for ln in lines}
+        assert keys <= listed or server.kind == "memcached"
+        assert len(listed) == len(lines), "a key was listed twice"
+
+
+def test_requests_after_a_dump_are_answered_in_order():
+    with Server("mnemod") as srv, srv.connect() as s:
+        store(s, b"k")
+        reply = roundtrip(s, b"lru_crawler metadump all\r\nget k\r\n", b"END\r\nVALUE k 0 1\r\nv\r\nEND\r\n")
+        assert reply.startswith(b"key=k exp=-1 "), reply
+
+
+# Replies of the other lru_crawler commands, as memcached 1.6.18 gives them. In order, on one
+# connection: enable/disable change what follows.
+CONVERSATION = [
+    (b"lru_crawler metadump", b"ERROR\r\n"),
+    (b"lru_crawler metadump all extra", b"ERROR\r\n"),
+    (b"lru_crawler metadump 0", b"BADCLASS invalid class id\r\n"),
+    (b"lru_crawler metadump 64", b"BADCLASS invalid class id\r\n"),
+    (b"lru_crawler metadump 2,x", b"BADCLASS invalid class id\r\n"),
+    (b"lru_crawler metadump ALL", b"BADCLASS invalid class id\r\n"),
+    (b"lru_crawler metadump 63", b"END\r\n"),
+    (b"lru_crawler crawl all", b"OK\r\n"),
+    (b"lru_crawler crawl 1,2", b"OK\r\n"),
+    (b"lru_crawler crawl hash", b"ERROR an unknown error happened\r\n"),
+    (b"lru_crawler crawl x", b"BADCLASS invalid class id\r\n"),
+    (b"lru_crawler tocrawl 5", b"OK\r\n"),
+    (b"lru_crawler tocrawl -1", b"CLIENT_ERROR bad command line format\r\n"),
+    (b"lru_crawler sleep 1000000", b"OK\r\n"),
+    (b"lru_crawler sleep 1000001", b"CLIENT_ERROR sleep must be one second or less\r\n"),
+    (b"lru_crawler sleep x", b"CLIENT_ERROR bad command line format\r\n"),
+    (b"lru_crawler enable", b"ERROR failed to start lru crawler thread\r\n"),
+    (b"lru_crawler disable", b"OK\r\n"),
+    (b"lru_crawler metadump all", b"CLIENT_ERROR lru crawler disabled\r\n"),
+    (b"lru_crawler crawl all", b"CLIENT_ERROR lru crawler disabled\r\n"),
+    (b"lru_crawler enable", b"OK\r\n"),
+    (b"lru_crawler", b"ERROR\r\n"),
+    (b"lru_crawler enable now", b"ERROR\r\n"),
+    (b"lru_crawler mgdump all", b"ERROR\r\n"),
+    # Last: memcached answers later metadumps with "ERROR an unknown error happened" for a
+    # while after this one.
+    (b"lru_crawler metadump ,", b"NOTSTARTED no items to crawl\r\n"),
+]
+
+
+def test_other_subcommands_reply_like_memcached(server):
+    with server.connect() as s:
+        for req, want in CONVERSATION:
+            end = b"\r\n"
+            assert roundtrip(s, req + b"\r\n", end) == want, req
+            # memcached runs crawls in the background: let one finish before the next command.
+            if req.startswith(b"lru_crawler crawl") and want == b"OK\r\n":
+                time.sleep(0.2)  # no reply marks the end of a background crawl
