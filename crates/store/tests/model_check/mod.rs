@@ -1,0 +1,547 @@
+//! The model checker shared by the proptest model test (tests/model.rs), the seeded replay test
+//! (tests/fuzz_replay.rs) and the cargo-fuzz target (fuzz/fuzz_targets/store_model.rs, which
+//! includes this file by `#[path]`).
+//!
+//! Operations run on the Store and on a HashMap model under a manual clock, and every answer is
+//! compared:
+//! * exact regime: memory is ample, so every answer must match the model exactly (and the
+//!   store must report no eviction);
+//! * eviction regime: memory is tiny; the store may forget items (then the model forgets them
+//!   too), but whatever it returns must be the model's current item -- value, flags, exp and
+//!   CAS -- never a stale or foreign one, and memory must stay within the limit.
+//!
+//! CAS values are checked for what the protocol promises: a read returns the CAS of the last
+//! modification, every modification gets a CAS the key never had, touch keeps it.
+//!
+//! Why a plain file included three ways rather than a crate feature or a helper crate: the
+//! checker needs nothing but the store's public API, so it stays test code (no test-only
+//! surface in mnemo-store), and stable `cargo test` runs the very code the fuzzer runs.
+//!
+//! `decode` turns arbitrary bytes into a Case (config + operations); it never fails, so any
+//! fuzz input, and any seeded random byte string, is a valid test.
+
+#![allow(dead_code)]
+
+use std::collections::{HashMap, HashSet};
+
+use mnemo_store::*;
+
+#[derive(Clone, Debug)]
+pub enum Op {
+    /// mode 0..5 = set add replace append prepend
+    Store {
+        mode: u8,
+        key: u16,
+        value: Vec<u8>,
+        flags: u32,
+        ttl: i32,
+    },
+    Cas {
+        key: u16,
+        value: Vec<u8>,
+        flags: u32,
+        ttl: i32,
+        right: bool,
+    },
+    Get(u16),
+    Gat(u16, i32),
+    Touch(u16, i32),
+    Delete(u16),
+    Delta {
+        key: u16,
+        incr: bool,
+        by: u64,
+    },
+    Advance(u32),
+    Flush(u8),
+    Maintain,
+}
+
+/// One test: a store configuration, the regime and the operations.
+#[derive(Clone, Debug)]
+pub struct Case {
+    pub cfg: StoreConfig,
+    pub lenient: bool,
+    pub ops: Vec<Op>,
+}
+
+pub fn key_bytes(k: u16) -> Vec<u8> {
+    // A few binary keys and a few of the longest allowed among the plain ones.
+    if k % 7 == 3 {
+        vec![0, (k >> 8) as u8, k as u8, b'\r', 0x7f]
+    } else if k % 13 == 6 {
+        let mut v = format!("long:{k}:").into_bytes();
+        v.resize(MAX_KEY_LEN, b'x');
+        v
+    } else {
+        format!("key:{k}").into_bytes()
+    }
+}
+
+/// memcached's safe_strtoull as the server passes it: digits, then only whitespace.
+pub fn parse(b: &[u8]) -> Option<u64> {
+    let digits = b.iter().take_while(|c| c.is_ascii_digit()).count();
+    if digits == 0 || !b[digits..].iter().all(|c| c.is_ascii_whitespace()) {
+        return None;
+    }
+    std::str::from_utf8(&b[..digits]).ok()?.parse().ok()
+}
+
+#[derive(Clone, Debug, PartialEq)]
+struct MItem {
+    value: Vec<u8>,
+    flags: u32,
+    exp: Time,
+    cas: u64,
+}
+
+struct Model {
+    items: HashMap<Vec<u8>, MItem>,
+    now: Time,
+    /// Largest `now` an operation passed to the store: flush_all applies a pending flush due by
+    /// that time (it has no `now` of its own).
+    seen: Time,
+    pending: Option<Time>,
+    cas_seen: HashMap<Vec<u8>, HashSet<u64>>,
+    /// Eviction regime: the store may have dropped any item.
+    lenient: bool,
+    item_size_max: usize,
+}
+
+impl Model {
+    fn tick(&mut self) {
+        self.seen = self.seen.max(self.now);
+        self.flush_due(self.seen);
+    }
+    fn flush_due(&mut self, t: Time) {
+        if let Some(at) = self.pending {
+            if t >= at {
+                self.items.clear();
+                self.pending = None;
+            }
+        }
+    }
+    /// The key's item if it has not expired. An expired item stays in `items`: the store may
+    /// still count it (curr_items) until it reclaims it, and it may never look at the key
+    /// (e.g. a TooLarge append is refused before any lookup), so the model must not forget it
+    /// first or its upper bound on curr_items would be wrong.
+    fn live(&mut self, k: &[u8]) -> Option<MItem> {
+        let it = self.items.get(k)?;
+        if it.exp != 0 && it.exp <= self.now {
+            return None;
+        }
+        Some(it.clone())
+    }
+    fn exp_of(&self, ttl: i32) -> Time {
+        if ttl == 0 {
+            0
+        } else {
+            (self.now as i64 + ttl as i64).clamp(1, Time::MAX as i64) as Time
+        }
+    }
+    fn fresh_cas(&mut self, k: &[u8], cas: u64) {
+        assert!(cas != 0);
+        assert!(self.cas_seen.entry(k.to_vec()).or_default().insert(cas), "cas {cas} reused");
+    }
+}
+
+/// What a store op should do given the current item: (outcome kind, new item sans cas).
+fn expect_store(
+    mode: Mode,
+    cur: Option<&MItem>,
+    key_len: usize,
+    item_size_max: usize,
+    value: &[u8],
+    flags: u32,
+    exp: Time,
+) -> (StoreOutcome, Option<MItem>) {
+    let stored = StoreOutcome::Stored { cas: 0 };
+    let new = |value: Vec<u8>, flags, exp| Some(MItem { value, flags, exp, cas: 0 });
+    match (mode, cur) {
+        (Mode::Set, _) | (Mode::Add, None) => (stored, new(value.to_vec(), flags, exp)),
+        (Mode::Replace, Some(_)) => (stored, new(value.to_vec(), flags, exp)),
+        (Mode::Add, Some(_)) | (Mode::Replace | Mode::Append | Mode::Prepend, None) => {
+            (StoreOutcome::NotStored, None)
+        }
+        // memcached: an append whose result no longer fits is NOT_STORED, the item unchanged.
+        (Mode::Append | Mode::Prepend, Some(c))
+            if key_len + c.value.len() + value.len() > item_size_max =>
+        {
+            (StoreOutcome::NotStored, None)
+        }
+        (Mode::Append, Some(c)) => (stored, new([&c.value[..], value].concat(), c.flags, c.exp)),
+        (Mode::Prepend, Some(c)) => (stored, new([value, &c.value[..]].concat(), c.flags, c.exp)),
+        (Mode::Cas(_), None) => (StoreOutcome::NotFound, None),
+        (Mode::Cas(x), Some(c)) if x != c.cas => (StoreOutcome::Exists, None),
+        (Mode::Cas(_), Some(_)) => (stored, new(value.to_vec(), flags, exp)),
+    }
+}
+
+fn kind(o: &StoreOutcome) -> StoreOutcome {
+    match o {
+        StoreOutcome::Stored { .. } => StoreOutcome::Stored { cas: 0 },
+        o => *o,
+    }
+}
+
+fn read_item(it: Item<'_>) -> MItem {
+    MItem { value: it.value.to_vec(), flags: it.flags, exp: it.exp, cas: it.cas }
+}
+
+/// Runs `ops` on a fresh store and the model; panics at the first disagreement.
+pub fn run(cfg: StoreConfig, ops: &[Op], lenient: bool) {
+    let limit = cfg.mem_limit as u64;
+    let item_size_max = cfg.item_size_max;
+    let store = Store::new(cfg);
+    let mut m = Model {
+        items: HashMap::new(),
+        now: 1000,
+        seen: 0,
+        pending: None,
+        cas_seen: HashMap::new(),
+        lenient,
+        item_size_max,
+    };
+    for op in ops {
+        if !matches!(op, Op::Advance(_) | Op::Flush(_)) {
+            m.tick();
+        }
+        match op {
+            Op::Store { mode, key, value, flags, ttl } => {
+                let mode = [Mode::Set, Mode::Add, Mode::Replace, Mode::Append, Mode::Prepend]
+                    [*mode as usize % 5];
+                do_store(&store, &mut m, mode, &key_bytes(*key), value, *flags, *ttl);
+            }
+            Op::Cas { key, value, flags, ttl, right } => {
+                let k = key_bytes(*key);
+                let c = match m.live(&k) {
+                    Some(it) if *right => it.cas,
+                    Some(it) => it.cas ^ 1,
+                    None => 12345,
+                };
+                do_store(&store, &mut m, Mode::Cas(c), &k, value, *flags, *ttl);
+            }
+            Op::Get(key) => {
+                let k = key_bytes(*key);
+                let got = store.get(&k, m.now, read_item);
+                check_read(&mut m, &k, got.hit());
+            }
+            Op::Gat(key, ttl) => {
+                let k = key_bytes(*key);
+                let exp = m.exp_of(*ttl);
+                let got = store.get_and_touch(&k, exp, m.now, read_item);
+                // memcached's gat returns the item with its new exp even when that exp is
+                // already past (the item is dead right after).
+                let cur = m.live(&k).map(|it| MItem { exp, ..it });
+                match (cur, got.hit()) {
+                    (Some(c), Some(g)) => {
+                        assert_eq!(c, g, "gat {k:?}");
+                        m.items.insert(k.clone(), c);
+                    }
+                    (None, None) => {}
+                    (Some(_), None) if m.lenient => {
+                        m.items.remove(&k);
+                    }
+                    (c, g) => panic!("gat {k:?}: model {c:?} store {g:?}"),
+                }
+            }
+            Op::Touch(key, ttl) => {
+                let k = key_bytes(*key);
+                let exp = m.exp_of(*ttl);
+                let cur = m.live(&k);
+                let ok = store.touch(&k, exp, m.now);
+                match (cur.is_some(), ok) {
+                    (true, true) => m.items.get_mut(&k).unwrap().exp = exp,
+                    (false, false) => {}
+                    (true, false) if m.lenient => {
+                        m.items.remove(&k);
+                    }
+                    other => panic!("touch {k:?}: model/store {other:?}"),
+                }
+            }
+            Op::Delete(key) => {
+                let k = key_bytes(*key);
+                let cur = m.live(&k);
+                let ok = store.delete(&k, m.now);
+                match (cur.is_some(), ok) {
+                    (a, b) if a == b => {}
+                    (true, false) if m.lenient => {}
+                    other => panic!("delete {k:?}: model/store {other:?}"),
+                }
+                m.items.remove(&k);
+            }
+            Op::Delta { key, incr, by } => {
+                let k = key_bytes(*key);
+                let cur = m.live(&k);
+                let got = store.delta(&k, *incr, *by, m.now, parse);
+                let want = match &cur {
+                    None => Err(DeltaError::NotFound),
+                    Some(c) if c.value.is_empty() => Err(DeltaError::NonNumeric),
+                    Some(c) => match parse(&c.value) {
+                        None => Err(DeltaError::NonNumeric),
+                        Some(v) => {
+                            Ok(if *incr { v.wrapping_add(*by) } else { v.saturating_sub(*by) })
+                        }
+                    },
+                };
+                match (want, got) {
+                    (Ok(n), Ok((g, cas))) => {
+                        assert_eq!(n, g, "delta {k:?}");
+                        m.fresh_cas(&k, cas);
+                        let it = m.items.get_mut(&k).unwrap();
+                        let mut v = n.to_string().into_bytes();
+                        if v.len() < it.value.len() {
+                            v.resize(it.value.len(), b' ');
+                        }
+                        it.value = v;
+                        it.cas = cas;
+                    }
+                    (Err(a), Err(b)) if a == b => {}
+                    (_, Err(DeltaError::NotFound)) if m.lenient => {
+                        m.items.remove(&k);
+                    }
+                    (a, b) => panic!("delta {k:?}: model {a:?} store {b:?}"),
+                }
+            }
+            Op::Advance(d) => m.now = m.now.saturating_add(*d),
+            Op::Flush(delay) => {
+                // The store applies a pending flush that is due by the last time it saw.
+                m.flush_due(m.seen);
+                let at = if *delay == 0 { 0 } else { m.now + *delay as Time };
+                store.flush_all(at);
+                m.pending = Some(at);
+            }
+            Op::Maintain => {
+                store.maintain(m.now);
+                let st = store.stats();
+                if !m.lenient {
+                    let live = m.items.values().filter(|it| it.exp == 0 || it.exp > m.now).count();
+                    // curr_items may still count expired items in segments not yet dropped.
+                    assert!(st.curr_items >= live as u64, "{st:?} live {live}");
+                    assert!(
+                        st.curr_items <= m.items.len() as u64,
+                        "{st:?} model {}",
+                        m.items.len()
+                    );
+                }
+            }
+        }
+        let st = store.stats();
+        if m.lenient {
+            // Index and metadata growth is charged after the fact and made up by the next
+            // reservation (config.rs, Budget); a shard with no segment of its own cannot give
+            // memory back at once, so a few bytes over the limit may last until then (fuzzing
+            // found 32 bytes: a freed segment id growing the free list on an empty shard).
+            // Anything beyond that slack is a leak or a missed eviction.
+            let slack = (limit / 64).max(1024);
+            assert!(st.mem_used <= limit + slack, "over budget: {st:?}");
+        } else {
+            assert_eq!(st.evictions, 0, "exact regime must not evict");
+        }
+    }
+}
+
+fn check_read(m: &mut Model, k: &[u8], got: Option<MItem>) {
+    let cur = m.live(k);
+    match (cur, got) {
+        (Some(c), Some(g)) => assert_eq!(c, g, "read {k:?}"),
+        (None, None) => {}
+        (Some(_), None) if m.lenient => {
+            m.items.remove(k);
+        }
+        (c, g) => panic!("read {k:?}: model {c:?} store {g:?}"),
+    }
+}
+
+fn do_store(
+    store: &Store,
+    m: &mut Model,
+    mode: Mode,
+    k: &[u8],
+    value: &[u8],
+    flags: u32,
+    ttl: i32,
+) {
+    let exp = m.exp_of(ttl);
+    let cur = m.live(k);
+    let got = store.store(mode, k, flags, exp, value, m.now);
+    let got = match got {
+        Ok(o) => o,
+        Err(StoreError::TooLarge) => {
+            assert!(k.len() + value.len() > m.item_size_max, "{mode:?} {k:?}: TooLarge");
+            if mode == Mode::Set {
+                // memcached: a set that fails must not leave the old value readable.
+                m.items.remove(k);
+            }
+            return;
+        }
+        Err(StoreError::OutOfMemory) if m.lenient => {
+            // Nothing was stored: the key keeps its last stored item (or none, if it was
+            // evicted meanwhile -- the next read tells, and either is acceptable).
+            return;
+        }
+        Err(e) => panic!("{mode:?} {k:?}: {e:?}"),
+    };
+    assert!(k.len() + value.len() <= m.item_size_max, "{mode:?} {k:?}: stored past item_size_max");
+    let isz = m.item_size_max;
+    let (mut want, mut new) = expect_store(mode, cur.as_ref(), k.len(), isz, value, flags, exp);
+    if m.lenient && kind(&got) != want && cur.is_some() {
+        // Evicted behind the model's back: then it must act as if absent.
+        m.items.remove(k);
+        (want, new) = expect_store(mode, None, k.len(), isz, value, flags, exp);
+    }
+    assert_eq!(kind(&got), want, "{mode:?} {k:?} (model had {cur:?})");
+    if let (StoreOutcome::Stored { cas }, Some(mut it)) = (got, new) {
+        m.fresh_cas(k, cas);
+        it.cas = cas;
+        m.items.insert(k.to_vec(), it);
+    }
+}
+
+/// Reads bytes of a fuzz input; past its end every read is 0, so decoding never fails.
+struct Input<'a> {
+    data: &'a [u8],
+    pos: usize,
+}
+
+impl Input<'_> {
+    fn more(&self) -> bool {
+        self.pos < self.data.len()
+    }
+    fn u8(&mut self) -> u8 {
+        let b = self.data.get(self.pos).copied().unwrap_or(0);
+        self.pos += 1;
+        b
+    }
+    fn u16(&mut self) -> u16 {
+        u16::from_le_bytes([self.u8(), self.u8()])
+    }
+    fn u32(&mut self) -> u32 {
+        u32::from_le_bytes([self.u8(), self.u8(), self.u8(), self.u8()])
+    }
+}
+
+/// Most operations an input may decode to: bounds the time of one fuzz execution.
+pub const MAX_OPS: usize = 3000;
+
+/// Decodes any bytes into a Case. Byte 0 picks the configuration (bit 0: regime, unless
+/// `force_lenient` says; bits 1-2: shards; bits 3-4: memory in the eviction regime; bits 5-6: 0
+/// gives a 2 KiB item_size_max, so TooLarge and the append limit are reached). Then one byte per
+/// operation picks its kind, followed by its arguments.
+pub fn decode(data: &[u8], force_lenient: Option<bool>) -> Case {
+    let mut r = Input { data, pos: 0 };
+    let c = r.u8();
+    let lenient = force_lenient.unwrap_or(c & 1 == 1);
+    let shards = [1, 2, 4, 8][(c as usize >> 1) & 3];
+    let mem_limit = if lenient {
+        [64 << 10, 96 << 10, 128 << 10, 256 << 10][(c as usize >> 3) & 3]
+    } else {
+        32 << 20
+    };
+    let item_size_max = if (c >> 5) & 3 == 0 { 2048 } else { 1 << 20 };
+    let cfg = StoreConfig { mem_limit, shards, item_size_max, ..Default::default() };
+    // Few keys when nothing is evicted (so operations meet), many under pressure.
+    let keys: u16 = if lenient { 256 } else { 24 };
+    let mut serial = 0u32;
+    let mut ops = Vec::new();
+    while r.more() && ops.len() < MAX_OPS {
+        let o = r.u8() % 36;
+        let op = match o {
+            0..=11 => {
+                let (mode, key) = (r.u8() % 5, r.u8() as u16 % keys);
+                let value = value(&mut r, lenient, &mut serial);
+                Op::Store { mode, key, value, flags: flags(&mut r), ttl: ttl(&mut r) }
+            }
+            12..=14 => {
+                let key = r.u8() as u16 % keys;
+                let value = value(&mut r, lenient, &mut serial);
+                let (flags, ttl, right) = (flags(&mut r), ttl(&mut r), r.u8() & 1 == 1);
+                Op::Cas { key, value, flags, ttl, right }
+            }
+            15..=22 => Op::Get(r.u8() as u16 % keys),
+            23..=24 => Op::Gat(r.u8() as u16 % keys, ttl(&mut r)),
+            25..=26 => Op::Touch(r.u8() as u16 % keys, ttl(&mut r)),
+            27..=28 => Op::Delete(r.u8() as u16 % keys),
+            29..=30 => {
+                let (key, b) = (r.u8() as u16 % keys, r.u8());
+                let by = if b >= 250 { u64::MAX - u64::from(b & 3) } else { u64::from(b % 20) };
+                Op::Delta { key, incr: b & 0x80 == 0, by }
+            }
+            31..=33 => {
+                let b = r.u8();
+                // Mostly small steps; sometimes past every short TTL, or far ahead.
+                Op::Advance(match b % 16 {
+                    0..=12 => u32::from(b % 4),
+                    13 | 14 => 5 + u32::from(b >> 4),
+                    _ => 1000 * u32::from(b >> 4),
+                })
+            }
+            34 => Op::Flush(r.u8() % 4),
+            _ => Op::Maintain,
+        };
+        ops.push(op);
+    }
+    Case { cfg, lenient, ops }
+}
+
+fn flags(r: &mut Input<'_>) -> u32 {
+    match r.u8() {
+        0..=127 => 0,
+        b if b < 250 => u32::from(b),
+        _ => r.u32(),
+    }
+}
+
+fn ttl(r: &mut Input<'_>) -> i32 {
+    let b = r.u8();
+    match b % 16 {
+        0..=6 => 0,
+        7..=12 => i32::from(b % 16) - 6,    // 1..=6 s
+        13 => -i32::from(b >> 4),           // already past (0 = no TTL is excluded above)
+        14 => 60 + 37 * i32::from(b >> 4),  // minutes
+        _ => 3_000_000 + i32::from(b >> 4), // far future (past memcached's 30-day switch)
+    }
+}
+
+fn value(r: &mut Input<'_>, lenient: bool, serial: &mut u32) -> Vec<u8> {
+    let b = r.u8();
+    // Generated values start with a serial number, so two writes never store equal bytes and a
+    // stale read shows even where the CAS would not.
+    let mut filled = |len: usize| {
+        *serial += 1;
+        let s = *serial;
+        (0..len)
+            .map(|i| (s as usize).wrapping_mul(31).wrapping_add(i * 7) as u8 ^ (s >> 8) as u8)
+            .collect::<Vec<u8>>()
+    };
+    match b % 10 {
+        0..=2 => {
+            let n = (r.u8() % 24) as usize;
+            (0..n).map(|_| r.u8()).collect()
+        }
+        3 => filled((b >> 4) as usize),
+        4 | 5 => r.u16().to_string().into_bytes(),
+        6 => {
+            let specials: [&[u8]; 8] = [
+                b"18446744073709551615",
+                b"18446744073709551616",
+                b"10",
+                b"0",
+                b"12  ",
+                b" 5",
+                b"",
+                b"007",
+            ];
+            specials[(b >> 4) as usize % specials.len()].to_vec()
+        }
+        7 | 8 => filled(100 + r.u16() as usize % 1400),
+        _ if lenient => filled(3000 + r.u16() as usize % 6000),
+        _ => filled(1000 + r.u16() as usize % 2000),
+    }
+}
+
+/// Decodes and runs; what the fuzz target and the replay test call.
+pub fn check(data: &[u8], force_lenient: Option<bool>) {
+    let case = decode(data, force_lenient);
+    run(case.cfg, &case.ops, case.lenient);
+}
