@@ -147,6 +147,11 @@ impl Shard {
         }
     }
 
+    /// [`Shard::steal`] for callers outside eviction: whether a segment was taken.
+    pub(crate) fn steal_one(&mut self, env: &Env<'_>, now: Time) -> bool {
+        matches!(self.steal(env, now), Steal::Took)
+    }
+
     /// Evicts the oldest segment of a shard that holds more than its fair share.
     fn steal(&mut self, env: &Env<'_>, now: Time) -> Steal {
         let n = env.shards.len();

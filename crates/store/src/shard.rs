@@ -114,7 +114,9 @@ impl Shard {
             return;
         }
         while env.budget.used() > env.budget.limit() {
-            if !self.evict_head(env, now, None) {
+            // A shard with no segment of its own (e.g. all flushed) takes one from a shard that
+            // holds more than its share, so the overshoot does not last until the next write.
+            if !self.evict_head(env, now, None) && !self.steal_one(env, now) {
                 break;
             }
         }
