@@ -7,6 +7,7 @@ use crate::client::{join_all, Client};
 use crate::codec::{Reply, Request};
 use crate::error::{Error, Result};
 use crate::ketama::ServerSpec;
+use std::time::Duration;
 
 /// One server's answer to a command sent to all of them.
 pub type PerServer<T> = Vec<(ServerSpec, Result<T>)>;
@@ -23,16 +24,18 @@ pub struct KeyInfo {
 }
 
 impl Client {
+    /// `req` on every server at once, each reply through `each`, with this exchange timeout.
     async fn on_every_server<T>(
         &self,
         req: Request<'_>,
+        timeout: Duration,
         each: impl Fn(usize, Reply) -> Result<T>,
     ) -> PerServer<T> {
         let n = self.inner.nodes.len();
         let results = join_all((0..n).map(|i| {
             let each = &each;
             async move {
-                let mut replies = self.exchange(i, &[req]).await?;
+                let mut replies = self.exchange_timeout(i, &[req], timeout).await?;
                 let reply = self.ok(i, replies.remove(0))?;
                 each(i, reply)
             }
@@ -49,10 +52,14 @@ impl Client {
     /// `stats` or `stats <arg>` (settings, items, slabs, ...) on every server: name, value pairs
     /// in the server's order.
     pub async fn stats(&self, arg: Option<&str>) -> PerServer<Vec<(String, String)>> {
-        self.on_every_server(Request::Stats { arg }, |i, r| match r {
-            Reply::Stats(s) => Ok(s),
-            r => Err(self.unexpected(i, r)),
-        })
+        self.on_every_server(
+            Request::Stats { arg },
+            self.inner.cfg.io_timeout,
+            |i, r| match r {
+                Reply::Stats(s) => Ok(s),
+                r => Err(self.unexpected(i, r)),
+            },
+        )
         .await
     }
 
@@ -63,6 +70,7 @@ impl Client {
                 delay,
                 noreply: false,
             },
+            self.inner.cfg.io_timeout,
             |i, r| match r {
                 Reply::Ok => Ok(()),
                 r => Err(self.unexpected(i, r)),
@@ -73,10 +81,14 @@ impl Client {
 
     /// Every server's version string.
     pub async fn version(&self) -> PerServer<String> {
-        self.on_every_server(Request::Version, |i, r| match r {
-            Reply::Version(v) => Ok(v),
-            r => Err(self.unexpected(i, r)),
-        })
+        self.on_every_server(
+            Request::Version,
+            self.inner.cfg.io_timeout,
+            |i, r| match r {
+                Reply::Version(v) => Ok(v),
+                r => Err(self.unexpected(i, r)),
+            },
+        )
         .await
     }
 
@@ -84,31 +96,12 @@ impl Client {
     /// mnemod). A server without it answers with an error line, returned as that server's error.
     pub async fn keys(&self) -> PerServer<Vec<KeyInfo>> {
         // A dump of a large cache takes a while: allow more than one ordinary exchange.
-        let timeout = self
-            .inner
-            .cfg
-            .io_timeout
-            .max(std::time::Duration::from_secs(60));
-        let n = self.inner.nodes.len();
-        let results = join_all((0..n).map(|i| async move {
-            let mut replies = self
-                .exchange_timeout(i, &[Request::MetadumpAll], timeout)
-                .await?;
-            match self.ok(i, replies.remove(0))? {
-                Reply::Lines(lines) => lines
-                    .iter()
-                    .map(|l| parse_dump_line(l))
-                    .collect::<Result<Vec<_>>>(),
-                r => Err(self.unexpected(i, r)),
-            }
-        }))
-        .await;
-        self.inner
-            .nodes
-            .iter()
-            .map(|node| node.spec.clone())
-            .zip(results)
-            .collect()
+        let timeout = self.inner.cfg.io_timeout.max(Duration::from_secs(60));
+        self.on_every_server(Request::MetadumpAll, timeout, |i, r| match r {
+            Reply::Lines(lines) => lines.iter().map(|l| parse_dump_line(l)).collect(),
+            r => Err(self.unexpected(i, r)),
+        })
+        .await
     }
 }
 
