@@ -58,6 +58,12 @@ impl Write for Stream {
             Stream::Unix(s) => s.write(buf),
         }
     }
+    fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.write_vectored(bufs),
+            Stream::Unix(s) => s.write_vectored(bufs),
+        }
+    }
     fn flush(&mut self) -> io::Result<()> {
         Ok(())
     }
@@ -119,6 +125,43 @@ pub struct Conn {
     /// The last read returned less than it had room for: the socket was empty then, and
     /// edge-triggered epoll reports any later arrival, so the EAGAIN read can be skipped.
     drained: bool,
+}
+
+/// The connection's side of [`exec::Direct`]: its socket and how much of its output is sent.
+struct DirectSend<'a> {
+    stream: &'a mut Stream,
+    wpos: &'a mut usize,
+    c: &'a Counters,
+}
+
+impl exec::Direct for DirectSend<'_> {
+    fn send_value(&mut self, out: &mut Vec<u8>, value: &[u8]) -> bool {
+        const CRLF: &[u8] = b"\r\n";
+        let pending = out.len() - *self.wpos;
+        let iov = [io::IoSlice::new(&out[*self.wpos..]), io::IoSlice::new(value), io::IoSlice::new(CRLF)];
+        // Errors (and WouldBlock) leave everything to the ordinary flush, which reports them.
+        let n = match self.stream.write_vectored(&iov) {
+            Ok(n) => n,
+            Err(_) => 0,
+        };
+        bump(&self.c.bytes_written, n as u64);
+        if n < pending {
+            *self.wpos += n;
+            out.extend_from_slice(value);
+            out.extend_from_slice(CRLF);
+            return false;
+        }
+        out.clear();
+        *self.wpos = 0;
+        let sent = n - pending;
+        if sent < value.len() {
+            out.extend_from_slice(&value[sent..]);
+            out.extend_from_slice(CRLF);
+        } else {
+            out.extend_from_slice(&CRLF[(sent - value.len()).min(2)..]);
+        }
+        true
+    }
 }
 
 impl Conn {
@@ -271,7 +314,16 @@ impl Conn {
                     let next = if sh.config.text_auth && !self.authed {
                         exec::unauthenticated(req, sh, &mut self.authed, &mut self.wbuf)
                     } else {
-                        exec::execute_from(req, self.resume, sh, c, &mut self.wbuf, &mut self.reads)
+                        let mut direct = DirectSend { stream: &mut self.stream, wpos: &mut self.wpos, c };
+                        exec::execute_from(
+                            req,
+                            self.resume,
+                            sh,
+                            c,
+                            &mut self.wbuf,
+                            &mut self.reads,
+                            Some(&mut direct),
+                        )
                     };
                     if let Next::Resume(done) = next {
                         // Leave the request in place; it continues once the output drains.

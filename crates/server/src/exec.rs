@@ -51,7 +51,25 @@ fn error(out: &mut Vec<u8>, noreply: bool, e: ErrorReply) {
 }
 
 pub fn execute(req: Request<'_>, sh: &Shared, c: &Counters, out: &mut Vec<u8>) -> Next {
-    execute_from(req, 0, sh, c, out, &mut PendingReads::default())
+    execute_from(req, 0, sh, c, out, &mut PendingReads::default(), None)
+}
+
+/// Values at least this long go from the segment straight to the socket (see [`Direct`]).
+pub const DIRECT_MIN: usize = 32 * 1024;
+
+/// A way to hand a large value to the socket without first copying it into the output buffer.
+///
+/// Without it a 100 KB get costs two copies (segment -> output buffer -> kernel); memcached
+/// costs one, because its reply holds a reference to the item. Here the value is written with
+/// one writev of [unsent output, value, "\r\n"] while the store still has it (the shard lock
+/// is held for that nonblocking call: the same bytes would otherwise be copied under it), and
+/// only what the socket did not take is copied. Small values never take this path, so a
+/// pipelined batch of ordinary gets is still one write.
+pub trait Direct {
+    /// Appends `value` and `\r\n` to the logical output `out` (whose first bytes may already
+    /// be written), writing as much as the socket takes now. Returns true if everything in
+    /// `out` before the value was written (so `out` was emptied).
+    fn send_value(&mut self, out: &mut Vec<u8>, value: &[u8]) -> bool;
 }
 
 /// Keys whose values sit in this connection's unsent output. memcached's replies hold a
@@ -89,11 +107,12 @@ pub fn execute_from(
     c: &Counters,
     out: &mut Vec<u8>,
     reads: &mut PendingReads,
+    direct: Option<&mut dyn Direct>,
 ) -> Next {
     let now = sh.clock.now();
     let store = &sh.store;
     match req {
-        Request::Get { keys, cas, touch } => get(keys, skip, cas, touch, sh, c, out, reads),
+        Request::Get { keys, cas, touch } => get(keys, skip, cas, touch, sh, c, out, reads, direct),
         Request::Store { kind, key, flags, exptime, data, cas, noreply } => {
             bump(&c.cmd_set, 1);
             sh.detail.record(key, sh.config.prefix_delimiter, Event::Set);
@@ -289,18 +308,26 @@ fn get(
     c: &Counters,
     out: &mut Vec<u8>,
     reads: &mut PendingReads,
+    mut direct: Option<&mut dyn Direct>,
 ) -> Next {
     let now = sh.clock.now();
     let exp = touch.map(|e| sh.clock.item_expiry(e));
-    let start = out.len();
+    // Output this request has buffered counts from here (0 once a direct write emptied it).
+    let mut start = out.len();
     for (i, key) in keys.iter().enumerate().skip(skip) {
-        if out.len() - start >= GET_PAUSE_BYTES {
+        if out.len().saturating_sub(start) >= GET_PAUSE_BYTES {
             return Next::Resume(i);
         }
-        let write = |it: mnemo_store::Item<'_>, out: &mut Vec<u8>| {
+        let mut flushed = false;
+        let mut write = |it: mnemo_store::Item<'_>, out: &mut Vec<u8>| {
             value_header(out, key, it.flags, it.value.len(), cas.then_some(it.cas));
-            out.extend_from_slice(it.value);
-            out.extend_from_slice(b"\r\n");
+            match direct.as_deref_mut() {
+                Some(d) if it.value.len() >= DIRECT_MIN => flushed = d.send_value(out, it.value),
+                _ => {
+                    out.extend_from_slice(it.value);
+                    out.extend_from_slice(b"\r\n");
+                }
+            }
         };
         let found = match exp {
             None => {
@@ -312,6 +339,11 @@ fn get(
                 sh.store.get_and_touch(key, exp, now, |it| write(it, out))
             }
         };
+        if flushed {
+            // Every earlier reply is on the wire: no unsent reply references an item.
+            reads.clear();
+            start = 0;
+        }
         sh.detail.record(key, sh.config.prefix_delimiter, Event::Get { hit: found.is_hit() });
         let (hits, misses) = if exp.is_some() { (&c.touch_hits, &c.touch_misses) } else { (&c.get_hits, &c.get_misses) };
         match found {

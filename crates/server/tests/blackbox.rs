@@ -178,3 +178,76 @@ fn huge_multiget_output_is_streamed_not_buffered() {
     assert_eq!(&end, b"END\r\n");
     assert!(peak_kb < 100_000, "RSS reached {peak_kb} kB while streaming");
 }
+
+/// Large values go to the socket straight from the store (one writev with the replies before
+/// them); whatever the socket does not take is buffered. Replies must come out whole and in
+/// order however the socket splits them: a pipeline mixing large and small values, incr on a
+/// key read earlier in the same batch, and a client that reads only after sending everything
+/// (so the server meets a full socket buffer in the middle of a value).
+#[test]
+fn large_values_sent_directly_stay_in_order() {
+    let srv = Server::start(&["-t", "1", "-I", "2m"]);
+    let mut c = srv.connect();
+    let big: Vec<Vec<u8>> = (0..4u8).map(|i| (0..(40_000 + 150_000 * i as usize)).map(|j| b'a' + ((j + i as usize) % 26) as u8).collect()).collect();
+    for (i, v) in big.iter().enumerate() {
+        let mut req = format!("set big{i} {i} 0 {}\r\n", v.len()).into_bytes();
+        req.extend_from_slice(v);
+        req.extend_from_slice(b"\r\n");
+        talk(&mut c, &req, b"STORED\r\n");
+    }
+    talk(&mut c, b"set n 0 0 2\r\n10\r\n", b"STORED\r\n");
+    let mut req = Vec::new();
+    let mut want = Vec::new();
+    for round in 0..30 {
+        let i = round % 4;
+        req.extend_from_slice(format!("get n big{i} n\r\nincr n 1\r\n").as_bytes());
+        let n = (10 + round).to_string();
+        for part in [
+            format!("VALUE n 0 {}\r\n{n}\r\n", n.len()).into_bytes(),
+            format!("VALUE big{i} {i} {}\r\n", big[i].len()).into_bytes(),
+            big[i].clone(),
+            format!("\r\nVALUE n 0 {}\r\n{n}\r\nEND\r\n{}\r\n", n.len(), 11 + round).into_bytes(),
+        ] {
+            want.extend_from_slice(&part);
+        }
+        req.extend_from_slice(format!("gets big{i}\r\n").as_bytes());
+        want.extend_from_slice(format!("VALUE big{i} {i} {} ", big[i].len()).as_bytes());
+        want.push(b'#'); // the cas value: checked loosely below
+    }
+    // Every request first (they are small), then read: the server fills the socket buffer
+    // and meets it full in the middle of values.
+    c.write_all(&req).unwrap();
+    let mut r = BufReader::new(c);
+    let mut pos = 0;
+    while pos < want.len() {
+        if want[pos] == b'#' {
+            // "<cas>\r\n<value>\r\nEND\r\n" of a gets: the value must be the stored one.
+            let mut line = String::new();
+            r.read_line(&mut line).unwrap();
+            assert!(line.trim_end().parse::<u64>().is_ok(), "cas line {line:?}");
+            // The gets line before '#' names the key: find which big value by length.
+            let header_start = want[..pos].iter().rposition(|&b| b == b'V').unwrap();
+            let header = String::from_utf8_lossy(&want[header_start..pos]).to_string();
+            let idx: usize = header.split_whitespace().nth(1).unwrap()[3..].parse().unwrap();
+            let mut body = vec![0; big[idx].len() + 7];
+            r.read_exact(&mut body).unwrap();
+            assert!(body[..big[idx].len()] == big[idx][..], "gets value of big{idx}");
+            assert_eq!(&body[big[idx].len()..], b"\r\nEND\r\n");
+            pos += 1;
+            continue;
+        }
+        let end = want[pos..].iter().position(|&b| b == b'#').map_or(want.len(), |p| pos + p);
+        let mut got = vec![0; end - pos];
+        r.read_exact(&mut got).unwrap();
+        if got != want[pos..end] {
+            let at = got.iter().zip(&want[pos..end]).position(|(a, b)| a != b).unwrap_or(got.len());
+            panic!(
+                "reply differs at byte {}: got {:?}, want {:?}",
+                pos + at,
+                String::from_utf8_lossy(&got[at.saturating_sub(20)..(at + 40).min(got.len())]),
+                String::from_utf8_lossy(&want[pos + at.saturating_sub(20)..(pos + at + 40).min(end)])
+            );
+        }
+        pos = end;
+    }
+}
