@@ -67,12 +67,21 @@ fn main() {
     let words: Vec<&str> = list.lines().filter(|w| !w.is_empty()).collect();
     let (host, port) = a.server.rsplit_once(':').expect("host:port");
     let spec = ServerSpec::new(host, port.parse().expect("port"));
-    let zstd = |level| Compression { algorithm: Algorithm::Zstd { level }, ..Compression::default() };
+    let zstd = |level| Compression {
+        algorithm: Algorithm::Zstd { level },
+        ..Compression::default()
+    };
     let modes = [
         ("off".to_string(), Compression::off()),
         (format!("zstd {}", a.zstd_level), zstd(a.zstd_level)),
         ("zstd 1".to_string(), zstd(1)),
-        ("zlib 6".to_string(), Compression { algorithm: Algorithm::zlib(), ..Compression::default() }),
+        (
+            "zlib 6".to_string(),
+            Compression {
+                algorithm: Algorithm::zlib(),
+                ..Compression::default()
+            },
+        ),
     ];
     println!("| words | bytes | compression | stored bytes | saved | set ms | get ms | set / off | get / off |");
     println!("|---:|---:|---|---:|---:|---:|---:|---:|---:|");
@@ -80,7 +89,11 @@ fn main() {
         let text = random_text(&words, n, 0x5eed_0000 + n as u64);
         let mut base = (0.0, 0.0);
         for (name, comp) in &modes {
-            let cfg = Config { compression: *comp, profile: FlagProfile::Mnemo, ..Config::default() };
+            let cfg = Config {
+                compression: *comp,
+                profile: FlagProfile::Mnemo,
+                ..Config::default()
+            };
             let c = blocking::Client::new(vec![spec.clone()], cfg).expect("client");
             let key = format!("seed000:{n}:{}", name.replace(' ', "-"));
             // One untimed round trip: connection made, allocations warm.
@@ -95,10 +108,18 @@ fn main() {
                 get_t += t.elapsed();
                 match v {
                     Some(Value::Text(s)) if s.len() == text.len() => {}
-                    other => panic!("read back something else: {:?}", other.map(|v| v.into_bytes().len())),
+                    other => panic!(
+                        "read back something else: {:?}",
+                        other.map(|v| v.into_bytes().len())
+                    ),
                 }
             }
-            let stored = c.get_raw(&key).expect("get_raw").expect("stored").data.len();
+            let stored = c
+                .get_raw(&key)
+                .expect("get_raw")
+                .expect("stored")
+                .data
+                .len();
             let (s, g) = (mean_ms(set_t, a.loops), mean_ms(get_t, a.loops));
             if name == "off" {
                 base = (s, g);
