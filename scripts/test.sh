@@ -78,4 +78,48 @@ if [ -d tests ] && ls tests/test_*.py tests/*/test_*.py >/dev/null 2>&1; then
     # -rfE: a summary line per failure and error at the end.
     .venv/bin/python -m pytest -q -rfE -p no:cacheprovider tests
 fi
+
+# --- fuzz: every cargo-fuzz target for a bounded time ---------------------------------------------
+# Needs nightly and cargo-fuzz (installed here only when nightly exists). Without them the step
+# is skipped: `cargo test` above already ran the same checkers on seeded inputs (fuzz_replay).
+# Each run starts from fuzz/corpus/<target> (kept between runs, gitignored) and fuzz/seeds/.
+fuzz_seconds=${FUZZ_SECONDS:-20}
+fuzz_skip=""
+if ! cargo +nightly --version >/dev/null 2>&1; then
+    fuzz_skip="no nightly toolchain (rustup toolchain install nightly)"
+elif ! cargo fuzz --version >/dev/null 2>&1; then
+    echo "== installing cargo-fuzz"
+    cargo install --locked --quiet cargo-fuzz >/dev/null 2>&1 || true
+    cargo fuzz --version >/dev/null 2>&1 || fuzz_skip="cargo-fuzz is missing and 'cargo install cargo-fuzz' failed"
+fi
+if [ -n "$fuzz_skip" ]; then
+    echo "== fuzz: NOT RUN: $fuzz_skip; the stable fuzz_replay tests ran the same checkers"
+else
+    echo "== fuzz: every target for ${fuzz_seconds}s (FUZZ_SECONDS)"
+    fuzz_start=$SECONDS
+    fuzz_log=$(mktemp)
+    if ! (cd fuzz && cargo +nightly fuzz build) >"$fuzz_log" 2>&1; then
+        tail -n 40 "$fuzz_log"; echo "fuzz: build failed"; exit 1
+    fi
+    # "target[:STORE_MODEL_REGIME]"
+    for run in store_model:exact store_model:evict text_parse binary_parse; do
+        target=${run%%:*}
+        regime=""
+        [ "$run" != "$target" ] && regime=${run#*:}
+        mkdir -p "fuzz/corpus/$target"
+        seeds=()
+        [ -d "fuzz/seeds/$target" ] && seeds=("seeds/$target")
+        if (cd fuzz && STORE_MODEL_REGIME=$regime cargo +nightly fuzz run "$target" "corpus/$target" "${seeds[@]}" \
+                -- -max_total_time="$fuzz_seconds" -timeout=20) >"$fuzz_log" 2>&1; then
+            echo "   $run: $(grep -o 'Done [0-9]* runs in [0-9]* second(s)' "$fuzz_log" | tail -n 1)"
+        else
+            tail -n 60 "$fuzz_log"
+            echo "fuzz: $run failed; the crashing input is in fuzz/artifacts/$target/ (reproduce with"
+            echo "  cd fuzz && cargo +nightly fuzz run $target <file>; keep it in fuzz/regressions/$target/)"
+            exit 1
+        fi
+    done
+    rm -f "$fuzz_log"
+    echo "   fuzz step took $((SECONDS - fuzz_start))s"
+fi
 echo "== all tests passed"
