@@ -577,7 +577,7 @@ impl Shard {
     ) -> Lookup<R> {
         let r = self.retime(env, h, key, exp, now);
         self.sync_overhead(env);
-        match r {
+        let out = match r {
             Ok(Found::Live { pos, seg, off, hdr }) => {
                 let s = self.index.get(pos);
                 self.index.set(pos, slot::touched(s));
@@ -590,7 +590,10 @@ impl Shard {
             Ok(Found::Absent) => Lookup::Miss,
             // No memory to give the item an expiry (evict=false): serve it unchanged.
             Err(_) => self.get(env, h, key, now, f),
-        }
+        };
+        // After the read: trimming may evict the segment the item was just read from.
+        self.trim(env, now);
+        out
     }
 
     #[allow(clippy::too_many_arguments)]
