@@ -337,11 +337,16 @@ impl Store {
                 let mut s = self.shards[me].lock();
                 s.apply_flush(&env, now);
                 s.expire_segments(&env, now);
+                // Freed segment ids can grow the shard's metadata, charged after the fact.
+                s.trim(&env, now);
             }
             // The sweep runs in slices so that requests on this shard wait at most one slice.
             loop {
                 let mut s = self.shards[me].lock();
-                if !s.sweep_step(&env) {
+                let more = s.sweep_step(&env);
+                // Released dead references free segment ids, which can grow the metadata.
+                s.trim(&env, now);
+                if !more {
                     break;
                 }
             }
