@@ -251,3 +251,33 @@ fn large_values_sent_directly_stay_in_order() {
         pos = end;
     }
 }
+
+/// Items far larger than a segment (up to -I 128m) come back byte for byte, and memory stays
+/// within -m while two of them no longer fit together.
+#[test]
+fn items_up_to_128_mb_round_trip_within_the_memory_limit() {
+    let srv = Server::start(&["-m", "256", "-I", "128m", "-t", "1"]);
+    let mut c = srv.connect();
+    c.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let len = 128 * 1024 * 1024 - 512; // the -I limit counts key and item overhead too
+    let value_of = |seed: u8| -> Vec<u8> { (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect() };
+    for (round, key) in ["huge1", "huge2", "huge3"].iter().enumerate() {
+        let v = value_of(round as u8);
+        c.write_all(format!("set {key} 7 0 {len}\r\n").as_bytes()).unwrap();
+        c.write_all(&v).unwrap();
+        talk(&mut c, b"\r\n", b"STORED\r\n");
+        c.write_all(format!("get {key}\r\n").as_bytes()).unwrap();
+        let header = format!("VALUE {key} 7 {len}\r\n");
+        let mut got = vec![0; header.len() + len + 7];
+        c.read_exact(&mut got).unwrap();
+        assert_eq!(&got[..header.len()], header.as_bytes());
+        assert!(got[header.len()..header.len() + len] == v[..], "{key} came back different");
+        assert_eq!(&got[header.len() + len..], b"\r\nEND\r\n");
+        // Two 128 MB items and the index do not fit in 256 MB: the older ones were evicted.
+        assert!(srv.rss_kb() < 256 * 1024 + 48 * 1024, "RSS {} kB after {key}", srv.rss_kb());
+    }
+    c.write_all(b"get huge1\r\n").unwrap();
+    let mut end = [0u8; 5];
+    c.read_exact(&mut end).unwrap();
+    assert_eq!(&end, b"END\r\n", "huge1 should have been evicted to make room");
+}
