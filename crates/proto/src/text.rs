@@ -413,7 +413,7 @@ fn storage<'a>(
             None => return err(ErrorReply::BadFormat, after, noreply),
         }
     }
-    if vlen < 0 || vlen > i32::MAX - 2 {
+    if !(0..=i32::MAX - 2).contains(&vlen) {
         return err(ErrorReply::BadFormat, after, noreply);
     }
     let vlen = vlen as usize;

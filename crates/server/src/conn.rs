@@ -140,10 +140,7 @@ impl exec::Direct for DirectSend<'_> {
         let pending = out.len() - *self.wpos;
         let iov = [io::IoSlice::new(&out[*self.wpos..]), io::IoSlice::new(value), io::IoSlice::new(CRLF)];
         // Errors (and WouldBlock) leave everything to the ordinary flush, which reports them.
-        let n = match self.stream.write_vectored(&iov) {
-            Ok(n) => n,
-            Err(_) => 0,
-        };
+        let n = self.stream.write_vectored(&iov).unwrap_or_default();
         bump(&self.c.bytes_written, n as u64);
         if n < pending {
             *self.wpos += n;

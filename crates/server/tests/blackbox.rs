@@ -72,7 +72,7 @@ fn oversized_value_is_swallowed_and_old_value_dropped() {
     let mut c = srv.connect();
     talk(&mut c, b"set big 0 0 1\r\nx\r\n", b"STORED\r\n");
     let mut req = b"set big 0 0 2000000\r\n".to_vec();
-    req.extend(std::iter::repeat(b'v').take(2_000_000));
+    req.extend(std::iter::repeat_n(b'v', 2_000_000));
     req.extend_from_slice(b"\r\nget big\r\n");
     talk(&mut c, &req, b"SERVER_ERROR object too large for cache\r\nEND\r\n");
 }

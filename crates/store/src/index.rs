@@ -593,7 +593,7 @@ mod tests {
         assert_eq!(ix.items(), 499);
         let mut cur = 0;
         loop {
-            cur = ix.sweep(cur, 3, |e| key_of(e) % 2 == 0);
+            cur = ix.sweep(cur, 3, |e| key_of(e).is_multiple_of(2));
             if cur == 0 {
                 break;
             }

@@ -123,7 +123,7 @@ fn writing_twice_the_limit_stays_within_it() {
         s.store(Mode::Set, &key(i % 50_000), 0, 0, &value_for(i, 0, len), 1).unwrap();
         written += len;
         i += 1;
-        if i % 1000 == 0 {
+        if i.is_multiple_of(1000) {
             let st = s.stats();
             assert!(st.mem_used <= limit as u64, "{st:?}");
         }
@@ -309,7 +309,7 @@ fn rss_after_writing_twice_the_limit() {
             1..=99 => 20_000,
             _ => 10 + (i % 700) as usize,
         };
-        let exp = if i % 3 == 0 { now + 5 } else { 0 };
+        let exp = if i.is_multiple_of(3) { now + 5 } else { 0 };
         // One reused buffer: the test's own allocations must not pollute the RSS figure.
         buf.clear();
         buf.resize(len, (i % 251) as u8);
@@ -318,7 +318,7 @@ fn rss_after_writing_twice_the_limit() {
         s.store(Mode::Set, &kbuf, 0, exp, &buf, now).unwrap();
         written += len;
         i += 1;
-        if i % 200_000 == 0 {
+        if i.is_multiple_of(200_000) {
             now += 1;
             s.maintain(now);
         }

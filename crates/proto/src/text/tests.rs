@@ -103,7 +103,7 @@ fn gat_keys_follow_exptime() {
 #[test]
 fn key_limits_and_control_bytes() {
     let mut line = b"get ".to_vec();
-    line.extend(std::iter::repeat(b'k').take(251));
+    line.extend(std::iter::repeat_n(b'k', 251));
     line.extend_from_slice(b"\r\n");
     assert!(matches!(p(&line), Parsed::Error { reply: ErrorReply::BadFormat, .. }));
     match p(b"set \x01\x7f\xff 0 0 1\r\nx\r\n") {
@@ -117,7 +117,7 @@ fn runaway_lines() {
     let junk = vec![b'x'; LINE_MAX + 1];
     assert_eq!(p(&junk), Parsed::Close);
     let mut get = b"get ".to_vec();
-    get.extend(std::iter::repeat(b'k').take(LINE_MAX));
+    get.extend(std::iter::repeat_n(b'k', LINE_MAX));
     assert!(matches!(p(&get), Parsed::Incomplete(_)));
     let short = vec![b'x'; 100];
     assert!(matches!(p(&short), Parsed::Incomplete(_)));
