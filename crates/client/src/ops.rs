@@ -272,6 +272,17 @@ impl Client {
         }
     }
 
+    /// A conditional storage command: whether the server stored it.
+    async fn stored<'v>(
+        &self,
+        cmd: StoreCmd,
+        key: impl AsRef<[u8]>,
+        value: impl Into<ValueRef<'v>>,
+        opts: &SetOptions,
+    ) -> Result<bool> {
+        Ok(self.store(cmd, key, value, 0, opts).await? == StoreOutcome::Stored)
+    }
+
     /// Store only if the key is absent; false if it exists.
     pub async fn add<'v>(
         &self,
@@ -279,10 +290,8 @@ impl Client {
         value: impl Into<ValueRef<'v>>,
         exptime: u32,
     ) -> Result<bool> {
-        Ok(self
-            .store(StoreCmd::Add, key, value, 0, &SetOptions::exptime(exptime))
-            .await?
-            == StoreOutcome::Stored)
+        self.stored(StoreCmd::Add, key, value, &SetOptions::exptime(exptime))
+            .await
     }
 
     /// Store only if the key exists; false if it is absent.
@@ -292,31 +301,20 @@ impl Client {
         value: impl Into<ValueRef<'v>>,
         exptime: u32,
     ) -> Result<bool> {
-        Ok(self
-            .store(
-                StoreCmd::Replace,
-                key,
-                value,
-                0,
-                &SetOptions::exptime(exptime),
-            )
-            .await?
-            == StoreOutcome::Stored)
+        self.stored(StoreCmd::Replace, key, value, &SetOptions::exptime(exptime))
+            .await
     }
 
     /// Append raw bytes to an existing value; false if the key is absent.
     pub async fn append(&self, key: impl AsRef<[u8]>, data: &[u8]) -> Result<bool> {
-        Ok(self
-            .store(StoreCmd::Append, key, data, 0, &SetOptions::default())
-            .await?
-            == StoreOutcome::Stored)
+        self.stored(StoreCmd::Append, key, data, &SetOptions::default())
+            .await
     }
 
+    /// Prepend raw bytes to an existing value; false if the key is absent.
     pub async fn prepend(&self, key: impl AsRef<[u8]>, data: &[u8]) -> Result<bool> {
-        Ok(self
-            .store(StoreCmd::Prepend, key, data, 0, &SetOptions::default())
-            .await?
-            == StoreOutcome::Stored)
+        self.stored(StoreCmd::Prepend, key, data, &SetOptions::default())
+            .await
     }
 
     /// Store if the value's cas token is still `cas` (from gets/gats).
