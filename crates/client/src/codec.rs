@@ -24,6 +24,10 @@ pub const MAX_KEY_LEN: usize = 250;
 /// Longest reply line accepted before the stream is declared out of sync.
 const MAX_LINE: usize = 64 * 1024;
 
+/// Longest value accepted in a `VALUE` line: memcached's (and mnemod's) largest item size
+/// limit (`-I 1024m`). A longer declared length is refused before a buffer grows for it.
+pub const MAX_VALUE_LEN: usize = 1024 * 1024 * 1024;
+
 /// memcached refuses command lines past 2048 bytes (get lines too, in mnemod); multi-key
 /// retrieval lines are split below this.
 pub const MAX_GET_LINE: usize = 2000;
@@ -498,6 +502,11 @@ impl ReplyDecoder {
                 }
                 return Ok(Decoded::Incomplete(buf.len() + 1));
             };
+            if nl > MAX_LINE {
+                // As without the newline: whether a line is too long must not depend on the
+                // reads it arrived in.
+                return Err(CodecError::LineTooLong);
+            }
             let line_end = self.pos + nl + 1;
             let line = &rest[..nl];
             let line = line.strip_suffix(b"\r").unwrap_or(line);
@@ -626,6 +635,7 @@ fn parse_value_line(line: &[u8], cas: bool) -> Result<ValueLine<'_>, CodecError>
         .next()
         .and_then(parse_u64)
         .and_then(|l| usize::try_from(l).ok())
+        .filter(|&l| l <= MAX_VALUE_LEN)
         .ok_or_else(bad)?;
     let c = match it.next() {
         Some(c) => Some(parse_u64(c).ok_or_else(bad)?),
