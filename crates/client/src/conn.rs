@@ -89,7 +89,14 @@ impl Conn {
                                 rbuf.drain(..*start);
                                 *start = 0;
                             }
-                            let want = (*start + need).max(rbuf.len() + READ_CHUNK);
+                            // Room for what the decoder needs, but grown at most by doubling
+                            // per read: a declared length is the server's word, so memory
+                            // follows the bytes that actually arrive (a server that declares
+                            // 1 GiB and sends 10 bytes costs 64 KiB, not 1 GiB).
+                            let cap = rbuf.capacity().max(READ_CHUNK);
+                            let want = (*start + need)
+                                .min(rbuf.len() + cap)
+                                .max(rbuf.len() + READ_CHUNK);
                             rbuf.reserve(want - rbuf.len());
                             if r.read_buf(rbuf).await? == 0 {
                                 return Err(ConnError::Io(io::Error::new(

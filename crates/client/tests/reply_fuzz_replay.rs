@@ -13,7 +13,10 @@ use mnemo_client::codec::Expect;
 use reply_check::Rng;
 
 fn cases() -> u64 {
-    std::env::var("FUZZ_REPLAY_CASES").ok().and_then(|s| s.parse().ok()).unwrap_or(2000)
+    std::env::var("FUZZ_REPLAY_CASES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(2000)
 }
 
 const STARTS: &[&[u8]] = &[
@@ -31,7 +34,10 @@ fn run(name: &str, data: &[u8]) {
         // Copy it to fuzz/regressions/client_reply/ to keep it, or `cargo +nightly fuzz run client_reply FILE`.
         let path = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("client_reply_{name}.bin"));
         std::fs::write(&path, data).expect("write failing input");
-        panic!("client_reply {name} failed (panic above); input saved to {}", path.display());
+        panic!(
+            "client_reply {name} failed (panic above); input saved to {}",
+            path.display()
+        );
     }
 }
 
@@ -44,7 +50,11 @@ fn replay_seeded(structured: bool, salt: u64) {
             _ => rng.next() as usize % 2048,
         };
         let mut data = rng.bytes(len + 1);
-        data[0] = if structured { data[0] | 0x80 } else { data[0] & 0x7f };
+        data[0] = if structured {
+            data[0] | 0x80
+        } else {
+            data[0] & 0x7f
+        };
         if !structured && rng.next() & 1 == 0 {
             let start = STARTS[rng.below(STARTS.len() as u64) as usize];
             data.splice(1..1, start.iter().copied());
@@ -71,7 +81,10 @@ fn mutated_replies() {
     for (n, start) in STARTS.iter().enumerate() {
         for cfg in 0u8..10 {
             run(&format!("start{n}_{cfg}"), &[&[cfg][..], start].concat());
-            run(&format!("twice{n}_{cfg}"), &[&[cfg | 0x30][..], start, start].concat());
+            run(
+                &format!("twice{n}_{cfg}"),
+                &[&[cfg | 0x30][..], start, start].concat(),
+            );
             for m in 0..40 {
                 let mut r = start.to_vec();
                 let at = rng.below(r.len() as u64) as usize;
@@ -82,13 +95,29 @@ fn mutated_replies() {
                     }
                     2 => r.insert(at, r[at]),
                     3 => r.truncate(at),
-                    _ => r.splice(at..at, [b'0', b'9', b' ', b'\n'][m % 4..m % 4 + 1].iter().copied()).for_each(drop),
+                    _ => r
+                        .splice(
+                            at..at,
+                            [b'0', b'9', b' ', b'\n'][m % 4..m % 4 + 1].iter().copied(),
+                        )
+                        .for_each(drop),
                 }
-                run(&format!("mut{n}_{cfg}_{m}"), &[&[cfg | (m as u8 & 7) << 4][..], &r].concat());
+                run(
+                    &format!("mut{n}_{cfg}_{m}"),
+                    &[&[cfg | (m as u8 & 7) << 4][..], &r].concat(),
+                );
             }
         }
     }
-    for len in ["6", "4", "18446744073709551615", "18446744073709551614", "1073741824", "1073741825", "99999999999"] {
+    for len in [
+        "6",
+        "4",
+        "18446744073709551615",
+        "18446744073709551614",
+        "1073741824",
+        "1073741825",
+        "99999999999",
+    ] {
         for tail in [&b""[..], b"hello\r\nEND\r\n"] {
             let r = [format!("VALUE k 0 {len}\r\n").as_bytes(), tail].concat();
             for cfg in [0u8, 0x10, 0x20] {
@@ -102,10 +131,23 @@ fn mutated_replies() {
 /// whatever the reads it arrives in.
 #[test]
 fn long_lines() {
-    for n in [reply_check::MAX_LINE - 1, reply_check::MAX_LINE, reply_check::MAX_LINE + 1, reply_check::MAX_LINE + 5000] {
+    for n in [
+        reply_check::MAX_LINE - 1,
+        reply_check::MAX_LINE,
+        reply_check::MAX_LINE + 1,
+        reply_check::MAX_LINE + 5000,
+    ] {
         let mut line = vec![b'x'; n];
         line.extend_from_slice(b"\r\nEND\r\n");
-        for (seed, e) in [Expect::Stats, Expect::Lines, Expect::Ok, Expect::Values { cas: false }].into_iter().enumerate() {
+        for (seed, e) in [
+            Expect::Stats,
+            Expect::Lines,
+            Expect::Ok,
+            Expect::Values { cas: false },
+        ]
+        .into_iter()
+        .enumerate()
+        {
             reply_check::check_stream(&line, e, seed as u64);
             reply_check::check_stream(&line[..n], e, seed as u64 + 7);
         }
@@ -116,7 +158,9 @@ fn long_lines() {
 #[test]
 fn saved_fuzz_inputs() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/regressions/client_reply");
-    let Ok(entries) = std::fs::read_dir(&dir) else { return };
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return;
+    };
     for e in entries {
         let path = e.expect("dir entry").path();
         let data = std::fs::read(&path).expect("read input");

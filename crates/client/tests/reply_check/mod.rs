@@ -58,7 +58,9 @@ impl Rng {
 
 /// FNV-1a of the whole input: the chunking varies with it.
 pub fn hash(data: &[u8]) -> u64 {
-    data.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3))
+    data.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    })
 }
 
 pub fn expect_of(b: u8) -> Expect {
@@ -95,7 +97,9 @@ impl From<Result<Decoded, CodecError>> for Out {
 
 /// The whole check on one fuzz input.
 pub fn check(data: &[u8]) {
-    let Some((&cfg, body)) = data.split_first() else { return };
+    let Some((&cfg, body)) = data.split_first() else {
+        return;
+    };
     let expect = expect_of(cfg);
     let generated;
     let input = if cfg & 0x80 != 0 {
@@ -113,7 +117,11 @@ pub fn check_stream(input: &[u8], expect: Expect, chunk_seed: u64) {
     if whole != chunked {
         let short = |o: &[Out]| format!("{o:?}").chars().take(400).collect::<String>();
         let head = String::from_utf8_lossy(&input[..input.len().min(200)]).into_owned();
-        panic!("whole vs chunked feeding differ on {head:?}...:\n whole {}\n chunked {}", short(&whole), short(&chunked));
+        panic!(
+            "whole vs chunked feeding differ on {head:?}...:\n whole {}\n chunked {}",
+            short(&whole),
+            short(&chunked)
+        );
     }
 }
 
@@ -181,7 +189,11 @@ fn call(dec: &mut ReplyDecoder, buf: &[u8], expect: Expect) -> Out {
     match &out {
         Out::Done(reply, used) => {
             let used = *used;
-            assert!((1..=buf.len()).contains(&used), "Done used {used} of {}", buf.len());
+            assert!(
+                (1..=buf.len()).contains(&used),
+                "Done used {used} of {}",
+                buf.len()
+            );
             assert_eq!(buf[used - 1], b'\n', "Done does not end on a newline");
             check_reply(&buf[..used], reply, expect);
             if used < buf.len() {
@@ -190,27 +202,47 @@ fn call(dec: &mut ReplyDecoder, buf: &[u8], expect: Expect) -> Out {
             }
             let short = Out::from(ReplyDecoder::new(expect).decode(&buf[..used - 1]));
             match short {
-                Out::Incomplete(n) => assert!(n >= used, "one byte short: Incomplete({n}), used {used}"),
+                Out::Incomplete(n) => {
+                    assert!(n >= used, "one byte short: Incomplete({n}), used {used}")
+                }
                 other => panic!("one byte short of a Done({used}): {other:?}"),
             }
         }
         Out::Incomplete(need) => {
             let need = *need;
-            assert!(need > buf.len(), "Incomplete({need}) with {} bytes", buf.len());
+            assert!(
+                need > buf.len(),
+                "Incomplete({need}) with {} bytes",
+                buf.len()
+            );
             if need != buf.len() + 1 {
-                assert!(matches!(expect, Expect::Values { .. }), "Incomplete({need}), {} bytes", buf.len());
+                assert!(
+                    matches!(expect, Expect::Values { .. }),
+                    "Incomplete({need}), {} bytes",
+                    buf.len()
+                );
                 let declared = max_declared(buf);
                 assert!(
                     need - buf.len() <= declared.saturating_add(2),
                     "Incomplete({need}) with {} bytes, largest declared value {declared}",
                     buf.len()
                 );
-                assert!(need - buf.len() <= MAX_VALUE_LEN + 2, "Incomplete({need}) past the value limit");
+                assert!(
+                    need - buf.len() <= MAX_VALUE_LEN + 2,
+                    "Incomplete({need}) past the value limit"
+                );
             }
         }
         Out::Err(CodecError::LineTooLong) => {
-            let longest = buf.split(|&b| b == b'\n').map(<[u8]>::len).max().unwrap_or(0);
-            assert!(longest > MAX_LINE, "LineTooLong, longest run without newline {longest}");
+            let longest = buf
+                .split(|&b| b == b'\n')
+                .map(<[u8]>::len)
+                .max()
+                .unwrap_or(0);
+            assert!(
+                longest > MAX_LINE,
+                "LineTooLong, longest run without newline {longest}"
+            );
         }
         Out::Err(CodecError::BadDataEnd) => assert!(matches!(expect, Expect::Values { .. })),
         Out::Err(CodecError::Unexpected(_)) => {}
@@ -240,7 +272,10 @@ fn line_at(c: &[u8], pos: usize) -> (&[u8], usize) {
 }
 
 fn is_error_line(l: &[u8]) -> bool {
-    l == b"ERROR" || l.starts_with(b"ERROR ") || l.starts_with(b"CLIENT_ERROR") || l.starts_with(b"SERVER_ERROR")
+    l == b"ERROR"
+        || l.starts_with(b"ERROR ")
+        || l.starts_with(b"CLIENT_ERROR")
+        || l.starts_with(b"SERVER_ERROR")
 }
 
 /// `reply` is what the consumed bytes `c` say.
@@ -250,11 +285,17 @@ fn check_reply(c: &[u8], reply: &Reply, expect: Expect) {
     match (expect, reply) {
         (_, Reply::Error(s)) => {
             // The last line, after whatever complete parts came before it.
-            let start = c[..c.len() - 1].iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+            let start = c[..c.len() - 1]
+                .iter()
+                .rposition(|&b| b == b'\n')
+                .map_or(0, |i| i + 1);
             let (l, end) = line_at(c, start);
             assert_eq!(end, c.len());
             assert_eq!(&lossy(l), s);
-            assert!(is_error_line(l) || (expect == Expect::Lines && l.starts_with(b"BUSY")), "error {s:?}");
+            assert!(
+                is_error_line(l) || (expect == Expect::Lines && l.starts_with(b"BUSY")),
+                "error {s:?}"
+            );
         }
         (Expect::Values { cas }, Reply::Values(entries)) => {
             let mut pos = 0;
@@ -264,12 +305,19 @@ fn check_reply(c: &[u8], reply: &Reply, expect: Expect) {
                 assert!(t.len() == 4 || t.len() == 5, "VALUE line {:?}", lossy(l));
                 assert_eq!(t[0], b"VALUE");
                 assert_eq!(t[1], &e.key[..]);
-                assert_eq!(std::str::from_utf8(t[2]).unwrap().parse::<u32>().unwrap(), e.flags);
+                assert_eq!(
+                    std::str::from_utf8(t[2]).unwrap().parse::<u32>().unwrap(),
+                    e.flags
+                );
                 let declared: usize = std::str::from_utf8(t[3]).unwrap().parse().unwrap();
                 assert_eq!(e.data.len(), declared, "data length vs VALUE line");
                 assert_eq!(&c[le..le + declared], &e.data[..]);
                 assert_eq!(&c[le + declared..le + declared + 2], b"\r\n");
-                assert_eq!(e.cas, t.get(4).map(|c| std::str::from_utf8(c).unwrap().parse::<u64>().unwrap()));
+                assert_eq!(
+                    e.cas,
+                    t.get(4)
+                        .map(|c| std::str::from_utf8(c).unwrap().parse::<u64>().unwrap())
+                );
                 assert!(!cas || e.cas.is_some(), "gets reply without cas");
                 pos = le + declared + 2;
             }
@@ -282,7 +330,10 @@ fn check_reply(c: &[u8], reply: &Reply, expect: Expect) {
                 let (l, le) = line_at(c, pos);
                 let l = lossy(l);
                 let rest = l.strip_prefix("STAT ").expect("STAT line");
-                assert_eq!(rest.split_once(' ').map_or((rest, ""), |p| p), (k.as_str(), v.as_str()));
+                assert_eq!(
+                    rest.split_once(' ').map_or((rest, ""), |p| p),
+                    (k.as_str(), v.as_str())
+                );
                 pos = le;
             }
             assert_eq!(line_at(c, pos), (&b"END"[..], c.len()));
@@ -298,7 +349,11 @@ fn check_reply(c: &[u8], reply: &Reply, expect: Expect) {
             assert_eq!(line_at(c, pos), (&b"END"[..], c.len()));
         }
         (single, r) => {
-            assert_eq!(first_end, c.len(), "single-line reply used more than its line");
+            assert_eq!(
+                first_end,
+                c.len(),
+                "single-line reply used more than its line"
+            );
             let ok = match (single, r) {
                 (Expect::Storage, Reply::Stored) => first == b"STORED",
                 (Expect::Storage, Reply::NotStored) => first == b"NOT_STORED",
@@ -306,13 +361,17 @@ fn check_reply(c: &[u8], reply: &Reply, expect: Expect) {
                 (Expect::Delete, Reply::Deleted) => first == b"DELETED",
                 (Expect::Touch, Reply::Touched) => first == b"TOUCHED",
                 (Expect::Ok, Reply::Ok) => first == b"OK",
-                (Expect::Storage | Expect::Delete | Expect::Touch | Expect::Arith, Reply::NotFound) => {
-                    first == b"NOT_FOUND"
-                }
+                (
+                    Expect::Storage | Expect::Delete | Expect::Touch | Expect::Arith,
+                    Reply::NotFound,
+                ) => first == b"NOT_FOUND",
                 (Expect::Arith, Reply::Number(n)) => {
-                    first.iter().all(u8::is_ascii_digit) && lossy(first).parse::<u64>().ok() == Some(*n)
+                    first.iter().all(u8::is_ascii_digit)
+                        && lossy(first).parse::<u64>().ok() == Some(*n)
                 }
-                (Expect::Version, Reply::Version(v)) => first.starts_with(b"VERSION ") && lossy(&first[8..]) == *v,
+                (Expect::Version, Reply::Version(v)) => {
+                    first.starts_with(b"VERSION ") && lossy(&first[8..]) == *v
+                }
                 _ => false,
             };
             assert!(ok, "{expect:?} got {r:?} from {:?}", lossy(first));
@@ -386,8 +445,15 @@ pub fn generate(payload: &[u8]) -> Vec<u8> {
                 let declared = match s.below(8) {
                     0 => format!("{}", len + 1 + s.below(3)),
                     1 => format!("{}", len.saturating_sub(1 + s.below(3))),
-                    2 => ["18446744073709551615", "99999999999", "1073741825", "4294967296", "-1", "x", ""]
-                        [s.below(7)]
+                    2 => [
+                        "18446744073709551615",
+                        "99999999999",
+                        "1073741825",
+                        "4294967296",
+                        "-1",
+                        "x",
+                        "",
+                    ][s.below(7)]
                     .to_owned(),
                     _ => len.to_string(),
                 };
