@@ -8,20 +8,9 @@ mod model_check;
 
 use std::path::Path;
 
-/// xorshift64*: enough to make varied, repeatable byte strings.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn bytes(&mut self, n: usize) -> Vec<u8> {
-        (0..n).map(|_| self.next() as u8).collect()
-    }
-}
+#[path = "../../../fuzz/support/rng.rs"]
+mod rng;
+use rng::Rng;
 
 fn cases() -> u64 {
     std::env::var("FUZZ_REPLAY_CASES").ok().and_then(|s| s.parse().ok()).unwrap_or(2000)

@@ -31,37 +31,9 @@ use mnemo_client::codec::{CodecError, Decoded, Expect, Reply, ReplyDecoder, MAX_
 /// codec.rs's `MAX_LINE` (private there).
 pub const MAX_LINE: usize = 64 * 1024;
 
-/// xorshift64*: repeatable choices (chunk sizes, seeded inputs).
-pub struct Rng(pub u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1)
-    }
-    pub fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    pub fn below(&mut self, n: u64) -> u64 {
-        if n == 0 {
-            0
-        } else {
-            self.next() % n
-        }
-    }
-    pub fn bytes(&mut self, n: usize) -> Vec<u8> {
-        (0..n).map(|_| self.next() as u8).collect()
-    }
-}
-
-/// FNV-1a of the whole input: the chunking varies with it.
-pub fn hash(data: &[u8]) -> u64 {
-    data.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
-        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
-    })
-}
+#[path = "../../../../fuzz/support/rng.rs"]
+mod rng;
+pub use rng::{hash, Rng};
 
 pub fn expect_of(b: u8) -> Expect {
     match (b & 0x0f) % 10 {
