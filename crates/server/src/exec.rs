@@ -64,12 +64,14 @@ pub const DIRECT_MIN: usize = 32 * 1024;
 /// one writev of [unsent output, value, "\r\n"] while the store still has it (the shard lock
 /// is held for that nonblocking call: the same bytes would otherwise be copied under it), and
 /// only what the socket did not take is copied. Small values never take this path, so a
-/// pipelined batch of ordinary gets is still one write.
+/// pipelined batch of ordinary gets is still one write. The bytes that follow the value (its
+/// `\r\n`, and `END\r\n` after the last key) go in the same writev: sent later on their own they
+/// cost a second syscall and a second TCP segment per get (measured: 1.9 writes per 100 KB get).
 pub trait Direct {
-    /// Appends `value` and `\r\n` to the logical output `out` (whose first bytes may already
+    /// Appends `value` and `tail` to the logical output `out` (whose first bytes may already
     /// be written), writing as much as the socket takes now. Returns true if everything in
     /// `out` before the value was written (so `out` was emptied).
-    fn send_value(&mut self, out: &mut Vec<u8>, value: &[u8]) -> bool;
+    fn send_value(&mut self, out: &mut Vec<u8>, value: &[u8], tail: &[u8]) -> bool;
 }
 
 /// Keys whose values sit in this connection's unsent output. memcached's replies hold a
@@ -82,7 +84,9 @@ pub struct PendingReads(Vec<u64>);
 impl PendingReads {
     fn key_hash(key: &[u8]) -> u64 {
         // FNV-1a: a collision only changes whether a shrunken number is padded.
-        key.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
+        key.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        })
     }
 
     fn add(&mut self, key: &[u8]) {
@@ -113,9 +117,18 @@ pub fn execute_from(
     let store = &sh.store;
     match req {
         Request::Get { keys, cas, touch } => get(keys, skip, cas, touch, sh, c, out, reads, direct),
-        Request::Store { kind, key, flags, exptime, data, cas, noreply } => {
+        Request::Store {
+            kind,
+            key,
+            flags,
+            exptime,
+            data,
+            cas,
+            noreply,
+        } => {
             bump(&c.cmd_set, 1);
-            sh.detail.record(key, sh.config.prefix_delimiter, Event::Set);
+            sh.detail
+                .record(key, sh.config.prefix_delimiter, Event::Set);
             let mode = match kind {
                 StoreKind::Set => Mode::Set,
                 StoreKind::Add => Mode::Add,
@@ -127,7 +140,11 @@ pub fn execute_from(
             let exp = sh.clock.item_expiry(exptime);
             let result = if kind == StoreKind::Cas && !sh.config.use_cas {
                 // memcached -C: no CAS can match, so cas fails on any existing item.
-                Ok(if store.get(key, now, |_| ()).is_hit() { StoreOutcome::Exists } else { StoreOutcome::NotFound })
+                Ok(if store.get(key, now, |_| ()).is_hit() {
+                    StoreOutcome::Exists
+                } else {
+                    StoreOutcome::NotFound
+                })
             } else {
                 store.store(mode, key, flags, exp, data, now)
             };
@@ -163,7 +180,12 @@ pub fn execute_from(
             }
             Next::Continue
         }
-        Request::TooLarge { kind, key, swallow, noreply } => {
+        Request::TooLarge {
+            kind,
+            key,
+            swallow,
+            noreply,
+        } => {
             bump(&c.store_too_large, 1);
             if kind == StoreKind::Set {
                 store.delete(key, now);
@@ -171,7 +193,8 @@ pub fn execute_from(
             Next::Swallow(swallow, (!noreply).then_some(ErrorReply::TooLarge))
         }
         Request::Delete { key, noreply } => {
-            sh.detail.record(key, sh.config.prefix_delimiter, Event::Delete);
+            sh.detail
+                .record(key, sh.config.prefix_delimiter, Event::Delete);
             if store.delete(key, now) {
                 bump(&c.delete_hits, 1);
                 reply(out, noreply, b"DELETED");
@@ -181,9 +204,25 @@ pub fn execute_from(
             }
             Next::Continue
         }
-        Request::Delta { key, incr, delta, noreply } => {
-            let (hits, misses) = if incr { (&c.incr_hits, &c.incr_misses) } else { (&c.decr_hits, &c.decr_misses) };
-            match store.delta_padded(key, incr, delta, now, mnemo_proto::num::parse_u64, !reads.holds(key)) {
+        Request::Delta {
+            key,
+            incr,
+            delta,
+            noreply,
+        } => {
+            let (hits, misses) = if incr {
+                (&c.incr_hits, &c.incr_misses)
+            } else {
+                (&c.decr_hits, &c.decr_misses)
+            };
+            match store.delta_padded(
+                key,
+                incr,
+                delta,
+                now,
+                mnemo_proto::num::parse_u64,
+                !reads.holds(key),
+            ) {
                 Ok((value, _cas)) => {
                     bump(hits, 1);
                     if !noreply {
@@ -198,7 +237,11 @@ pub fn execute_from(
             }
             Next::Continue
         }
-        Request::Touch { key, exptime, noreply } => {
+        Request::Touch {
+            key,
+            exptime,
+            noreply,
+        } => {
             bump(&c.cmd_touch, 1);
             if store.touch(key, sh.clock.item_expiry(exptime), now) {
                 bump(&c.touch_hits, 1);
@@ -217,7 +260,14 @@ pub fn execute_from(
             bump(&c.cmd_flush, 1);
             // memcached: items stored at or before realtime(delay) - 1 are invalid once that
             // moment arrives; no delay (or a negative one) means everything, now.
-            let at = if delay > 0 { sh.clock.realtime(i64::from(delay)).saturating_sub(1).max(now) } else { now };
+            let at = if delay > 0 {
+                sh.clock
+                    .realtime(i64::from(delay))
+                    .saturating_sub(1)
+                    .max(now)
+            } else {
+                now
+            };
             store.flush_all(at);
             reply(out, noreply, b"OK");
             Next::Continue
@@ -246,7 +296,8 @@ pub fn execute_from(
             Next::Flush
         }
         Request::Verbosity { level, noreply } => {
-            sh.verbosity.store(level.min(u32::from(crate::MAX_VERBOSITY)) as u8, Relaxed);
+            sh.verbosity
+                .store(level.min(u32::from(crate::MAX_VERBOSITY)) as u8, Relaxed);
             reply(out, noreply, b"OK");
             Next::Continue
         }
@@ -274,7 +325,12 @@ pub fn execute_from(
 
 /// -Y: before authentication only a storage command carrying "user password" is accepted
 /// (memcached's convention); everything else is refused.
-pub fn unauthenticated(req: Request<'_>, sh: &Shared, authed: &mut bool, out: &mut Vec<u8>) -> Next {
+pub fn unauthenticated(
+    req: Request<'_>,
+    sh: &Shared,
+    authed: &mut bool,
+    out: &mut Vec<u8>,
+) -> Next {
     match req {
         Request::Store { data, .. } => {
             let mut parts = data.splitn(2, |&b| b == b' ');
@@ -289,7 +345,9 @@ pub fn unauthenticated(req: Request<'_>, sh: &Shared, authed: &mut bool, out: &m
             }
             Next::Continue
         }
-        Request::TooLarge { swallow, .. } => Next::Swallow(swallow, Some(ErrorReply::Unauthenticated)),
+        Request::TooLarge { swallow, .. } => {
+            Next::Swallow(swallow, Some(ErrorReply::Unauthenticated))
+        }
         // memcached refuses even `quit` before authentication.
         _ => {
             ErrorReply::Unauthenticated.write(out);
@@ -314,15 +372,23 @@ fn get(
     let exp = touch.map(|e| sh.clock.item_expiry(e));
     // Output this request has buffered counts from here (0 once a direct write emptied it).
     let mut start = out.len();
-    for (i, key) in keys.iter().enumerate().skip(skip) {
+    // Whether the last key's direct write already carried END.
+    let mut ended = false;
+    let mut todo = keys.iter().enumerate().skip(skip).peekable();
+    while let Some((i, key)) = todo.next() {
         if out.len().saturating_sub(start) >= GET_PAUSE_BYTES {
             return Next::Resume(i);
         }
+        let last = todo.peek().is_none();
         let mut flushed = false;
         let mut write = |it: mnemo_store::Item<'_>, out: &mut Vec<u8>| {
             value_header(out, key, it.flags, it.value.len(), cas.then_some(it.cas));
             match direct.as_deref_mut() {
-                Some(d) if it.value.len() >= DIRECT_MIN => flushed = d.send_value(out, it.value),
+                Some(d) if it.value.len() >= DIRECT_MIN => {
+                    let tail: &[u8] = if last { b"\r\nEND\r\n" } else { b"\r\n" };
+                    flushed = d.send_value(out, it.value, tail);
+                    ended = last;
+                }
                 _ => {
                     out.extend_from_slice(it.value);
                     out.extend_from_slice(b"\r\n");
@@ -344,8 +410,18 @@ fn get(
             reads.clear();
             start = 0;
         }
-        sh.detail.record(key, sh.config.prefix_delimiter, Event::Get { hit: found.is_hit() });
-        let (hits, misses) = if exp.is_some() { (&c.touch_hits, &c.touch_misses) } else { (&c.get_hits, &c.get_misses) };
+        sh.detail.record(
+            key,
+            sh.config.prefix_delimiter,
+            Event::Get {
+                hit: found.is_hit(),
+            },
+        );
+        let (hits, misses) = if exp.is_some() {
+            (&c.touch_hits, &c.touch_misses)
+        } else {
+            (&c.get_hits, &c.get_misses)
+        };
         match found {
             Lookup::Hit(()) => {
                 bump(hits, 1);
@@ -362,7 +438,9 @@ fn get(
             }
         }
     }
-    line(out, b"END");
+    if !ended {
+        line(out, b"END");
+    }
     Next::Continue
 }
 

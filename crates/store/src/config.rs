@@ -1,9 +1,6 @@
-//! Configuration, the geometry derived from it, and the shared memory budget.
+//! Configuration and the geometry derived from it.
 //!
-//! Owns the numbers every shard must agree on (segment size, shard count, fair share) and the
-//! one global byte counter that `mem_limit` is enforced against.
-
-use core::sync::atomic::{AtomicUsize, Ordering};
+//! Owns the numbers every shard must agree on (segment size, shard count, fair share).
 
 /// Number of shards unless configured otherwise. Each is one mutex; 16 keeps contention low for
 /// the usual handful of worker threads while every shard still holds a useful number of segments.
@@ -117,44 +114,6 @@ impl Geometry {
     }
 }
 
-/// The global byte counter. Segment buffers are reserved with `try_add` before they are
-/// allocated; index and metadata growth is charged with `force_add` after the fact (it is small
-/// and must not fail), and the next reservation evicts to make up for it.
-pub(crate) struct Budget {
-    /// Changeable at run time (`cache_memlimit`); shards trim down to it on their next use.
-    limit: AtomicUsize,
-    used: AtomicUsize,
-}
-
-impl Budget {
-    pub fn new(limit: usize) -> Budget {
-        Budget { limit: AtomicUsize::new(limit), used: AtomicUsize::new(0) }
-    }
-    pub fn limit(&self) -> usize {
-        self.limit.load(Ordering::Relaxed)
-    }
-    pub fn set_limit(&self, limit: usize) {
-        self.limit.store(limit, Ordering::Relaxed);
-    }
-    pub fn try_add(&self, n: usize) -> bool {
-        self.used
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| {
-                u.checked_add(n).filter(|&t| t <= self.limit())
-            })
-            .is_ok()
-    }
-    pub fn force_add(&self, n: usize) {
-        self.used.fetch_add(n, Ordering::AcqRel);
-    }
-    pub fn sub(&self, n: usize) {
-        let prev = self.used.fetch_sub(n, Ordering::AcqRel);
-        debug_assert!(prev >= n);
-    }
-    pub fn used(&self) -> usize {
-        self.used.load(Ordering::Acquire)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -164,24 +123,25 @@ mod tests {
         let g = Geometry::new(&StoreConfig::default());
         assert_eq!(g.shards, 16);
         assert_eq!(g.seg_size, 512 << 10);
-        let g = Geometry::new(&StoreConfig { mem_limit: 1 << 30, ..Default::default() });
+        let g = Geometry::new(&StoreConfig {
+            mem_limit: 1 << 30,
+            ..Default::default()
+        });
         assert_eq!(g.seg_size, MAX_SEGMENT_SIZE);
-        let g = Geometry::new(&StoreConfig { mem_limit: 1 << 20, ..Default::default() });
+        let g = Geometry::new(&StoreConfig {
+            mem_limit: 1 << 20,
+            ..Default::default()
+        });
         assert_eq!(g.seg_size, 8 << 10);
-        let g = Geometry::new(&StoreConfig { mem_limit: 1000, shards: 3, ..Default::default() });
-        assert_eq!((g.seg_size, g.shards, g.shard_bits), (MIN_SEGMENT_SIZE, 4, 2));
+        let g = Geometry::new(&StoreConfig {
+            mem_limit: 1000,
+            shards: 3,
+            ..Default::default()
+        });
+        assert_eq!(
+            (g.seg_size, g.shards, g.shard_bits),
+            (MIN_SEGMENT_SIZE, 4, 2)
+        );
         assert!(g.shard_of(u64::MAX) == 3 && g.shard_of(0) == 0);
-    }
-
-    #[test]
-    fn budget_refuses_past_limit() {
-        let b = Budget::new(100);
-        assert!(b.try_add(60));
-        assert!(!b.try_add(41));
-        assert!(b.try_add(40));
-        b.sub(50);
-        b.force_add(70);
-        assert_eq!(b.used(), 120);
-        assert!(!b.try_add(1));
     }
 }

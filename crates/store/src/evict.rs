@@ -69,8 +69,7 @@ impl Shard {
             DeadReason::Expired => self.stats.reclaimed += items,
             DeadReason::Flushed => self.stats.flushed += items,
         }
-        let freed = self.segs.retire(id, reason);
-        env.budget.sub(freed);
+        env.budget.release(self.segs.retire(id, reason));
     }
 
     /// Drops every segment whose items have all expired.
@@ -179,7 +178,26 @@ impl Shard {
 
     /// Evicts the FIFO head. Returns false if the shard has no segment.
     pub fn evict_head(&mut self, env: &Env<'_>, now: Time, dest: Option<(u8, usize)>) -> bool {
-        let v = self.segs.head();
+        self.relocate(env, now, self.segs.head(), dest, false)
+    }
+
+    /// Compaction instead of growth: moves every live item of segment `v` to a new segment at
+    /// the FIFO tail that then has `dest.1` bytes free for TTL group `dest.0`, and frees `v`.
+    /// Nothing is evicted (the caller checked that everything fits) and read counts are not aged.
+    pub fn compact(&mut self, env: &Env<'_>, now: Time, v: u32, dest: (u8, usize)) -> bool {
+        self.relocate(env, now, v, Some(dest), true)
+    }
+
+    /// Empties regular or large segment `v` (0: none), keeping what eviction's rules (or, with
+    /// `keep_all`, compaction's) keep.
+    fn relocate(
+        &mut self,
+        env: &Env<'_>,
+        now: Time,
+        v: u32,
+        dest: Option<(u8, usize)>,
+        keep_all: bool,
+    ) -> bool {
         if v == 0 {
             return false;
         }
@@ -201,7 +219,7 @@ impl Shard {
         let end = self.segs.metas[v as usize].write;
         // A victim that is mostly dead space (overwritten or deleted items) is compacted:
         // all its live items move forward, so churn on a few keys never evicts live data.
-        let mostly_dead = self.segs.metas[v as usize].live_bytes * 2 <= geo.seg_size;
+        let mostly_dead = keep_all || self.segs.metas[v as usize].live_bytes * 2 <= geo.seg_size;
         let mut off = 0;
         while off < end {
             let hdr = self.header_at(v, off);
@@ -222,7 +240,13 @@ impl Shard {
             let s = self.index.get(pos);
             let expired = hdr.exp != 0 && hdr.exp <= now;
             let cas = geo.use_cas.then(|| self.cas_of(geo, v, off, &hdr));
-            let nh = NewHeader { key_len: hdr.key_len, value_len: hdr.value_len, flags: hdr.flags, exp: hdr.exp, cas };
+            let nh = NewHeader {
+                key_len: hdr.key_len,
+                value_len: hdr.value_len,
+                flags: hdr.flags,
+                exp: hdr.exp,
+                cas,
+            };
             let nlen = nh.total_len();
             if !expired && dest.is_some() && (mostly_dead || slot::freq(s) > 0) && w + nlen <= cap {
                 if target == 0 {
@@ -240,10 +264,19 @@ impl Shard {
                         target,
                         w,
                         &nh,
-                        Part::Old { seg: v, start: off + kr.start, len: kr.len() },
-                        &[Part::Old { seg: v, start: off + vr.start, len: vr.len() }],
+                        Part::Old {
+                            seg: v,
+                            start: off + kr.start,
+                            len: kr.len(),
+                        },
+                        &[Part::Old {
+                            seg: v,
+                            start: off + vr.start,
+                            len: vr.len(),
+                        }],
                     );
-                    self.index.set(pos, slot::moved(slot::decayed(s), target, w as u32));
+                    let s = if keep_all { s } else { slot::decayed(s) };
+                    self.index.set(pos, slot::moved(s, target, w as u32));
                     w += nlen;
                     self.drop_from_victim(v, off, len);
                     self.stats.relocated += 1;
@@ -274,13 +307,11 @@ impl Shard {
                 self.set_active(env, ttl, v);
             }
             Some((ttl, _)) => {
-                let freed = self.segs.retire(v, DeadReason::Expired);
-                env.budget.sub(freed);
+                env.budget.release(self.segs.retire(v, DeadReason::Expired));
                 self.set_active(env, ttl, target);
             }
             None => {
-                let freed = self.segs.retire(v, DeadReason::Expired);
-                env.budget.sub(freed);
+                env.budget.release(self.segs.retire(v, DeadReason::Expired));
             }
         }
         self.sync_overhead(env);
@@ -289,10 +320,11 @@ impl Shard {
 
     /// A new regular segment charged to the budget even if that overshoots it for a moment:
     /// it receives copies out of a victim whose buffer is freed right after.
+    /// Usually the budget's spare: the previous victim's buffer (budget.rs says why).
     fn open_credit_segment(&mut self, env: &Env<'_>, now: Time) -> Option<u32> {
         let id = self.segs.alloc_id()?;
-        env.budget.force_add(env.geo.seg_size);
-        self.segs.open(id, crate::buf::SegBuf::zeroed(env.geo.seg_size), false, 0, now);
+        let buf = env.budget.regular_buffer(true).expect("forced");
+        self.segs.open(id, buf, false, 0, now);
         Some(id)
     }
 
@@ -338,7 +370,6 @@ impl Shard {
                 self.drop_from_victim(v, 0, hdr.total_len());
             }
         }
-        let freed = self.segs.retire(v, DeadReason::Expired);
-        env.budget.sub(freed);
+        env.budget.release(self.segs.retire(v, DeadReason::Expired));
     }
 }

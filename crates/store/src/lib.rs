@@ -14,7 +14,8 @@
 //!          │                  │             segment 2: ...      large item: own exact buffer
 //!          │                  │             FIFO of segments (eviction order), 130 TTL groups
 //!          │                  └─ counters, pending flush_all time
-//!          └─ Budget: one atomic byte count of buffers + index + metadata, against mem_limit
+//!          └─ Budget: one atomic byte count of buffers + index + metadata, against mem_limit,
+//!                     and one spare segment buffer kept for reuse (budget.rs)
 //! ```
 //!
 //! * Items are appended to segments; there is no per-item allocation (item.rs has the format).
@@ -28,10 +29,12 @@
 //! * flush_all is a pending time per shard; the first operation that sees it due retires every
 //!   segment of that shard (O(segments)).
 //!
-//! Module map: buf.rs (segment buffers, mmap), config.rs (sizes, budget), item.rs (header codec), index.rs (hash index),
+//! Module map: buf.rs (segment buffers, mmap), budget.rs (memory accounting, spare buffer),
+//! config.rs (sizes), item.rs (header codec), index.rs (hash index),
 //! segment.rs (segment table, FIFO, TTL groups), shard.rs (operations), evict.rs (eviction,
 //! expiry, flush, sweep), dump.rs (listing live items in bounded batches), stats.rs (counters).
 
+mod budget;
 mod buf;
 mod config;
 mod dump;
@@ -46,12 +49,13 @@ use core::sync::atomic::{AtomicU32, Ordering};
 
 use parking_lot::Mutex;
 
-pub use dump::{DumpCursor, DumpItem, DUMP_BATCH};
 pub use config::{StoreConfig, DEFAULT_SHARDS, MAX_SEGMENT_SIZE, MAX_SHARDS, MIN_SEGMENT_SIZE};
+pub use dump::{DumpCursor, DumpItem, DUMP_BATCH};
 pub use item::MAX_KEY_LEN;
 pub use stats::StoreStats;
 
-use config::{Budget, Geometry};
+use budget::Budget;
+use config::Geometry;
 use shard::{Env, Shard};
 
 /// Seconds on the server's relative clock.
@@ -138,10 +142,16 @@ pub struct Store {
 impl Store {
     pub fn new(cfg: StoreConfig) -> Store {
         let geo = Geometry::new(&cfg);
-        let budget = Budget::new(geo.limit);
-        let shards: Box<[Mutex<Shard>]> =
-            (0..geo.shards).map(|i| Mutex::new(Shard::new(i as u64, &geo, &budget))).collect();
-        Store { shards, geo, budget, seen: AtomicU32::new(0) }
+        let budget = Budget::new(geo.limit, geo.seg_size);
+        let shards: Box<[Mutex<Shard>]> = (0..geo.shards)
+            .map(|i| Mutex::new(Shard::new(i as u64, &geo, &budget)))
+            .collect();
+        Store {
+            shards,
+            geo,
+            budget,
+            seen: AtomicU32::new(0),
+        }
     }
 
     #[inline]
@@ -162,7 +172,12 @@ impl Store {
     fn with_shard<T>(&self, h: u64, now: Time, op: impl FnOnce(&mut Shard, &Env<'_>) -> T) -> T {
         self.observe(now);
         let me = self.geo.shard_of(h);
-        let env = Env { geo: &self.geo, budget: &self.budget, shards: &self.shards, me };
+        let env = Env {
+            geo: &self.geo,
+            budget: &self.budget,
+            shards: &self.shards,
+            me,
+        };
         let mut shard = self.shards[me].lock();
         shard.apply_flush(&env, now);
         op(&mut shard, &env)
@@ -226,7 +241,9 @@ impl Store {
             return Err(StoreError::TooLarge);
         }
         let h = Self::hash(key);
-        self.with_shard(h, now, |s, env| s.store(env, h, mode, key, flags, exp, value, now))
+        self.with_shard(h, now, |s, env| {
+            s.store(env, h, mode, key, flags, exp, value, now)
+        })
     }
 
     pub fn delete(&self, key: &[u8], now: Time) -> bool {
@@ -246,7 +263,12 @@ impl Store {
         let share = bytes / self.shards.len();
         let now = self.seen.load(Ordering::Relaxed);
         for (me, shard) in self.shards.iter().enumerate() {
-            let env = Env { geo: &self.geo, budget: &self.budget, shards: &self.shards, me };
+            let env = Env {
+                geo: &self.geo,
+                budget: &self.budget,
+                shards: &self.shards,
+                me,
+            };
             let mut s = shard.lock();
             while self.budget.used() > bytes && s.used() > share {
                 if !s.evict_head(&env, now, None) {
@@ -285,7 +307,9 @@ impl Store {
             return Err(DeltaError::NotFound);
         }
         let h = Self::hash(key);
-        self.with_shard(h, now, |s, env| s.delta(env, h, key, incr, delta, now, parse, pad))
+        self.with_shard(h, now, |s, env| {
+            s.delta(env, h, key, incr, delta, now, parse, pad)
+        })
     }
 
     /// Invalidates everything written before the store first sees `now >= at`. O(shards) here;
@@ -293,7 +317,12 @@ impl Store {
     pub fn flush_all(&self, at: Time) {
         let seen = self.seen.load(Ordering::Relaxed);
         for me in 0..self.shards.len() {
-            let env = Env { geo: &self.geo, budget: &self.budget, shards: &self.shards, me };
+            let env = Env {
+                geo: &self.geo,
+                budget: &self.budget,
+                shards: &self.shards,
+                me,
+            };
             let mut s = self.shards[me].lock();
             // A flush that is already due for the rest of the store must not be cancelled
             // here just because no operation reached this shard yet.
@@ -332,7 +361,12 @@ impl Store {
     pub fn maintain(&self, now: Time) {
         self.observe(now);
         for me in 0..self.shards.len() {
-            let env = Env { geo: &self.geo, budget: &self.budget, shards: &self.shards, me };
+            let env = Env {
+                geo: &self.geo,
+                budget: &self.budget,
+                shards: &self.shards,
+                me,
+            };
             {
                 let mut s = self.shards[me].lock();
                 s.apply_flush(&env, now);

@@ -39,7 +39,11 @@ pub(crate) fn ttl_bucket(exp: Time, now: Time) -> u8 {
     }
     let ttl = exp - now;
     let l = 31 - ttl.leading_zeros();
-    let sub = if l >= 2 { (ttl >> (l - 2)) & 3 } else { ttl & 3 };
+    let sub = if l >= 2 {
+        (ttl >> (l - 2)) & 3
+    } else {
+        ttl & 3
+    };
     (2 + l * 4 + sub) as u8
 }
 
@@ -160,6 +164,12 @@ impl SegTable {
         self.head
     }
 
+    /// The Live segment after `id` in FIFO order, 0 at the tail.
+    #[inline]
+    pub fn next_of(&self, id: u32) -> u32 {
+        self.metas[id as usize].next
+    }
+
     /// Ids of Live segments in FIFO order (head first).
     pub fn live_ids(&self) -> Vec<u32> {
         let mut v = Vec::new();
@@ -215,7 +225,15 @@ impl SegTable {
         }
         let m = &mut self.metas[id as usize];
         debug_assert_eq!(m.state, SegState::Free);
-        *m = SegMeta { data, seq, ttl, large, opened: now, state: SegState::Live, ..SegMeta::empty() };
+        *m = SegMeta {
+            data,
+            seq,
+            ttl,
+            large,
+            opened: now,
+            state: SegState::Live,
+            ..SegMeta::empty()
+        };
         self.push_tail(id);
     }
 
@@ -238,14 +256,14 @@ impl SegTable {
     }
 
     /// Drops a Live segment's buffer. With no index slots left the id is free at once,
-    /// otherwise it stays Dead until they are gone. Returns the bytes released.
-    pub fn retire(&mut self, id: u32, reason: DeadReason) -> usize {
+    /// otherwise it stays Dead until they are gone. Returns the buffer (for `Budget::release`).
+    #[must_use]
+    pub fn retire(&mut self, id: u32, reason: DeadReason) -> SegBuf {
         self.unlink(id);
         let m = &mut self.metas[id as usize];
         debug_assert_eq!(m.state, SegState::Live);
         let data = core::mem::take(&mut m.data);
         let freed = data.len();
-        drop(data);
         if m.large {
             self.large_segments -= 1;
         } else {
@@ -263,7 +281,7 @@ impl SegTable {
             m.state = SegState::Dead(reason);
             self.dead_refs += m.items as usize;
         }
-        freed
+        data
     }
 
     /// An index slot pointing at a Dead segment was dropped.
@@ -366,8 +384,11 @@ mod tests {
         assert_eq!(t.live_ids(), vec![ids[1], ids[2], ids[3], ids[0]]);
         // retire with references left -> Dead, id reserved
         t.metas[ids[1] as usize].items = 2;
-        assert_eq!(t.retire(ids[1], DeadReason::Expired), 64);
-        assert_eq!(t.metas[ids[1] as usize].state, SegState::Dead(DeadReason::Expired));
+        assert_eq!(t.retire(ids[1], DeadReason::Expired).len(), 64);
+        assert_eq!(
+            t.metas[ids[1] as usize].state,
+            SegState::Dead(DeadReason::Expired)
+        );
         assert_eq!(t.dead_refs, 2);
         let fresh = t.alloc_id().unwrap();
         assert!(!ids.contains(&fresh));
@@ -377,7 +398,7 @@ mod tests {
         assert_eq!(t.metas[ids[1] as usize].state, SegState::Free);
         assert_eq!(t.dead_refs, 0);
         // retire with nothing left -> Free at once
-        t.retire(ids[2], DeadReason::Flushed);
+        let _ = t.retire(ids[2], DeadReason::Flushed);
         assert_eq!(t.metas[ids[2] as usize].state, SegState::Free);
         assert_eq!(t.live_ids(), vec![ids[3], ids[0]]);
         let old_seq = t.metas[ids[3] as usize].seq;

@@ -10,7 +10,8 @@
 
 use parking_lot::Mutex;
 
-use crate::config::{Budget, Geometry};
+use crate::budget::Budget;
+use crate::config::Geometry;
 use crate::index::{slot, Index, Pos, Visit};
 use crate::item::{self, Header, NewHeader};
 use crate::segment::{exp_bound, ttl_bucket, DeadReason, SegState, SegTable, TTL_BUCKETS};
@@ -25,6 +26,9 @@ pub(crate) struct Env<'a> {
     pub shards: &'a [Mutex<Shard>],
     pub me: usize,
 }
+
+/// A head segment this dead (1/4) is compacted rather than more memory taken.
+const COMPACT_DEAD_SHARE: usize = 4;
 
 /// Bound on make-room rounds for one operation; each round frees a segment or ages a hot one,
 /// so hitting this means memory cannot be had.
@@ -44,7 +48,12 @@ pub(crate) struct Shard {
 }
 
 pub(crate) enum Found {
-    Live { pos: Pos, seg: u32, off: usize, hdr: Header },
+    Live {
+        pos: Pos,
+        seg: u32,
+        off: usize,
+        hdr: Header,
+    },
     Dead(DeadReason),
     Absent,
 }
@@ -53,7 +62,11 @@ pub(crate) enum Found {
 pub(crate) enum Part<'a> {
     Bytes(&'a [u8]),
     /// Bytes already in a segment (append/prepend, touch and eviction moves).
-    Old { seg: u32, start: usize, len: usize },
+    Old {
+        seg: u32,
+        start: usize,
+        len: usize,
+    },
     /// memcached's decr pads with spaces.
     Spaces(usize),
 }
@@ -140,7 +153,8 @@ impl Shard {
         if !geo.use_cas {
             return 0;
         }
-        hdr.explicit_cas().unwrap_or_else(|| self.derived_cas(seg, off))
+        hdr.explicit_cas()
+            .unwrap_or_else(|| self.derived_cas(seg, off))
     }
 
     /// Looks a key up. Slots with the key's tag that point at dead segments are dropped on the
@@ -241,8 +255,8 @@ impl Shard {
         self.stats.curr_items -= 1;
         self.stats.bytes -= len as u64;
         if m.items == 0 && !m.active {
-            let freed = self.segs.retire(seg, DeadReason::Expired);
-            env.budget.sub(freed);
+            env.budget
+                .release(self.segs.retire(seg, DeadReason::Expired));
         }
     }
 
@@ -272,8 +286,8 @@ impl Shard {
             let m = &mut self.segs.metas[old as usize];
             m.active = false;
             if m.items == 0 && m.state == SegState::Live {
-                let freed = self.segs.retire(old, DeadReason::Expired);
-                env.budget.sub(freed);
+                env.budget
+                    .release(self.segs.retire(old, DeadReason::Expired));
             }
         }
         self.active[ttl as usize] = id;
@@ -303,7 +317,8 @@ impl Shard {
                     env.budget.sub(size);
                     return Err(StoreError::OutOfMemory);
                 };
-                self.segs.open(id, crate::buf::SegBuf::zeroed(size), true, ttl, now);
+                self.segs
+                    .open(id, crate::buf::SegBuf::zeroed(size), true, ttl, now);
                 return Ok(Reserve::At(id, 0));
             }
             self.make_room(env, now, None)?;
@@ -316,18 +331,54 @@ impl Shard {
                 return Ok(Reserve::At(a, m.write));
             }
         }
-        if env.budget.try_add(geo.seg_size) {
+        // Before taking more memory, reclaim dead space: a log of overwritten values would
+        // otherwise grow to the limit before anything is reused (budget.rs says what fresh
+        // memory costs). Compaction moves every live item of a mostly dead segment to a new
+        // segment (the spare's buffer, usually) and frees it. Only while memory is left: once
+        // the budget is full, eviction decides what stays.
+        if let Some(v) = self.compaction_victim(env, size) {
+            self.compact(env, now, v, (ttl, size));
+            self.stats.compactions += 1;
+            return Ok(Reserve::Retry);
+        }
+        if let Some(buf) = env.budget.regular_buffer(false) {
             let Some(id) = self.segs.alloc_id() else {
-                env.budget.sub(geo.seg_size);
+                env.budget.release(buf);
                 return Err(StoreError::OutOfMemory);
             };
-            // Zero pages from mmap: an unwritten tail costs no RSS.
-            self.segs.open(id, crate::buf::SegBuf::zeroed(geo.seg_size), false, ttl, now);
+            self.segs.open(id, buf, false, ttl, now);
             self.set_active(env, ttl, id);
             return Ok(Reserve::At(id, 0));
         }
         self.make_room(env, now, Some((ttl, size)))?;
         Ok(Reserve::Retry)
+    }
+
+    /// The segment to compact before opening a new one, if any: only while the budget still
+    /// has room (the alternative is fresh memory, not eviction); the regular segment
+    /// with the most dead bytes (overwritten, deleted, expired items), if at least
+    /// `1 / COMPACT_DEAD_SHARE` of a segment is dead and its live items (each maybe growing by
+    /// an explicit CAS) plus the `size` bytes asked for fit in one segment. Greedy, as in
+    /// log-structured file systems: the deadest segment frees the most per byte copied. At a
+    /// quarter dead, compaction copies at most 3 bytes per byte it frees; fresh memory costs a
+    /// fault and a zeroing per page, several times that (budget.rs). O(segments of the shard),
+    /// once per segment filled.
+    fn compaction_victim(&self, env: &Env<'_>, size: usize) -> Option<u32> {
+        let seg = env.geo.seg_size;
+        if env.budget.used() + seg > env.budget.limit() {
+            return None;
+        }
+        let (mut best, mut best_dead) = (0u32, 0usize);
+        let mut id = self.segs.head();
+        while id != 0 {
+            let m = &self.segs.metas[id as usize];
+            let dead = m.write - m.live_bytes;
+            if !m.large && dead > best_dead && m.live_bytes + 8 * m.items as usize + size <= seg {
+                (best, best_dead) = (id, dead);
+            }
+            id = self.segs.next_of(id);
+        }
+        (best != 0 && best_dead * COMPACT_DEAD_SHARE >= seg).then_some(best)
     }
 
     fn copy_part(&mut self, seg: u32, at: usize, part: &Part<'_>) {
@@ -336,10 +387,18 @@ impl Shard {
                 self.segs.metas[seg as usize].data[at..at + b.len()].copy_from_slice(b)
             }
             Part::Spaces(n) => self.segs.metas[seg as usize].data[at..at + n].fill(b' '),
-            Part::Old { seg: src, start, len } if src == seg => {
-                self.segs.metas[seg as usize].data.copy_within(start..start + len, at)
-            }
-            Part::Old { seg: src, start, len } => {
+            Part::Old {
+                seg: src,
+                start,
+                len,
+            } if src == seg => self.segs.metas[seg as usize]
+                .data
+                .copy_within(start..start + len, at),
+            Part::Old {
+                seg: src,
+                start,
+                len,
+            } => {
                 let (from, to) = self.segs.pair_mut(src, seg);
                 to[at..at + len].copy_from_slice(&from[start..start + len]);
             }
@@ -482,7 +541,11 @@ impl Shard {
             };
             let old_value = old.as_ref().map(|(_, oseg, ooff, o)| {
                 let r = o.value_range();
-                Part::Old { seg: *oseg, start: ooff + r.start, len: r.len() }
+                Part::Old {
+                    seg: *oseg,
+                    start: ooff + r.start,
+                    len: r.len(),
+                }
             });
             match (mode, old_value) {
                 (Mode::Append, Some(ov)) => {
@@ -502,7 +565,11 @@ impl Shard {
                 None => self.index_insert(h, new_slot),
             }
             self.stats.total_items += 1;
-            let cas = if geo.use_cas { self.derived_cas(seg, off) } else { 0 };
+            let cas = if geo.use_cas {
+                self.derived_cas(seg, off)
+            } else {
+                0
+            };
             return Ok(StoreOutcome::Stored { cas });
         }
         Err(StoreError::OutOfMemory)
@@ -537,8 +604,17 @@ impl Shard {
                 self.index.set(pos, slot::touched(s));
                 return Ok(Found::Live { pos, seg, off, hdr });
             }
-            let cas = env.geo.use_cas.then(|| self.cas_of(env.geo, seg, off, &hdr));
-            let nh = NewHeader { key_len: hdr.key_len, value_len: hdr.value_len, flags: hdr.flags, exp, cas };
+            let cas = env
+                .geo
+                .use_cas
+                .then(|| self.cas_of(env.geo, seg, off, &hdr));
+            let nh = NewHeader {
+                key_len: hdr.key_len,
+                value_len: hdr.value_len,
+                flags: hdr.flags,
+                exp,
+                cas,
+            };
             let (nseg, noff) = match self.reserve(env, nh.total_len(), ttl_bucket(exp, now), now)? {
                 Reserve::At(a, b) => (a, b),
                 Reserve::Retry => continue,
@@ -548,13 +624,27 @@ impl Shard {
                 nseg,
                 noff,
                 &nh,
-                Part::Old { seg, start: off + kr.start, len: kr.len() },
-                &[Part::Old { seg, start: off + vr.start, len: vr.len() }],
+                Part::Old {
+                    seg,
+                    start: off + kr.start,
+                    len: kr.len(),
+                },
+                &[Part::Old {
+                    seg,
+                    start: off + vr.start,
+                    len: vr.len(),
+                }],
             );
-            self.index.set(pos, slot::moved(slot::touched(s), nseg, noff as u32));
+            self.index
+                .set(pos, slot::moved(slot::touched(s), nseg, noff as u32));
             self.item_gone(env, seg, off);
             let hdr = self.header_at(nseg, noff);
-            return Ok(Found::Live { pos, seg: nseg, off: noff, hdr });
+            return Ok(Found::Live {
+                pos,
+                seg: nseg,
+                off: noff,
+                hdr,
+            });
         }
         Err(StoreError::OutOfMemory)
     }
@@ -642,7 +732,11 @@ impl Shard {
                 let d = &self.segs.metas[seg as usize].data[off..];
                 let parse = parse.take().expect("parse runs once");
                 let v = parse(&d[hdr.value_range()]).ok_or(DeltaError::NonNumeric)?;
-                let n = if incr { v.wrapping_add(delta) } else { v.saturating_sub(delta) };
+                let n = if incr {
+                    v.wrapping_add(delta)
+                } else {
+                    v.saturating_sub(delta)
+                };
                 let (digits, dl) = decimal(n);
                 result = Some((n, digits, dl));
             }
@@ -650,13 +744,20 @@ impl Shard {
             // memcached rewrites in place when the number got shorter, leaving the old length
             // padded with spaces ("10" decr 1 -> "9 "); we reproduce the bytes.
             let vlen = if pad { dl.max(old_len) } else { dl };
-            let nh = NewHeader { key_len: hdr.key_len, value_len: vlen as u32, flags: hdr.flags, exp: hdr.exp, cas: None };
-            let (nseg, noff) = match self.reserve(env, nh.total_len(), ttl_bucket(hdr.exp, now), now) {
-                Ok(Reserve::At(a, b)) => (a, b),
-                Ok(Reserve::Retry) => continue,
-                // No variant for it in the API; only reachable with evict=false and full memory.
-                Err(_) => return Err(DeltaError::NotFound),
+            let nh = NewHeader {
+                key_len: hdr.key_len,
+                value_len: vlen as u32,
+                flags: hdr.flags,
+                exp: hdr.exp,
+                cas: None,
             };
+            let (nseg, noff) =
+                match self.reserve(env, nh.total_len(), ttl_bucket(hdr.exp, now), now) {
+                    Ok(Reserve::At(a, b)) => (a, b),
+                    Ok(Reserve::Retry) => continue,
+                    // No variant for it in the API; only reachable with evict=false and full memory.
+                    Err(_) => return Err(DeltaError::NotFound),
+                };
             self.place(
                 nseg,
                 noff,
@@ -665,9 +766,14 @@ impl Shard {
                 &[Part::Bytes(&digits[..dl]), Part::Spaces(vlen - dl)],
             );
             let s = self.index.get(pos);
-            self.index.set(pos, slot::moved(slot::touched(s), nseg, noff as u32));
+            self.index
+                .set(pos, slot::moved(slot::touched(s), nseg, noff as u32));
             self.item_gone(env, seg, off);
-            let cas = if env.geo.use_cas { self.derived_cas(nseg, noff) } else { 0 };
+            let cas = if env.geo.use_cas {
+                self.derived_cas(nseg, noff)
+            } else {
+                0
+            };
             return Ok((n, cas));
         }
         Err(DeltaError::NotFound)
@@ -685,6 +791,7 @@ impl Shard {
         st.expired_unfetched += c.expired_unfetched;
         st.evicted_unfetched += c.evicted_unfetched;
         st.evictions_relocated += c.relocated;
+        st.compactions += c.compactions;
         st.flushed += c.flushed;
         st.index_bytes += self.index.bytes() as u64;
         st.index_slots += self.index.slots() as u64;

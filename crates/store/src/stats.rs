@@ -15,12 +15,18 @@ pub(crate) struct Counters {
     pub relocated: u64,
     /// Live items dropped by flush_all.
     pub flushed: u64,
+    /// Head segments compacted (live items moved) instead of taking new memory.
+    pub compactions: u64,
 }
 
 impl Counters {
     /// `stats reset` keeps the gauges (curr_items, bytes) and zeroes the rest.
     pub fn reset(&mut self) {
-        *self = Counters { curr_items: self.curr_items, bytes: self.bytes, ..Default::default() };
+        *self = Counters {
+            curr_items: self.curr_items,
+            bytes: self.bytes,
+            ..Default::default()
+        };
     }
 }
 
@@ -43,6 +49,9 @@ pub struct StoreStats {
     pub evictions_relocated: u64,
     /// Live items invalidated by flush_all.
     pub flushed: u64,
+    /// Segments whose dead space was reclaimed by moving their live items (counted in
+    /// `evictions_relocated` too) before more memory was taken.
+    pub compactions: u64,
     /// mem_limit.
     pub limit_maxbytes: u64,
     /// Everything charged against mem_limit: buffers, index, metadata.
