@@ -321,7 +321,10 @@ def test_stats_counters_match_memcached():
               b"replace no 0 0 1\r\nx\r\n", b"append a 0 0 1\r\n1\r\n", b"prepend no 0 0 1\r\nx\r\n",
               b"set big 0 0 2000000\r\n" + b"x" * 2000000 + b"\r\n", b"set e 0 -1 1\r\nx\r\n", b"get e\r\n",
               b"delete a\r\n", b"get a\r\n", b"flush_all 0\r\n", b"get x y z\r\n"]
-    counters = ["cmd_get", "cmd_set", "cmd_flush", "cmd_touch", "get_hits", "get_misses", "get_expired",
+    # get_expired is left out: memcached's LRU maintainer thread may reclaim the already
+    # expired "e" before the get reaches it (seen once in CI: memcached 0, mnemod 1); the get
+    # is a miss either way and get_misses is compared.
+    counters = ["cmd_get", "cmd_set", "cmd_flush", "cmd_touch", "get_hits", "get_misses",
                 "get_flushed", "delete_hits", "delete_misses", "incr_hits", "incr_misses", "decr_hits",
                 "decr_misses", "cas_hits", "cas_misses", "cas_badval", "touch_hits", "touch_misses",
                 "curr_items", "total_items", "evictions"]

@@ -336,7 +336,7 @@ impl Shard {
         // memory costs). Compaction moves every live item of a mostly dead segment to a new
         // segment (the spare's buffer, usually) and frees it. Only while memory is left: once
         // the budget is full, eviction decides what stays.
-        if let Some(v) = self.compaction_victim(env, size) {
+        if let Some(v) = self.compaction_victim(env, ttl, size) {
             self.compact(env, now, v, (ttl, size));
             self.stats.compactions += 1;
             return Ok(Reserve::Retry);
@@ -355,15 +355,16 @@ impl Shard {
     }
 
     /// The segment to compact before opening a new one, if any: only while the budget still
-    /// has room (the alternative is fresh memory, not eviction); the regular segment
-    /// with the most dead bytes (overwritten, deleted, expired items), if at least
+    /// has room (the alternative is fresh memory, not eviction); of the regular segments of
+    /// TTL group `ttl` (the moved items join that group's new segment, so groups stay apart
+    /// and still expire whole), the one with the most dead bytes (overwritten, deleted, expired items), if at least
     /// `1 / COMPACT_DEAD_SHARE` of a segment is dead and its live items (each maybe growing by
     /// an explicit CAS) plus the `size` bytes asked for fit in one segment. Greedy, as in
     /// log-structured file systems: the deadest segment frees the most per byte copied. At a
     /// quarter dead, compaction copies at most 3 bytes per byte it frees; fresh memory costs a
     /// fault and a zeroing per page, several times that (budget.rs). O(segments of the shard),
     /// once per segment filled.
-    fn compaction_victim(&self, env: &Env<'_>, size: usize) -> Option<u32> {
+    fn compaction_victim(&self, env: &Env<'_>, ttl: u8, size: usize) -> Option<u32> {
         let seg = env.geo.seg_size;
         if env.budget.used() + seg > env.budget.limit() {
             return None;
@@ -373,7 +374,11 @@ impl Shard {
         while id != 0 {
             let m = &self.segs.metas[id as usize];
             let dead = m.write - m.live_bytes;
-            if !m.large && dead > best_dead && m.live_bytes + 8 * m.items as usize + size <= seg {
+            if !m.large
+                && m.ttl == ttl
+                && dead > best_dead
+                && m.live_bytes + 8 * m.items as usize + size <= seg
+            {
                 (best, best_dead) = (id, dead);
             }
             id = self.segs.next_of(id);
