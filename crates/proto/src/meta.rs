@@ -123,11 +123,7 @@ fn flag_error(kind: MetaKind, specific: ErrorReply) -> ErrorReply {
 }
 
 /// Parse the flags (tokens from index `first`) of a meta command.
-fn parse_flags<'a>(
-    kind: MetaKind,
-    t: &Tokens<'a>,
-    first: usize,
-) -> Result<MetaFlags<'a>, ErrorReply> {
+fn parse_flags<'a>(kind: MetaKind, t: &Tokens<'a>, first: usize) -> Result<MetaFlags<'a>, ErrorReply> {
     let mut f = MetaFlags::default();
     let mut seen = [false; 128];
     // Pass 1: duplicates and tokens.
@@ -147,9 +143,7 @@ fn parse_flags<'a>(
             b'q' => f.quiet = true,
             b'I' => f.invalidate = true,
             b'N' | b'T' | b'R' => {
-                let Some(v) = parse_i32(arg) else {
-                    return bad(ErrorReply::BadToken);
-                };
+                let Some(v) = parse_i32(arg) else { return bad(ErrorReply::BadToken) };
                 match letter {
                     b'N' => f.vivify = Some(v),
                     b'T' => f.ttl = Some(v),
@@ -207,29 +201,20 @@ fn parse_flags<'a>(
             _ => true,
         };
         if !ok {
-            return Err(if kind == MetaKind::Set {
-                ErrorReply::SetMode
-            } else {
-                ErrorReply::ArithMode
-            });
+            return Err(if kind == MetaKind::Set { ErrorReply::SetMode } else { ErrorReply::ArithMode });
         }
     }
     Ok(f)
 }
 
 fn decode_key(raw: &[u8], base64: bool) -> Option<KeyBuf> {
-    let mut k = KeyBuf {
-        buf: [0; KEY_MAX],
-        len: 0,
-    };
+    let mut k = KeyBuf { buf: [0; KEY_MAX], len: 0 };
     if !base64 {
         k.buf[..raw.len()].copy_from_slice(raw);
         k.len = raw.len() as u8;
         return Some(k);
     }
-    let n = base64::engine::general_purpose::STANDARD
-        .decode_slice(raw, &mut k.buf)
-        .ok()?;
+    let n = base64::engine::general_purpose::STANDARD.decode_slice(raw, &mut k.buf).ok()?;
     if n == 0 {
         return None;
     }
@@ -238,21 +223,12 @@ fn decode_key(raw: &[u8], base64: bool) -> Option<KeyBuf> {
 }
 
 fn err<'a>(reply: ErrorReply, consumed: usize) -> Parsed<'a> {
-    Parsed::Error {
-        reply,
-        consumed,
-        noreply: false,
-    }
+    Parsed::Error { reply, consumed, noreply: false }
 }
 
 /// Parse a meta command whose line (without its terminator) is `line`; `after` is where the
 /// line ends in `buf`.
-pub(crate) fn command<'a>(
-    t: &Tokens<'a>,
-    after: usize,
-    buf: &'a [u8],
-    limits: &Limits,
-) -> Parsed<'a> {
+pub(crate) fn command<'a>(t: &Tokens<'a>, after: usize, buf: &'a [u8], limits: &Limits) -> Parsed<'a> {
     let kind = match t.get(0)[1] {
         b'g' => MetaKind::Get,
         b's' => MetaKind::Set,
@@ -267,14 +243,7 @@ pub(crate) fn command<'a>(
         _ => return err(ErrorReply::Error, after),
     };
     if t.n < 2 {
-        return err(
-            if kind == MetaKind::Get {
-                ErrorReply::Error
-            } else {
-                ErrorReply::BadFormat
-            },
-            after,
-        );
+        return err(if kind == MetaKind::Get { ErrorReply::Error } else { ErrorReply::BadFormat }, after);
     }
     let raw_key = t.get(1);
     if raw_key.len() > KEY_MAX {
@@ -288,16 +257,7 @@ pub(crate) fn command<'a>(
         let Some(key) = decode_key(raw_key, flags.base64) else {
             return err(flag_error(kind, ErrorReply::KeyDecode), after);
         };
-        return Parsed::Request(
-            Request::Meta(Meta {
-                kind,
-                raw_key,
-                key,
-                flags,
-                data: &[],
-            }),
-            after,
-        );
+        return Parsed::Request(Request::Meta(Meta { kind, raw_key, key, flags, data: &[] }), after);
     }
     // ms <key> <datalen> <flags>*
     let Some(vlen) = parse_i32(t.get(2)).filter(|&v| v >= 0 && t.n >= 3) else {
@@ -306,19 +266,10 @@ pub(crate) fn command<'a>(
     let vlen = vlen as usize;
     let end = after + vlen + 2;
     let flags = parse_flags(kind, t, 3);
-    let client_flags = flags
-        .as_ref()
-        .ok()
-        .and_then(|f| f.client_flags)
-        .unwrap_or(0);
+    let client_flags = flags.as_ref().ok().and_then(|f| f.client_flags).unwrap_or(0);
     if !limits.item_fits(raw_key.len(), client_flags, vlen) {
         return Parsed::Request(
-            Request::TooLarge {
-                kind: crate::text::StoreKind::Set,
-                key: raw_key,
-                swallow: vlen + 2,
-                noreply: false,
-            },
+            Request::TooLarge { kind: crate::text::StoreKind::Set, key: raw_key, swallow: vlen + 2, noreply: false },
             after,
         );
     }
@@ -336,14 +287,5 @@ pub(crate) fn command<'a>(
     if &buf[end - 2..end] != b"\r\n" {
         return err(ErrorReply::BadDataChunk, end);
     }
-    Parsed::Request(
-        Request::Meta(Meta {
-            kind,
-            raw_key,
-            key,
-            flags,
-            data: &buf[after..end - 2],
-        }),
-        end,
-    )
+    Parsed::Request(Request::Meta(Meta { kind, raw_key, key, flags, data: &buf[after..end - 2] }), end)
 }

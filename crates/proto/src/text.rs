@@ -80,13 +80,11 @@ impl<'a> Keys<'a> {
     pub fn iter(&self) -> impl Iterator<Item = &'a [u8]> + 'a {
         let s = self.0;
         let mut start = 0;
-        memchr::memchr_iter(b' ', s)
-            .chain(std::iter::once(s.len()))
-            .filter_map(move |end| {
-                let k = &s[start..end];
-                start = end + 1;
-                (!k.is_empty()).then_some(k)
-            })
+        memchr::memchr_iter(b' ', s).chain(std::iter::once(s.len())).filter_map(move |end| {
+            let k = &s[start..end];
+            start = end + 1;
+            (!k.is_empty()).then_some(k)
+        })
     }
 
     pub fn is_empty(&self) -> bool {
@@ -97,11 +95,7 @@ impl<'a> Keys<'a> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Request<'a> {
     /// get / gets; gat / gats carry `touch` with the raw exptime.
-    Get {
-        keys: Keys<'a>,
-        cas: bool,
-        touch: Option<i32>,
-    },
+    Get { keys: Keys<'a>, cas: bool, touch: Option<i32> },
     Store {
         kind: StoreKind,
         key: &'a [u8],
@@ -114,73 +108,35 @@ pub enum Request<'a> {
     /// A storage command whose item exceeds `-I`: memcached replies
     /// "SERVER_ERROR object too large for cache", swallows `swallow` bytes of data (some may
     /// still be on the wire) and, for `set`, drops the key's old value.
-    TooLarge {
-        kind: StoreKind,
-        key: &'a [u8],
-        swallow: usize,
-        noreply: bool,
-    },
-    Delete {
-        key: &'a [u8],
-        noreply: bool,
-    },
-    Delta {
-        key: &'a [u8],
-        incr: bool,
-        delta: u64,
-        noreply: bool,
-    },
-    Touch {
-        key: &'a [u8],
-        exptime: i32,
-        noreply: bool,
-    },
+    TooLarge { kind: StoreKind, key: &'a [u8], swallow: usize, noreply: bool },
+    Delete { key: &'a [u8], noreply: bool },
+    Delta { key: &'a [u8], incr: bool, delta: u64, noreply: bool },
+    Touch { key: &'a [u8], exptime: i32, noreply: bool },
     /// `delay` is the raw value (0 when absent).
-    FlushAll {
-        delay: i32,
-        noreply: bool,
-    },
+    FlushAll { delay: i32, noreply: bool },
     Version,
     /// `cache_memlimit <MB> [noreply]`.
-    CacheMemlimit {
-        megabytes: u64,
-        noreply: bool,
-    },
+    CacheMemlimit { megabytes: u64, noreply: bool },
     /// `mn`: replies "MN".
     MetaNoop,
     /// mg / ms / md / ma.
     Meta(crate::meta::Meta<'a>),
     /// `me <key>`: item details.
-    MetaDebug {
-        key: &'a [u8],
-    },
-    Verbosity {
-        level: u32,
-        noreply: bool,
-    },
+    MetaDebug { key: &'a [u8] },
+    Verbosity { level: u32, noreply: bool },
     Quit,
-    Shutdown {
-        mode: ShutdownMode,
-    },
+    Shutdown { mode: ShutdownMode },
     /// `stats [args...]`: the words after `stats`.
-    Stats {
-        args: Keys<'a>,
-    },
+    Stats { args: Keys<'a> },
     /// `lru_crawler <sub> [arg]`: the words after `lru_crawler` (metadump, enable, ...).
-    LruCrawler {
-        args: Keys<'a>,
-    },
+    LruCrawler { args: Keys<'a> },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Parsed<'a> {
     Request(Request<'a>, usize),
     Incomplete(usize),
-    Error {
-        reply: ErrorReply,
-        consumed: usize,
-        noreply: bool,
-    },
+    Error { reply: ErrorReply, consumed: usize, noreply: bool },
     Close,
 }
 
@@ -212,11 +168,7 @@ fn no_newline_yet(buf: &[u8]) -> Parsed<'_> {
 }
 
 fn err<'a>(reply: ErrorReply, consumed: usize, noreply: bool) -> Parsed<'a> {
-    Parsed::Error {
-        reply,
-        consumed,
-        noreply,
-    }
+    Parsed::Error { reply, consumed, noreply }
 }
 
 fn req(r: Request<'_>, consumed: usize) -> Parsed<'_> {
@@ -270,15 +222,7 @@ fn command<'a>(line: &'a [u8], after: usize, buf: &'a [u8], limits: &Limits) -> 
                 return err(ErrorReply::BadFormat, after, noreply);
             }
             match parse_u64(t.get(2)) {
-                Some(delta) => req(
-                    Request::Delta {
-                        key,
-                        incr: cmd == b"incr",
-                        delta,
-                        noreply,
-                    },
-                    after,
-                ),
+                Some(delta) => req(Request::Delta { key, incr: cmd == b"incr", delta, noreply }, after),
                 None => err(ErrorReply::BadDelta, after, noreply),
             }
         }
@@ -290,8 +234,7 @@ fn command<'a>(line: &'a [u8], after: usize, buf: &'a [u8], limits: &Limits) -> 
             if nt > 3 {
                 let hold_is_zero = t.get(2) == b"0";
                 noreply = t.noreply();
-                let valid =
-                    (nt == 4 && (hold_is_zero || noreply)) || (nt == 5 && hold_is_zero && noreply);
+                let valid = (nt == 4 && (hold_is_zero || noreply)) || (nt == 5 && hold_is_zero && noreply);
                 if !valid {
                     return err(ErrorReply::DeleteUsage, after, noreply);
                 }
@@ -312,14 +255,7 @@ fn command<'a>(line: &'a [u8], after: usize, buf: &'a [u8], limits: &Limits) -> 
                 return err(ErrorReply::BadFormat, after, noreply);
             }
             match parse_i32(t.get(2)) {
-                Some(exptime) => req(
-                    Request::Touch {
-                        key,
-                        exptime,
-                        noreply,
-                    },
-                    after,
-                ),
+                Some(exptime) => req(Request::Touch { key, exptime, noreply }, after),
                 None => err(ErrorReply::BadExptime, after, noreply),
             }
         }
@@ -347,13 +283,7 @@ fn command<'a>(line: &'a [u8], after: usize, buf: &'a [u8], limits: &Limits) -> 
             let noreply = t.noreply();
             // memcached answers a bad number with a plain ERROR here.
             match parse_u64(t.get(1)) {
-                Some(mb) => req(
-                    Request::CacheMemlimit {
-                        megabytes: mb,
-                        noreply,
-                    },
-                    after,
-                ),
+                Some(mb) => req(Request::CacheMemlimit { megabytes: mb, noreply }, after),
                 None => err(ErrorReply::Error, after, noreply),
             }
         }
@@ -365,13 +295,7 @@ fn command<'a>(line: &'a [u8], after: usize, buf: &'a [u8], limits: &Limits) -> 
             }
             let noreply = t.noreply();
             match parse_u64(t.get(1)) {
-                Some(level) => req(
-                    Request::Verbosity {
-                        level: level as u32,
-                        noreply,
-                    },
-                    after,
-                ),
+                Some(level) => req(Request::Verbosity { level: level as u32, noreply }, after),
                 None => err(ErrorReply::BadFormat, after, noreply),
             }
         }
@@ -428,14 +352,7 @@ fn fast_get(line: &[u8], after: usize) -> Option<Parsed<'_>> {
         // memcached: a get needs a key (WANT_TOKENS_MIN 3).
         return Some(err(ErrorReply::Error, after, false));
     }
-    Some(req(
-        Request::Get {
-            keys: Keys(rest),
-            cas,
-            touch: None,
-        },
-        after,
-    ))
+    Some(req(Request::Get { keys: Keys(rest), cas, touch: None }, after))
 }
 
 /// The line after its first token (the command), NUL-truncated like memcached's C string.
@@ -484,11 +401,9 @@ fn storage<'a>(
     if key.len() > KEY_MAX {
         return err(ErrorReply::BadFormat, after, noreply);
     }
-    let (Some(flags), Some(exptime), Some(vlen)) = (
-        parse_u32_flags(t.get(2)),
-        parse_i32(t.get(3)),
-        parse_i32(t.get(4)),
-    ) else {
+    let (Some(flags), Some(exptime), Some(vlen)) =
+        (parse_u32_flags(t.get(2)), parse_i32(t.get(3)), parse_i32(t.get(4)))
+    else {
         return err(ErrorReply::BadFormat, after, noreply);
     };
     let mut cas = 0;
@@ -503,15 +418,7 @@ fn storage<'a>(
     }
     let vlen = vlen as usize;
     if !limits.item_fits(key.len(), flags, vlen) {
-        return req(
-            Request::TooLarge {
-                kind,
-                key,
-                swallow: vlen + 2,
-                noreply,
-            },
-            after,
-        );
+        return req(Request::TooLarge { kind, key, swallow: vlen + 2, noreply }, after);
     }
     let end = after + vlen + 2;
     if buf.len() < end {
@@ -521,18 +428,7 @@ fn storage<'a>(
         return err(ErrorReply::BadDataChunk, end, noreply);
     }
     let data = &buf[after..end - 2];
-    req(
-        Request::Store {
-            kind,
-            key,
-            flags,
-            exptime,
-            data,
-            cas,
-            noreply,
-        },
-        end,
-    )
+    req(Request::Store { kind, key, flags, exptime, data, cas, noreply }, end)
 }
 
 const _: () = assert!(MAX_TOKENS == 24);

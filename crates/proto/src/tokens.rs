@@ -19,11 +19,7 @@ impl<'a> Tokens<'a> {
             Some(p) => &line[..p],
             None => line,
         };
-        let mut t = Tokens {
-            toks: [&[][..]; MAX_TOKENS],
-            n: 0,
-            rest: &[],
-        };
+        let mut t = Tokens { toks: [&[][..]; MAX_TOKENS], n: 0, rest: &[] };
         let mut start = 0;
         let mut i = 0;
         while i < line.len() {
@@ -83,10 +79,7 @@ mod tests {
 
     #[test]
     fn token_limit_leaves_rest() {
-        let line: Vec<u8> = (0..30)
-            .map(|i| format!("t{i} "))
-            .collect::<String>()
-            .into_bytes();
+        let line: Vec<u8> = (0..30).map(|i| format!("t{i} ")).collect::<String>().into_bytes();
         let t = Tokens::split(&line);
         assert_eq!(t.n, MAX_TOKENS - 1);
         assert!(t.rest.starts_with(b"t23 "));

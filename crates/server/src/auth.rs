@@ -9,10 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 #[derive(Debug, thiserror::Error)]
 pub enum AuthError {
     #[error("cannot read auth file {path}: {source}")]
-    Read {
-        path: String,
-        source: std::io::Error,
-    },
+    Read { path: String, source: std::io::Error },
     #[error("auth file {path}, line {line}: expected user:password")]
     Format { path: String, line: usize },
 }
@@ -25,10 +22,7 @@ pub struct Credentials {
 impl Credentials {
     pub fn load(path: &Path) -> Result<Credentials, AuthError> {
         let shown = path.display().to_string();
-        let text = std::fs::read(path).map_err(|source| AuthError::Read {
-            path: shown.clone(),
-            source,
-        })?;
+        let text = std::fs::read(path).map_err(|source| AuthError::Read { path: shown.clone(), source })?;
         let mut users = HashMap::new();
         for (i, raw) in text.split(|&b| b == b'\n').enumerate() {
             let line = raw.strip_suffix(b"\r").unwrap_or(raw);
@@ -36,10 +30,7 @@ impl Credentials {
                 continue;
             }
             let Some(colon) = line.iter().position(|&b| b == b':') else {
-                return Err(AuthError::Format {
-                    path: shown,
-                    line: i + 1,
-                });
+                return Err(AuthError::Format { path: shown, line: i + 1 });
             };
             users.insert(line[..colon].to_vec(), line[colon + 1..].to_vec());
         }
@@ -50,12 +41,7 @@ impl Credentials {
     pub fn check(&self, user: &[u8], password: &[u8]) -> bool {
         match self.users.get(user) {
             Some(want) => {
-                want.len() == password.len()
-                    && want
-                        .iter()
-                        .zip(password)
-                        .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-                        == 0
+                want.len() == password.len() && want.iter().zip(password).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
             }
             None => false,
         }
@@ -72,10 +58,7 @@ extern "C" fn on_sighup(_: libc::c_int) {
 pub fn install_sighup() {
     // SAFETY: the handler only performs an atomic store, which is async-signal-safe.
     unsafe {
-        libc::signal(
-            libc::SIGHUP,
-            on_sighup as extern "C" fn(libc::c_int) as libc::sighandler_t,
-        );
+        libc::signal(libc::SIGHUP, on_sighup as extern "C" fn(libc::c_int) as libc::sighandler_t);
     }
 }
 
@@ -98,10 +81,7 @@ mod tests {
         assert!(!c.check(b"alice", b"s3cre"));
         assert!(!c.check(b"carol", b""));
         std::fs::write(&dir, "nocolon\n").unwrap();
-        assert!(matches!(
-            Credentials::load(&dir),
-            Err(AuthError::Format { line: 1, .. })
-        ));
+        assert!(matches!(Credentials::load(&dir), Err(AuthError::Format { line: 1, .. })));
         let _ = std::fs::remove_file(&dir);
     }
 }

@@ -66,29 +66,11 @@ pub(crate) struct Reply<'o> {
 
 impl Reply<'_> {
     fn ok(&mut self, cas: u64, extras: &[u8], key: &[u8], value: &[u8]) {
-        bin::response(
-            self.out,
-            self.opcode,
-            Status::Ok,
-            self.opaque,
-            cas,
-            extras,
-            key,
-            value,
-        );
+        bin::response(self.out, self.opcode, Status::Ok, self.opaque, cas, extras, key, value);
     }
 
     fn status(&mut self, status: Status, value: &[u8]) {
-        bin::response(
-            self.out,
-            self.opcode,
-            status,
-            self.opaque,
-            0,
-            &[],
-            &[],
-            value,
-        );
+        bin::response(self.out, self.opcode, status, self.opaque, 0, &[], &[], value);
     }
 
     fn error(&mut self, status: Status) {
@@ -103,13 +85,7 @@ fn expiry(sh: &Shared, exptime: u32) -> Time {
 }
 
 /// Handle at most one request from the front of `input`.
-pub fn step(
-    input: &[u8],
-    session: &mut BinSession,
-    sh: &Shared,
-    c: &Counters,
-    out: &mut Vec<u8>,
-) -> BinNext {
+pub fn step(input: &[u8], session: &mut BinSession, sh: &Shared, c: &Counters, out: &mut Vec<u8>) -> BinNext {
     if session.skip > 0 {
         let n = session.skip.min(input.len() as u64);
         session.skip -= n;
@@ -124,25 +100,15 @@ pub fn step(
         }
         Frame::Ready(h) => h,
     };
-    let mut reply = Reply {
-        opcode: h.opcode,
-        opaque: h.opaque,
-        out,
-    };
+    let mut reply = Reply { opcode: h.opcode, opaque: h.opaque, out };
     if sh.config.sasl
         && !session.authenticated
-        && !matches!(
-            h.opcode,
-            opcode::VERSION | opcode::SASL_LIST_MECHS | opcode::SASL_AUTH | opcode::SASL_STEP
-        )
+        && !matches!(h.opcode, opcode::VERSION | opcode::SASL_LIST_MECHS | opcode::SASL_AUTH | opcode::SASL_STEP)
     {
         reply.error(Status::AuthError);
         return BinNext::Close;
     }
-    let limits = Limits {
-        item_size_max: sh.config.item_size_max,
-        use_cas: sh.config.use_cas,
-    };
+    let limits = Limits { item_size_max: sh.config.item_size_max, use_cas: sh.config.use_cas };
     match bin::request(&h, input, &limits) {
         Parsed::Incomplete(n) => BinNext::Incomplete(n),
         Parsed::Invalid => {
@@ -165,66 +131,19 @@ pub fn step(
     }
 }
 
-fn execute(
-    req: Request<'_>,
-    session: &mut BinSession,
-    sh: &Shared,
-    c: &Counters,
-    r: &mut Reply<'_>,
-) -> After {
+fn execute(req: Request<'_>, session: &mut BinSession, sh: &Shared, c: &Counters, r: &mut Reply<'_>) -> After {
     match req {
-        Request::Get {
-            key,
-            with_key,
-            quiet,
-            touch,
-        } => storage::get(key, with_key, quiet, touch, sh, c, r),
+        Request::Get { key, with_key, quiet, touch } => storage::get(key, with_key, quiet, touch, sh, c, r),
         Request::Touch { key, exptime } => storage::touch(key, exptime, sh, c, r),
-        Request::Store {
-            op,
-            key,
-            flags,
-            exptime,
-            value,
-            cas,
-            quiet,
-        } => storage::store(op, key, flags, exptime, value, cas, quiet, sh, c, r),
-        Request::Concat {
-            append,
-            key,
-            value,
-            cas,
-            quiet,
-        } => storage::concat(append, key, value, cas, quiet, sh, c, r),
+        Request::Store { op, key, flags, exptime, value, cas, quiet } => {
+            storage::store(op, key, flags, exptime, value, cas, quiet, sh, c, r)
+        }
+        Request::Concat { append, key, value, cas, quiet } => storage::concat(append, key, value, cas, quiet, sh, c, r),
         Request::Delete { key, cas, quiet } => storage::delete(key, cas, quiet, sh, c, r),
-        Request::Delta {
-            incr,
-            key,
-            delta,
-            initial,
-            exptime,
-            cas,
-            quiet,
-        } => storage::delta(
-            storage::DeltaArgs {
-                incr,
-                key,
-                delta,
-                initial,
-                exptime,
-                cas,
-                quiet,
-            },
-            sh,
-            c,
-            r,
-        ),
-        Request::TooLarge {
-            op,
-            key,
-            skip,
-            close,
-        } => {
+        Request::Delta { incr, key, delta, initial, exptime, cas, quiet } => {
+            storage::delta(storage::DeltaArgs { incr, key, delta, initial, exptime, cas, quiet }, sh, c, r)
+        }
+        Request::TooLarge { op, key, skip, close } => {
             match op {
                 LargeOp::Sasl if !sh.config.sasl => r.error(Status::UnknownCommand),
                 // memcached cannot copy SASL data that large into an item: "out of memory".
@@ -262,11 +181,7 @@ fn execute(
             crate::stats::bump(&c.cmd_flush, 1);
             let now = sh.clock.now();
             // As the text flush_all: items stored at or before realtime(exptime) - 1 die then.
-            let at = if exptime > 0 {
-                expiry(sh, exptime).saturating_sub(1).max(now)
-            } else {
-                now
-            };
+            let at = if exptime > 0 { expiry(sh, exptime).saturating_sub(1).max(now) } else { now };
             sh.store.flush_all(at);
             if !quiet {
                 r.ok(0, &[], &[], &[]);
@@ -284,8 +199,7 @@ fn execute(
         // memcached 1.6.18 does not implement this opcode (it answers "unknown command" and
         // then mis-skips the extras, breaking the stream); mnemod serves it like `verbosity`.
         Request::Verbosity { level } => {
-            sh.verbosity
-                .store(level.min(u32::from(crate::MAX_VERBOSITY)) as u8, Relaxed);
+            sh.verbosity.store(level.min(u32::from(crate::MAX_VERBOSITY)) as u8, Relaxed);
             r.ok(0, &[], &[], &[]);
             After::Continue
         }
@@ -302,11 +216,7 @@ fn execute(
             After::Continue
         }
         Request::SaslMechTooLong { skip } => {
-            r.error(if sh.config.sasl {
-                Status::InvalidArguments
-            } else {
-                Status::UnknownCommand
-            });
+            r.error(if sh.config.sasl { Status::InvalidArguments } else { Status::UnknownCommand });
             After::Skip(skip)
         }
         Request::Sasl { step, mech, data } => {

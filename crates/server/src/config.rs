@@ -239,9 +239,7 @@ impl Config {
             }
         });
         if a.enable_sasl && auth_file.is_none() {
-            return Cli::Fail(
-                "mnemod: -S needs a password file: -Y FILE or MEMCACHED_SASL_PWDB=FILE".into(),
-            );
+            return Cli::Fail("mnemod: -S needs a password file: -Y FILE or MEMCACHED_SASL_PWDB=FILE".into());
         }
         if a.growth_factor <= 1.0 {
             return Cli::Fail("mnemod: -f: factor must be greater than 1".into());
@@ -263,12 +261,7 @@ impl Config {
             auth_file,
             text_auth,
             port: a.port,
-            listen: a
-                .listen
-                .split(',')
-                .map(|s| s.trim().to_string())
-                .filter(|s| !s.is_empty())
-                .collect(),
+            listen: a.listen.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect(),
             unix_socket: a.unix_socket,
             unix_mask: a.unix_mask,
             enable_shutdown: a.enable_shutdown,
@@ -287,10 +280,7 @@ impl Config {
 }
 
 fn first_line(s: &str) -> String {
-    let line = s
-        .lines()
-        .find(|l| !l.trim().is_empty())
-        .unwrap_or("invalid arguments");
+    let line = s.lines().find(|l| !l.trim().is_empty()).unwrap_or("invalid arguments");
     format!("mnemod: {}", line.trim_start_matches("error: "))
 }
 
@@ -321,9 +311,7 @@ pub fn parse_size(s: &str) -> Result<usize, String> {
     }
     .ok_or_else(|| format!("'{s}' is too large"))?;
     if bytes < MIN_ITEM_SIZE_MAX {
-        return Err(format!(
-            "item max size cannot be less than {MIN_ITEM_SIZE_MAX} bytes"
-        ));
+        return Err(format!("item max size cannot be less than {MIN_ITEM_SIZE_MAX} bytes"));
     }
     if bytes > MAX_ITEM_SIZE_MAX {
         return Err("cannot set item size limit higher than 1 GiB".into());
@@ -351,39 +339,16 @@ mod tests {
 
     #[test]
     fn long_and_short_forms() {
-        let Cli::Run(c) = run(&[
-            "-p",
-            "1",
-            "--memory-limit=128",
-            "-I",
-            "2m",
-            "-vv",
-            "-C",
-            "-M",
-            "-F",
-            "-A",
-            "-t",
-            "2",
-        ]) else {
+        let Cli::Run(c) = run(&["-p", "1", "--memory-limit=128", "-I", "2m", "-vv", "-C", "-M", "-F", "-A", "-t", "2"]) else {
             panic!()
         };
-        assert_eq!(
-            (c.port, c.memory_limit, c.item_size_max, c.verbose),
-            (1, 128 << 20, 2 << 20, 2)
-        );
+        assert_eq!((c.port, c.memory_limit, c.item_size_max, c.verbose), (1, 128 << 20, 2 << 20, 2));
         assert!(!c.use_cas && !c.evict && !c.flush_enabled && c.enable_shutdown);
     }
 
     #[test]
     fn errors_are_one_line() {
-        for bad in [
-            &["--nope"][..],
-            &["-p", "abc"],
-            &["-U", "1"],
-            &["-I", "10"],
-            &["-I", "5x"],
-            &["-m", "4", "-I", "3m"],
-        ] {
+        for bad in [&["--nope"][..], &["-p", "abc"], &["-U", "1"], &["-I", "10"], &["-I", "5x"], &["-m", "4", "-I", "3m"]] {
             match run(bad) {
                 Cli::Fail(msg) => assert!(!msg.contains('\n'), "{msg}"),
                 _ => panic!("{bad:?} accepted"),

@@ -47,10 +47,7 @@ pub struct Metadump {
 
 impl Metadump {
     fn new(list: bool) -> Metadump {
-        Metadump {
-            cursor: DumpCursor::new(),
-            list,
-        }
+        Metadump { cursor: DumpCursor::new(), list }
     }
 
     /// Appends the lines of one store batch (one shard lock hold). Returns true once the dump
@@ -58,9 +55,7 @@ impl Metadump {
     pub fn step(&mut self, sh: &Shared, out: &mut Vec<u8>) -> bool {
         let more = self.list && {
             let started = sh.clock.process_started();
-            sh.store.dump_step(&mut self.cursor, sh.clock.now(), |it| {
-                item_line(out, it, started)
-            })
+            sh.store.dump_step(&mut self.cursor, sh.clock.now(), |it| item_line(out, it, started))
         };
         if !more {
             line(out, b"END");
@@ -84,11 +79,7 @@ fn item_line(out: &mut Vec<u8>, it: &DumpItem<'_>, started: u64) {
     out.extend_from_slice(b.format(u64::from(it.written) + started).as_bytes());
     out.extend_from_slice(b" cas=");
     out.extend_from_slice(b.format(it.cas).as_bytes());
-    out.extend_from_slice(if it.fetched {
-        b" fetch=yes"
-    } else {
-        b" fetch=no"
-    });
+    out.extend_from_slice(if it.fetched { b" fetch=yes" } else { b" fetch=no" });
     out.extend_from_slice(b" cls=1 size=");
     out.extend_from_slice(b.format(it.size).as_bytes());
     out.push(b'\n');
@@ -160,12 +151,8 @@ pub fn command(args: Keys<'_>, sh: &Shared, out: &mut Vec<u8>) -> Next {
                 DISABLED
             } else {
                 match classes(spec) {
-                    Classes::All | Classes::Hash => {
-                        return Next::Metadump(Box::new(Metadump::new(true)))
-                    }
-                    Classes::List(has_one) => {
-                        return Next::Metadump(Box::new(Metadump::new(has_one)))
-                    }
+                    Classes::All | Classes::Hash => return Next::Metadump(Box::new(Metadump::new(true))),
+                    Classes::List(has_one) => return Next::Metadump(Box::new(Metadump::new(has_one))),
                     Classes::Empty => NOT_STARTED,
                     Classes::Bad => BAD_CLASS,
                 }
@@ -227,24 +214,9 @@ mod tests {
     #[test]
     fn line_layout() {
         let mut out = Vec::new();
-        let it = DumpItem {
-            key: b"k",
-            exp: 0,
-            cas: 7,
-            size: 9,
-            fetched: false,
-            written: 70,
-        };
+        let it = DumpItem { key: b"k", exp: 0, cas: 7, size: 9, fetched: false, written: 70 };
         item_line(&mut out, &it, 1000);
-        item_line(
-            &mut out,
-            &DumpItem {
-                exp: 100,
-                fetched: true,
-                ..it
-            },
-            1000,
-        );
+        item_line(&mut out, &DumpItem { exp: 100, fetched: true, ..it }, 1000);
         assert_eq!(
             String::from_utf8(out).unwrap(),
             "key=k exp=-1 la=1070 cas=7 fetch=no cls=1 size=9\n\

@@ -78,9 +78,7 @@ impl Shared {
             ..StoreConfig::default()
         });
         Shared {
-            counters: (0..config.threads)
-                .map(|_| Arc::new(stats::Counters::default()))
-                .collect(),
+            counters: (0..config.threads).map(|_| Arc::new(stats::Counters::default())).collect(),
             verbosity: AtomicU8::new(config.verbose.min(MAX_VERBOSITY)),
             config,
             store,
@@ -149,22 +147,12 @@ pub fn run(config: Config) -> Result<(), ServerError> {
         let (tx, rx) = std::sync::mpsc::channel();
         let (w, waker) = worker::Worker::new(sh.clone(), sh.counters[i].clone(), rx)?;
         senders.push((tx, waker));
-        handles.push(
-            std::thread::Builder::new()
-                .name(format!("mnemo-worker-{i}"))
-                .spawn(move || w.run())?,
-        );
+        handles.push(std::thread::Builder::new().name(format!("mnemo-worker-{i}")).spawn(move || w.run())?);
     }
     let maint = sh.clone();
-    std::thread::Builder::new()
-        .name("mnemo-maint".into())
-        .spawn(move || maintenance(&maint))?;
+    std::thread::Builder::new().name("mnemo-maint".into()).spawn(move || maintenance(&maint))?;
     if sh.verbosity.load(Relaxed) > 0 {
-        eprintln!(
-            "mnemod {} serving with {} threads",
-            config::VERSION,
-            sh.config.threads
-        );
+        eprintln!("mnemod {} serving with {} threads", config::VERSION, sh.config.threads);
     }
     listener::run(listeners, sh, senders);
     Ok(())
@@ -217,14 +205,8 @@ fn drop_privileges(user: &str) -> Result<(), String> {
 fn maintenance(sh: &Shared) {
     use std::time::{Duration, SystemTime, UNIX_EPOCH};
     loop {
-        let sub = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.subsec_nanos())
-            .unwrap_or(0);
-        std::thread::sleep(
-            Duration::from_nanos(u64::from(1_000_000_000 - sub.min(999_999_999)))
-                + Duration::from_millis(1),
-        );
+        let sub = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
+        std::thread::sleep(Duration::from_nanos(u64::from(1_000_000_000 - sub.min(999_999_999))) + Duration::from_millis(1));
         let now = sh.clock.tick();
         sh.store.maintain(now);
         if auth::reload_requested() {

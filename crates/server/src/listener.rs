@@ -23,25 +23,16 @@ pub enum Listener {
 #[derive(Debug, thiserror::Error)]
 pub enum BindError {
     #[error("failed to listen on {addr}: {source}")]
-    Tcp {
-        addr: String,
-        source: std::io::Error,
-    },
+    Tcp { addr: String, source: std::io::Error },
     #[error("failed to listen on UNIX socket \"{path}\": {source}")]
-    Unix {
-        path: String,
-        source: std::io::Error,
-    },
+    Unix { path: String, source: std::io::Error },
 }
 
 /// Open every socket the configuration asks for (-s replaces TCP, as in memcached).
 pub fn bind(config: &Config) -> Result<Vec<Listener>, BindError> {
     if let Some(path) = &config.unix_socket {
         use std::os::unix::fs::{FileTypeExt, PermissionsExt};
-        let err = |source| BindError::Unix {
-            path: path.clone(),
-            source,
-        };
+        let err = |source| BindError::Unix { path: path.clone(), source };
         // A socket left behind by an earlier run would make bind fail.
         if let Ok(meta) = std::fs::symlink_metadata(path) {
             if meta.file_type().is_socket() {
@@ -49,32 +40,23 @@ pub fn bind(config: &Config) -> Result<Vec<Listener>, BindError> {
             }
         }
         let l = std::os::unix::net::UnixListener::bind(path).map_err(err)?;
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(config.unix_mask))
-            .map_err(err)?;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(config.unix_mask)).map_err(err)?;
         relisten(l.as_raw_fd(), config.backlog);
         l.set_nonblocking(true).map_err(err)?;
         return Ok(vec![Listener::Unix(mio::net::UnixListener::from_std(l))]);
     }
     let mut out = Vec::new();
     for host in &config.listen {
-        let addr = if host.contains(':') && !host.starts_with('[') && host.matches(':').count() == 1
-        {
+        let addr = if host.contains(':') && !host.starts_with('[') && host.matches(':').count() == 1 {
             host.clone() // host:port
         } else if host.starts_with('[') && host.contains("]:") {
             host.clone()
         } else if host.contains(':') {
-            format!(
-                "[{}]:{}",
-                host.trim_matches(|c| c == '[' || c == ']'),
-                config.port
-            )
+            format!("[{}]:{}", host.trim_matches(|c| c == '[' || c == ']'), config.port)
         } else {
             format!("{host}:{}", config.port)
         };
-        let err = |source| BindError::Tcp {
-            addr: addr.clone(),
-            source,
-        };
+        let err = |source| BindError::Tcp { addr: addr.clone(), source };
         let l = std::net::TcpListener::bind(addr.as_str()).map_err(err)?;
         relisten(l.as_raw_fd(), config.backlog);
         l.set_nonblocking(true).map_err(err)?;

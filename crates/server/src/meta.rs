@@ -71,10 +71,7 @@ fn win_flags(m: &Meta<'_>, it: &Item<'_>, now: Time, sh: &Shared) -> &'static [u
     let sent_before = mark.win_sent;
     let mut win = false;
     if !mark.win_sent {
-        let recache = m
-            .flags
-            .recache
-            .is_some_and(|r| it.exp != 0 && ttl_left(it.exp, now) < i64::from(r));
+        let recache = m.flags.recache.is_some_and(|r| it.exp != 0 && ttl_left(it.exp, now) < i64::from(r));
         if mark.stale || recache {
             win = true;
             mark.win_sent = true;
@@ -144,8 +141,7 @@ fn get(m: &Meta<'_>, sh: &Shared, c: &Counters, out: &mut Vec<u8>) {
     let mut found = match f.ttl {
         Some(t) => {
             bump(&c.cmd_touch, 1);
-            sh.store
-                .get_and_touch(key, sh.clock.item_expiry(t), now, |it| hit(it, out))
+            sh.store.get_and_touch(key, sh.clock.item_expiry(t), now, |it| hit(it, out))
         }
         None => sh.store.get(key, now, |it| hit(it, out)),
     };
@@ -154,27 +150,8 @@ fn get(m: &Meta<'_>, sh: &Shared, c: &Counters, out: &mut Vec<u8>) {
         // else sees the placeholder with Z until the winner stores the real value.
         let exp = sh.clock.item_expiry(ttl);
         if let Ok(StoreOutcome::Stored { cas }) = sh.store.store(Mode::Add, key, 0, exp, b"", now) {
-            sh.marks.set(
-                key,
-                cas,
-                crate::marks::Mark {
-                    stale: false,
-                    win_sent: true,
-                },
-            );
-            write_hit(
-                m,
-                &Item {
-                    flags: 0,
-                    value: b"",
-                    cas,
-                    exp,
-                    fetched: false,
-                },
-                now,
-                b" W",
-                out,
-            );
+            sh.marks.set(key, cas, crate::marks::Mark { stale: false, win_sent: true });
+            write_hit(m, &Item { flags: 0, value: b"", cas, exp, fetched: false }, now, b" W", out);
             bump(&c.get_misses, 1);
             return;
         }
@@ -217,14 +194,7 @@ fn set(m: &Meta<'_>, sh: &Shared, c: &Counters, out: &mut Vec<u8>) {
         if current_cas(sh, key, now).is_some_and(|have| want < have) {
             result = sh.store.store(Mode::Set, key, flags, exp, m.data, now);
             if let Ok(StoreOutcome::Stored { cas }) = result {
-                sh.marks.set(
-                    key,
-                    cas,
-                    crate::marks::Mark {
-                        stale: true,
-                        win_sent: false,
-                    },
-                );
+                sh.marks.set(key, cas, crate::marks::Mark { stale: true, win_sent: false });
             }
         }
     }
@@ -297,14 +267,7 @@ fn delete(m: &Meta<'_>, sh: &Shared, c: &Counters, out: &mut Vec<u8>) {
                 if let Some(t) = f.ttl {
                     sh.store.touch(key, sh.clock.item_expiry(t), now);
                 }
-                sh.marks.set(
-                    key,
-                    cas,
-                    crate::marks::Mark {
-                        stale: true,
-                        win_sent: false,
-                    },
-                );
+                sh.marks.set(key, cas, crate::marks::Mark { stale: true, win_sent: false });
                 bump(&c.delete_hits, 1);
                 if !f.quiet {
                     status(m, b"HD", m.raw_key, out);
@@ -332,11 +295,7 @@ fn arith(m: &Meta<'_>, sh: &Shared, c: &Counters, out: &mut Vec<u8>) {
     let key = m.key.as_bytes();
     let now = sh.clock.now();
     let incr = matches!(f.mode.unwrap_or(b'I'), b'I' | b'+');
-    let (hits, misses) = if incr {
-        (&c.incr_hits, &c.incr_misses)
-    } else {
-        (&c.decr_hits, &c.decr_misses)
-    };
+    let (hits, misses) = if incr { (&c.incr_hits, &c.incr_misses) } else { (&c.decr_hits, &c.decr_misses) };
     if let Some(want) = f.compare_cas {
         if let Some(have) = current_cas(sh, key, now) {
             if have != want {
@@ -345,13 +304,7 @@ fn arith(m: &Meta<'_>, sh: &Shared, c: &Counters, out: &mut Vec<u8>) {
             }
         }
     }
-    let mut result = sh.store.delta(
-        key,
-        incr,
-        f.delta.unwrap_or(1),
-        now,
-        mnemo_proto::num::parse_u64,
-    );
+    let mut result = sh.store.delta(key, incr, f.delta.unwrap_or(1), now, mnemo_proto::num::parse_u64);
     if let (Err(DeltaError::NotFound), Some(ttl)) = (&result, f.vivify) {
         // Autovivify: create the counter with its initial value (no delta applied).
         let initial = f.initial.unwrap_or(0);
@@ -360,15 +313,7 @@ fn arith(m: &Meta<'_>, sh: &Shared, c: &Counters, out: &mut Vec<u8>) {
         match sh.store.store(Mode::Add, key, 0, exp, &text, now) {
             Ok(StoreOutcome::Stored { cas }) => result = Ok((initial, cas)),
             // Someone created it first: apply the delta to theirs.
-            _ => {
-                result = sh.store.delta(
-                    key,
-                    incr,
-                    f.delta.unwrap_or(1),
-                    now,
-                    mnemo_proto::num::parse_u64,
-                )
-            }
+            _ => result = sh.store.delta(key, incr, f.delta.unwrap_or(1), now, mnemo_proto::num::parse_u64),
         }
     }
     match result {
@@ -430,11 +375,7 @@ pub fn debug(key: &[u8], sh: &Shared, out: &mut Vec<u8>) -> Next {
         push_num(out, ttl_left(it.exp, now));
         out.extend_from_slice(b" cas=");
         push_num(out, it.cas);
-        out.extend_from_slice(if it.fetched {
-            b" fetch=yes"
-        } else {
-            b" fetch=no"
-        });
+        out.extend_from_slice(if it.fetched { b" fetch=yes" } else { b" fetch=no" });
         out.extend_from_slice(b" flags=");
         push_num(out, it.flags);
         out.extend_from_slice(b" size=");

@@ -30,30 +30,10 @@ macro_rules! counters {
 }
 
 counters!(
-    cmd_get,
-    cmd_set,
-    cmd_flush,
-    cmd_touch,
-    get_hits,
-    get_misses,
-    get_expired,
-    get_flushed,
-    delete_misses,
-    delete_hits,
-    incr_misses,
-    incr_hits,
-    decr_misses,
-    decr_hits,
-    cas_misses,
-    cas_hits,
-    cas_badval,
-    touch_hits,
-    touch_misses,
-    store_too_large,
-    store_no_memory,
-    bytes_read,
-    bytes_written,
-    conn_yields,
+    cmd_get, cmd_set, cmd_flush, cmd_touch, get_hits, get_misses, get_expired, get_flushed,
+    delete_misses, delete_hits, incr_misses, incr_hits, decr_misses, decr_hits, cas_misses,
+    cas_hits, cas_badval, touch_hits, touch_misses, store_too_large, store_no_memory, bytes_read,
+    bytes_written, conn_yields,
 );
 
 /// Add to a counter this thread alone writes.
@@ -160,11 +140,7 @@ pub fn settings(sh: &Shared, out: &mut Vec<u8>) {
     stat(out, "inter", c.listen.join(","));
     stat(out, "verbosity", sh.verbosity.load(Relaxed));
     stat(out, "evictions", if c.evict { "on" } else { "off" });
-    stat(
-        out,
-        "domain_socket",
-        c.unix_socket.as_deref().unwrap_or("NULL"),
-    );
+    stat(out, "domain_socket", c.unix_socket.as_deref().unwrap_or("NULL"));
     stat(out, "umask", format!("{:o}", c.unix_mask));
     stat(out, "growth_factor", format!("{:.2}", c.growth_factor));
     stat(out, "chunk_size", c.chunk_size);
@@ -224,11 +200,7 @@ pub fn slabs(sh: &Shared, out: &mut Vec<u8>) {
     stat(out, "1:free_chunks", s.segments_free);
     stat(out, "1:mem_requested", s.bytes);
     stat(out, "active_slabs", 1);
-    stat(
-        out,
-        "total_malloced",
-        s.segments_total * s.segment_size + s.index_bytes,
-    );
+    stat(out, "total_malloced", s.segments_total * s.segment_size + s.index_bytes);
     stat(out, "index_bytes", s.index_bytes);
     stat(out, "index_slots", s.index_slots);
     line(out, b"END");

@@ -28,35 +28,16 @@ pub struct Worker {
 
 impl Worker {
     /// Create the loop; returns the waker the listener uses to announce new sockets.
-    pub fn new(
-        sh: Arc<Shared>,
-        counters: Arc<Counters>,
-        incoming: Receiver<Stream>,
-    ) -> std::io::Result<(Worker, Waker)> {
+    pub fn new(sh: Arc<Shared>, counters: Arc<Counters>, incoming: Receiver<Stream>) -> std::io::Result<(Worker, Waker)> {
         let poll = Poll::new()?;
         let waker = Waker::new(poll.registry(), WAKER)?;
-        Ok((
-            Worker {
-                poll,
-                incoming,
-                sh,
-                counters,
-                conns: Vec::new(),
-                free: Vec::new(),
-                ready: VecDeque::new(),
-            },
-            waker,
-        ))
+        Ok((Worker { poll, incoming, sh, counters, conns: Vec::new(), free: Vec::new(), ready: VecDeque::new() }, waker))
     }
 
     pub fn run(mut self) {
         let mut events = Events::with_capacity(1024);
         loop {
-            let timeout = if self.ready.is_empty() {
-                None
-            } else {
-                Some(Duration::ZERO)
-            };
+            let timeout = if self.ready.is_empty() { None } else { Some(Duration::ZERO) };
             if let Err(e) = self.poll.poll(&mut events, timeout) {
                 if e.kind() == std::io::ErrorKind::Interrupted {
                     continue;
@@ -89,16 +70,7 @@ impl Worker {
                 }
             };
             let mut conn = Conn::new(stream);
-            if self
-                .poll
-                .registry()
-                .register(
-                    conn.stream.source(),
-                    Token(i),
-                    Interest::READABLE | Interest::WRITABLE,
-                )
-                .is_err()
-            {
+            if self.poll.registry().register(conn.stream.source(), Token(i), Interest::READABLE | Interest::WRITABLE).is_err() {
                 self.free.push(i);
                 self.sh.curr_conns.fetch_sub(1, Relaxed);
                 continue;
@@ -114,9 +86,7 @@ impl Worker {
     }
 
     fn drive(&mut self, i: usize) {
-        let Some(conn) = self.conns.get_mut(i).and_then(|c| c.as_mut()) else {
-            return;
-        };
+        let Some(conn) = self.conns.get_mut(i).and_then(|c| c.as_mut()) else { return };
         match conn.turn(&self.sh, &self.counters) {
             Turn::Wait => {}
             Turn::Yield => {

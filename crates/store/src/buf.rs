@@ -66,9 +66,7 @@ impl Deref for SegBuf {
             SegBuf::Heap(b) => b,
             // SAFETY: ptr is a live mapping of len readable bytes owned by self (see zeroed),
             // valid until Drop; the returned borrow is tied to &self.
-            SegBuf::Mapped { ptr, len } => unsafe {
-                core::slice::from_raw_parts(ptr.as_ptr(), *len)
-            },
+            SegBuf::Mapped { ptr, len } => unsafe { core::slice::from_raw_parts(ptr.as_ptr(), *len) },
         }
     }
 }

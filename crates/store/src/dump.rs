@@ -112,26 +112,13 @@ impl Store {
         cur.items.clear();
         {
             let me = cur.shard;
-            let env = Env {
-                geo: &self.geo,
-                budget: &self.budget,
-                shards: &self.shards,
-                me,
-            };
+            let env = Env { geo: &self.geo, budget: &self.budget, shards: &self.shards, me };
             let mut s = self.shards[me].lock();
             s.apply_flush(&env, now);
             let (level0, split0) = *cur.start.get_or_insert_with(|| s.index.geometry());
             let n0 = (1usize << level0) + split0;
             while cur.bucket < n0 && cur.items.len() < DUMP_BATCH {
-                copy_family(
-                    &s,
-                    &env,
-                    (level0, split0),
-                    cur.bucket,
-                    now,
-                    &mut cur.keys,
-                    &mut cur.items,
-                );
+                copy_family(&s, &env, (level0, split0), cur.bucket, now, &mut cur.keys, &mut cur.items);
                 cur.bucket += 1;
             }
             if cur.bucket >= n0 {
@@ -167,11 +154,7 @@ fn copy_family(
     keys: &mut Vec<u8>,
     items: &mut Vec<Copied>,
 ) {
-    let bits = if b < split0 || b >= 1 << level0 {
-        level0 + 1
-    } else {
-        level0
-    };
+    let bits = if b < split0 || b >= 1 << level0 { level0 + 1 } else { level0 };
     let n = s.index.buckets();
     let mut c = b;
     while c < n {
@@ -222,18 +205,8 @@ mod tests {
     fn collect(store: &Store, now: Time) -> HashMap<Vec<u8>, Seen> {
         let mut out = HashMap::new();
         store.dump(now, |it| {
-            let seen = Seen {
-                exp: it.exp,
-                cas: it.cas,
-                size: it.size,
-                fetched: it.fetched,
-                written: it.written,
-            };
-            assert!(
-                out.insert(it.key.to_vec(), seen).is_none(),
-                "{:?} twice",
-                it.key
-            );
+            let seen = Seen { exp: it.exp, cas: it.cas, size: it.size, fetched: it.fetched, written: it.written };
+            assert!(out.insert(it.key.to_vec(), seen).is_none(), "{:?} twice", it.key);
         });
         out
     }
@@ -262,10 +235,7 @@ mod tests {
         keys.sort();
         assert_eq!(keys, vec![b"forever".to_vec(), b"later".to_vec()]);
         let f = &got[&b"forever".to_vec()];
-        assert_eq!(
-            (f.exp, f.cas, f.fetched, f.written),
-            (0, cas_forever, false, now)
-        );
+        assert_eq!((f.exp, f.cas, f.fetched, f.written), (0, cas_forever, false, now));
         assert!(f.size >= b"forever".len() + b"value".len());
         let l = &got[&b"later".to_vec()];
         assert_eq!((l.exp, l.cas, l.fetched), (now + 1000, cas_later, true));
@@ -289,10 +259,7 @@ mod tests {
 
     #[test]
     fn batches_are_bounded_and_cover_everything() {
-        let store = Store::new(StoreConfig {
-            shards: 4,
-            ..Default::default()
-        });
+        let store = Store::new(StoreConfig { shards: 4, ..Default::default() });
         let n = 5000;
         for i in 0..n {
             set(&store, format!("key:{i}").as_bytes(), 0, 100);
@@ -307,10 +274,7 @@ mod tests {
                 *seen.entry(it.key.to_vec()).or_insert(0) += 1;
             });
             // Whole buckets: a batch ends within one bucket family past the bound.
-            assert!(
-                in_step < DUMP_BATCH + 64,
-                "{in_step} items in one lock hold"
-            );
+            assert!(in_step < DUMP_BATCH + 64, "{in_step} items in one lock hold");
             steps += 1;
             if !more {
                 break;
@@ -326,10 +290,7 @@ mod tests {
     /// that was there before the dump and stays is still reported exactly once.
     #[test]
     fn growth_during_the_dump_neither_repeats_nor_loses() {
-        let store = Store::new(StoreConfig {
-            shards: 2,
-            ..Default::default()
-        });
+        let store = Store::new(StoreConfig { shards: 2, ..Default::default() });
         let old = 2000;
         for i in 0..old {
             set(&store, format!("old:{i}").as_bytes(), 0, 100);
@@ -338,9 +299,7 @@ mod tests {
         let mut seen: HashMap<Vec<u8>, u32> = HashMap::new();
         let mut added = 0;
         loop {
-            let more = store.dump_step(&mut cur, 100, |it| {
-                *seen.entry(it.key.to_vec()).or_insert(0) += 1
-            });
+            let more = store.dump_step(&mut cur, 100, |it| *seen.entry(it.key.to_vec()).or_insert(0) += 1);
             // Quadruple the table over the course of the dump.
             for _ in 0..300 {
                 set(&store, format!("new:{added}").as_bytes(), 0, 100);
@@ -352,11 +311,7 @@ mod tests {
         }
         assert!(seen.values().all(|&c| c == 1), "an item was reported twice");
         for i in 0..old {
-            assert_eq!(
-                seen.get(format!("old:{i}").as_bytes()),
-                Some(&1),
-                "old:{i} missing"
-            );
+            assert_eq!(seen.get(format!("old:{i}").as_bytes()), Some(&1), "old:{i} missing");
         }
     }
 }

@@ -85,9 +85,7 @@ pub(crate) mod slot {
     #[inline]
     pub fn moved(s: u64, seg: u32, off: u32) -> u64 {
         debug_assert!(seg != 0 && seg <= SEG_MAX && off <= OFF_MAX);
-        (s & !((SEG_MAX as u64) << SEG_SHIFT | OFF_MAX as u64))
-            | ((seg as u64) << SEG_SHIFT)
-            | off as u64
+        (s & !((SEG_MAX as u64) << SEG_SHIFT | OFF_MAX as u64)) | ((seg as u64) << SEG_SHIFT) | off as u64
     }
 }
 
@@ -215,13 +213,7 @@ impl Index {
                     continue;
                 }
                 match visit(s) {
-                    Visit::Match => {
-                        return Some(Pos {
-                            bucket: handle,
-                            prev,
-                            slot: i as u8,
-                        })
-                    }
+                    Visit::Match => return Some(Pos { bucket: handle, prev, slot: i as u8 }),
                     Visit::Skip => {}
                     Visit::Purge => {
                         self.bucket_mut(handle)[i] = 0;
@@ -274,11 +266,7 @@ impl Index {
             let b = *self.bucket(handle);
             if let Some(i) = b.iter().position(|&s| s == 0) {
                 self.bucket_mut(handle)[i] = v;
-                return Pos {
-                    bucket: handle,
-                    prev,
-                    slot: i as u8,
-                };
+                return Pos { bucket: handle, prev, slot: i as u8 };
             }
             let last = b[SLOTS - 1];
             if last & slot::LINK != 0 {
@@ -292,11 +280,7 @@ impl Index {
             nb[0] = last;
             nb[1] = v;
             self.bucket_mut(handle)[SLOTS - 1] = slot::LINK | (n & !OVF);
-            return Pos {
-                bucket: n,
-                prev: handle,
-                slot: 1,
-            };
+            return Pos { bucket: n, prev: handle, slot: 1 };
         }
     }
 
@@ -523,10 +507,7 @@ mod tests {
         let d = slot::decayed(t);
         assert_eq!((slot::freq(d), slot::fetched(d)), (1, true));
         let m = slot::moved(t, 77, 1234);
-        assert_eq!(
-            (slot::tag(m), slot::seg(m), slot::off(m), slot::freq(m)),
-            (5, 77, 1234, 2)
-        );
+        assert_eq!((slot::tag(m), slot::seg(m), slot::off(m), slot::freq(m)), (5, 77, 1234, 2));
     }
 
     fn h_of(k: u64) -> u64 {
@@ -535,11 +516,7 @@ mod tests {
 
     /// Entries encode the key id in (seg, off) so the test can rehash them.
     fn entry(k: u64) -> u64 {
-        slot::new(
-            slot::tag_of_hash(h_of(k)),
-            (k >> 20) as u32 + 1,
-            (k & 0xfffff) as u32,
-        )
+        slot::new(slot::tag_of_hash(h_of(k)), (k >> 20) as u32 + 1, (k & 0xfffff) as u32)
     }
     fn key_of(e: u64) -> u64 {
         ((slot::seg(e) as u64 - 1) << 20) | slot::off(e) as u64
@@ -547,10 +524,7 @@ mod tests {
 
     fn lookup(ix: &mut Index, k: u64) -> Option<Pos> {
         let want = entry(k);
-        ix.find(
-            h_of(k),
-            |s| if s == want { Visit::Match } else { Visit::Skip },
-        )
+        ix.find(h_of(k), |s| if s == want { Visit::Match } else { Visit::Skip })
     }
 
     #[test]
@@ -614,13 +588,7 @@ mod tests {
         }
         // find purges tag matches the visitor says are dead
         let e5 = entry(5);
-        assert!(ix
-            .find(h_of(5), |s| if s == e5 {
-                Visit::Purge
-            } else {
-                Visit::Skip
-            })
-            .is_none());
+        assert!(ix.find(h_of(5), |s| if s == e5 { Visit::Purge } else { Visit::Skip }).is_none());
         assert!(lookup(&mut ix, 5).is_none());
         assert_eq!(ix.items(), 499);
         let mut cur = 0;

@@ -13,10 +13,7 @@ mod rng;
 use rng::Rng;
 
 fn cases() -> u64 {
-    std::env::var("FUZZ_REPLAY_CASES")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(2000)
+    std::env::var("FUZZ_REPLAY_CASES").ok().and_then(|s| s.parse().ok()).unwrap_or(2000)
 }
 
 fn replay_seeded(lenient: bool, salt: u64) {
@@ -32,10 +29,8 @@ fn replay_seeded(lenient: bool, salt: u64) {
         if r.is_err() {
             // The input as a file: copy it to fuzz/regressions/store_model/ to keep it, or run it
             // with `cargo +nightly fuzz run store_model FILE`.
-            let path = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
-                "fuzz_replay_{}_{i}.bin",
-                if lenient { "evict" } else { "exact" }
-            ));
+            let path = Path::new(env!("CARGO_TARGET_TMPDIR"))
+                .join(format!("fuzz_replay_{}_{i}.bin", if lenient { "evict" } else { "exact" }));
             std::fs::write(&path, &data).expect("write failing input");
             panic!(
                 "case {i} (lenient {lenient}) failed (panic above); input saved to {}",
@@ -58,9 +53,7 @@ fn seeded_eviction_regime() {
 #[test]
 fn saved_fuzz_inputs() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/regressions/store_model");
-    let Ok(entries) = std::fs::read_dir(&dir) else {
-        return;
-    };
+    let Ok(entries) = std::fs::read_dir(&dir) else { return };
     for e in entries {
         let path = e.expect("dir entry").path();
         let data = std::fs::read(&path).expect("read input");

@@ -1,9 +1,6 @@
 use super::*;
 
-const L: Limits = Limits {
-    item_size_max: 1024 * 1024,
-    use_cas: true,
-};
+const L: Limits = Limits { item_size_max: 1024 * 1024, use_cas: true };
 
 fn p(buf: &[u8]) -> Parsed<'_> {
     parse(buf, &L)
@@ -13,32 +10,11 @@ fn p(buf: &[u8]) -> Parsed<'_> {
 fn set_with_data_and_bare_newline() {
     let buf = b"set k 5 10 3\r\nabc\r\nget k\n";
     match p(buf) {
-        Parsed::Request(
-            Request::Store {
-                kind,
-                key,
-                flags,
-                exptime,
-                data,
-                noreply,
-                ..
-            },
-            n,
-        ) => {
-            assert_eq!(
-                (kind, key, flags, exptime, data, noreply),
-                (StoreKind::Set, &b"k"[..], 5, 10, &b"abc"[..], false)
-            );
+        Parsed::Request(Request::Store { kind, key, flags, exptime, data, noreply, .. }, n) => {
+            assert_eq!((kind, key, flags, exptime, data, noreply), (StoreKind::Set, &b"k"[..], 5, 10, &b"abc"[..], false));
             assert_eq!(n, 19);
             match p(&buf[n..]) {
-                Parsed::Request(
-                    Request::Get {
-                        keys,
-                        cas: false,
-                        touch: None,
-                    },
-                    6,
-                ) => {
+                Parsed::Request(Request::Get { keys, cas: false, touch: None }, 6) => {
                     assert_eq!(keys.iter().collect::<Vec<_>>(), vec![&b"k"[..]]);
                 }
                 other => panic!("{other:?}"),
@@ -58,11 +34,7 @@ fn incomplete_line_and_data() {
 fn bad_data_chunk_consumes_declared_length() {
     assert_eq!(
         p(b"set k 0 0 1\r\nxyz\r\n"),
-        Parsed::Error {
-            reply: ErrorReply::BadDataChunk,
-            consumed: 16,
-            noreply: false
-        }
+        Parsed::Error { reply: ErrorReply::BadDataChunk, consumed: 16, noreply: false }
     );
 }
 
@@ -71,21 +43,10 @@ fn huge_length_is_refused_before_buffering() {
     // 4294967295 truncates to -1 in memcached's safe_strtol: a format error.
     assert_eq!(
         p(b"set k 0 0 4294967295\r\n"),
-        Parsed::Error {
-            reply: ErrorReply::BadFormat,
-            consumed: 22,
-            noreply: false
-        }
+        Parsed::Error { reply: ErrorReply::BadFormat, consumed: 22, noreply: false }
     );
     match p(b"set k 0 0 2000000 noreply\r\n") {
-        Parsed::Request(
-            Request::TooLarge {
-                swallow,
-                noreply: true,
-                ..
-            },
-            _,
-        ) => assert_eq!(swallow, 2000002),
+        Parsed::Request(Request::TooLarge { swallow, noreply: true, .. }, _) => assert_eq!(swallow, 2000002),
         other => panic!("{other:?}"),
     }
 }
@@ -101,146 +62,42 @@ fn item_size_boundary_matches_memcached() {
 
 #[test]
 fn token_counts_and_unknown_commands() {
-    for line in [
-        &b"get\r\n"[..],
-        b"incr k 1 2 3\r\n",
-        b"verbosity\r\n",
-        b"\r\n",
-        b"a\r\n",
-        b"GET x\r\n",
-        b"cas k 0 0 1\r\n",
-    ] {
-        assert!(
-            matches!(
-                p(line),
-                Parsed::Error {
-                    reply: ErrorReply::Error,
-                    ..
-                }
-            ),
-            "{line:?}"
-        );
+    for line in [&b"get\r\n"[..], b"incr k 1 2 3\r\n", b"verbosity\r\n", b"\r\n", b"a\r\n", b"GET x\r\n", b"cas k 0 0 1\r\n"] {
+        assert!(matches!(p(line), Parsed::Error { reply: ErrorReply::Error, .. }), "{line:?}");
     }
     assert_eq!(p(b"foo bar HTTP/1.1\r\n"), Parsed::Close);
 }
 
 #[test]
 fn delete_forms() {
-    assert!(matches!(
-        p(b"delete a 0\r\n"),
-        Parsed::Request(Request::Delete { noreply: false, .. }, _)
-    ));
-    assert!(matches!(
-        p(b"delete a noreply\r\n"),
-        Parsed::Request(Request::Delete { noreply: true, .. }, _)
-    ));
-    assert!(matches!(
-        p(b"delete a 0 noreply\r\n"),
-        Parsed::Request(Request::Delete { noreply: true, .. }, _)
-    ));
-    assert!(matches!(
-        p(b"delete a 1\r\n"),
-        Parsed::Error {
-            reply: ErrorReply::DeleteUsage,
-            ..
-        }
-    ));
-    assert!(matches!(
-        p(b"delete a x y z\r\n"),
-        Parsed::Error {
-            reply: ErrorReply::Error,
-            ..
-        }
-    ));
+    assert!(matches!(p(b"delete a 0\r\n"), Parsed::Request(Request::Delete { noreply: false, .. }, _)));
+    assert!(matches!(p(b"delete a noreply\r\n"), Parsed::Request(Request::Delete { noreply: true, .. }, _)));
+    assert!(matches!(p(b"delete a 0 noreply\r\n"), Parsed::Request(Request::Delete { noreply: true, .. }, _)));
+    assert!(matches!(p(b"delete a 1\r\n"), Parsed::Error { reply: ErrorReply::DeleteUsage, .. }));
+    assert!(matches!(p(b"delete a x y z\r\n"), Parsed::Error { reply: ErrorReply::Error, .. }));
 }
 
 #[test]
 fn numeric_errors() {
-    assert!(matches!(
-        p(b"incr k abc\r\n"),
-        Parsed::Error {
-            reply: ErrorReply::BadDelta,
-            ..
-        }
-    ));
-    assert!(matches!(
-        p(b"incr k -1\r\n"),
-        Parsed::Error {
-            reply: ErrorReply::BadDelta,
-            ..
-        }
-    ));
-    assert!(matches!(
-        p(b"touch k abc\r\n"),
-        Parsed::Error {
-            reply: ErrorReply::BadExptime,
-            ..
-        }
-    ));
-    assert!(matches!(
-        p(b"gat abc k\r\n"),
-        Parsed::Error {
-            reply: ErrorReply::BadExptime,
-            ..
-        }
-    ));
-    assert!(matches!(
-        p(b"flush_all x\r\n"),
-        Parsed::Error {
-            reply: ErrorReply::BadExptime,
-            ..
-        }
-    ));
-    assert!(matches!(
-        p(b"verbosity x\r\n"),
-        Parsed::Error {
-            reply: ErrorReply::BadFormat,
-            ..
-        }
-    ));
-    assert!(matches!(
-        p(b"set k -1 0 1\r\nx\r\n"),
-        Parsed::Error {
-            reply: ErrorReply::BadFormat,
-            consumed: 14,
-            ..
-        }
-    ));
-    assert!(matches!(
-        p(b"set k 0 0 -1 noreply\r\n"),
-        Parsed::Error {
-            reply: ErrorReply::BadFormat,
-            noreply: true,
-            ..
-        }
-    ));
+    assert!(matches!(p(b"incr k abc\r\n"), Parsed::Error { reply: ErrorReply::BadDelta, .. }));
+    assert!(matches!(p(b"incr k -1\r\n"), Parsed::Error { reply: ErrorReply::BadDelta, .. }));
+    assert!(matches!(p(b"touch k abc\r\n"), Parsed::Error { reply: ErrorReply::BadExptime, .. }));
+    assert!(matches!(p(b"gat abc k\r\n"), Parsed::Error { reply: ErrorReply::BadExptime, .. }));
+    assert!(matches!(p(b"flush_all x\r\n"), Parsed::Error { reply: ErrorReply::BadExptime, .. }));
+    assert!(matches!(p(b"verbosity x\r\n"), Parsed::Error { reply: ErrorReply::BadFormat, .. }));
+    assert!(matches!(p(b"set k -1 0 1\r\nx\r\n"), Parsed::Error { reply: ErrorReply::BadFormat, consumed: 14, .. }));
+    assert!(matches!(p(b"set k 0 0 -1 noreply\r\n"), Parsed::Error { reply: ErrorReply::BadFormat, noreply: true, .. }));
 }
 
 #[test]
 fn gat_keys_follow_exptime() {
     match p(b"gats 10 a b\r\n") {
-        Parsed::Request(
-            Request::Get {
-                keys,
-                cas: true,
-                touch: Some(10),
-            },
-            _,
-        ) => {
+        Parsed::Request(Request::Get { keys, cas: true, touch: Some(10) }, _) => {
             assert_eq!(keys.iter().collect::<Vec<_>>(), vec![&b"a"[..], b"b"]);
         }
         other => panic!("{other:?}"),
     }
-    assert!(matches!(
-        p(b"gat 10\r\n"),
-        Parsed::Request(
-            Request::Get {
-                touch: Some(10),
-                ..
-            },
-            _
-        )
-    ));
+    assert!(matches!(p(b"gat 10\r\n"), Parsed::Request(Request::Get { touch: Some(10), .. }, _)));
 }
 
 #[test]
@@ -248,13 +105,7 @@ fn key_limits_and_control_bytes() {
     let mut line = b"get ".to_vec();
     line.extend(std::iter::repeat_n(b'k', 251));
     line.extend_from_slice(b"\r\n");
-    assert!(matches!(
-        p(&line),
-        Parsed::Error {
-            reply: ErrorReply::BadFormat,
-            ..
-        }
-    ));
+    assert!(matches!(p(&line), Parsed::Error { reply: ErrorReply::BadFormat, .. }));
     match p(b"set \x01\x7f\xff 0 0 1\r\nx\r\n") {
         Parsed::Request(Request::Store { key, .. }, _) => assert_eq!(key, b"\x01\x7f\xff"),
         other => panic!("{other:?}"),
@@ -274,40 +125,10 @@ fn runaway_lines() {
 
 #[test]
 fn flush_all_forms() {
-    assert_eq!(
-        p(b"flush_all\r\n"),
-        Parsed::Request(
-            Request::FlushAll {
-                delay: 0,
-                noreply: false
-            },
-            11
-        )
-    );
-    assert!(matches!(
-        p(b"flush_all noreply\r\n"),
-        Parsed::Request(
-            Request::FlushAll {
-                delay: 0,
-                noreply: true
-            },
-            _
-        )
-    ));
-    assert!(matches!(
-        p(b"flush_all 5 noreply\r\n"),
-        Parsed::Request(
-            Request::FlushAll {
-                delay: 5,
-                noreply: true
-            },
-            _
-        )
-    ));
-    assert!(matches!(
-        p(b"flush_all -1\r\n"),
-        Parsed::Request(Request::FlushAll { delay: -1, .. }, _)
-    ));
+    assert_eq!(p(b"flush_all\r\n"), Parsed::Request(Request::FlushAll { delay: 0, noreply: false }, 11));
+    assert!(matches!(p(b"flush_all noreply\r\n"), Parsed::Request(Request::FlushAll { delay: 0, noreply: true }, _)));
+    assert!(matches!(p(b"flush_all 5 noreply\r\n"), Parsed::Request(Request::FlushAll { delay: 5, noreply: true }, _)));
+    assert!(matches!(p(b"flush_all -1\r\n"), Parsed::Request(Request::FlushAll { delay: -1, .. }, _)));
 }
 
 proptest::proptest! {
@@ -329,44 +150,17 @@ fn fast_get_path_agrees_with_the_general_one() {
     // Each line parsed both ways: via the fast path, and with a leading space (which forces
     // the tokenizer); the answers must agree.
     let long = "k".repeat(251);
-    for line in [
-        "get a",
-        "gets a b  c",
-        "get  ",
-        "get a HTTP/1.1",
-        &format!("get a {long}"),
-        "get a\tb",
-        "gets ",
-    ] {
+    for line in ["get a", "gets a b  c", "get  ", "get a HTTP/1.1", &format!("get a {long}"), "get a\tb", "gets "] {
         let fast_in = format!("{line}\r\n");
         let fast = p(fast_in.as_bytes());
         let slow_in = format!(" {line}\r\n");
         let slow = p(slow_in.as_bytes());
         match (fast, slow) {
-            (
-                Parsed::Request(
-                    Request::Get {
-                        keys: a, cas: c1, ..
-                    },
-                    _,
-                ),
-                Parsed::Request(
-                    Request::Get {
-                        keys: b, cas: c2, ..
-                    },
-                    _,
-                ),
-            ) => {
-                assert_eq!(
-                    a.iter().collect::<Vec<_>>(),
-                    b.iter().collect::<Vec<_>>(),
-                    "{line:?}"
-                );
+            (Parsed::Request(Request::Get { keys: a, cas: c1, .. }, _), Parsed::Request(Request::Get { keys: b, cas: c2, .. }, _)) => {
+                assert_eq!(a.iter().collect::<Vec<_>>(), b.iter().collect::<Vec<_>>(), "{line:?}");
                 assert_eq!(c1, c2);
             }
-            (Parsed::Error { reply: r1, .. }, Parsed::Error { reply: r2, .. }) => {
-                assert_eq!(r1, r2, "{line:?}")
-            }
+            (Parsed::Error { reply: r1, .. }, Parsed::Error { reply: r2, .. }) => assert_eq!(r1, r2, "{line:?}"),
             (f, s) => panic!("{line:?}: fast {f:?} vs general {s:?}"),
         }
     }
@@ -376,14 +170,9 @@ fn fast_get_path_agrees_with_the_general_one() {
 fn lru_crawler_carries_its_words() {
     match p(b"lru_crawler metadump all\r\n") {
         Parsed::Request(Request::LruCrawler { args }, 26) => {
-            assert_eq!(
-                args.iter().collect::<Vec<_>>(),
-                vec![&b"metadump"[..], &b"all"[..]]
-            );
+            assert_eq!(args.iter().collect::<Vec<_>>(), vec![&b"metadump"[..], &b"all"[..]]);
         }
         other => panic!("{other:?}"),
     }
-    assert!(
-        matches!(p(b"lru_crawler\n"), Parsed::Request(Request::LruCrawler { args }, 12) if args.is_empty())
-    );
+    assert!(matches!(p(b"lru_crawler\n"), Parsed::Request(Request::LruCrawler { args }, 12) if args.is_empty()));
 }

@@ -31,16 +31,7 @@ pub(super) fn get(
     let (op, opaque) = (r.opcode, r.opaque);
     let write = |it: mnemo_store::Item<'_>, out: &mut Vec<u8>| {
         let shown_key = if with_key { key } else { &[] };
-        mnemo_proto::binary::response_header(
-            out,
-            op,
-            Status::Ok,
-            opaque,
-            it.cas,
-            4,
-            shown_key.len() as u16,
-            it.value.len(),
-        );
+        mnemo_proto::binary::response_header(out, op, Status::Ok, opaque, it.cas, 4, shown_key.len() as u16, it.value.len());
         out.extend_from_slice(&it.flags.to_be_bytes());
         out.extend_from_slice(shown_key);
         out.extend_from_slice(it.value);
@@ -52,15 +43,10 @@ pub(super) fn get(
         }
         Some(e) => {
             bump(&c.cmd_touch, 1);
-            sh.store
-                .get_and_touch(key, expiry(sh, e), now, |it| write(it, r.out))
+            sh.store.get_and_touch(key, expiry(sh, e), now, |it| write(it, r.out))
         }
     };
-    let (hits, misses) = if touch.is_some() {
-        (&c.touch_hits, &c.touch_misses)
-    } else {
-        (&c.get_hits, &c.get_misses)
-    };
+    let (hits, misses) = if touch.is_some() { (&c.touch_hits, &c.touch_misses) } else { (&c.get_hits, &c.get_misses) };
     count_lookup(found, hits, misses, c);
     if !found.is_hit() && !quiet {
         if with_key {
@@ -77,12 +63,7 @@ fn bin_response(r: &mut Reply<'_>, status: Status, key: &[u8]) {
     mnemo_proto::binary::response(r.out, r.opcode, status, r.opaque, 0, &[], key, &[]);
 }
 
-fn count_lookup<R>(
-    found: Lookup<R>,
-    hits: &std::sync::atomic::AtomicU64,
-    misses: &std::sync::atomic::AtomicU64,
-    c: &Counters,
-) {
+fn count_lookup<R>(found: Lookup<R>, hits: &std::sync::atomic::AtomicU64, misses: &std::sync::atomic::AtomicU64, c: &Counters) {
     match found {
         Lookup::Hit(_) => bump(hits, 1),
         Lookup::Miss => bump(misses, 1),
@@ -98,19 +79,9 @@ fn count_lookup<R>(
 }
 
 /// TOUCH: a hit answers with the item's flags and CAS but no value.
-pub(super) fn touch(
-    key: &[u8],
-    exptime: u32,
-    sh: &Shared,
-    c: &Counters,
-    r: &mut Reply<'_>,
-) -> After {
+pub(super) fn touch(key: &[u8], exptime: u32, sh: &Shared, c: &Counters, r: &mut Reply<'_>) -> After {
     bump(&c.cmd_touch, 1);
-    let found = sh
-        .store
-        .get_and_touch(key, expiry(sh, exptime), sh.clock.now(), |it| {
-            (it.flags, it.cas)
-        });
+    let found = sh.store.get_and_touch(key, expiry(sh, exptime), sh.clock.now(), |it| (it.flags, it.cas));
     count_lookup(found, &c.touch_hits, &c.touch_misses, c);
     match found {
         Lookup::Hit((flags, cas)) => r.ok(cas, &flags.to_be_bytes(), &[], &[]),
@@ -143,10 +114,7 @@ pub(super) fn store(
         (false, StoreOp::Add) => Mode::Add,
         (false, StoreOp::Replace) => Mode::Replace,
     };
-    match sh
-        .store
-        .store(mode, key, flags, expiry(sh, exptime), value, now)
-    {
+    match sh.store.store(mode, key, flags, expiry(sh, exptime), value, now) {
         Ok(StoreOutcome::Stored { cas }) => {
             if guarded {
                 bump(&c.cas_hits, 1);
@@ -206,9 +174,7 @@ pub(super) fn concat(
         let mode = if append { Mode::Append } else { Mode::Prepend };
         // The store answers NotStored itself when the result would be too large or finds no
         // memory, as memcached does for append/prepend.
-        sh.store
-            .store(mode, key, 0, 0, value, now)
-            .unwrap_or(StoreOutcome::NotStored)
+        sh.store.store(mode, key, 0, 0, value, now).unwrap_or(StoreOutcome::NotStored)
     };
     match outcome {
         StoreOutcome::Stored { cas } => {
@@ -226,15 +192,8 @@ pub(super) fn concat(
 /// store's own bound is a little looser). An append racing in between can only be caught by
 /// the store's bound, which still holds.
 fn joined_fits(key: &[u8], extra: usize, sh: &Shared) -> bool {
-    let limits = Limits {
-        item_size_max: sh.config.item_size_max,
-        use_cas: sh.config.use_cas,
-    };
-    match sh
-        .store
-        .get(key, sh.clock.now(), |it| (it.flags, it.value.len()))
-        .hit()
-    {
+    let limits = Limits { item_size_max: sh.config.item_size_max, use_cas: sh.config.use_cas };
+    match sh.store.get(key, sh.clock.now(), |it| (it.flags, it.value.len())).hit() {
         Some((flags, len)) => limits.item_fits(key.len(), flags, len + extra),
         // Missing: the store answers NotStored.
         None => true,
@@ -259,16 +218,9 @@ fn concat_guarded(append: bool, key: &[u8], value: &[u8], cas: u64, sh: &Shared)
         }
         Some((it.flags, it.exp, v))
     });
-    let Some(found) = joined.hit() else {
-        return StoreOutcome::NotStored;
-    };
-    let Some((flags, exp, v)) = found else {
-        return StoreOutcome::Exists;
-    };
-    let limits = Limits {
-        item_size_max: sh.config.item_size_max,
-        use_cas: sh.config.use_cas,
-    };
+    let Some(found) = joined.hit() else { return StoreOutcome::NotStored };
+    let Some((flags, exp, v)) = found else { return StoreOutcome::Exists };
+    let limits = Limits { item_size_max: sh.config.item_size_max, use_cas: sh.config.use_cas };
     if !limits.item_fits(key.len(), flags, v.len()) {
         return StoreOutcome::NotStored;
     }
@@ -281,14 +233,7 @@ fn concat_guarded(append: bool, key: &[u8], value: &[u8], cas: u64, sh: &Shared)
 /// DELETE. With a CAS the compare and the delete are two store calls: the store has no
 /// conditional delete, so a write landing between them is deleted too (a narrow window that
 /// memcached, holding the item lock, does not have).
-pub(super) fn delete(
-    key: &[u8],
-    cas: u64,
-    quiet: bool,
-    sh: &Shared,
-    c: &Counters,
-    r: &mut Reply<'_>,
-) -> After {
+pub(super) fn delete(key: &[u8], cas: u64, quiet: bool, sh: &Shared, c: &Counters, r: &mut Reply<'_>) -> After {
     let now = sh.clock.now();
     if cas != 0 {
         // memcached compares even with -C, where every item's CAS is 0.
@@ -331,18 +276,10 @@ enum DeltaResult {
 /// INCREMENT / DECREMENT: u64, incr wraps, decr stops at 0; a missing item is created with
 /// `initial` (flags 0) unless the expiration is 0xffffffff.
 pub(super) fn delta(a: DeltaArgs<'_>, sh: &Shared, c: &Counters, r: &mut Reply<'_>) -> After {
-    let (hits, misses) = if a.incr {
-        (&c.incr_hits, &c.incr_misses)
-    } else {
-        (&c.decr_hits, &c.decr_misses)
-    };
+    let (hits, misses) = if a.incr { (&c.incr_hits, &c.incr_misses) } else { (&c.decr_hits, &c.decr_misses) };
     let now = sh.clock.now();
     for _ in 0..DELTA_ATTEMPTS {
-        let res = if a.cas != 0 {
-            delta_guarded(&a, sh)
-        } else {
-            delta_plain(&a, sh)
-        };
+        let res = if a.cas != 0 { delta_guarded(&a, sh) } else { delta_plain(&a, sh) };
         match res {
             DeltaResult::Value(n, cas) => {
                 bump(hits, 1);
@@ -363,10 +300,7 @@ pub(super) fn delta(a: DeltaArgs<'_>, sh: &Shared, c: &Counters, r: &mut Reply<'
             DeltaResult::Missing => {
                 let mut digits = [0; 20];
                 let text = decimal(a.initial, &mut digits);
-                match sh
-                    .store
-                    .store(Mode::Add, a.key, 0, expiry(sh, a.exptime), text, now)
-                {
+                match sh.store.store(Mode::Add, a.key, 0, expiry(sh, a.exptime), text, now) {
                     Ok(StoreOutcome::Stored { cas }) => {
                         if !a.quiet {
                             r.ok(cas, &[], &[], &a.initial.to_be_bytes());
@@ -394,10 +328,7 @@ pub(super) fn delta(a: DeltaArgs<'_>, sh: &Shared, c: &Counters, r: &mut Reply<'
 }
 
 fn delta_plain(a: &DeltaArgs<'_>, sh: &Shared) -> DeltaResult {
-    match sh
-        .store
-        .delta(a.key, a.incr, a.delta, sh.clock.now(), parse_u64)
-    {
+    match sh.store.delta(a.key, a.incr, a.delta, sh.clock.now(), parse_u64) {
         Ok((n, cas)) => DeltaResult::Value(n, cas),
         Err(DeltaError::NotFound) => DeltaResult::Missing,
         Err(DeltaError::NonNumeric) => DeltaResult::Failed(Status::NonNumeric),
@@ -417,11 +348,7 @@ fn delta_guarded(a: &DeltaArgs<'_>, sh: &Shared) -> DeltaResult {
             Some(v) if !it.value.is_empty() => v,
             _ => return Err(Status::NonNumeric),
         };
-        let n = if a.incr {
-            n.wrapping_add(a.delta)
-        } else {
-            n.saturating_sub(a.delta)
-        };
+        let n = if a.incr { n.wrapping_add(a.delta) } else { n.saturating_sub(a.delta) };
         Ok((n, it.flags, it.exp, it.value.len()))
     });
     let (n, flags, exp, old_len) = match found.hit() {
@@ -434,10 +361,7 @@ fn delta_guarded(a: &DeltaArgs<'_>, sh: &Shared) -> DeltaResult {
     if text.len() < old_len {
         text.resize(old_len, b' ');
     }
-    match sh
-        .store
-        .store(Mode::Cas(a.cas), a.key, flags, exp, &text, now)
-    {
+    match sh.store.store(Mode::Cas(a.cas), a.key, flags, exp, &text, now) {
         Ok(StoreOutcome::Stored { cas }) => DeltaResult::Value(n, cas),
         Ok(StoreOutcome::Exists) => DeltaResult::Failed(Status::KeyExists),
         Ok(_) => DeltaResult::Missing,

@@ -8,11 +8,7 @@ use crate::stats::Counters;
 use crate::{Config, Shared};
 
 fn shared(config: Config) -> Shared {
-    Shared::new(Config {
-        memory_limit: 8 << 20,
-        threads: 1,
-        ..config
-    })
+    Shared::new(Config { memory_limit: 8 << 20, threads: 1, ..config })
 }
 
 fn req(op: u8, extras: &[u8], key: &[u8], value: &[u8]) -> Vec<u8> {
@@ -67,44 +63,28 @@ fn partial_input_waits() {
     let r = set(b"k", b"value");
     for cut in 0..r.len() {
         let got = step(&r[..cut], &mut s, &sh, &c, &mut out);
-        assert!(
-            matches!(got, BinNext::Incomplete(n) if n > cut && n <= r.len()),
-            "{cut}: {got:?}"
-        );
+        assert!(matches!(got, BinNext::Incomplete(n) if n > cut && n <= r.len()), "{cut}: {got:?}");
         assert!(out.is_empty());
     }
-    assert_eq!(
-        step(&r, &mut s, &sh, &c, &mut out),
-        BinNext::Consumed(r.len())
-    );
+    assert_eq!(step(&r, &mut s, &sh, &c, &mut out), BinNext::Consumed(r.len()));
 }
 
 #[test]
 fn too_large_value_is_skipped_in_pieces() {
-    let sh = shared(Config {
-        item_size_max: 1024,
-        ..Config::default()
-    });
+    let sh = shared(Config { item_size_max: 1024, ..Config::default() });
     let mut s = BinSession::default();
     let c = Counters::default();
     let mut out = Vec::new();
     let big = set(b"k", &[b'x'; 5000]);
     // Only the header, extras and key are needed to refuse it.
-    assert_eq!(
-        step(&big[..33], &mut s, &sh, &c, &mut out),
-        BinNext::Consumed(33)
-    );
-    let ParsedResponse::Response(r, _) = parse_response(&out) else {
-        panic!()
-    };
+    assert_eq!(step(&big[..33], &mut s, &sh, &c, &mut out), BinNext::Consumed(33));
+    let ParsedResponse::Response(r, _) = parse_response(&out) else { panic!() };
     assert_eq!(r.status(), Status::TooLarge as u16);
     // The value is then discarded as it arrives, whatever the chunking.
     let mut rest = &big[33..];
     while !rest.is_empty() {
         let chunk = &rest[..rest.len().min(700)];
-        let BinNext::Consumed(n) = step(chunk, &mut s, &sh, &c, &mut out) else {
-            panic!()
-        };
+        let BinNext::Consumed(n) = step(chunk, &mut s, &sh, &c, &mut out) else { panic!() };
         rest = &rest[n..];
     }
     let (replies, _, closed) = run(&sh, &mut s, &req(opcode::NOOP, &[], b"", b""));
@@ -116,13 +96,7 @@ fn too_large_value_is_skipped_in_pieces() {
 fn huge_declared_bodies_never_ask_for_the_body() {
     let sh = shared(Config::default());
     let limit = 24 + 255 + 65535 + sh.config.item_size_max;
-    for op in [
-        opcode::SET,
-        opcode::APPEND,
-        opcode::GET,
-        opcode::SASL_AUTH,
-        0x77,
-    ] {
+    for op in [opcode::SET, opcode::APPEND, opcode::GET, opcode::SASL_AUTH, 0x77] {
         let extras: &[u8] = if op == opcode::SET { &[0; 8] } else { &[] };
         let mut r = req(op, extras, b"key", b"");
         r[8..12].copy_from_slice(&u32::MAX.to_be_bytes());
@@ -131,9 +105,7 @@ fn huge_declared_bodies_never_ask_for_the_body() {
         let mut out = Vec::new();
         match step(&r, &mut s, &sh, &c, &mut out) {
             BinNext::Incomplete(n) => assert!(n <= limit, "{op:#x} asked for {n}"),
-            BinNext::Consumed(_) | BinNext::Close => {
-                assert!(!out.is_empty(), "{op:#x} closed silently")
-            }
+            BinNext::Consumed(_) | BinNext::Close => assert!(!out.is_empty(), "{op:#x} closed silently"),
         }
     }
 }
@@ -171,15 +143,7 @@ fn sasl_shared() -> Shared {
     std::fs::write(&path, "alice:secret\n").unwrap();
     let creds = crate::auth::Credentials::load(&path).unwrap();
     let _ = std::fs::remove_file(&path);
-    Shared::with_credentials(
-        Config {
-            sasl: true,
-            memory_limit: 8 << 20,
-            threads: 1,
-            ..Config::default()
-        },
-        creds,
-    )
+    Shared::with_credentials(Config { sasl: true, memory_limit: 8 << 20, threads: 1, ..Config::default() }, creds)
 }
 
 #[test]
@@ -189,24 +153,13 @@ fn sasl_gates_everything_but_version_and_sasl() {
     let (replies, _, closed) = run(&sh, &mut s, &req(opcode::VERSION, &[], b"", b""));
     assert_eq!((replies, closed), (vec![(opcode::VERSION, 0)], false));
     let (replies, _, closed) = run(&sh, &mut s, &req(opcode::GET, &[], b"k", b""));
-    assert_eq!(
-        (replies, closed),
-        (vec![(opcode::GET, Status::AuthError as u16)], true)
-    );
+    assert_eq!((replies, closed), (vec![(opcode::GET, Status::AuthError as u16)], true));
 
     let mut s = BinSession::default();
-    let (replies, _, _) = run(
-        &sh,
-        &mut s,
-        &req(opcode::SASL_AUTH, &[], b"PLAIN", &plain("alice", "nope")),
-    );
+    let (replies, _, _) = run(&sh, &mut s, &req(opcode::SASL_AUTH, &[], b"PLAIN", &plain("alice", "nope")));
     assert_eq!(replies, vec![(opcode::SASL_AUTH, Status::AuthError as u16)]);
     assert!(!s.authenticated);
-    let (replies, _, _) = run(
-        &sh,
-        &mut s,
-        &req(opcode::SASL_AUTH, &[], b"PLAIN", &plain("alice", "secret")),
-    );
+    let (replies, _, _) = run(&sh, &mut s, &req(opcode::SASL_AUTH, &[], b"PLAIN", &plain("alice", "secret")));
     assert_eq!(replies, vec![(opcode::SASL_AUTH, 0)]);
     assert!(s.authenticated);
     let (replies, _, closed) = run(&sh, &mut s, &set(b"k", b"v"));
@@ -215,15 +168,8 @@ fn sasl_gates_everything_but_version_and_sasl() {
     // Continue + step.
     let mut s = BinSession::default();
     let (replies, _, _) = run(&sh, &mut s, &req(opcode::SASL_AUTH, &[], b"PLAIN", b""));
-    assert_eq!(
-        replies,
-        vec![(opcode::SASL_AUTH, Status::AuthContinue as u16)]
-    );
-    let (replies, _, _) = run(
-        &sh,
-        &mut s,
-        &req(opcode::SASL_STEP, &[], b"PLAIN", &plain("alice", "secret")),
-    );
+    assert_eq!(replies, vec![(opcode::SASL_AUTH, Status::AuthContinue as u16)]);
+    let (replies, _, _) = run(&sh, &mut s, &req(opcode::SASL_STEP, &[], b"PLAIN", &plain("alice", "secret")));
     assert_eq!(replies, vec![(opcode::SASL_STEP, 0)]);
     assert!(s.authenticated);
 }
@@ -233,22 +179,10 @@ fn sasl_commands_are_unknown_without_sasl() {
     let sh = shared(Config::default());
     let mut s = BinSession::default();
     let mut input = req(opcode::SASL_LIST_MECHS, &[], b"", b"");
-    input.extend(req(
-        opcode::SASL_AUTH,
-        &[],
-        b"PLAIN",
-        &plain("alice", "secret"),
-    ));
+    input.extend(req(opcode::SASL_AUTH, &[], b"PLAIN", &plain("alice", "secret")));
     input.extend(req(opcode::NOOP, &[], b"", b""));
     let (replies, used, closed) = run(&sh, &mut s, &input);
     let unknown = Status::UnknownCommand as u16;
-    assert_eq!(
-        replies,
-        vec![
-            (opcode::SASL_LIST_MECHS, unknown),
-            (opcode::SASL_AUTH, unknown),
-            (opcode::NOOP, 0)
-        ]
-    );
+    assert_eq!(replies, vec![(opcode::SASL_LIST_MECHS, unknown), (opcode::SASL_AUTH, unknown), (opcode::NOOP, 0)]);
     assert_eq!((used, closed), (input.len(), false));
 }

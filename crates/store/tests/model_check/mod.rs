@@ -141,10 +141,7 @@ impl Model {
     }
     fn fresh_cas(&mut self, k: &[u8], cas: u64) {
         assert!(cas != 0);
-        assert!(
-            self.cas_seen.entry(k.to_vec()).or_default().insert(cas),
-            "cas {cas} reused"
-        );
+        assert!(self.cas_seen.entry(k.to_vec()).or_default().insert(cas), "cas {cas} reused");
     }
 }
 
@@ -159,14 +156,7 @@ fn expect_store(
     exp: Time,
 ) -> (StoreOutcome, Option<MItem>) {
     let stored = StoreOutcome::Stored { cas: 0 };
-    let new = |value: Vec<u8>, flags, exp| {
-        Some(MItem {
-            value,
-            flags,
-            exp,
-            cas: 0,
-        })
-    };
+    let new = |value: Vec<u8>, flags, exp| Some(MItem { value, flags, exp, cas: 0 });
     match (mode, cur) {
         (Mode::Set, _) | (Mode::Add, None) => (stored, new(value.to_vec(), flags, exp)),
         (Mode::Replace, Some(_)) => (stored, new(value.to_vec(), flags, exp)),
@@ -195,12 +185,7 @@ fn kind(o: &StoreOutcome) -> StoreOutcome {
 }
 
 fn read_item(it: Item<'_>) -> MItem {
-    MItem {
-        value: it.value.to_vec(),
-        flags: it.flags,
-        exp: it.exp,
-        cas: it.cas,
-    }
+    MItem { value: it.value.to_vec(), flags: it.flags, exp: it.exp, cas: it.cas }
 }
 
 /// Runs `ops` on a fresh store and the model; panics at the first disagreement.
@@ -222,29 +207,12 @@ pub fn run(cfg: StoreConfig, ops: &[Op], lenient: bool) {
             m.tick();
         }
         match op {
-            Op::Store {
-                mode,
-                key,
-                value,
-                flags,
-                ttl,
-            } => {
-                let mode = [
-                    Mode::Set,
-                    Mode::Add,
-                    Mode::Replace,
-                    Mode::Append,
-                    Mode::Prepend,
-                ][*mode as usize % 5];
+            Op::Store { mode, key, value, flags, ttl } => {
+                let mode = [Mode::Set, Mode::Add, Mode::Replace, Mode::Append, Mode::Prepend]
+                    [*mode as usize % 5];
                 do_store(&store, &mut m, mode, &key_bytes(*key), value, *flags, *ttl);
             }
-            Op::Cas {
-                key,
-                value,
-                flags,
-                ttl,
-                right,
-            } => {
+            Op::Cas { key, value, flags, ttl, right } => {
                 let k = key_bytes(*key);
                 let c = match m.live(&k) {
                     Some(it) if *right => it.cas,
@@ -311,11 +279,9 @@ pub fn run(cfg: StoreConfig, ops: &[Op], lenient: bool) {
                     Some(c) if c.value.is_empty() => Err(DeltaError::NonNumeric),
                     Some(c) => match parse(&c.value) {
                         None => Err(DeltaError::NonNumeric),
-                        Some(v) => Ok(if *incr {
-                            v.wrapping_add(*by)
-                        } else {
-                            v.saturating_sub(*by)
-                        }),
+                        Some(v) => {
+                            Ok(if *incr { v.wrapping_add(*by) } else { v.saturating_sub(*by) })
+                        }
                     },
                 };
                 match (want, got) {
@@ -341,11 +307,7 @@ pub fn run(cfg: StoreConfig, ops: &[Op], lenient: bool) {
             Op::Flush(delay) => {
                 // The store applies a pending flush that is due by the last time it saw.
                 m.flush_due(m.seen);
-                let at = if *delay == 0 {
-                    0
-                } else {
-                    m.now + *delay as Time
-                };
+                let at = if *delay == 0 { 0 } else { m.now + *delay as Time };
                 store.flush_all(at);
                 m.pending = Some(at);
             }
@@ -353,11 +315,7 @@ pub fn run(cfg: StoreConfig, ops: &[Op], lenient: bool) {
                 store.maintain(m.now);
                 let st = store.stats();
                 if !m.lenient {
-                    let live = m
-                        .items
-                        .values()
-                        .filter(|it| it.exp == 0 || it.exp > m.now)
-                        .count();
+                    let live = m.items.values().filter(|it| it.exp == 0 || it.exp > m.now).count();
                     // curr_items may still count expired items in segments not yet dropped.
                     assert!(st.curr_items >= live as u64, "{st:?} live {live}");
                     assert!(
@@ -409,10 +367,7 @@ fn do_store(
     let got = match got {
         Ok(o) => o,
         Err(StoreError::TooLarge) => {
-            assert!(
-                k.len() + value.len() > m.item_size_max,
-                "{mode:?} {k:?}: TooLarge"
-            );
+            assert!(k.len() + value.len() > m.item_size_max, "{mode:?} {k:?}: TooLarge");
             if mode == Mode::Set {
                 // memcached: a set that fails must not leave the old value readable.
                 m.items.remove(k);
@@ -426,10 +381,7 @@ fn do_store(
         }
         Err(e) => panic!("{mode:?} {k:?}: {e:?}"),
     };
-    assert!(
-        k.len() + value.len() <= m.item_size_max,
-        "{mode:?} {k:?}: stored past item_size_max"
-    );
+    assert!(k.len() + value.len() <= m.item_size_max, "{mode:?} {k:?}: stored past item_size_max");
     let isz = m.item_size_max;
     let (mut want, mut new) = expect_store(mode, cur.as_ref(), k.len(), isz, value, flags, exp);
     if m.lenient && kind(&got) != want && cur.is_some() {
@@ -486,12 +438,7 @@ pub fn decode(data: &[u8], force_lenient: Option<bool>) -> Case {
         32 << 20
     };
     let item_size_max = if (c >> 5) & 3 == 0 { 2048 } else { 1 << 20 };
-    let cfg = StoreConfig {
-        mem_limit,
-        shards,
-        item_size_max,
-        ..Default::default()
-    };
+    let cfg = StoreConfig { mem_limit, shards, item_size_max, ..Default::default() };
     // Few keys when nothing is evicted (so operations meet), many under pressure.
     let keys: u16 = if lenient { 256 } else { 24 };
     let mut serial = 0u32;
@@ -502,25 +449,13 @@ pub fn decode(data: &[u8], force_lenient: Option<bool>) -> Case {
             0..=11 => {
                 let (mode, key) = (r.u8() % 5, r.u8() as u16 % keys);
                 let value = value(&mut r, lenient, &mut serial);
-                Op::Store {
-                    mode,
-                    key,
-                    value,
-                    flags: flags(&mut r),
-                    ttl: ttl(&mut r),
-                }
+                Op::Store { mode, key, value, flags: flags(&mut r), ttl: ttl(&mut r) }
             }
             12..=14 => {
                 let key = r.u8() as u16 % keys;
                 let value = value(&mut r, lenient, &mut serial);
                 let (flags, ttl, right) = (flags(&mut r), ttl(&mut r), r.u8() & 1 == 1);
-                Op::Cas {
-                    key,
-                    value,
-                    flags,
-                    ttl,
-                    right,
-                }
+                Op::Cas { key, value, flags, ttl, right }
             }
             15..=22 => Op::Get(r.u8() as u16 % keys),
             23..=24 => Op::Gat(r.u8() as u16 % keys, ttl(&mut r)),
@@ -528,16 +463,8 @@ pub fn decode(data: &[u8], force_lenient: Option<bool>) -> Case {
             27..=28 => Op::Delete(r.u8() as u16 % keys),
             29..=30 => {
                 let (key, b) = (r.u8() as u16 % keys, r.u8());
-                let by = if b >= 250 {
-                    u64::MAX - u64::from(b & 3)
-                } else {
-                    u64::from(b % 20)
-                };
-                Op::Delta {
-                    key,
-                    incr: b & 0x80 == 0,
-                    by,
-                }
+                let by = if b >= 250 { u64::MAX - u64::from(b & 3) } else { u64::from(b % 20) };
+                Op::Delta { key, incr: b & 0x80 == 0, by }
             }
             31..=33 => {
                 let b = r.u8();
