@@ -43,9 +43,22 @@ class Server:
     def __init__(self, kind, *extra, unix=None):
         self.kind = kind
         self.unix = unix
+        # The free port can be taken before the server binds it: by another process's outgoing
+        # connection, or by our own start-up probe self-connecting to it (below). The server
+        # then exits with EADDRINUSE, and we start again on a new port.
+        for attempt in range(5):
+            try:
+                self._start(extra)
+                return
+            except RuntimeError as e:
+                if unix or attempt == 4 or "in use" not in str(e):
+                    raise
+
+    def _start(self, extra):
+        unix = self.unix
         self.port = None if unix else free_port()
         where = ["-s", unix] if unix else ["-p", str(self.port), "-l", "127.0.0.1"]
-        self.argv = command(kind, *where, "-U", "0", *extra)
+        self.argv = command(self.kind, *where, "-U", "0", *extra)
         # stderr goes to a file: a pipe nobody reads would block a -vv server.
         self.errfile = tempfile.TemporaryFile()
         self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL,
