@@ -12,19 +12,29 @@ pub struct Server {
 
 impl Server {
     pub fn start(extra: &[&str]) -> Server {
-        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let child = Command::new(env!("CARGO_BIN_EXE_mnemod"))
-            .args(["-p", &port.to_string(), "-l", "127.0.0.1", "-U", "0"])
-            .args(extra)
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("start mnemod");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !listening(port) {
-            assert!(Instant::now() < deadline, "mnemod did not start listening");
-            std::thread::yield_now();
+        // The free port can be taken before mnemod binds it (another connection's ephemeral
+        // port, or our own probe self-connecting): mnemod then exits, and we try a new port.
+        for _ in 0..5 {
+            let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+            let mut child = Command::new(env!("CARGO_BIN_EXE_mnemod"))
+                .args(["-p", &port.to_string(), "-l", "127.0.0.1", "-U", "0"])
+                .args(extra)
+                .stdout(Stdio::null())
+                .spawn()
+                .expect("start mnemod");
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                if listening(port) {
+                    return Server { child, port };
+                }
+                if child.try_wait().unwrap().is_some() {
+                    break;
+                }
+                assert!(Instant::now() < deadline, "mnemod did not start listening");
+                std::thread::yield_now();
+            }
         }
-        Server { child, port }
+        panic!("mnemod exited before listening, five times");
     }
 
     pub fn connect(&self) -> TcpStream {
