@@ -6,6 +6,7 @@ retry loop with a deadline (never by a fixed sleep) and are killed when the test
     mnemod:    $MNEMOD_BIN -p PORT -l 127.0.0.1 -U 0 [extra]
     memcached: memcached [-u root] -p PORT -l 127.0.0.1 -U 0 [extra]
 """
+import itertools
 import os
 import pathlib
 import shutil
@@ -20,10 +21,21 @@ MEMCACHED = shutil.which("memcached") or "/usr/bin/memcached"
 START_DEADLINE = 15.0
 
 
+_next_port = itertools.count()
+
+
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port below the kernel's ephemeral range (32768+), free right now, never handed out twice
+    by this process: an outgoing connection (or a start-up probe's self-connect) can then never
+    take it before the server binds it, nor can another server of this run."""
+    while True:
+        port = 20000 + (os.getpid() % 397 * 29 + next(_next_port)) % 12000
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
 
 
 def command(kind, *extra):

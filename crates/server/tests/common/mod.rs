@@ -2,6 +2,7 @@
 //! connecting (never by sleeping), killed when dropped.
 
 use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -15,7 +16,7 @@ impl Server {
         // The free port can be taken before mnemod binds it (another connection's ephemeral
         // port, or our own probe self-connecting): mnemod then exits, and we try a new port.
         for _ in 0..5 {
-            let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+            let port = free_port();
             let mut child = Command::new(env!("CARGO_BIN_EXE_mnemod"))
                 .args(["-p", &port.to_string(), "-l", "127.0.0.1", "-U", "0"])
                 .args(extra)
@@ -57,6 +58,20 @@ impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// A port below the kernel's ephemeral range (32768+), free right now and never handed out twice
+/// by this test binary: no outgoing connection, probe self-connect or parallel test's server can
+/// take it before mnemod binds it.
+fn free_port() -> u16 {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    loop {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = (20000 + (std::process::id() % 397 * 29 + n) % 12000) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
     }
 }
 
