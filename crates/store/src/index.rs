@@ -461,21 +461,7 @@ impl Index {
     pub fn entries(&self) -> Vec<u64> {
         let mut out = Vec::new();
         for b in 0..self.primary.len() {
-            let mut handle = b as u64;
-            loop {
-                let mut next = NONE;
-                for &e in self.bucket(handle) {
-                    if e & slot::LINK != 0 {
-                        next = OVF | (e & !slot::LINK);
-                    } else if e != 0 {
-                        out.push(e);
-                    }
-                }
-                if next == NONE {
-                    break;
-                }
-                handle = next;
-            }
+            self.for_each_in_chain(b, |e| out.push(e));
         }
         out
     }
