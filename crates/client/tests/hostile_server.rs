@@ -45,10 +45,12 @@ fn a_declared_gigabyte_costs_only_what_arrives() {
     let err = c.get("k").unwrap_err();
     assert!(matches!(err, Error::Timeout { .. }), "{err}");
     let grew = vm_peak_kb().saturating_sub(before);
-    // Peak address space (the buffer is gone once the connection is dropped): the runtime and
-    // its thread cost a few MB; a buffer reserved for the declared 1 GB shows as ~1,000,000 kB.
+    // Peak address space (the buffer is gone once the connection is dropped). A buffer
+    // reserved for the declared 1 GB shows as ~1,050,000 kB. Without one, the growth is
+    // threads and their glibc malloc arenas (64 MiB of address space each), and the other test
+    // of this binary runs its own runtime at the same time: a CI run saw 200,868 kB.
     assert!(
-        grew < 200_000,
+        grew < 500_000,
         "address space grew by {grew} kB for a 3-byte value"
     );
 }

@@ -5,6 +5,7 @@
 
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -14,12 +15,18 @@ pub struct Server {
     pub name: &'static str,
 }
 
+/// A port below the kernel's ephemeral range (32768+), free right now and never handed out twice
+/// by this test binary: no outgoing connection, probe self-connect or parallel test's server can
+/// take it before the server binds it. (A different offset from the server crate's harness.)
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    loop {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = (20000 + (std::process::id() % 397 * 29 + 6000 + n) % 12000) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
 }
 
 fn workspace() -> PathBuf {
