@@ -53,7 +53,8 @@ wait_port() {
 
 # SERVER_ARGV := the command line of server NAME (memcached | mnemod) on PORT, one worker
 # thread, the same flags for both (connection limit $CONN_LIMIT, default 4096). Extra arguments
-# are appended.
+# are appended. null-epoll and null-uring are the ceiling servers of bench/ceiling (built by
+# build_ceiling), which take only the port.
 server_argv() {
     local name=$1 port=$2
     shift 2
@@ -62,6 +63,7 @@ server_argv() {
             SERVER_ARGV=(memcached -p "$port" -l 127.0.0.1 -U 0 -m 1024 -c "${CONN_LIMIT:-4096}" -t 1)
             [ "$(id -u)" -eq 0 ] && SERVER_ARGV+=(-u root)
             ;;
+        null-epoll | null-uring) SERVER_ARGV=("$BENCH_TMP/$name" "$port") ;;
         mnemod) SERVER_ARGV=("$MNEMOD" -p "$port" -l 127.0.0.1 -U 0 -m 1024 -c "${CONN_LIMIT:-4096}" -t 1) ;;
         *)
             echo "unknown server $name" >&2
@@ -88,6 +90,20 @@ build_release() {
     local pkgs=(-p mnemo-cli)
     case " ${SERVERS:-memcached mnemod} " in *" mnemod "*) pkgs=(-p mnemo-server "${pkgs[@]}") ;; esac
     (cd "$ROOT" && cargo build --release -q "${pkgs[@]}")
+}
+
+# Builds bench/ceiling's servers into $BENCH_TMP (null-uring needs liburing-dev).
+build_ceiling() {
+    local dir=$ROOT/bench/ceiling
+    if [ ! -e /usr/include/liburing.h ]; then
+        local sudo_cmd=""
+        [ "$(id -u)" -eq 0 ] || sudo_cmd=sudo
+        note "installing liburing-dev"
+        $sudo_cmd apt-get update -q >/dev/null
+        $sudo_cmd apt-get install -y -q --no-install-recommends liburing-dev >/dev/null
+    fi
+    cc -O2 -Wall -o "$BENCH_TMP/null-epoll" "$dir/null_epoll.c"
+    cc -O2 -Wall -o "$BENCH_TMP/null-uring" "$dir/null_uring.c" -luring
 }
 
 # Installs Debian packages providing the given commands when missing: "cmd:package ...".

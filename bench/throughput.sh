@@ -11,6 +11,11 @@
 #   REPS=9 DUR=10 bash bench/throughput.sh        # the issue's medians of 9
 #   WORKLOADS="a b" SERVERS=memcached bash bench/throughput.sh
 #   MEMCASLAP=0 bash bench/throughput.sh          # skip the memcaslap cross-check
+#   CEILING=1 bash bench/throughput.sh            # also run bench/ceiling's null servers on a
+#
+# The generator busy-polls (`mnemo bench --busy-poll`): with both sides sleeping in epoll_wait,
+# every request and every reply is a wake-up (an IPI and a halt exit on a VM) that costs the
+# load core as much as the server. Spinning takes that cost off both servers alike.
 #
 # Workloads (50 connections each, keys of 16 bytes, every key set before the run):
 #   a  32 B values, 100k keys, 1:10 set:get
@@ -28,12 +33,15 @@ SERVERS=${SERVERS:-memcached mnemod}
 SERVER_CPU=${SERVER_CPU:-0}
 LOAD_CPU=${LOAD_CPU:-1}
 MEMCASLAP=${MEMCASLAP:-1}
+CEILING=${CEILING:-0}
+CEILING_SERVERS="null-epoll null-uring"
 
 need_tools memcached:memcached memcaslap:libmemcached-tools taskset:util-linux chrt:util-linux python3:python3
 build_release
+[ "$CEILING" = 1 ] && build_ceiling
 
 workload_args() {
-    local common=(--connections 50 --key-size 16 --prefill)
+    local common=(--connections 50 --key-size 16 --prefill --busy-poll)
     case $1 in
         a) echo "${common[*]} --keys 100000 --value-size 32 --ratio 1:10" ;;
         b) echo "${common[*]} --keys 100000 --value-size 32 --ratio 1:10 --pipeline 16" ;;
@@ -70,9 +78,9 @@ else
 fi
 
 declare -A PORT PID
-start_servers() {
+start_servers() { # servers...
     local s port
-    for s in $SERVERS; do
+    for s in "$@"; do
         port=$(free_port)
         server_argv "$s" "$port"
         spawn taskset -c "$SERVER_CPU" "${SERVER_ARGV[@]}"
@@ -84,22 +92,28 @@ start_servers() {
         fi
     done
 }
-stop_servers() {
+stop_servers() { # servers...
     local s
-    for s in $SERVERS; do stop_pid "${PID[$s]}"; done
+    for s in "$@"; do stop_pid "${PID[$s]}"; done
 }
 
-ordered_servers() { # rep -> servers in this repetition's order
-    if [ $(($1 % 2)) -eq 1 ]; then echo "$SERVERS"; else echo "$SERVERS" | awk '{for (i = NF; i > 0; i--) printf "%s ", $i}'; fi
+ordered_servers() { # rep servers... -> the servers in this repetition's order
+    local rep=$1
+    shift
+    if [ $((rep % 2)) -eq 1 ]; then echo "$*"; else echo "$*" | awk '{for (i = NF; i > 0; i--) printf "%s ", $i}'; fi
 }
 
 RES=$BENCH_TMP/results
 mkdir -p "$RES"
 for wl in $WORKLOADS; do
     args=$(workload_args "$wl")
-    start_servers
+    # shellcheck disable=SC2206 # word lists
+    run=($SERVERS)
+    # shellcheck disable=SC2206
+    [ "$CEILING" = 1 ] && [ "$wl" = a ] && run+=($CEILING_SERVERS)
+    start_servers "${run[@]}"
     for rep in $(seq 1 "$REPS"); do
-        for s in $(ordered_servers "$rep"); do
+        for s in $(ordered_servers "$rep" "${run[@]}"); do
             note "workload $wl, $s, run $rep/$REPS"
             # shellcheck disable=SC2086 # args is a list of flags
             "${LOAD_PREFIX[@]}" "$MNEMO" bench --server "127.0.0.1:${PORT[$s]}" $args \
@@ -110,7 +124,7 @@ for wl in $WORKLOADS; do
     if [ "$MEMCASLAP" = 1 ] && { [ "$wl" = a ] || [ "$wl" = d ]; }; then
         margs=$(memcaslap_args "$wl")
         for rep in $(seq 1 "$REPS"); do
-            for s in $(ordered_servers "$rep"); do
+            for s in $(ordered_servers "$rep" $SERVERS); do
                 note "workload $wl, $s, memcaslap run $rep/$REPS"
                 # shellcheck disable=SC2086
                 timeout $((DUR + 30)) "${CASLAP_PREFIX[@]}" memcaslap -s "127.0.0.1:${PORT[$s]}" $margs >"$RES/$wl.$s.$rep.memcaslap" 2>&1 ||
@@ -118,7 +132,7 @@ for wl in $WORKLOADS; do
             done
         done
     fi
-    stop_servers
+    stop_servers "${run[@]}"
 done
 
 echo
@@ -126,9 +140,10 @@ echo "## Throughput: $(nproc) cores, servers on core $SERVER_CPU, load on core $
 echo
 for wl in $WORKLOADS; do echo "- $wl: \`mnemo bench $(workload_args "$wl") --duration $DUR --warmup $WARMUP\`"; done
 echo
-python3 - "$RES" "$REPS" "$SERVERS" "$WORKLOADS" <<'PY'
+python3 - "$RES" "$REPS" "$SERVERS" "$WORKLOADS" "$CEILING_SERVERS" <<'PY'
 import json, os, re, statistics, sys
 res, reps, servers, workloads = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(), sys.argv[4].split()
+ceiling = sys.argv[5].split()
 target = {"a": 1.3, "b": 3.5, "c": 1.5, "d": 1.0}
 
 def load(wl, s):
@@ -171,6 +186,21 @@ for wl in workloads:
         ok = ratio >= target.get(wl, 0) and p99s[1] <= p99s[0]
         row += [f"**{ratio:.2f}**", f"ratio ≥ {target.get(wl, '-')} and p99 ≤ {servers[0]}'s: {'met' if ok else 'not met'}"]
     print("| " + " | ".join(row) + " |")
+
+if "a" in workloads and os.path.exists(os.path.join(res, f"a.{ceiling[0]}.1.json")):
+    print()
+    print("Ceiling on workload a: bench/ceiling's servers answer every request and do nothing else;")
+    print("x/memcached is the most any server with that syscall pattern could show here.")
+    print()
+    print("| server | ops/s | p50 / p99 µs | spread | x/memcached |")
+    print("|---|---|---|---|---|")
+    base = med([r["ops_per_sec"] for r in load("a", "memcached")]) if "memcached" in servers else float("nan")
+    for s in servers + ceiling:
+        runs = load("a", s)
+        ops = [r["ops_per_sec"] for r in runs]
+        p50 = med([r["latency_us"]["all"]["p50"] for r in runs])
+        p99 = med([r["latency_us"]["all"]["p99"] for r in runs])
+        print(f"| {s} | {k(med(ops))} | {p50:,.0f} / {p99:,.0f} | {k(min(ops))}-{k(max(ops))} | {med(ops) / base:.2f} |")
 
 caslap = [wl for wl in workloads if os.path.exists(os.path.join(res, f"{wl}.{servers[0]}.1.memcaslap"))]
 if caslap:

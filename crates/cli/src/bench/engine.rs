@@ -261,7 +261,11 @@ impl<'a> Loop<'a> {
             if now >= self.measure_until || self.finished() {
                 break;
             }
-            let wait = self.measure_until.saturating_sub(now).min(1_000_000_000);
+            let wait = if self.cfg.busy_poll {
+                0
+            } else {
+                self.measure_until.saturating_sub(now).min(1_000_000_000)
+            };
             let due = self.due(self.next_k);
             if let Some(timer) = self.timer.as_mut() {
                 if !matches!(self.job.budget, Some(0)) && due < self.measure_until {

@@ -80,6 +80,13 @@ pub struct BenchArgs {
     /// request's scheduled send time, so server stalls are not hidden (coordinated omission).
     #[arg(long)]
     pub rate: Option<f64>,
+    /// Poll the sockets without sleeping (epoll_wait with a zero timeout), closed-loop only.
+    /// A sleeping generator pays a wake-up for nearly every reply, and so does the server
+    /// for every request; on a VM each wake-up is an inter-processor interrupt and a halt
+    /// exit. Spinning removes that cost from both sides, so the server under test, not the
+    /// wake-ups, sets the pace.
+    #[arg(long)]
+    pub busy_poll: bool,
     /// Client threads, each with its own event loop.
     #[arg(short, long, default_value_t = 1)]
     pub threads: usize,
@@ -117,6 +124,7 @@ pub struct Config {
     pub requests: Option<u64>,
     pub warmup: Duration,
     pub rate: Option<f64>,
+    pub busy_poll: bool,
     pub seed: u64,
     pub timeout: Duration,
     pub prefill: bool,
@@ -166,6 +174,11 @@ impl Config {
             if !(r.is_finite() && r > 0.0) {
                 return Err("--rate must be > 0".into());
             }
+            if a.busy_poll {
+                // A spinning SCHED_FIFO loop is parked by RT throttling for ~50 ms a second,
+                // which would show as latency the server never caused (see timer.rs).
+                return Err("--busy-poll is for closed-loop runs; --rate uses a timer".into());
+            }
         }
         let zipf = match a.zipf {
             Some(s) if !(s.is_finite() && s > 0.0) => {
@@ -192,6 +205,7 @@ impl Config {
             requests: a.requests,
             warmup: secs("warmup", a.warmup)?,
             rate: a.rate,
+            busy_poll: a.busy_poll,
             seed: a.seed,
             timeout: secs("timeout", a.timeout)?,
             prefill: a.prefill,

@@ -183,3 +183,23 @@ fn unreachable_server_is_an_error() {
     let cfg = config(addr, &["-c", "2", "-n", "10"]);
     assert!(run_phase(&cfg, |_| Plan::Mixed, 1, false, |_| Some(5), None).is_err());
 }
+
+#[test]
+fn busy_poll_counts_every_reply_and_refuses_fixed_rate() {
+    let addr = fake_server();
+    let cfg = config(addr, &["-c", "3", "-n", "501", "-p", "2", "--busy-poll"]);
+    assert!(cfg.busy_poll);
+    let s = mixed(&cfg);
+    assert_eq!(s.ops, 501);
+    assert_eq!(s.gets + s.sets, 501);
+    assert_eq!(s.errors, 0);
+
+    #[derive(Parser)]
+    struct T {
+        #[command(flatten)]
+        b: BenchArgs,
+    }
+    let argv = ["t", "--rate", "1000", "--busy-poll"];
+    let err = Config::from_args(&T::try_parse_from(argv).unwrap().b).unwrap_err();
+    assert!(err.contains("--busy-poll"), "{err}");
+}
