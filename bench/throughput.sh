@@ -34,7 +34,7 @@ SERVER_CPU=${SERVER_CPU:-0}
 LOAD_CPU=${LOAD_CPU:-1}
 MEMCASLAP=${MEMCASLAP:-1}
 CEILING=${CEILING:-0}
-CEILING_SERVERS="null-epoll null-uring"
+CEILING_SERVERS=${CEILING_SERVERS:-null-epoll null-uring}
 
 need_tools memcached:memcached memcaslap:libmemcached-tools taskset:util-linux chrt:util-linux python3:python3
 build_release
