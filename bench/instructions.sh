@@ -15,6 +15,8 @@
 #
 #   bash bench/instructions.sh
 #   SERVERS=memcached bash bench/instructions.sh
+#   KEEP=/tmp/cg SERVERS=mnemod bash bench/instructions.sh   # keep the dumps, then e.g.
+#       callgrind_annotate /tmp/cg/cg.mnemod/callgrind.out.*.2-02   # (phase 2: get_hit)
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
@@ -115,6 +117,7 @@ for s in $SERVERS; do
     note "$s under callgrind (pid $pid): running the sequence"
     python3 "$CLIENT" "$port" "$pid" >"$out/ops"
     stop_pid "$pid"
+    if [ -n "${KEEP:-}" ]; then mkdir -p "$KEEP" && cp -r "$out" "$KEEP/"; fi
 done
 
 echo

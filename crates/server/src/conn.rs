@@ -314,7 +314,7 @@ impl Conn {
                 continue;
             }
             match text::parse(input, &limits) {
-                Parsed::Request(req, n) => {
+                Parsed::Request(ref req, n) => {
                     *budget -= 1;
                     if sh.verbosity.load(std::sync::atomic::Ordering::Relaxed) > 1 {
                         let end = memchr::memchr(b'\n', input).unwrap_or(0);

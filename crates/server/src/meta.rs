@@ -53,12 +53,12 @@ fn status(m: &Meta<'_>, word: &[u8], key_echo: &[u8], out: &mut Vec<u8>) {
     out.extend_from_slice(b"\r\n");
 }
 
-pub fn execute(m: Meta<'_>, sh: &Shared, c: &Counters, out: &mut Vec<u8>) -> Next {
+pub fn execute(m: &Meta<'_>, sh: &Shared, c: &Counters, out: &mut Vec<u8>) -> Next {
     match m.kind {
-        MetaKind::Get => get(&m, sh, c, out),
-        MetaKind::Set => set(&m, sh, c, out),
-        MetaKind::Delete => delete(&m, sh, c, out),
-        MetaKind::Arith => arith(&m, sh, c, out),
+        MetaKind::Get => get(m, sh, c, out),
+        MetaKind::Set => set(m, sh, c, out),
+        MetaKind::Delete => delete(m, sh, c, out),
+        MetaKind::Arith => arith(m, sh, c, out),
     }
     Next::Continue
 }
