@@ -163,6 +163,8 @@ impl Shard {
         let segs = &mut self.segs;
         let stats = &mut self.stats;
         let mut dead = None;
+        // The matching item's header, decoded once for the key comparison and kept.
+        let mut matched = None;
         let pos = self.index.find(h, |s| {
             let sg = slot::seg(s);
             match segs.metas[sg as usize].state {
@@ -174,6 +176,7 @@ impl Shard {
                     }
                     let hdr = item::decode(d);
                     if &d[hdr.key_range()] == key {
+                        matched = Some(hdr);
                         Visit::Match
                     } else {
                         Visit::Skip
@@ -198,7 +201,10 @@ impl Shard {
         };
         let s = self.index.get(pos);
         let (seg, off) = (slot::seg(s), slot::off(s) as usize);
-        let hdr = self.header_at(seg, off);
+        let hdr = match matched {
+            Some(hdr) => hdr,
+            None => self.header_at(seg, off),
+        };
         if hdr.exp != 0 && hdr.exp <= now {
             if !slot::fetched(s) {
                 self.stats.expired_unfetched += 1;
