@@ -63,7 +63,7 @@ server_argv() {
             SERVER_ARGV=(memcached -p "$port" -l 127.0.0.1 -U 0 -m 1024 -c "${CONN_LIMIT:-4096}" -t 1)
             [ "$(id -u)" -eq 0 ] && SERVER_ARGV+=(-u root)
             ;;
-        null-epoll | null-uring) SERVER_ARGV=("$BENCH_TMP/$name" "$port") ;;
+        null-epoll | null-uring) SERVER_ARGV=("${CEILING_DIR:-$BENCH_TMP}/$name" "$port") ;;
         mnemod) SERVER_ARGV=("$MNEMOD" -p "$port" -l 127.0.0.1 -U 0 -m 1024 -c "${CONN_LIMIT:-4096}" -t 1) ;;
         *)
             echo "unknown server $name" >&2

@@ -12,6 +12,7 @@
 #   WORKLOADS="a b" SERVERS=memcached bash bench/throughput.sh
 #   MEMCASLAP=0 bash bench/throughput.sh          # skip the memcaslap cross-check
 #   CEILING=1 bash bench/throughput.sh            # also run bench/ceiling's null servers on a
+#   BUSY_POLL=0 bash bench/throughput.sh          # the generator sleeps in epoll_wait
 #
 # The generator busy-polls (`mnemo bench --busy-poll`): with both sides sleeping in epoll_wait,
 # every request and every reply is a wake-up (an IPI and a halt exit on a VM) that costs the
@@ -34,6 +35,7 @@ SERVER_CPU=${SERVER_CPU:-0}
 LOAD_CPU=${LOAD_CPU:-1}
 MEMCASLAP=${MEMCASLAP:-1}
 CEILING=${CEILING:-0}
+BUSY_POLL=${BUSY_POLL:-1}
 CEILING_SERVERS=${CEILING_SERVERS:-null-epoll null-uring}
 
 need_tools memcached:memcached memcaslap:libmemcached-tools taskset:util-linux chrt:util-linux python3:python3
@@ -41,7 +43,8 @@ build_release
 [ "$CEILING" = 1 ] && build_ceiling
 
 workload_args() {
-    local common=(--connections 50 --key-size 16 --prefill --busy-poll)
+    local common=(--connections 50 --key-size 16 --prefill)
+    [ "$BUSY_POLL" = 1 ] && common+=(--busy-poll)
     case $1 in
         a) echo "${common[*]} --keys 100000 --value-size 32 --ratio 1:10" ;;
         b) echo "${common[*]} --keys 100000 --value-size 32 --ratio 1:10 --pipeline 16" ;;
