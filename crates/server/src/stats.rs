@@ -126,6 +126,8 @@ pub fn general(sh: &Shared, out: &mut Vec<u8>) {
     stat(out, "evicted_unfetched", s.evicted_unfetched);
     stat(out, "evictions", s.evictions);
     stat(out, "reclaimed", s.reclaimed);
+    // mnemod's own: segments compacted instead of taking fresh memory (README).
+    stat(out, "compactions", s.compactions);
     line(out, b"END");
 }
 

@@ -102,8 +102,14 @@ fn other_clients_are_served_while_one_never_reads() {
 }
 
 fn curr_connections(s: &mut TcpStream) -> u64 {
+    stat(s, "curr_connections")
+}
+
+/// One general statistic's value, by name (0 when absent).
+fn stat(s: &mut TcpStream, name: &str) -> u64 {
     s.write_all(b"stats\r\n").unwrap();
     let mut r = BufReader::new(s.try_clone().unwrap());
+    let prefix = format!("STAT {name} ");
     let mut n = 0;
     loop {
         let mut line = String::new();
@@ -111,10 +117,30 @@ fn curr_connections(s: &mut TcpStream) -> u64 {
         if line == "END\r\n" {
             return n;
         }
-        if let Some(v) = line.strip_prefix("STAT curr_connections ") {
+        if let Some(v) = line.strip_prefix(&prefix) {
             n = v.trim().parse().unwrap();
         }
     }
+}
+
+#[test]
+fn overwrites_are_compacted_and_counted() {
+    let srv = Server::start(&["-m", "64"]);
+    let mut s = srv.connect();
+    assert_eq!(stat(&mut s, "compactions"), 0);
+    // 500 keys of 4 KB (2 MB live) written 40 times: 80 MB of writes into a 64 MB cache.
+    let value = "c".repeat(4000);
+    for round in 0..40 {
+        let mut batch = Vec::new();
+        for k in 0..500 {
+            batch.extend_from_slice(format!("set k{k} {round} 0 4000 noreply\r\n{value}\r\n").as_bytes());
+        }
+        s.write_all(&batch).unwrap();
+    }
+    talk(&mut s, b"get k499\r\n", format!("VALUE k499 39 4000\r\n{value}\r\nEND\r\n").as_bytes());
+    assert!(stat(&mut s, "compactions") > 0, "80 MB of overwrites never compacted");
+    assert_eq!(stat(&mut s, "evictions"), 0);
+    assert!(stat(&mut s, "bytes") <= 2_100_000);
 }
 
 #[test]
