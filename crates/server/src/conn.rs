@@ -137,11 +137,7 @@ struct DirectSend<'a> {
 impl exec::Direct for DirectSend<'_> {
     fn send_value(&mut self, out: &mut Vec<u8>, value: &[u8], tail: &[u8]) -> bool {
         let pending = out.len() - *self.wpos;
-        let iov = [
-            io::IoSlice::new(&out[*self.wpos..]),
-            io::IoSlice::new(value),
-            io::IoSlice::new(tail),
-        ];
+        let iov = [io::IoSlice::new(&out[*self.wpos..]), io::IoSlice::new(value), io::IoSlice::new(tail)];
         // Errors (and WouldBlock) leave everything to the ordinary flush, which reports them.
         let n = self.stream.write_vectored(&iov).unwrap_or_default();
         bump(&self.c.bytes_written, n as u64);
@@ -229,10 +225,7 @@ impl Conn {
 
     /// Parse and execute buffered requests.
     fn process(&mut self, sh: &Shared, c: &Counters, budget: &mut usize) -> Progress {
-        let limits = text::Limits {
-            item_size_max: sh.config.item_size_max,
-            use_cas: sh.config.use_cas,
-        };
+        let limits = text::Limits { item_size_max: sh.config.item_size_max, use_cas: sh.config.use_cas };
         loop {
             if self.closing {
                 return Progress::Close;
@@ -276,18 +269,12 @@ impl Conn {
             }
             let input = &self.rbuf[self.rpos..self.rend];
             if let Proto::Unknown = self.proto {
-                self.proto = if input[0] == 0x80 {
-                    Proto::Binary(BinSession::default())
-                } else {
-                    Proto::Text
-                };
+                self.proto = if input[0] == 0x80 { Proto::Binary(BinSession::default()) } else { Proto::Text };
                 // With -S, memcached serves only the binary protocol (the one SASL runs
                 // over) and drops text connections: an open text port would bypass SASL.
                 use crate::config::Protocols;
                 let allowed = match (&self.proto, sh.config.protocol) {
-                    (Proto::Text, Protocols::Binary) | (Proto::Binary(_), Protocols::Ascii) => {
-                        false
-                    }
+                    (Proto::Text, Protocols::Binary) | (Proto::Binary(_), Protocols::Ascii) => false,
                     (Proto::Text, _) => !sh.config.sasl,
                     _ => true,
                 };
@@ -323,11 +310,7 @@ impl Conn {
                     let next = if sh.config.text_auth && !self.authed {
                         exec::unauthenticated(req, sh, &mut self.authed, &mut self.wbuf)
                     } else {
-                        let mut direct = DirectSend {
-                            stream: &mut self.stream,
-                            wpos: &mut self.wpos,
-                            c,
-                        };
+                        let mut direct = DirectSend { stream: &mut self.stream, wpos: &mut self.wpos, c };
                         exec::execute_from(
                             req,
                             self.resume,
@@ -359,11 +342,7 @@ impl Conn {
                         Next::Shutdown => self.shutdown = true,
                     }
                 }
-                Parsed::Error {
-                    reply,
-                    consumed,
-                    noreply,
-                } => {
+                Parsed::Error { reply, consumed, noreply } => {
                     *budget -= 1;
                     if !noreply {
                         reply.write(&mut self.wbuf);

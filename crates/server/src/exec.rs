@@ -84,9 +84,7 @@ pub struct PendingReads(Vec<u64>);
 impl PendingReads {
     fn key_hash(key: &[u8]) -> u64 {
         // FNV-1a: a collision only changes whether a shrunken number is padded.
-        key.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
-            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-        })
+        key.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
     }
 
     fn add(&mut self, key: &[u8]) {
@@ -119,18 +117,9 @@ pub fn execute_from(
     let store = &sh.store;
     match *req {
         Request::Get { keys, cas, touch } => get(keys, skip, cas, touch, sh, c, out, reads, direct),
-        Request::Store {
-            kind,
-            key,
-            flags,
-            exptime,
-            data,
-            cas,
-            noreply,
-        } => {
+        Request::Store { kind, key, flags, exptime, data, cas, noreply } => {
             bump(&c.cmd_set, 1);
-            sh.detail
-                .record(key, sh.config.prefix_delimiter, Event::Set);
+            sh.detail.record(key, sh.config.prefix_delimiter, Event::Set);
             let mode = match kind {
                 StoreKind::Set => Mode::Set,
                 StoreKind::Add => Mode::Add,
@@ -142,11 +131,7 @@ pub fn execute_from(
             let exp = sh.clock.item_expiry(exptime);
             let result = if kind == StoreKind::Cas && !sh.config.use_cas {
                 // memcached -C: no CAS can match, so cas fails on any existing item.
-                Ok(if store.get(key, now, |_| ()).is_hit() {
-                    StoreOutcome::Exists
-                } else {
-                    StoreOutcome::NotFound
-                })
+                Ok(if store.get(key, now, |_| ()).is_hit() { StoreOutcome::Exists } else { StoreOutcome::NotFound })
             } else {
                 store.store(mode, key, flags, exp, data, now)
             };
@@ -182,12 +167,7 @@ pub fn execute_from(
             }
             Next::Continue
         }
-        Request::TooLarge {
-            kind,
-            key,
-            swallow,
-            noreply,
-        } => {
+        Request::TooLarge { kind, key, swallow, noreply } => {
             bump(&c.store_too_large, 1);
             if kind == StoreKind::Set {
                 store.delete(key, now);
@@ -195,8 +175,7 @@ pub fn execute_from(
             Next::Swallow(swallow, (!noreply).then_some(ErrorReply::TooLarge))
         }
         Request::Delete { key, noreply } => {
-            sh.detail
-                .record(key, sh.config.prefix_delimiter, Event::Delete);
+            sh.detail.record(key, sh.config.prefix_delimiter, Event::Delete);
             if store.delete(key, now) {
                 bump(&c.delete_hits, 1);
                 reply(out, noreply, b"DELETED");
@@ -206,25 +185,9 @@ pub fn execute_from(
             }
             Next::Continue
         }
-        Request::Delta {
-            key,
-            incr,
-            delta,
-            noreply,
-        } => {
-            let (hits, misses) = if incr {
-                (&c.incr_hits, &c.incr_misses)
-            } else {
-                (&c.decr_hits, &c.decr_misses)
-            };
-            match store.delta_padded(
-                key,
-                incr,
-                delta,
-                now,
-                mnemo_proto::num::parse_u64,
-                !reads.holds(key),
-            ) {
+        Request::Delta { key, incr, delta, noreply } => {
+            let (hits, misses) = if incr { (&c.incr_hits, &c.incr_misses) } else { (&c.decr_hits, &c.decr_misses) };
+            match store.delta_padded(key, incr, delta, now, mnemo_proto::num::parse_u64, !reads.holds(key)) {
                 Ok((value, _cas)) => {
                     bump(hits, 1);
                     if !noreply {
@@ -239,11 +202,7 @@ pub fn execute_from(
             }
             Next::Continue
         }
-        Request::Touch {
-            key,
-            exptime,
-            noreply,
-        } => {
+        Request::Touch { key, exptime, noreply } => {
             bump(&c.cmd_touch, 1);
             if store.touch(key, sh.clock.item_expiry(exptime), now) {
                 bump(&c.touch_hits, 1);
@@ -262,14 +221,7 @@ pub fn execute_from(
             bump(&c.cmd_flush, 1);
             // memcached: items stored at or before realtime(delay) - 1 are invalid once that
             // moment arrives; no delay (or a negative one) means everything, now.
-            let at = if delay > 0 {
-                sh.clock
-                    .realtime(i64::from(delay))
-                    .saturating_sub(1)
-                    .max(now)
-            } else {
-                now
-            };
+            let at = if delay > 0 { sh.clock.realtime(i64::from(delay)).saturating_sub(1).max(now) } else { now };
             store.flush_all(at);
             reply(out, noreply, b"OK");
             Next::Continue
@@ -298,8 +250,7 @@ pub fn execute_from(
             Next::Flush
         }
         Request::Verbosity { level, noreply } => {
-            sh.verbosity
-                .store(level.min(u32::from(crate::MAX_VERBOSITY)) as u8, Relaxed);
+            sh.verbosity.store(level.min(u32::from(crate::MAX_VERBOSITY)) as u8, Relaxed);
             reply(out, noreply, b"OK");
             Next::Continue
         }
@@ -327,12 +278,7 @@ pub fn execute_from(
 
 /// -Y: before authentication only a storage command carrying "user password" is accepted
 /// (memcached's convention); everything else is refused.
-pub fn unauthenticated(
-    req: &Request<'_>,
-    sh: &Shared,
-    authed: &mut bool,
-    out: &mut Vec<u8>,
-) -> Next {
+pub fn unauthenticated(req: &Request<'_>, sh: &Shared, authed: &mut bool, out: &mut Vec<u8>) -> Next {
     match *req {
         Request::Store { data, .. } => {
             let mut parts = data.splitn(2, |&b| b == b' ');
@@ -347,9 +293,7 @@ pub fn unauthenticated(
             }
             Next::Continue
         }
-        Request::TooLarge { swallow, .. } => {
-            Next::Swallow(swallow, Some(ErrorReply::Unauthenticated))
-        }
+        Request::TooLarge { swallow, .. } => Next::Swallow(swallow, Some(ErrorReply::Unauthenticated)),
         // memcached refuses even `quit` before authentication.
         _ => {
             ErrorReply::Unauthenticated.write(out);
@@ -412,18 +356,8 @@ fn get(
             reads.clear();
             start = 0;
         }
-        sh.detail.record(
-            key,
-            sh.config.prefix_delimiter,
-            Event::Get {
-                hit: found.is_hit(),
-            },
-        );
-        let (hits, misses) = if exp.is_some() {
-            (&c.touch_hits, &c.touch_misses)
-        } else {
-            (&c.get_hits, &c.get_misses)
-        };
+        sh.detail.record(key, sh.config.prefix_delimiter, Event::Get { hit: found.is_hit() });
+        let (hits, misses) = if exp.is_some() { (&c.touch_hits, &c.touch_misses) } else { (&c.get_hits, &c.get_misses) };
         match found {
             Lookup::Hit(()) => {
                 bump(hits, 1);

@@ -123,25 +123,12 @@ mod tests {
         let g = Geometry::new(&StoreConfig::default());
         assert_eq!(g.shards, 16);
         assert_eq!(g.seg_size, 512 << 10);
-        let g = Geometry::new(&StoreConfig {
-            mem_limit: 1 << 30,
-            ..Default::default()
-        });
+        let g = Geometry::new(&StoreConfig { mem_limit: 1 << 30, ..Default::default() });
         assert_eq!(g.seg_size, MAX_SEGMENT_SIZE);
-        let g = Geometry::new(&StoreConfig {
-            mem_limit: 1 << 20,
-            ..Default::default()
-        });
+        let g = Geometry::new(&StoreConfig { mem_limit: 1 << 20, ..Default::default() });
         assert_eq!(g.seg_size, 8 << 10);
-        let g = Geometry::new(&StoreConfig {
-            mem_limit: 1000,
-            shards: 3,
-            ..Default::default()
-        });
-        assert_eq!(
-            (g.seg_size, g.shards, g.shard_bits),
-            (MIN_SEGMENT_SIZE, 4, 2)
-        );
+        let g = Geometry::new(&StoreConfig { mem_limit: 1000, shards: 3, ..Default::default() });
+        assert_eq!((g.seg_size, g.shards, g.shard_bits), (MIN_SEGMENT_SIZE, 4, 2));
         assert!(g.shard_of(u64::MAX) == 3 && g.shard_of(0) == 0);
     }
 }

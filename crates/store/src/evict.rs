@@ -240,13 +240,7 @@ impl Shard {
             let s = self.index.get(pos);
             let expired = hdr.exp != 0 && hdr.exp <= now;
             let cas = geo.use_cas.then(|| self.cas_of(geo, v, off, &hdr));
-            let nh = NewHeader {
-                key_len: hdr.key_len,
-                value_len: hdr.value_len,
-                flags: hdr.flags,
-                exp: hdr.exp,
-                cas,
-            };
+            let nh = NewHeader { key_len: hdr.key_len, value_len: hdr.value_len, flags: hdr.flags, exp: hdr.exp, cas };
             let nlen = nh.total_len();
             if !expired && dest.is_some() && (mostly_dead || slot::freq(s) > 0) && w + nlen <= cap {
                 if target == 0 {
@@ -264,16 +258,8 @@ impl Shard {
                         target,
                         w,
                         &nh,
-                        Part::Old {
-                            seg: v,
-                            start: off + kr.start,
-                            len: kr.len(),
-                        },
-                        &[Part::Old {
-                            seg: v,
-                            start: off + vr.start,
-                            len: vr.len(),
-                        }],
+                        Part::Old { seg: v, start: off + kr.start, len: kr.len() },
+                        &[Part::Old { seg: v, start: off + vr.start, len: vr.len() }],
                     );
                     let s = if keep_all { s } else { slot::decayed(s) };
                     self.index.set(pos, slot::moved(s, target, w as u32));

@@ -143,15 +143,9 @@ impl Store {
     pub fn new(cfg: StoreConfig) -> Store {
         let geo = Geometry::new(&cfg);
         let budget = Budget::new(geo.limit, geo.seg_size);
-        let shards: Box<[Mutex<Shard>]> = (0..geo.shards)
-            .map(|i| Mutex::new(Shard::new(i as u64, &geo, &budget)))
-            .collect();
-        Store {
-            shards,
-            geo,
-            budget,
-            seen: AtomicU32::new(0),
-        }
+        let shards: Box<[Mutex<Shard>]> =
+            (0..geo.shards).map(|i| Mutex::new(Shard::new(i as u64, &geo, &budget))).collect();
+        Store { shards, geo, budget, seen: AtomicU32::new(0) }
     }
 
     #[inline]
@@ -172,12 +166,7 @@ impl Store {
     fn with_shard<T>(&self, h: u64, now: Time, op: impl FnOnce(&mut Shard, &Env<'_>) -> T) -> T {
         self.observe(now);
         let me = self.geo.shard_of(h);
-        let env = Env {
-            geo: &self.geo,
-            budget: &self.budget,
-            shards: &self.shards,
-            me,
-        };
+        let env = Env { geo: &self.geo, budget: &self.budget, shards: &self.shards, me };
         let mut shard = self.shards[me].lock();
         shard.apply_flush(&env, now);
         op(&mut shard, &env)
@@ -241,9 +230,7 @@ impl Store {
             return Err(StoreError::TooLarge);
         }
         let h = Self::hash(key);
-        self.with_shard(h, now, |s, env| {
-            s.store(env, h, mode, key, flags, exp, value, now)
-        })
+        self.with_shard(h, now, |s, env| s.store(env, h, mode, key, flags, exp, value, now))
     }
 
     pub fn delete(&self, key: &[u8], now: Time) -> bool {
@@ -263,12 +250,7 @@ impl Store {
         let share = bytes / self.shards.len();
         let now = self.seen.load(Ordering::Relaxed);
         for (me, shard) in self.shards.iter().enumerate() {
-            let env = Env {
-                geo: &self.geo,
-                budget: &self.budget,
-                shards: &self.shards,
-                me,
-            };
+            let env = Env { geo: &self.geo, budget: &self.budget, shards: &self.shards, me };
             let mut s = shard.lock();
             while self.budget.used() > bytes && s.used() > share {
                 if !s.evict_head(&env, now, None) {
@@ -307,9 +289,7 @@ impl Store {
             return Err(DeltaError::NotFound);
         }
         let h = Self::hash(key);
-        self.with_shard(h, now, |s, env| {
-            s.delta(env, h, key, incr, delta, now, parse, pad)
-        })
+        self.with_shard(h, now, |s, env| s.delta(env, h, key, incr, delta, now, parse, pad))
     }
 
     /// Invalidates everything written before the store first sees `now >= at`. O(shards) here;
@@ -317,12 +297,7 @@ impl Store {
     pub fn flush_all(&self, at: Time) {
         let seen = self.seen.load(Ordering::Relaxed);
         for me in 0..self.shards.len() {
-            let env = Env {
-                geo: &self.geo,
-                budget: &self.budget,
-                shards: &self.shards,
-                me,
-            };
+            let env = Env { geo: &self.geo, budget: &self.budget, shards: &self.shards, me };
             let mut s = self.shards[me].lock();
             // A flush that is already due for the rest of the store must not be cancelled
             // here just because no operation reached this shard yet.
@@ -361,12 +336,7 @@ impl Store {
     pub fn maintain(&self, now: Time) {
         self.observe(now);
         for me in 0..self.shards.len() {
-            let env = Env {
-                geo: &self.geo,
-                budget: &self.budget,
-                shards: &self.shards,
-                me,
-            };
+            let env = Env { geo: &self.geo, budget: &self.budget, shards: &self.shards, me };
             {
                 let mut s = self.shards[me].lock();
                 s.apply_flush(&env, now);

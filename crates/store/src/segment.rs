@@ -39,11 +39,7 @@ pub(crate) fn ttl_bucket(exp: Time, now: Time) -> u8 {
     }
     let ttl = exp - now;
     let l = 31 - ttl.leading_zeros();
-    let sub = if l >= 2 {
-        (ttl >> (l - 2)) & 3
-    } else {
-        ttl & 3
-    };
+    let sub = if l >= 2 { (ttl >> (l - 2)) & 3 } else { ttl & 3 };
     (2 + l * 4 + sub) as u8
 }
 
@@ -225,15 +221,7 @@ impl SegTable {
         }
         let m = &mut self.metas[id as usize];
         debug_assert_eq!(m.state, SegState::Free);
-        *m = SegMeta {
-            data,
-            seq,
-            ttl,
-            large,
-            opened: now,
-            state: SegState::Live,
-            ..SegMeta::empty()
-        };
+        *m = SegMeta { data, seq, ttl, large, opened: now, state: SegState::Live, ..SegMeta::empty() };
         self.push_tail(id);
     }
 
@@ -385,10 +373,7 @@ mod tests {
         // retire with references left -> Dead, id reserved
         t.metas[ids[1] as usize].items = 2;
         assert_eq!(t.retire(ids[1], DeadReason::Expired).len(), 64);
-        assert_eq!(
-            t.metas[ids[1] as usize].state,
-            SegState::Dead(DeadReason::Expired)
-        );
+        assert_eq!(t.metas[ids[1] as usize].state, SegState::Dead(DeadReason::Expired));
         assert_eq!(t.dead_refs, 2);
         let fresh = t.alloc_id().unwrap();
         assert!(!ids.contains(&fresh));

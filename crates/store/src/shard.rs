@@ -48,12 +48,7 @@ pub(crate) struct Shard {
 }
 
 pub(crate) enum Found {
-    Live {
-        pos: Pos,
-        seg: u32,
-        off: usize,
-        hdr: Header,
-    },
+    Live { pos: Pos, seg: u32, off: usize, hdr: Header },
     Dead(DeadReason),
     Absent,
 }
@@ -62,11 +57,7 @@ pub(crate) enum Found {
 pub(crate) enum Part<'a> {
     Bytes(&'a [u8]),
     /// Bytes already in a segment (append/prepend, touch and eviction moves).
-    Old {
-        seg: u32,
-        start: usize,
-        len: usize,
-    },
+    Old { seg: u32, start: usize, len: usize },
     /// memcached's decr pads with spaces.
     Spaces(usize),
 }
@@ -153,8 +144,7 @@ impl Shard {
         if !geo.use_cas {
             return 0;
         }
-        hdr.explicit_cas()
-            .unwrap_or_else(|| self.derived_cas(seg, off))
+        hdr.explicit_cas().unwrap_or_else(|| self.derived_cas(seg, off))
     }
 
     /// Looks a key up. Slots with the key's tag that point at dead segments are dropped on the
@@ -261,8 +251,7 @@ impl Shard {
         self.stats.curr_items -= 1;
         self.stats.bytes -= len as u64;
         if m.items == 0 && !m.active {
-            env.budget
-                .release(self.segs.retire(seg, DeadReason::Expired));
+            env.budget.release(self.segs.retire(seg, DeadReason::Expired));
         }
     }
 
@@ -292,8 +281,7 @@ impl Shard {
             let m = &mut self.segs.metas[old as usize];
             m.active = false;
             if m.items == 0 && m.state == SegState::Live {
-                env.budget
-                    .release(self.segs.retire(old, DeadReason::Expired));
+                env.budget.release(self.segs.retire(old, DeadReason::Expired));
             }
         }
         self.active[ttl as usize] = id;
@@ -323,8 +311,7 @@ impl Shard {
                     env.budget.sub(size);
                     return Err(StoreError::OutOfMemory);
                 };
-                self.segs
-                    .open(id, crate::buf::SegBuf::zeroed(size), true, ttl, now);
+                self.segs.open(id, crate::buf::SegBuf::zeroed(size), true, ttl, now);
                 return Ok(Reserve::At(id, 0));
             }
             self.make_room(env, now, None)?;
@@ -363,9 +350,10 @@ impl Shard {
     /// The segment to compact before opening a new one, if any: only while the budget still
     /// has room (the alternative is fresh memory, not eviction); of the regular segments of
     /// TTL group `ttl` (the moved items join that group's new segment, so groups stay apart
-    /// and still expire whole), the one with the most dead bytes (overwritten, deleted, expired items), if at least
-    /// `1 / COMPACT_DEAD_SHARE` of a segment is dead and its live items (each maybe growing by
-    /// an explicit CAS) plus the `size` bytes asked for fit in one segment. Greedy, as in
+    /// and still expire whole), the one with the most dead bytes (overwritten, deleted, expired
+    /// items), if at least `1 / COMPACT_DEAD_SHARE` of a segment is dead and its live items
+    /// (each maybe growing by an explicit CAS) plus the `size` bytes asked for fit in one
+    /// segment. Greedy, as in
     /// log-structured file systems: the deadest segment frees the most per byte copied. At a
     /// quarter dead, compaction copies at most 3 bytes per byte it frees; fresh memory costs a
     /// fault and a zeroing per page, several times that (budget.rs). O(segments of the shard),
@@ -398,18 +386,10 @@ impl Shard {
                 self.segs.metas[seg as usize].data[at..at + b.len()].copy_from_slice(b)
             }
             Part::Spaces(n) => self.segs.metas[seg as usize].data[at..at + n].fill(b' '),
-            Part::Old {
-                seg: src,
-                start,
-                len,
-            } if src == seg => self.segs.metas[seg as usize]
-                .data
-                .copy_within(start..start + len, at),
-            Part::Old {
-                seg: src,
-                start,
-                len,
-            } => {
+            Part::Old { seg: src, start, len } if src == seg => {
+                self.segs.metas[seg as usize].data.copy_within(start..start + len, at)
+            }
+            Part::Old { seg: src, start, len } => {
                 let (from, to) = self.segs.pair_mut(src, seg);
                 to[at..at + len].copy_from_slice(&from[start..start + len]);
             }
@@ -552,11 +532,7 @@ impl Shard {
             };
             let old_value = old.as_ref().map(|(_, oseg, ooff, o)| {
                 let r = o.value_range();
-                Part::Old {
-                    seg: *oseg,
-                    start: ooff + r.start,
-                    len: r.len(),
-                }
+                Part::Old { seg: *oseg, start: ooff + r.start, len: r.len() }
             });
             match (mode, old_value) {
                 (Mode::Append, Some(ov)) => {
@@ -576,11 +552,7 @@ impl Shard {
                 None => self.index_insert(h, new_slot),
             }
             self.stats.total_items += 1;
-            let cas = if geo.use_cas {
-                self.derived_cas(seg, off)
-            } else {
-                0
-            };
+            let cas = if geo.use_cas { self.derived_cas(seg, off) } else { 0 };
             return Ok(StoreOutcome::Stored { cas });
         }
         Err(StoreError::OutOfMemory)
@@ -615,17 +587,8 @@ impl Shard {
                 self.index.set(pos, slot::touched(s));
                 return Ok(Found::Live { pos, seg, off, hdr });
             }
-            let cas = env
-                .geo
-                .use_cas
-                .then(|| self.cas_of(env.geo, seg, off, &hdr));
-            let nh = NewHeader {
-                key_len: hdr.key_len,
-                value_len: hdr.value_len,
-                flags: hdr.flags,
-                exp,
-                cas,
-            };
+            let cas = env.geo.use_cas.then(|| self.cas_of(env.geo, seg, off, &hdr));
+            let nh = NewHeader { key_len: hdr.key_len, value_len: hdr.value_len, flags: hdr.flags, exp, cas };
             let (nseg, noff) = match self.reserve(env, nh.total_len(), ttl_bucket(exp, now), now)? {
                 Reserve::At(a, b) => (a, b),
                 Reserve::Retry => continue,
@@ -635,27 +598,13 @@ impl Shard {
                 nseg,
                 noff,
                 &nh,
-                Part::Old {
-                    seg,
-                    start: off + kr.start,
-                    len: kr.len(),
-                },
-                &[Part::Old {
-                    seg,
-                    start: off + vr.start,
-                    len: vr.len(),
-                }],
+                Part::Old { seg, start: off + kr.start, len: kr.len() },
+                &[Part::Old { seg, start: off + vr.start, len: vr.len() }],
             );
-            self.index
-                .set(pos, slot::moved(slot::touched(s), nseg, noff as u32));
+            self.index.set(pos, slot::moved(slot::touched(s), nseg, noff as u32));
             self.item_gone(env, seg, off);
             let hdr = self.header_at(nseg, noff);
-            return Ok(Found::Live {
-                pos,
-                seg: nseg,
-                off: noff,
-                hdr,
-            });
+            return Ok(Found::Live { pos, seg: nseg, off: noff, hdr });
         }
         Err(StoreError::OutOfMemory)
     }
@@ -743,11 +692,7 @@ impl Shard {
                 let d = &self.segs.metas[seg as usize].data[off..];
                 let parse = parse.take().expect("parse runs once");
                 let v = parse(&d[hdr.value_range()]).ok_or(DeltaError::NonNumeric)?;
-                let n = if incr {
-                    v.wrapping_add(delta)
-                } else {
-                    v.saturating_sub(delta)
-                };
+                let n = if incr { v.wrapping_add(delta) } else { v.saturating_sub(delta) };
                 let (digits, dl) = decimal(n);
                 result = Some((n, digits, dl));
             }
@@ -755,20 +700,13 @@ impl Shard {
             // memcached rewrites in place when the number got shorter, leaving the old length
             // padded with spaces ("10" decr 1 -> "9 "); we reproduce the bytes.
             let vlen = if pad { dl.max(old_len) } else { dl };
-            let nh = NewHeader {
-                key_len: hdr.key_len,
-                value_len: vlen as u32,
-                flags: hdr.flags,
-                exp: hdr.exp,
-                cas: None,
+            let nh = NewHeader { key_len: hdr.key_len, value_len: vlen as u32, flags: hdr.flags, exp: hdr.exp, cas: None };
+            let (nseg, noff) = match self.reserve(env, nh.total_len(), ttl_bucket(hdr.exp, now), now) {
+                Ok(Reserve::At(a, b)) => (a, b),
+                Ok(Reserve::Retry) => continue,
+                // No variant for it in the API; only reachable with evict=false and full memory.
+                Err(_) => return Err(DeltaError::NotFound),
             };
-            let (nseg, noff) =
-                match self.reserve(env, nh.total_len(), ttl_bucket(hdr.exp, now), now) {
-                    Ok(Reserve::At(a, b)) => (a, b),
-                    Ok(Reserve::Retry) => continue,
-                    // No variant for it in the API; only reachable with evict=false and full memory.
-                    Err(_) => return Err(DeltaError::NotFound),
-                };
             self.place(
                 nseg,
                 noff,
@@ -777,14 +715,9 @@ impl Shard {
                 &[Part::Bytes(&digits[..dl]), Part::Spaces(vlen - dl)],
             );
             let s = self.index.get(pos);
-            self.index
-                .set(pos, slot::moved(slot::touched(s), nseg, noff as u32));
+            self.index.set(pos, slot::moved(slot::touched(s), nseg, noff as u32));
             self.item_gone(env, seg, off);
-            let cas = if env.geo.use_cas {
-                self.derived_cas(nseg, noff)
-            } else {
-                0
-            };
+            let cas = if env.geo.use_cas { self.derived_cas(nseg, noff) } else { 0 };
             return Ok((n, cas));
         }
         Err(DeltaError::NotFound)
