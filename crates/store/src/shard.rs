@@ -191,10 +191,7 @@ impl Shard {
         };
         let s = self.index.get(pos);
         let (seg, off) = (slot::seg(s), slot::off(s) as usize);
-        let hdr = match matched {
-            Some(hdr) => hdr,
-            None => self.header_at(seg, off),
-        };
+        let hdr = matched.expect("decoded before Visit::Match");
         if hdr.exp != 0 && hdr.exp <= now {
             if !slot::fetched(s) {
                 self.stats.expired_unfetched += 1;

@@ -15,7 +15,7 @@ pub(crate) struct Counters {
     pub relocated: u64,
     /// Live items dropped by flush_all.
     pub flushed: u64,
-    /// Head segments compacted (live items moved) instead of taking new memory.
+    /// Segments compacted (live items moved) instead of taking new memory.
     pub compactions: u64,
 }
 
