@@ -39,6 +39,12 @@ if ! command -v cargo >/dev/null 2>&1; then
     export PATH="$HOME/.cargo/bin:$PATH"
 fi
 
+# WebAssembly filters (fget): the example filters are built for wasm32 by the tests.
+if ! rustup target list --installed 2>/dev/null | grep -qx wasm32-unknown-unknown; then
+    echo "== installing the wasm32-unknown-unknown target"
+    rustup target add wasm32-unknown-unknown
+fi
+
 # --- Python venv -------------------------------------------------------------------------------
 reqs=()
 for f in tests/requirements.txt tests/*/requirements.txt crates/client/tests/interop/requirements.txt; do

@@ -7,6 +7,8 @@
 //!   mnemo bench --server 127.0.0.1:11211 ...          load generator (src/bench/)
 //!   mnemo [--servers h:p[:w],...] get|set|delete|touch|incr|decr|stats|keys|flush|route ...
 //!                                                     operator commands (src/ops.rs)
+//!   mnemo [--servers ...] fget FILTER [--arg ..] [--merge concat|topk:K] [--records] KEY...
+//!                                                     server-side filter, merged (src/fget.rs)
 //! ```
 
 use std::process::ExitCode;
@@ -14,6 +16,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod fget;
 mod ops;
 
 #[derive(Parser, Debug)]

@@ -1,8 +1,10 @@
-//! The operator subcommands: get, set, delete, touch, incr, decr, stats, keys, flush, route.
+//! The operator subcommands: get, set, delete, touch, incr, decr, stats, keys, flush, route,
+//! and fget (its own module, src/fget.rs).
 //! Each talks to the servers of `--servers` through mnemo-client (so keys go where every
 //! ketama-weighted client puts them) and prints for a person, one line per fact; errors go to
 //! stderr with a non-zero exit.
 
+use crate::fget::{self, FgetArgs};
 use clap::{Args, Subcommand};
 use mnemo_client::{blocking, Config, PerServer, ServerSpec, SetOptions, Value};
 use std::io::{Read, Write};
@@ -82,6 +84,13 @@ pub enum Op {
         #[arg(required = true)]
         keys: Vec<String>,
     },
+    /// Run a server-side filter over keys (mnemod) and print the servers' merged results.
+    ///
+    /// Each server runs the filter over the keys it holds (`--hash-tags` keeps `{user:7}:a` and
+    /// `{user:7}:b` together); `--merge` combines the parts. Output: the merged bytes raw, or
+    /// with `--records` one `user<TAB>article<TAB>ts` line per 24-byte record. Example:
+    /// `mnemo fget topk --arg 10 --merge topk:10 --records feed:1 feed:2`
+    Fget(FgetArgs),
 }
 
 pub fn run(target: &Target, op: Op) -> ExitCode {
@@ -209,22 +218,13 @@ fn run_op(t: &Target, op: Op) -> Result<ExitCode, mnemo_client::Error> {
             });
         }
         Op::Route { keys } => {
-            let from_stdin = keys.len() == 1 && keys[0] == "-";
-            let keys = if from_stdin {
-                let mut s = String::new();
-                std::io::stdin()
-                    .read_to_string(&mut s)
-                    .map_err(|e| mnemo_client::Error::Config(format!("stdin: {e}")))?;
-                s.lines()
-                    .filter(|l| !l.is_empty())
-                    .map(str::to_owned)
-                    .collect()
-            } else {
-                keys
-            };
-            for k in &keys {
+            for k in &keys_or_stdin(keys)? {
                 let _ = writeln!(out, "{k}\t{}", c.route(k)?.addr());
             }
+        }
+        Op::Fget(args) => {
+            let keys = keys_or_stdin(args.keys.clone())?;
+            fget::run(&c, &args, &keys, &mut out)?;
         }
     }
     Ok(if failed {
@@ -232,6 +232,21 @@ fn run_op(t: &Target, op: Op) -> Result<ExitCode, mnemo_client::Error> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// The keys given, or with a lone `-` the non-empty lines of stdin.
+fn keys_or_stdin(keys: Vec<String>) -> Result<Vec<String>, mnemo_client::Error> {
+    if keys.len() != 1 || keys[0] != "-" {
+        return Ok(keys);
+    }
+    let mut s = String::new();
+    std::io::stdin()
+        .read_to_string(&mut s)
+        .map_err(|e| mnemo_client::Error::Config(format!("stdin: {e}")))?;
+    Ok(s.lines()
+        .filter(|l| !l.is_empty())
+        .map(str::to_owned)
+        .collect())
 }
 
 /// A value for a terminal: text and integers as text, bytes as they are.

@@ -1,10 +1,12 @@
 //! The `mnemo` binary's operator commands against real servers, and `mnemo route` against real
 //! pylibmc: the server that holds each of 10,000 keys after pylibmc (`ketama_weighted`) stored
-//! it is the one `mnemo route` names.
+//! it is the one `mnemo route` names. `mnemo fget` against scripted servers (the client's
+//! tests/common/fake.rs), until mnemod speaks fget.
 
 #[path = "../../client/tests/common/mod.rs"]
 mod common;
 
+use common::fake::{parse_fget, value_reply, Fake};
 use common::{python, Server};
 use std::io::Write;
 use std::path::PathBuf;
@@ -139,4 +141,64 @@ fn route_names_the_server_pylibmc_used_three_servers() {
 #[test]
 fn route_names_the_server_pylibmc_used_five_servers() {
     route_matches_pylibmc(&[1, 4, 1, 2, 3]);
+}
+
+/// A scripted fget server: key `kN` holds the record (user N, article 2N, ts N); the filter's
+/// output is every record of its keys. `echo` answers with its arguments; `slow` times out.
+fn fget_server() -> Fake {
+    Fake::start(|req| {
+        let (filter, args, keys) = parse_fget(req);
+        match filter.as_str() {
+            "echo" => value_reply("echo", 0, &args),
+            "slow" => b"SERVER_ERROR filter timeout\r\n".to_vec(),
+            _ => {
+                let mut data = Vec::new();
+                for k in keys {
+                    let n: u64 = k[1..].parse().unwrap();
+                    for w in [n, 2 * n, n] {
+                        data.extend_from_slice(&w.to_le_bytes());
+                    }
+                }
+                value_reply(&filter, 0, &data)
+            }
+        }
+    })
+}
+
+#[test]
+fn fget_merges_what_each_server_filtered() {
+    let fakes = [fget_server(), fget_server()];
+    let list = format!("{},{}", fakes[0].addr(), fakes[1].addr());
+    let keys: Vec<String> = (1..=12).map(|n| format!("k{n}")).collect();
+    let key_args: Vec<&str> = keys.iter().map(String::as_str).collect();
+    let line = |n: u64| format!("{n}\t{}\t{n}", 2 * n);
+
+    // topk:3: the three newest over both servers, newest first.
+    let args = [&["fget", "all", "--arg", "3", "--merge", "topk:3", "--records"][..], &key_args].concat();
+    let top = ok(&mnemo(&list, &args, None));
+    assert_eq!(top, [12, 11, 10].map(|n| line(n) + "\n").concat());
+    // Both servers were asked (the keys spread over them).
+    assert!(fakes.iter().all(|f| !f.received().is_empty()));
+
+    // concat (the default), keys from stdin: every record, each server's in its key order.
+    let all = ok(&mnemo(&list, &["fget", "all", "--records", "-"], Some(keys.join("\n").as_bytes())));
+    let mut got: Vec<&str> = all.lines().collect();
+    got.sort_by_key(|l| l.split('\t').next().unwrap().parse::<u64>().unwrap());
+    assert_eq!(got, (1..=12).map(line).collect::<Vec<_>>());
+
+    // Raw bytes out, arguments in hex.
+    let raw = mnemo(&list, &["fget", "echo", "--arg-hex", "00ff0a", "k1"], None);
+    assert!(raw.status.success());
+    assert_eq!(raw.stdout, b"\x00\xff\x0a");
+
+    // A filter failure: the server's message on stderr, exit 1, nothing on stdout.
+    let failed = mnemo(&list, &["fget", "slow", "k1"], None);
+    assert_eq!(failed.status.code(), Some(1));
+    assert!(failed.stdout.is_empty());
+    let err = String::from_utf8_lossy(&failed.stderr);
+    assert!(err.starts_with("mnemo: ") && err.contains("SERVER_ERROR filter timeout"), "{err}");
+
+    // Bad arguments are refused before anything is sent.
+    let bad = mnemo(&list, &["fget", "all", "--merge", "topk:0", "k1"], None);
+    assert_eq!(bad.status.code(), Some(2));
 }

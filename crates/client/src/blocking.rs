@@ -8,6 +8,7 @@
 use crate::admin::{KeyInfo, PerServer};
 use crate::codec::StoreCmd;
 use crate::error::Result;
+use crate::filter::FilterPart;
 use crate::ketama::ServerSpec;
 use crate::ops::{Item, SetOptions, StoreOutcome};
 use crate::serde::{Value, ValueRef};
@@ -132,6 +133,28 @@ impl Client {
 
     pub fn decr(&self, key: impl AsRef<[u8]>, delta: u64) -> Result<Option<u64>> {
         self.rt.block_on(self.inner.decr(key, delta))
+    }
+
+    /// See [`crate::Client::fget`]: one failing server fails the call.
+    pub fn fget<K: AsRef<[u8]>>(
+        &self,
+        filter: &str,
+        args: &[u8],
+        keys: &[K],
+    ) -> Result<Vec<FilterPart>> {
+        self.rt.block_on(self.inner.fget(filter, args, keys))
+    }
+
+    /// See [`crate::Client::fget_merge`]; merges are in [`crate::filter`].
+    pub fn fget_merge<K: AsRef<[u8]>, T>(
+        &self,
+        filter: &str,
+        args: &[u8],
+        keys: &[K],
+        merge: impl FnOnce(Vec<FilterPart>) -> T,
+    ) -> Result<T> {
+        self.rt
+            .block_on(self.inner.fget_merge(filter, args, keys, merge))
     }
 
     forward! {

@@ -114,6 +114,14 @@ pub enum Request<'a> {
     },
     /// `lru_crawler metadump all`: one line per item (memcached >= 1.4.31).
     MetadumpAll,
+    /// `fget <filter> <arglen> <key>...` and its argument block: run an installed filter over
+    /// the keys' values (mnemod only). The filter name follows the key rules ([`check_key`]).
+    /// Never split over lines as a retrieval is: one filter call sees all of its keys.
+    Fget {
+        filter: &'a [u8],
+        args: &'a [u8],
+        keys: &'a [&'a [u8]],
+    },
     Quit,
 }
 
@@ -133,6 +141,9 @@ impl Request<'_> {
             Request::Retrieve { cmd, .. } => Some(Expect::Values {
                 cas: matches!(cmd, RetrieveCmd::Gets | RetrieveCmd::Gats(_)),
             }),
+            // The result comes as one `VALUE <filter> <flags> <len>` block and `END`: the
+            // get decoder reads it, with its bounds on lines and declared lengths.
+            Request::Fget { .. } => Some(Expect::Values { cas: false }),
             Request::Delete { .. } => Some(Expect::Delete),
             Request::Incr { .. } | Request::Decr { .. } => Some(Expect::Arith),
             Request::Touch { .. } => Some(Expect::Touch),
@@ -328,6 +339,19 @@ impl<'a> Encoder<'a> {
                 self.head.extend_from_slice(b"\r\n");
             }
             Request::MetadumpAll => h.extend_from_slice(b"lru_crawler metadump all\r\n"),
+            Request::Fget { filter, args, keys } => {
+                h.extend_from_slice(b"fget");
+                self.sp(filter);
+                self.head.push(b' ');
+                self.num(args.len());
+                for k in keys {
+                    self.sp(k);
+                }
+                self.head.extend_from_slice(b"\r\n");
+                // The block and its \r\n are sent even when empty: the server always reads it.
+                self.push_value(args);
+                self.head.extend_from_slice(b"\r\n");
+            }
             Request::Quit => h.extend_from_slice(b"quit\r\n"),
         }
     }

@@ -8,6 +8,9 @@ pub enum Error {
     /// Empty, longer than 250 bytes, or holding a space or control character.
     #[error("invalid key {0:?}: 1 to 250 bytes, no spaces or control characters")]
     BadKey(String),
+    /// A filter name for `fget` that the text protocol cannot carry (the key rules apply).
+    #[error("invalid filter name {0:?}: 1 to 250 bytes, no spaces or control characters")]
+    BadFilter(String),
     #[error("{server}: {source}")]
     Io {
         server: String,

@@ -15,6 +15,9 @@
 //!     └─ merge; values decompressed by flags, then the serde  serde.rs, compress.rs
 //! ```
 //!
+//! [`Client::fget`] runs a server-side filter (mnemod's `fget`) over keys on many servers and
+//! hands back each server's partial result for a merge ([`filter`]).
+//!
 //! [`Client`] is async (tokio); [`blocking::Client`] is the same client for code without a
 //! runtime.
 
@@ -25,6 +28,7 @@ pub mod codec;
 pub mod compress;
 mod conn;
 mod error;
+pub mod filter;
 pub mod ketama;
 mod node;
 mod ops;
@@ -35,6 +39,7 @@ pub use client::{Client, Config};
 pub use codec::StoreCmd;
 pub use compress::{Algorithm, Compression};
 pub use error::{Error, Result};
+pub use filter::FilterPart;
 pub use ketama::ServerSpec;
 pub use ops::{Item, SetOptions, StoreOutcome};
 pub use serde::{FlagProfile, FlagSerde, Serde, Value, ValueRef};

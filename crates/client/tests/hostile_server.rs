@@ -1,6 +1,6 @@
 //! A server that lies: declared value lengths are the server's word, so the client's memory
 //! must follow the bytes that actually arrive, and a length past memcached's largest item is
-//! refused outright.
+//! refused outright. The same holds for an `fget` result.
 
 use mnemo_client::{blocking, Config, Error, ServerSpec};
 use std::io::{Read, Write};
@@ -59,5 +59,26 @@ fn a_declared_gigabyte_costs_only_what_arrives() {
 fn a_length_past_the_largest_item_is_a_protocol_error() {
     let c = client(liar(b"VALUE k 0 18446744073709551615\r\n"));
     let err = c.get("k").unwrap_err();
+    assert!(matches!(err, Error::Protocol { .. }), "{err}");
+}
+
+#[test]
+fn a_declared_gigabyte_filter_result_costs_only_what_arrives() {
+    let before = vm_peak_kb();
+    let c = client(liar(b"VALUE topk 0 1073741000\r\nabc"));
+    let err = c.fget("topk", b"10", &["k"]).unwrap_err();
+    assert!(matches!(err, Error::Timeout { .. }), "{err}");
+    let grew = vm_peak_kb().saturating_sub(before);
+    // As for get above (this binary's other tests run alongside).
+    assert!(
+        grew < 500_000,
+        "address space grew by {grew} kB for a 3-byte filter result"
+    );
+}
+
+#[test]
+fn a_filter_result_past_the_largest_item_is_a_protocol_error() {
+    let c = client(liar(b"VALUE topk 0 18446744073709551615\r\n"));
+    let err = c.fget("topk", b"10", &["k"]).unwrap_err();
     assert!(matches!(err, Error::Protocol { .. }), "{err}");
 }

@@ -54,6 +54,13 @@ pub enum ErrorReply {
     SetMode,
     #[error("CLIENT_ERROR invalid mode for ma M token")]
     ArithMode,
+    // mnemo's own: fget (memcached has no such command).
+    #[error("CLIENT_ERROR unknown filter")]
+    UnknownFilter,
+    #[error("CLIENT_ERROR too many keys")]
+    TooManyKeys,
+    #[error("CLIENT_ERROR filter arguments too long")]
+    FilterArgsTooLong,
 }
 
 impl ErrorReply {
@@ -89,6 +96,9 @@ impl ErrorReply {
             ErrorReply::ModeLength => "CLIENT_ERROR incorrect length for M token",
             ErrorReply::SetMode => "CLIENT_ERROR invalid mode for ms M token",
             ErrorReply::ArithMode => "CLIENT_ERROR invalid mode for ma M token",
+            ErrorReply::UnknownFilter => "CLIENT_ERROR unknown filter",
+            ErrorReply::TooManyKeys => "CLIENT_ERROR too many keys",
+            ErrorReply::FilterArgsTooLong => "CLIENT_ERROR filter arguments too long",
         }
     }
 

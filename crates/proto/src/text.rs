@@ -27,6 +27,9 @@ pub const KEY_MAX: usize = 250;
 pub const LINE_MAX: usize = 2048;
 /// mnemo's bound on a multi-get line (memcached has none); far above what clients send.
 pub const GET_LINE_MAX: usize = 2 * 1024 * 1024;
+/// Longest argument block of an `fget` (mnemo's own command); a longer one is swallowed and
+/// refused with "CLIENT_ERROR filter arguments too long".
+pub const FGET_ARG_MAX: usize = 64 * 1024;
 /// memcached's `sizeof(item)` on 64-bit hosts, part of its item-size check.
 const MEMCACHED_ITEM_HEADER: usize = 48;
 
@@ -130,6 +133,12 @@ pub enum Request<'a> {
     Stats { args: Keys<'a> },
     /// `lru_crawler <sub> [arg]`: the words after `lru_crawler` (metadump, enable, ...).
     LruCrawler { args: Keys<'a> },
+    /// mnemo's `fget <filter> <arglen> <key>*\r\n<args>\r\n`: run an installed filter over
+    /// the keys' values (see the README).
+    Fget { filter: &'a [u8], args: &'a [u8], keys: Keys<'a> },
+    /// An `fget` whose argument block exceeds [`FGET_ARG_MAX`]: swallow `swallow` bytes (some
+    /// may still be on the wire), then reply "CLIENT_ERROR filter arguments too long".
+    FgetArgsTooLong { swallow: usize },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -160,7 +169,7 @@ fn no_newline_yet(buf: &[u8]) -> Parsed<'_> {
     }
     let spaces = buf.iter().take_while(|&&b| b == b' ').count();
     let rest = &buf[spaces..];
-    let is_get = rest.starts_with(b"get ") || rest.starts_with(b"gets ");
+    let is_get = rest.starts_with(b"get ") || rest.starts_with(b"gets ") || rest.starts_with(b"fget ");
     if spaces > 100 || !is_get || buf.len() > GET_LINE_MAX {
         return Parsed::Close;
     }
@@ -316,6 +325,12 @@ fn command<'a>(line: &'a [u8], after: usize, buf: &'a [u8], limits: &Limits) -> 
             let rest = skip_token(line, cmd);
             req(Request::LruCrawler { args: Keys(rest) }, after)
         }
+        b"fget" => {
+            if nt < 4 {
+                return err(ErrorReply::Error, after, false);
+            }
+            fget(line, after, buf)
+        }
         _ => {
             // memcached closes on what looks like an HTTP request line.
             if t.get(t.n - 1).starts_with(b"HTTP/") {
@@ -429,6 +444,39 @@ fn storage<'a>(
     }
     let data = &buf[after..end - 2];
     req(Request::Store { kind, key, flags, exptime, data, cas, noreply }, end)
+}
+
+/// `fget <filter> <arglen> <key>*` and its argument block. Keys are not tokenized (there may
+/// be thousands, like a multi-get's); the block is bounded before anything is buffered.
+fn fget<'a>(line: &'a [u8], after: usize, buf: &'a [u8]) -> Parsed<'a> {
+    let mut rest = skip_token(line, b"fget");
+    let mut word = || {
+        let start = rest.iter().position(|&b| b != b' ').unwrap_or(rest.len());
+        let len = rest[start..].iter().position(|&b| b == b' ').unwrap_or(rest.len() - start);
+        let w = &rest[start..start + len];
+        rest = &rest[start + len..];
+        w
+    };
+    let (filter, arglen) = (word(), word());
+    // Unlike memcached's lengths, no 32-bit truncation: 4294967296 is not 0.
+    let Some(arglen) = parse_u64(arglen).filter(|&n| n <= i32::MAX as u64).map(|n| n as usize) else {
+        return err(ErrorReply::BadFormat, after, false);
+    };
+    if arglen > FGET_ARG_MAX {
+        return req(Request::FgetArgsTooLong { swallow: arglen + 2 }, after);
+    }
+    let end = after + arglen + 2;
+    if buf.len() < end {
+        return Parsed::Incomplete(end);
+    }
+    if &buf[end - 2..end] != b"\r\n" {
+        return err(ErrorReply::BadDataChunk, end, false);
+    }
+    let keys = Keys(rest);
+    if filter.len() > KEY_MAX || keys.iter().any(|k| k.len() > KEY_MAX) {
+        return err(ErrorReply::BadFormat, end, false);
+    }
+    req(Request::Fget { filter, args: &buf[after..end - 2], keys }, end)
 }
 
 const _: () = assert!(MAX_TOKENS == 24);

@@ -3,6 +3,7 @@
 
 use clap::builder::TypedValueParser;
 use clap::Parser;
+use mnemo_filter::{FilterKind, FilterSpec};
 
 pub const DEFAULT_PORT: u16 = 11211;
 /// memcached listens on every interface by default; mnemo is safe by default.
@@ -16,6 +17,8 @@ pub const MAX_ITEM_SIZE_MAX: usize = 1024 * 1024 * 1024;
 pub const DEFAULT_REQS_PER_EVENT: usize = 20;
 pub const DEFAULT_BACKLOG: i32 = 1024;
 pub const DEFAULT_UNIX_MASK: u32 = 0o700;
+/// Keys one `fget` may name.
+pub const DEFAULT_FILTER_MAX_KEYS: usize = 10_000;
 /// What `version` and `stats` report: the memcached release whose behaviour we reproduce,
 /// tagged so operators can tell the servers apart.
 pub const VERSION: &str = concat!("1.6.18-mnemo-", env!("CARGO_PKG_VERSION"));
@@ -116,6 +119,27 @@ struct Args {
     /// reported by `stats settings`; mnemo's engine has no equivalents to tune
     #[arg(short = 'o', long = "extended", action = clap::ArgAction::Append)]
     extended: Vec<String>,
+    /// install a WebAssembly filter for fget (repeatable): NAME=PATH (.wasm or .wat); reloaded on SIGHUP
+    #[arg(long = "filter", value_parser = parse_filter, action = clap::ArgAction::Append)]
+    filter: Vec<(String, std::path::PathBuf)>,
+    /// install a NATIVE filter (shared library, unsandboxed: only code you trust): NAME=PATH
+    #[arg(long = "native-filter", value_parser = parse_filter, action = clap::ArgAction::Append)]
+    native_filter: Vec<(String, std::path::PathBuf)>,
+    /// CPU deadline of one WebAssembly filter call, in milliseconds
+    #[arg(long = "filter-timeout-ms", default_value_t = mnemo_filter::DEFAULT_DEADLINE.as_millis() as u64, value_parser = clap::value_parser!(u64).range(1..=60_000))]
+    filter_timeout_ms: u64,
+    /// memory of one WebAssembly filter instance, input included (k/m suffix)
+    #[arg(long = "filter-memory", default_value = "64m", value_parser = parse_size)]
+    filter_memory: usize,
+    /// WebAssembly stack of a filter call (k/m suffix, at most 1m)
+    #[arg(long = "filter-stack", default_value = "512k", value_parser = parse_size)]
+    filter_stack: usize,
+    /// largest output of one filter call (k/m suffix)
+    #[arg(long = "filter-output-max", default_value = "1m", value_parser = parse_size)]
+    filter_output_max: usize,
+    /// most keys one fget may name
+    #[arg(long = "filter-max-keys", default_value_t = DEFAULT_FILTER_MAX_KEYS, value_parser = clap::value_parser!(u32).range(1..=1_000_000).map(|v| v as usize))]
+    filter_max_keys: usize,
 }
 
 /// Everything the server reads from its flags.
@@ -150,6 +174,11 @@ pub struct Config {
     pub growth_factor: f64,
     pub chunk_size: u32,
     pub extended: Vec<String>,
+    /// Filters for fget, in the order given (WebAssembly first, then native).
+    pub filters: Vec<mnemo_filter::FilterSpec>,
+    /// Limits of every filter call.
+    pub filter_limits: mnemo_filter::Limits,
+    pub filter_max_keys: usize,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -188,6 +217,9 @@ impl Default for Config {
             growth_factor: 1.25,
             chunk_size: 48,
             extended: Vec::new(),
+            filters: Vec::new(),
+            filter_limits: mnemo_filter::Limits { concurrency: DEFAULT_THREADS as u32, ..Default::default() },
+            filter_max_keys: DEFAULT_FILTER_MAX_KEYS,
         }
     }
 }
@@ -244,7 +276,29 @@ impl Config {
         if a.growth_factor <= 1.0 {
             return Cli::Fail("mnemod: -f: factor must be greater than 1".into());
         }
+        if a.filter_stack > MAX_FILTER_STACK {
+            return Cli::Fail(format!("mnemod: --filter-stack: at most {} KiB", MAX_FILTER_STACK >> 10));
+        }
+        let mut filters = Vec::new();
+        for (list, kind) in [(a.filter, FilterKind::Wasm), (a.native_filter, FilterKind::Native)] {
+            for (name, path) in list {
+                if filters.iter().any(|f: &FilterSpec| f.name == name) {
+                    return Cli::Fail(format!("mnemod: filter {name} is installed twice"));
+                }
+                filters.push(FilterSpec { name, path, kind });
+            }
+        }
+        let filter_limits = mnemo_filter::Limits {
+            deadline: std::time::Duration::from_millis(a.filter_timeout_ms),
+            memory: a.filter_memory,
+            stack: a.filter_stack,
+            output_max: a.filter_output_max,
+            concurrency: a.threads as u32,
+        };
         Cli::Run(Config {
+            filters,
+            filter_limits,
+            filter_max_keys: a.filter_max_keys,
             user: a.user,
             pidfile: a.pidfile,
             coredumps: a.coredumps,
@@ -282,6 +336,21 @@ impl Config {
 fn first_line(s: &str) -> String {
     let line = s.lines().find(|l| !l.trim().is_empty()).unwrap_or("invalid arguments");
     format!("mnemod: {}", line.trim_start_matches("error: "))
+}
+
+/// The worker threads' stacks leave this much room for a WebAssembly call.
+pub const MAX_FILTER_STACK: usize = 1 << 20;
+
+/// `NAME=PATH`; the name follows the key rules (what fget requests carry).
+fn parse_filter(s: &str) -> Result<(String, std::path::PathBuf), String> {
+    let (name, path) = s.split_once('=').ok_or_else(|| format!("'{s}': expected NAME=PATH"))?;
+    if name.is_empty() || name.len() > mnemo_proto::text::KEY_MAX || name.bytes().any(|b| b <= b' ' || b == 0x7f) {
+        return Err(format!("'{name}': a filter name is 1-250 bytes without spaces or control characters"));
+    }
+    if path.is_empty() {
+        return Err(format!("'{s}': no path"));
+    }
+    Ok((name.to_string(), path.into()))
 }
 
 fn parse_delimiter(s: &str) -> Result<u8, String> {
@@ -353,6 +422,9 @@ mod tests {
                 Cli::Fail(msg) => assert!(!msg.contains('\n'), "{msg}"),
                 _ => panic!("{bad:?} accepted"),
             }
+        }
+        for bad in [&["--filter", "x"][..], &["--filter", "a b=/p"], &["--filter", "a=/p", "--native-filter", "a=/q"], &["--filter-stack", "2m"]] {
+            assert!(matches!(run(bad), Cli::Fail(_)), "{bad:?} accepted");
         }
         assert!(matches!(run(&["-h"]), Cli::Print(_)));
         assert!(matches!(run(&["-V"]), Cli::Print(_)));

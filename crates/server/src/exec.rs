@@ -273,6 +273,8 @@ pub fn execute_from(
             Next::Continue
         }
         Request::LruCrawler { args } => crate::crawler::command(args, sh, out),
+        Request::Fget { filter, args, keys } => crate::fget::execute(filter, args, keys, sh, out),
+        Request::FgetArgsTooLong { swallow } => Next::Swallow(swallow, Some(ErrorReply::FilterArgsTooLong)),
     }
 }
 
@@ -389,6 +391,7 @@ fn stats_command(args: Keys<'_>, sh: &Shared, out: &mut Vec<u8>) {
             line(out, b"RESET");
         }
         Some(b"settings") => stats::settings(sh, out),
+        Some(b"filters") => crate::fget::stats(sh, out),
         Some(b"items") => stats::items(sh, out),
         Some(b"slabs") => stats::slabs(sh, out),
         Some(b"sizes") => {

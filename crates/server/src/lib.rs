@@ -24,6 +24,7 @@ pub mod conn;
 pub mod crawler;
 pub mod detail;
 pub mod exec;
+pub mod fget;
 pub mod listener;
 pub mod marks;
 pub mod meta;
@@ -61,6 +62,8 @@ pub struct Shared {
     pub marks: marks::Marks,
     /// `lru_crawler enable|disable`: while disabled, metadump and crawl are refused (memcached).
     pub crawler_enabled: AtomicBool,
+    /// The filters `fget` may run (none unless the operator installed some).
+    pub filters: mnemo_filter::FilterHost,
     stopping: AtomicBool,
 }
 
@@ -69,7 +72,13 @@ impl Shared {
         Shared::with_credentials(config, auth::Credentials::default())
     }
 
+    /// Without filters, whatever the config lists (tests that need none).
     pub fn with_credentials(config: Config, credentials: auth::Credentials) -> Shared {
+        let filters = mnemo_filter::FilterHost::new(config.filter_limits, Vec::new()).expect("an empty filter host");
+        Shared::build(config, credentials, filters)
+    }
+
+    pub fn build(config: Config, credentials: auth::Credentials, filters: mnemo_filter::FilterHost) -> Shared {
         let store = Store::new(StoreConfig {
             mem_limit: config.memory_limit,
             item_size_max: config.item_size_max,
@@ -92,6 +101,7 @@ impl Shared {
             marks: marks::Marks::default(),
             detail: detail::Detail::default(),
             crawler_enabled: AtomicBool::new(true),
+            filters,
             stopping: AtomicBool::new(false),
         }
     }
@@ -129,7 +139,13 @@ pub enum ServerError {
     Pidfile(String, std::io::Error),
     #[error("cannot start a thread: {0}")]
     Thread(#[from] std::io::Error),
+    #[error(transparent)]
+    Filter(#[from] mnemo_filter::FilterError),
 }
+
+/// Worker threads run WebAssembly filters on their own stacks: room for the largest
+/// `--filter-stack` on top of the server's own needs.
+const WORKER_STACK: usize = 2 * 1024 * 1024 + config::MAX_FILTER_STACK;
 
 /// Bind, start every thread, and serve until shutdown.
 pub fn run(config: Config) -> Result<(), ServerError> {
@@ -137,17 +153,19 @@ pub fn run(config: Config) -> Result<(), ServerError> {
         Some(path) => auth::Credentials::load(path)?,
         None => auth::Credentials::default(),
     };
+    // Filters load (and compile) before anything is bound: a bad one stops the start-up.
+    let filters = mnemo_filter::FilterHost::new(config.filter_limits, config.filters.clone())?;
     let listeners = listener::bind(&config)?;
     process_setup(&config)?;
     auth::install_sighup();
-    let sh = Arc::new(Shared::with_credentials(config, credentials));
+    let sh = Arc::new(Shared::build(config, credentials, filters));
     let mut handles = Vec::new();
     let mut senders = Vec::new();
     for i in 0..sh.config.threads {
         let (tx, rx) = std::sync::mpsc::channel();
         let (w, waker) = worker::Worker::new(sh.clone(), sh.counters[i].clone(), rx)?;
         senders.push((tx, waker));
-        handles.push(std::thread::Builder::new().name(format!("mnemo-worker-{i}")).spawn(move || w.run())?);
+        handles.push(std::thread::Builder::new().name(format!("mnemo-worker-{i}")).stack_size(WORKER_STACK).spawn(move || w.run())?);
     }
     let maint = sh.clone();
     std::thread::Builder::new().name("mnemo-maint".into()).spawn(move || maintenance(&maint))?;
@@ -216,6 +234,11 @@ fn maintenance(sh: &Shared) {
                     // Keep serving with the old users rather than locking everyone out.
                     Err(e) => eprintln!("mnemod: SIGHUP: {e}; keeping the previous credentials"),
                 }
+            }
+            // Compiling happens here, on the maintenance thread: workers keep serving with
+            // the filters they have until each new one is swapped in.
+            for (name, e) in sh.filters.reload() {
+                eprintln!("mnemod: SIGHUP: filter {name}: {e}; keeping the previous version");
             }
         }
     }

@@ -63,6 +63,7 @@ impl Shared {
         self.auth_errors.store(0, Relaxed);
         self.store.reset_stats();
         self.detail.reset();
+        self.filters.reset_stats();
     }
 }
 
@@ -171,6 +172,16 @@ pub fn settings(sh: &Shared, out: &mut Vec<u8>) {
     stat(out, "segment_size", sh.store.stats().segment_size);
     if !c.extended.is_empty() {
         stat(out, "extended_options_ignored", c.extended.join(","));
+    }
+    let fl = &c.filter_limits;
+    stat(out, "filter_timeout_ms", fl.deadline.as_millis());
+    stat(out, "filter_memory", fl.memory);
+    stat(out, "filter_stack", fl.stack);
+    stat(out, "filter_output_max", fl.output_max);
+    stat(out, "filter_max_keys", c.filter_max_keys);
+    stat(out, "filter_arg_max", mnemo_proto::text::FGET_ARG_MAX);
+    for f in sh.filters.specs() {
+        stat(out, &format!("filter:{}", f.name), format!("{}:{}", f.kind.as_str(), f.path.display()));
     }
     line(out, b"END");
 }

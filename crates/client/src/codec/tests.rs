@@ -125,6 +125,22 @@ fn encodes_every_command() {
             b"stats settings\r\n",
         ),
         (Request::MetadumpAll, b"lru_crawler metadump all\r\n"),
+        (
+            Request::Fget {
+                filter: b"topk",
+                args: b"10",
+                keys: &[b"a", b"{u:7}:b"],
+            },
+            b"fget topk 2 a {u:7}:b\r\n10\r\n",
+        ),
+        (
+            Request::Fget {
+                filter: b"select",
+                args: b"",
+                keys: &[b"k"],
+            },
+            b"fget select 0 k\r\n\r\n",
+        ),
         (Request::Quit, b"quit\r\n"),
     ];
     for (req, want) in cases {
@@ -163,6 +179,32 @@ fn large_values_are_borrowed_not_copied() {
     want.extend_from_slice(&big);
     want.extend_from_slice(b"\r\n");
     assert_eq!(e.to_vec(), want);
+}
+
+#[test]
+fn large_filter_arguments_are_borrowed_and_fget_is_one_line() {
+    let args = vec![0u8; BORROW_MIN];
+    // Past MAX_GET_LINE: an fget is never split, whatever its length.
+    let keys: Vec<Vec<u8>> = (0..100)
+        .map(|i| format!("{i:0>100}").into_bytes())
+        .collect();
+    let refs: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
+    let req = Request::Fget {
+        filter: b"f",
+        args: &args,
+        keys: &refs,
+    };
+    assert_eq!(req.expect(), Some(Expect::Values { cas: false }));
+    let mut e = Encoder::new();
+    e.push(&req);
+    let s = e.io_slices();
+    assert_eq!(s.len(), 3); // line, args, "\r\n"
+    assert_eq!(s[1].as_ptr(), args.as_ptr());
+    let bytes = e.to_vec();
+    let line_end = bytes.iter().position(|&b| b == b'\n').unwrap() + 1;
+    assert!(line_end > MAX_GET_LINE);
+    assert!(bytes[..line_end].starts_with(b"fget f 16384 "));
+    assert_eq!(bytes.len(), line_end + BORROW_MIN + 2);
 }
 
 #[test]

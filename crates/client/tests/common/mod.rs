@@ -1,12 +1,14 @@
 //! Real servers for the client's tests: memcached (Debian's package) and mnemod on free ports,
 //! waited for by connecting (never by sleeping), killed when dropped; and the Python that runs
-//! the interop scripts.
+//! the interop scripts. [`fake`]: a scripted server for what the real ones do not speak yet.
 #![allow(dead_code)] // each test binary uses part of this
+
+pub mod fake;
 
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 pub struct Server {

@@ -176,3 +176,34 @@ fn lru_crawler_carries_its_words() {
     }
     assert!(matches!(p(b"lru_crawler\n"), Parsed::Request(Request::LruCrawler { args }, 12) if args.is_empty()));
 }
+
+#[test]
+fn fget_line_and_argument_block() {
+    let input = b"fget topk 2 u:1 u:2  u:3\r\n10\r\nget x\r\n";
+    match p(input) {
+        Parsed::Request(Request::Fget { filter, args, keys }, n) => {
+            assert_eq!((filter, args, n), (&b"topk"[..], &b"10"[..], 30));
+            assert_eq!(keys.iter().collect::<Vec<_>>(), vec![&b"u:1"[..], b"u:2", b"u:3"]);
+        }
+        other => panic!("{other:?}"),
+    }
+    // Zero-length arguments still end with their own line; no keys is allowed.
+    assert!(matches!(p(b"fget f 0\r\n\r\n"), Parsed::Request(Request::Fget { args: b"", .. }, 12)));
+    // The block is waited for, and bounded before it is buffered.
+    assert_eq!(p(b"fget f 10 k\r\n0123"), Parsed::Incomplete(25));
+    let huge = format!("fget f {} k\r\n", FGET_ARG_MAX + 1);
+    assert!(matches!(p(huge.as_bytes()), Parsed::Request(Request::FgetArgsTooLong { swallow }, _) if swallow == FGET_ARG_MAX + 3));
+    assert!(matches!(p(b"fget f 4294967296 k\r\n"), Parsed::Error { reply: ErrorReply::BadFormat, consumed: 21, .. }));
+    assert!(matches!(p(b"fget f -1 k\r\n"), Parsed::Error { reply: ErrorReply::BadFormat, consumed: 13, .. }));
+    // A bad block end consumes the block, like a storage command's.
+    assert!(matches!(p(b"fget f 2 k\r\nabcd"), Parsed::Error { reply: ErrorReply::BadDataChunk, consumed: 16, .. }));
+    // Key and filter names follow get's rule, after the block is consumed.
+    let long = format!("fget f 0 a {}\r\n\r\n", "k".repeat(251));
+    assert!(matches!(p(long.as_bytes()), Parsed::Error { reply: ErrorReply::BadFormat, consumed, .. } if consumed == long.len()));
+    let long = format!("fget {} 0 a\r\n\r\n", "f".repeat(251));
+    assert!(matches!(p(long.as_bytes()), Parsed::Error { reply: ErrorReply::BadFormat, .. }));
+    assert!(matches!(p(b"fget f\r\n"), Parsed::Error { reply: ErrorReply::Error, consumed: 8, .. }));
+    // Like a multi-get, an fget line may pass 2048 bytes before its newline.
+    let many = format!("fget f 0 {}", "key ".repeat(1000));
+    assert!(matches!(p(many.as_bytes()), Parsed::Incomplete(_)));
+}

@@ -1,0 +1,82 @@
+//! mnemo-filter: the filter host. It loads the filters an operator installed (WebAssembly
+//! modules run by wasmtime, or trusted native shared libraries), and runs one call of one
+//! filter under its limits. It knows no protocol and no sockets: the server hands it the
+//! request's arguments and, key by key, the values it read from the store; it hands back the
+//! output bytes and flags, or why the call failed.
+//!
+//! ```text
+//!   server (execute fget)                  FilterHost                      guest
+//!   ─────────────────────                  ──────────                      ─────
+//!   host.get(name) ───────────────────────> Arc<Filter> (compiled at load, swapped on reload)
+//!   filter.call(args, n, fill, out)
+//!     fill(sink): per key, under its       wasm:   fresh instance from the
+//!     shard lock only while copying ─────>          pre-instantiated template, input
+//!       sink.value(flags, bytes)                    written straight into new pages of its
+//!       sink.missing()                              memory (one copy per value)   ──> mnemo_filter(ptr, len)
+//!                                          native: input into a per-thread buffer ──> mnemo_filter(in, len, out)
+//!     out <── output bytes (checked against the output cap), flags
+//! ```
+//!
+//! Every WebAssembly call runs under a CPU deadline (epoch interruption, ticked by one thread),
+//! a memory cap (linear memory, input included), a stack cap and an output cap. A call that
+//! traps or overruns fails alone; its instance is dropped and the next call gets a new one, so
+//! nothing a filter does outlives its request. Native filters are the seed's model: fast, and
+//! as trusted as the server itself (see `native`).
+//!
+//! The input both kinds receive (little-endian, no padding):
+//!
+//! ```text
+//!   +-------------+-----------+-----------+--------------------------------------------------+
+//!   | u32 arg_len | arg bytes | u32 nkeys | nkeys x { u32 flags | u32 len | len value bytes } |
+//!   +-------------+-----------+-----------+--------------------------------------------------+
+//!                                           len = 0xFFFF_FFFF: the key is missing (no bytes)
+//! ```
+
+mod error;
+pub mod input;
+mod native;
+mod registry;
+mod wasm;
+
+pub use error::FilterError;
+pub use input::InputSink;
+pub use registry::{Filter, FilterHost, FilterKind, FilterSpec, FilterStats, StatsSnapshot};
+
+use std::time::Duration;
+
+/// The ABI version both kinds of filter must report (`mnemo_abi_version`).
+pub const ABI_VERSION: u32 = 1;
+
+pub const DEFAULT_DEADLINE: Duration = Duration::from_millis(5);
+pub const DEFAULT_MEMORY: usize = 64 << 20;
+pub const DEFAULT_STACK: usize = 512 << 10;
+pub const DEFAULT_OUTPUT_MAX: usize = 1 << 20;
+/// Longest message a filter's own error may put in a reply line.
+pub const MESSAGE_MAX: usize = 200;
+
+/// What every call is held to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// CPU deadline of one WebAssembly call.
+    pub deadline: Duration,
+    /// Linear memory of one WebAssembly instance, input included.
+    pub memory: usize,
+    /// WebAssembly stack.
+    pub stack: usize,
+    /// Output bytes of one call (both kinds).
+    pub output_max: usize,
+    /// Calls that may run at once (the server's worker threads): sizes the instance pool.
+    pub concurrency: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            deadline: DEFAULT_DEADLINE,
+            memory: DEFAULT_MEMORY,
+            stack: DEFAULT_STACK,
+            output_max: DEFAULT_OUTPUT_MAX,
+            concurrency: 4,
+        }
+    }
+}

@@ -1,0 +1,217 @@
+//! The installed filters: what the operator configured, loaded, looked up by name, reloaded on
+//! demand (SIGHUP), and counted.
+//!
+//! A lookup takes a read lock for the time of a map probe and clones an `Arc`; a call runs
+//! with no lock held, so a reload never waits for a running filter, and a running filter
+//! finishes on the version it started with.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::Instant;
+
+use parking_lot::RwLock;
+
+use crate::native::NativeFilter;
+use crate::wasm::{WasmEngine, WasmFilter};
+use crate::{FilterError, InputSink, Limits};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FilterKind {
+    /// A WebAssembly module (binary or text format), sandboxed.
+    Wasm,
+    /// A trusted native shared library.
+    Native,
+}
+
+impl FilterKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FilterKind::Wasm => "wasm",
+            FilterKind::Native => "native",
+        }
+    }
+}
+
+/// One filter the operator installed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FilterSpec {
+    pub name: String,
+    pub path: PathBuf,
+    pub kind: FilterKind,
+}
+
+/// Counters of one filter name (they survive reloads).
+#[derive(Debug, Default)]
+pub struct FilterStats {
+    pub calls: AtomicU64,
+    pub errors: AtomicU64,
+    pub timeouts: AtomicU64,
+    pub out_of_memory: AtomicU64,
+    /// Wall time spent in calls (input copy, run, output copy), microseconds.
+    pub usec: AtomicU64,
+}
+
+/// A copy of counters, for `stats`.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct StatsSnapshot {
+    pub calls: u64,
+    pub errors: u64,
+    pub timeouts: u64,
+    pub out_of_memory: u64,
+    pub usec: u64,
+}
+
+impl FilterStats {
+    fn snapshot(&self) -> StatsSnapshot {
+        StatsSnapshot {
+            calls: self.calls.load(Relaxed),
+            errors: self.errors.load(Relaxed),
+            timeouts: self.timeouts.load(Relaxed),
+            out_of_memory: self.out_of_memory.load(Relaxed),
+            usec: self.usec.load(Relaxed),
+        }
+    }
+
+    fn reset(&self) {
+        for c in [&self.calls, &self.errors, &self.timeouts, &self.out_of_memory, &self.usec] {
+            c.store(0, Relaxed);
+        }
+    }
+}
+
+enum Imp {
+    Wasm(WasmFilter),
+    Native(NativeFilter),
+}
+
+/// A loaded filter, ready to call from any thread.
+pub struct Filter {
+    spec: FilterSpec,
+    imp: Imp,
+    stats: Arc<FilterStats>,
+}
+
+impl Filter {
+    pub fn spec(&self) -> &FilterSpec {
+        &self.spec
+    }
+
+    /// Run the filter once. `fill` feeds it exactly `nkeys` entries (values or missing marks)
+    /// through the sink; the output is appended to `out` and its flags returned. On error
+    /// nothing is appended.
+    pub fn call(
+        &self,
+        args: &[u8],
+        nkeys: u32,
+        fill: &mut dyn FnMut(&mut dyn InputSink),
+        out: &mut Vec<u8>,
+    ) -> Result<u32, FilterError> {
+        let start = Instant::now();
+        let mark = out.len();
+        let result = match &self.imp {
+            Imp::Wasm(w) => w.call(args, nkeys, fill, out),
+            Imp::Native(n) => n.call(args, nkeys, fill, out),
+        };
+        let s = &self.stats;
+        s.calls.fetch_add(1, Relaxed);
+        s.usec.fetch_add(start.elapsed().as_micros() as u64, Relaxed);
+        if let Err(e) = &result {
+            out.truncate(mark);
+            s.errors.fetch_add(1, Relaxed);
+            match e {
+                FilterError::Timeout => s.timeouts.fetch_add(1, Relaxed),
+                FilterError::OutOfMemory => s.out_of_memory.fetch_add(1, Relaxed),
+                _ => 0,
+            };
+        }
+        result
+    }
+}
+
+/// Every installed filter, by name.
+pub struct FilterHost {
+    limits: Limits,
+    specs: Vec<FilterSpec>,
+    engine: Option<Arc<WasmEngine>>,
+    table: RwLock<HashMap<Box<[u8]>, Arc<Filter>>>,
+    stats: HashMap<String, Arc<FilterStats>>,
+}
+
+impl FilterHost {
+    /// Load every filter; at start-up any failure is fatal (the operator asked for it).
+    pub fn new(limits: Limits, specs: Vec<FilterSpec>) -> Result<FilterHost, FilterError> {
+        let engine = if specs.iter().any(|s| s.kind == FilterKind::Wasm) {
+            Some(Arc::new(WasmEngine::new(limits)?))
+        } else {
+            None
+        };
+        let stats = specs.iter().map(|s| (s.name.clone(), Arc::new(FilterStats::default()))).collect();
+        let host = FilterHost { limits, specs, engine, table: RwLock::new(HashMap::new()), stats };
+        for spec in &host.specs {
+            let f = host.load(spec)?;
+            host.table.write().insert(spec.name.as_bytes().into(), Arc::new(f));
+        }
+        Ok(host)
+    }
+
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    pub fn specs(&self) -> &[FilterSpec] {
+        &self.specs
+    }
+
+    fn load(&self, spec: &FilterSpec) -> Result<Filter, FilterError> {
+        let imp = match spec.kind {
+            FilterKind::Wasm => {
+                let engine = self.engine.as_ref().ok_or_else(|| FilterError::Engine("no engine".into()))?;
+                Imp::Wasm(WasmFilter::load(engine, &spec.path)?)
+            }
+            FilterKind::Native => Imp::Native(NativeFilter::load(&spec.path, self.limits.output_max)?),
+        };
+        let stats = self.stats.get(&spec.name).cloned().unwrap_or_default();
+        Ok(Filter { spec: spec.clone(), imp, stats })
+    }
+
+    /// Load every filter again from its path. One that fails keeps its previous version;
+    /// the failures are returned for the log.
+    pub fn reload(&self) -> Vec<(String, FilterError)> {
+        let mut failed = Vec::new();
+        for spec in &self.specs {
+            match self.load(spec) {
+                Ok(f) => {
+                    self.table.write().insert(spec.name.as_bytes().into(), Arc::new(f));
+                }
+                Err(e) => failed.push((spec.name.clone(), e)),
+            }
+        }
+        failed
+    }
+
+    pub fn get(&self, name: &[u8]) -> Option<Arc<Filter>> {
+        self.table.read().get(name).cloned()
+    }
+
+    /// Counters per filter name, in the order the filters were configured.
+    pub fn stats(&self) -> Vec<(&FilterSpec, StatsSnapshot)> {
+        self.specs.iter().map(|s| (s, self.stats.get(&s.name).map(|st| st.snapshot()).unwrap_or_default())).collect()
+    }
+
+    /// Counters summed over every filter.
+    pub fn totals(&self) -> StatsSnapshot {
+        self.stats().into_iter().fold(StatsSnapshot::default(), |a, (_, s)| StatsSnapshot {
+            calls: a.calls + s.calls,
+            errors: a.errors + s.errors,
+            timeouts: a.timeouts + s.timeouts,
+            out_of_memory: a.out_of_memory + s.out_of_memory,
+            usec: a.usec + s.usec,
+        })
+    }
+
+    pub fn reset_stats(&self) {
+        self.stats.values().for_each(|s| s.reset());
+    }
+}

@@ -1,0 +1,272 @@
+//! The host against hand-written modules (WebAssembly text): every limit and every way a
+//! guest can misbehave, without depending on a Rust toolchain for wasm32.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use mnemo_filter::{input, FilterError, FilterHost, FilterKind, FilterSpec, InputSink, Limits};
+
+/// A module exporting the ABI, whose `mnemo_filter` body is `body` (params $p $l, result i32:
+/// the address of the result record). `extra` adds module fields.
+fn module(body: &str, extra: &str) -> String {
+    format!(
+        r#"(module
+  (memory (export "memory") 1)
+  {extra}
+  (func (export "mnemo_abi_version") (result i32) (i32.const 1))
+  (func (export "mnemo_filter") (param $p i32) (param $l i32) (result i32)
+    {body}))"#
+    )
+}
+
+/// Writes a result record at address 0 and returns 0.
+fn result(status: &str, flags: &str, ptr: &str, len: &str) -> String {
+    format!(
+        "(i32.store (i32.const 0) {status}) (i32.store (i32.const 4) {flags})
+         (i32.store (i32.const 8) {ptr}) (i32.store (i32.const 12) {len}) (i32.const 0)"
+    )
+}
+
+fn echo() -> String {
+    module(&result("(i32.const 0)", "(i32.const 7)", "(local.get $p)", "(local.get $l)"), "")
+}
+
+struct Dir(PathBuf);
+
+impl Dir {
+    fn new(tag: &str) -> Dir {
+        let d = std::env::temp_dir().join(format!("mnemo-filter-test-{}-{tag}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        Dir(d)
+    }
+
+    fn write(&self, name: &str, text: &str) -> PathBuf {
+        let p = self.0.join(name);
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+}
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn limits() -> Limits {
+    Limits { deadline: Duration::from_millis(20), memory: 4 << 20, output_max: 64 << 10, ..Limits::default() }
+}
+
+fn host(tag: &str, text: &str, limits: Limits) -> (Dir, FilterHost) {
+    let dir = Dir::new(tag);
+    let path = dir.write("f.wat", text);
+    let host = FilterHost::new(limits, vec![FilterSpec { name: "f".into(), path, kind: FilterKind::Wasm }]).unwrap();
+    (dir, host)
+}
+
+type Entries<'a> = &'a [Option<(u32, &'a [u8])>];
+
+fn call(host: &FilterHost, args: &[u8], entries: Entries<'_>) -> Result<(u32, Vec<u8>), FilterError> {
+    let f = host.get(b"f").expect("installed");
+    let mut out = b"prefix".to_vec();
+    let mut fill = |sink: &mut dyn InputSink| {
+        for e in entries {
+            match e {
+                Some((flags, v)) => sink.value(*flags, v),
+                None => sink.missing(),
+            }
+        }
+    };
+    let r = f.call(args, entries.len() as u32, &mut fill, &mut out);
+    assert!(out.starts_with(b"prefix"), "earlier output untouched");
+    match r {
+        Ok(flags) => Ok((flags, out[6..].to_vec())),
+        Err(e) => {
+            assert_eq!(out, b"prefix", "nothing appended on error");
+            Err(e)
+        }
+    }
+}
+
+#[test]
+fn the_guest_sees_exactly_the_documented_layout() {
+    let (_d, h) = host("echo", &echo(), Limits { output_max: 1 << 20, ..limits() });
+    let entries: Entries<'_> = &[Some((3, b"abc")), None, Some((u32::MAX, b""))];
+    let (flags, out) = call(&h, b"args!", entries).unwrap();
+    assert_eq!(flags, 7);
+    assert_eq!(out, input::encode(b"args!", entries));
+    // A value spanning many pages arrives whole.
+    let big = vec![0xabu8; 300_000];
+    let (_, out) = call(&h, b"", &[Some((1, &big))]).unwrap();
+    assert_eq!(out, input::encode(b"", &[Some((1, &big))]));
+}
+
+#[test]
+fn endless_loop_times_out_within_the_deadline_and_the_next_call_works() {
+    let text = module("(loop $l (br $l)) (i32.const 0)", "");
+    let (_d, h) = host("loop", &text, limits());
+    for _ in 0..3 {
+        let t = Instant::now();
+        assert!(matches!(call(&h, b"", &[]), Err(FilterError::Timeout)));
+        // 20 ms deadline at 1 ms ticks; generous bound for a loaded machine.
+        assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+    }
+    let s = h.totals();
+    assert_eq!((s.calls, s.errors, s.timeouts), (3, 3, 3));
+}
+
+#[test]
+fn memory_bomb_fails_with_out_of_memory() {
+    // Grow one page at a time until refused, then trap as an allocator would.
+    let body = "(block $done (loop $l (br_if $done (i32.eq (memory.grow (i32.const 1)) (i32.const -1))) (br $l)))
+                unreachable";
+    let (_d, h) = host("bomb", &module(body, ""), limits());
+    assert!(matches!(call(&h, b"", &[]), Err(FilterError::OutOfMemory)));
+    assert_eq!(h.totals().out_of_memory, 1);
+}
+
+#[test]
+fn input_larger_than_the_memory_cap_is_refused() {
+    let (_d, h) = host("biginput", &echo(), limits());
+    let big = vec![1u8; 5 << 20];
+    assert!(matches!(call(&h, b"", &[Some((0, &big))]), Err(FilterError::OutOfMemory)));
+    // A small one still goes through on the same filter.
+    assert!(call(&h, b"", &[Some((0, b"x"))]).is_ok());
+}
+
+#[test]
+fn trap_fails_only_that_call() {
+    // Traps when the argument is "boom", echoes otherwise; state from a trapped call never leaks.
+    let body = format!(
+        "(if (i32.eq (i32.load8_u (i32.add (local.get $p) (i32.const 4))) (i32.const 98)) (then unreachable))
+         {}",
+        result("(i32.const 0)", "(i32.const 0)", "(local.get $p)", "(local.get $l)")
+    );
+    let (_d, h) = host("trap", &module(&body, ""), limits());
+    assert!(matches!(call(&h, b"boom", &[]), Err(FilterError::Trapped)));
+    assert!(call(&h, b"fine", &[]).is_ok());
+}
+
+#[test]
+fn stack_overflow_is_a_trap() {
+    let extra = "(func $r (param i32) (result i32) (i32.add (call $r (i32.add (local.get 0) (i32.const 1))) (i32.const 1)))";
+    let (_d, h) = host("stack", &module("(drop (call $r (i32.const 0))) (i32.const 0)", extra), limits());
+    assert!(matches!(call(&h, b"", &[]), Err(FilterError::Trapped)));
+}
+
+#[test]
+fn results_out_of_bounds_or_over_the_cap_are_refused() {
+    let cases = [
+        // Result record itself past the end of memory.
+        (module("(i32.const -8)", ""), "bad"),
+        // Output pointer past the end (the host grew memory for the input: far past it).
+        (module(&result("(i32.const 0)", "(i32.const 0)", "(i32.const 0x7fff0000)", "(i32.const 100)"), ""), "bad"),
+        // Length that wraps around the address space.
+        (module(&result("(i32.const 0)", "(i32.const 0)", "(i32.const 16)", "(i32.const -1)"), ""), "bad"),
+        // Unknown status.
+        (module(&result("(i32.const 9)", "(i32.const 0)", "(i32.const 0)", "(i32.const 0)"), ""), "bad"),
+        // In bounds, over the 64 KiB output cap (the memory has two pages).
+        (
+            module(&result("(i32.const 0)", "(i32.const 0)", "(i32.const 0)", "(i32.const 70000)"), "")
+                .replace("(memory (export \"memory\") 1)", "(memory (export \"memory\") 2)"),
+            "large",
+        ),
+    ];
+    for (i, (text, want)) in cases.iter().enumerate() {
+        let (_d, h) = host(&format!("result{i}"), text, limits());
+        let r = call(&h, b"", &[]);
+        match *want {
+            "bad" => assert!(matches!(r, Err(FilterError::BadResult)), "case {i}: {r:?}"),
+            _ => assert!(matches!(r, Err(FilterError::OutputTooLarge)), "case {i}: {r:?}"),
+        }
+    }
+}
+
+#[test]
+fn a_filter_error_message_is_sanitized_and_bounded() {
+    let msg = format!("bad \"argument\"\r\nSTORED{}", "x".repeat(500));
+    let data = msg.bytes().map(|b| format!("\\{b:02x}")).collect::<String>();
+    let text = module(
+        &result("(i32.const 1)", "(i32.const 0)", "(i32.const 64)", &format!("(i32.const {})", msg.len())),
+        &format!("(data (i32.const 64) \"{data}\")"),
+    );
+    let (_d, h) = host("msg", &text, limits());
+    match call(&h, b"", &[]) {
+        Err(FilterError::Failed(m)) => {
+            assert!(m.starts_with("bad \"argument\"??STORED"), "{m}");
+            assert_eq!(m.len(), mnemo_filter::MESSAGE_MAX);
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn modules_that_break_the_abi_do_not_load() {
+    let cases = [
+        ("garbage", "this is not wasm".to_string()),
+        ("import", format!("(module (import \"env\" \"f\" (func)) {})", &echo()["(module".len()..echo().len() - 1])),
+        ("noexport", "(module (memory (export \"memory\") 1))".to_string()),
+        ("version", echo().replace("(i32.const 1))\n", "(i32.const 2))\n")),
+        ("bigmem", echo().replace("(memory (export \"memory\") 1)", "(memory (export \"memory\") 100)")),
+    ];
+    for (tag, text) in cases {
+        let dir = Dir::new(tag);
+        let path = dir.write("f.wat", &text);
+        let spec = FilterSpec { name: "f".into(), path, kind: FilterKind::Wasm };
+        let r = FilterHost::new(limits(), vec![spec]);
+        assert!(r.is_err(), "{tag} loaded");
+        let msg = r.err().unwrap().to_string();
+        match tag {
+            "import" => assert!(msg.contains("imports env::f"), "{msg}"),
+            "version" => assert!(msg.contains("ABI version 2"), "{msg}"),
+            "noexport" => assert!(msg.contains("mnemo_filter"), "{msg}"),
+            _ => {}
+        }
+    }
+}
+
+#[test]
+fn reload_swaps_good_filters_and_keeps_the_old_one_on_failure() {
+    let dir = Dir::new("reload");
+    let path = dir.write("f.wat", &echo());
+    let spec = FilterSpec { name: "f".into(), path: path.clone(), kind: FilterKind::Wasm };
+    let h = FilterHost::new(limits(), vec![spec]).unwrap();
+    let old = h.get(b"f").unwrap();
+    assert_eq!(call(&h, b"", &[]).unwrap().0, 7);
+    // A new version: flags 9.
+    std::fs::write(&path, echo().replace("(i32.const 7)", "(i32.const 9)")).unwrap();
+    assert!(h.reload().is_empty());
+    assert_eq!(call(&h, b"", &[]).unwrap().0, 9);
+    // A broken file: the reload reports it and the last good version keeps serving.
+    std::fs::write(&path, "(module").unwrap();
+    let failed = h.reload();
+    assert_eq!(failed.len(), 1);
+    assert_eq!(failed[0].0, "f");
+    assert_eq!(call(&h, b"", &[]).unwrap().0, 9);
+    // A caller holding the version it looked up before the reload finishes on it.
+    let mut out = Vec::new();
+    assert_eq!(old.call(b"", 0, &mut |_| {}, &mut out).unwrap(), 7);
+    assert!(h.get(b"nope").is_none());
+}
+
+#[test]
+fn concurrent_calls_beyond_the_pool_are_served() {
+    // More threads than Limits::concurrency, each calling repeatedly.
+    let (_d, h) = host("conc", &echo(), Limits { concurrency: 2, ..limits() });
+    std::thread::scope(|s| {
+        for t in 0..4u8 {
+            let h = &h;
+            s.spawn(move || {
+                for i in 0..50u8 {
+                    let v = [t, i];
+                    match call(h, &v, &[Some((1, &v))]) {
+                        Ok((_, out)) => assert_eq!(out, input::encode(&v, &[Some((1, &v))])),
+                        Err(FilterError::Busy) => {}
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+            });
+        }
+    });
+}

@@ -1,0 +1,87 @@
+//! `fget <filter> <arglen> <key>*\r\n<args>\r\n`: run an installed filter over the keys'
+//! values and reply with its output as one value named after the filter.
+//!
+//! ```text
+//!   worker thread
+//!   ├─ look the filter up (read lock for a map probe; an Arc is kept, no lock after)
+//!   ├─ fill: per key, store.get under that key's shard lock, copying the value straight
+//!   │        into the filter's input (guest memory for WebAssembly); the lock is released
+//!   │        before the next key
+//!   ├─ run the filter with no lock held (deadline, memory and output caps: mnemo-filter)
+//!   └─ VALUE <filter> <flags> <len>\r\n<output>\r\nEND\r\n   or   SERVER_ERROR filter <reason>
+//! ```
+//!
+//! Keys count as gets for the store (a read keeps an item from eviction like any get) and in
+//! `stats detail`, but not in `cmd_get`/`get_hits`: those count what clients fetched, and an
+//! fget's values never leave the server. `stats filters` counts calls per filter.
+
+use mnemo_proto::reply::{line, value_header};
+use mnemo_proto::text::Keys;
+use mnemo_proto::ErrorReply;
+
+use crate::detail::Event;
+use crate::exec::Next;
+use crate::Shared;
+
+pub fn execute(filter: &[u8], args: &[u8], keys: Keys<'_>, sh: &Shared, out: &mut Vec<u8>) -> Next {
+    let Some(f) = sh.filters.get(filter) else {
+        ErrorReply::UnknownFilter.write(out);
+        return Next::Continue;
+    };
+    let n = keys.iter().count();
+    if n > sh.config.filter_max_keys {
+        ErrorReply::TooManyKeys.write(out);
+        return Next::Continue;
+    }
+    let now = sh.clock.now();
+    let mut fill = |sink: &mut dyn mnemo_filter::InputSink| {
+        for key in keys.iter() {
+            let found = sh.store.get(key, now, |it| sink.value(it.flags, it.value));
+            sh.detail.record(key, sh.config.prefix_delimiter, Event::Get { hit: found.is_hit() });
+            if !found.is_hit() {
+                sink.missing();
+            }
+        }
+    };
+    // The output goes straight into the reply buffer; its header is put in front once the
+    // length is known (a small move: outputs are bounded by --filter-output-max).
+    let start = out.len();
+    match f.call(args, n as u32, &mut fill, out) {
+        Ok(flags) => {
+            let len = out.len() - start;
+            let mut header = Vec::with_capacity(32 + filter.len());
+            value_header(&mut header, filter, flags, len, None);
+            out.splice(start..start, header);
+            out.extend_from_slice(b"\r\nEND\r\n");
+        }
+        Err(e) => {
+            if sh.verbosity.load(std::sync::atomic::Ordering::Relaxed) > 0 {
+                eprintln!("mnemod: filter {}: {e}", String::from_utf8_lossy(filter));
+            }
+            line(out, format!("SERVER_ERROR filter {e}").as_bytes());
+        }
+    }
+    Next::Continue
+}
+
+/// `stats filters`: totals, then each installed filter's kind, path and counters.
+pub fn stats(sh: &Shared, out: &mut Vec<u8>) {
+    use mnemo_proto::reply::stat;
+    let t = sh.filters.totals();
+    stat(out, "filter_calls", t.calls);
+    stat(out, "filter_errors", t.errors);
+    stat(out, "filter_timeouts", t.timeouts);
+    stat(out, "filter_out_of_memory", t.out_of_memory);
+    stat(out, "filter_usec", t.usec);
+    for (spec, s) in sh.filters.stats() {
+        let n = &spec.name;
+        stat(out, &format!("{n}:kind"), spec.kind.as_str());
+        stat(out, &format!("{n}:path"), spec.path.display());
+        stat(out, &format!("{n}:calls"), s.calls);
+        stat(out, &format!("{n}:errors"), s.errors);
+        stat(out, &format!("{n}:timeouts"), s.timeouts);
+        stat(out, &format!("{n}:out_of_memory"), s.out_of_memory);
+        stat(out, &format!("{n}:usec"), s.usec);
+    }
+    line(out, b"END");
+}

@@ -1,0 +1,333 @@
+//! `fget` against the real `mnemod` with the SDK's example filters (WebAssembly and native):
+//! results equal the client-side computation, protocol errors keep the connection in sync,
+//! hostile filters fail only their own request, and SIGHUP reloads filters.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use mnemo_filter_sdk::records::{self, Record};
+
+mod common;
+use common::Server;
+
+#[path = "../../filter/tests/support/examples.rs"]
+mod examples;
+use examples::examples;
+
+/// A deterministic generator (xorshift64*), so a failure reproduces.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+struct Conn {
+    w: TcpStream,
+    r: BufReader<TcpStream>,
+}
+
+impl Conn {
+    fn new(srv: &Server) -> Conn {
+        let w = srv.connect();
+        Conn { r: BufReader::new(w.try_clone().unwrap()), w }
+    }
+
+    fn line(&mut self) -> String {
+        let mut l = String::new();
+        self.r.read_line(&mut l).unwrap();
+        l
+    }
+
+    fn set(&mut self, key: &str, flags: u32, value: &[u8]) {
+        write!(self.w, "set {key} {flags} 0 {}\r\n", value.len()).unwrap();
+        self.w.write_all(value).unwrap();
+        self.w.write_all(b"\r\n").unwrap();
+        assert_eq!(self.line(), "STORED\r\n");
+    }
+
+    fn send_fget(&mut self, filter: &str, args: &[u8], keys: &[String]) {
+        let mut req = format!("fget {filter} {}", args.len()).into_bytes();
+        for k in keys {
+            req.push(b' ');
+            req.extend_from_slice(k.as_bytes());
+        }
+        req.extend_from_slice(b"\r\n");
+        req.extend_from_slice(args);
+        req.extend_from_slice(b"\r\n");
+        self.w.write_all(&req).unwrap();
+    }
+
+    /// The reply to an fget: Ok((flags, data)) or Err(the error line).
+    fn read_fget(&mut self, filter: &str) -> Result<(u32, Vec<u8>), String> {
+        let l = self.line();
+        let Some(rest) = l.strip_prefix("VALUE ") else {
+            return Err(l.trim_end().to_string());
+        };
+        let mut words = rest.split_whitespace();
+        assert_eq!(words.next(), Some(filter));
+        let flags: u32 = words.next().unwrap().parse().unwrap();
+        let len: usize = words.next().unwrap().parse().unwrap();
+        let mut data = vec![0; len + 2];
+        self.r.read_exact(&mut data).unwrap();
+        assert_eq!(&data[len..], b"\r\n");
+        data.truncate(len);
+        assert_eq!(self.line(), "END\r\n");
+        Ok((flags, data))
+    }
+
+    fn fget(&mut self, filter: &str, args: &[u8], keys: &[String]) -> Result<(u32, Vec<u8>), String> {
+        self.send_fget(filter, args, keys);
+        self.read_fget(filter)
+    }
+
+    fn stats(&mut self, group: &str) -> Vec<(String, String)> {
+        write!(self.w, "stats {group}\r\n").unwrap();
+        let mut out = Vec::new();
+        loop {
+            let l = self.line();
+            if l == "END\r\n" {
+                return out;
+            }
+            let mut w = l.trim_end().splitn(3, ' ').skip(1);
+            out.push((w.next().unwrap().to_string(), w.next().unwrap_or("").to_string()));
+        }
+    }
+
+    fn stat(&mut self, group: &str, name: &str) -> String {
+        self.stats(group).into_iter().find(|(k, _)| k == name).map(|(_, v)| v).unwrap_or_else(|| panic!("no {name}"))
+    }
+}
+
+fn arg(name: &str, path: PathBuf) -> String {
+    format!("{name}={}", path.display())
+}
+
+/// Users 0..n with random records; every seventh user is left out (a missing key), and some
+/// values carry trailing bytes short of a record (ignored by the encoding's rule).
+fn load_users(c: &mut Conn, rng: &mut Rng, n: u64) -> Vec<Option<Vec<u8>>> {
+    (0..n)
+        .map(|u| {
+            if u % 7 == 3 {
+                return None;
+            }
+            let recs: Vec<Record> = (0..rng.below(40))
+                .map(|_| Record { user: u, article: rng.below(1000), ts: rng.below(500) })
+                .collect();
+            let mut v = records::encode_all(&recs);
+            if u % 5 == 0 {
+                v.extend_from_slice(&[0xee; 11]);
+            }
+            c.set(&format!("u:{u}"), 0, &v);
+            Some(v)
+        })
+        .collect()
+}
+
+#[test]
+fn topk_and_select_equal_the_client_side_computation_for_both_kinds() {
+    let ex = examples();
+    let srv = Server::start(&[
+        "--filter", &arg("topk", ex.wasm("topk")),
+        "--native-filter", &arg("ntopk", ex.native("topk")),
+        "--filter", &arg("select", ex.wasm("select")),
+        "--native-filter", &arg("nselect", ex.native("select")),
+    ]);
+    let mut c = Conn::new(&srv);
+    let mut rng = Rng(0x5eed_0001);
+    let users = load_users(&mut c, &mut rng, 300);
+    for q in 0..60 {
+        let n = 1 + rng.below(120) as usize;
+        let picked: Vec<u64> = (0..n).map(|_| rng.below(320)).collect(); // some never stored
+        let keys: Vec<String> = picked.iter().map(|u| format!("u:{u}")).collect();
+        let values = || picked.iter().filter_map(|&u| users.get(u as usize).cloned().flatten());
+        let k = [1, 3, 10, 50, 5000][q % 5];
+        let want = records::encode_all(&records::top_k(values().flat_map(|v| records::iter(&v).collect::<Vec<_>>()), k));
+        for filter in ["topk", "ntopk"] {
+            assert_eq!(c.fget(filter, k.to_string().as_bytes(), &keys), Ok((0, want.clone())), "{filter} query {q}");
+        }
+        let article = rng.below(1000);
+        let want: Vec<u8> = values()
+            .flat_map(|v| records::iter(&v).filter(|r| r.article == article).collect::<Vec<_>>())
+            .flat_map(|r| records::encode_all(&[r]))
+            .collect();
+        for filter in ["select", "nselect"] {
+            let got = c.fget(filter, format!("article={article}").as_bytes(), &keys);
+            assert_eq!(got, Ok((0, want.clone())), "{filter} query {q}");
+        }
+    }
+    // A filter's own refusal of its arguments is a SERVER_ERROR naming the reason.
+    let e = c.fget("topk", b"ten", &["u:1".into()]).unwrap_err();
+    assert!(e.starts_with("SERVER_ERROR filter failed: "), "{e}");
+    assert_eq!(c.stat("filters", "topk:calls"), "61");
+    assert_eq!(c.stat("filters", "topk:errors"), "1");
+}
+
+#[test]
+fn protocol_errors_keep_the_connection_in_sync() {
+    let ex = examples();
+    let srv = Server::start(&["--filter", &arg("topk", ex.wasm("topk")), "--filter-max-keys", "3"]);
+    let mut c = Conn::new(&srv);
+    c.set("u:1", 0, &records::encode_all(&[Record { user: 1, article: 2, ts: 3 }]));
+    let ok = Ok((0, records::encode_all(&[Record { user: 1, article: 2, ts: 3 }])));
+    let keys = |n: usize| (0..n).map(|i| format!("u:{i}")).collect::<Vec<_>>();
+    assert_eq!(c.fget("nope", b"10", &keys(2)), Err("CLIENT_ERROR unknown filter".into()));
+    assert_eq!(c.fget("topk", b"10", &keys(4)), Err("CLIENT_ERROR too many keys".into()));
+    assert_eq!(c.fget("topk", b"10", &keys(3)), ok);
+    // An over-long argument block is swallowed whole, even arriving in pieces.
+    let big = vec![b'1'; 64 * 1024 + 1];
+    c.w.write_all(format!("fget topk {} u:1\r\n", big.len()).as_bytes()).unwrap();
+    c.w.write_all(&big[..1000]).unwrap();
+    c.w.flush().unwrap();
+    c.w.write_all(&big[1000..]).unwrap();
+    c.w.write_all(b"\r\n").unwrap();
+    assert_eq!(c.line(), "CLIENT_ERROR filter arguments too long\r\n");
+    assert_eq!(c.fget("topk", b"1", &keys(2)), ok);
+    let long = "k".repeat(251);
+    assert_eq!(c.fget("topk", b"1", &[long]), Err("CLIENT_ERROR bad command line format".into()));
+    // A block that does not end in \r\n: the block is consumed, nothing more.
+    c.w.write_all(b"fget topk\r\nfget topk 2 u:1\r\n1xyz").unwrap();
+    assert_eq!(c.line(), "ERROR\r\n");
+    assert_eq!(c.line(), "CLIENT_ERROR bad data chunk\r\n");
+    assert_eq!(c.fget("topk", b"1", &keys(2)), ok);
+    c.w.write_all(b"get u:1\r\n").unwrap();
+    assert!(c.line().starts_with("VALUE u:1 0 24"));
+}
+
+#[test]
+fn hostile_filters_fail_alone_within_their_limits() {
+    let ex = examples();
+    let mut flags: Vec<String> = ["-t", "2", "--filter-timeout-ms", "50", "--filter-memory", "16m", "--filter-output-max", "64k"]
+        .map(String::from)
+        .to_vec();
+    for name in ["hostile_loop", "hostile_memory", "hostile_trap", "hostile_output", "hostile_stack", "topk"] {
+        flags.push("--filter".into());
+        flags.push(arg(name, ex.wasm(name)));
+    }
+    let srv = Server::start(&flags.iter().map(String::as_str).collect::<Vec<_>>());
+    let mut c = Conn::new(&srv);
+    let rec = records::encode_all(&[Record { user: 9, article: 8, ts: 7 }]);
+    c.set("u:9", 0, &rec);
+    let key = vec!["u:9".to_string()];
+    let baseline = srv.rss_kb();
+    let cases: [(&str, &[u8], &[&str]); 6] = [
+        ("hostile_loop", b"", &["SERVER_ERROR filter timeout"]),
+        ("hostile_memory", b"", &["SERVER_ERROR filter out of memory"]),
+        ("hostile_trap", b"", &["SERVER_ERROR filter trapped"]),
+        ("hostile_stack", b"", &["SERVER_ERROR filter trapped"]),
+        ("hostile_output", b"huge", &["SERVER_ERROR filter output too large", "SERVER_ERROR filter out of memory"]),
+        ("hostile_output", b"", &["SERVER_ERROR filter bad result"]),
+    ];
+    // Meanwhile another client keeps being answered, on its own connection.
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let bystander = s.spawn(|| {
+            let mut b = Conn::new(&srv);
+            let mut served = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                assert_eq!(b.fget("topk", b"5", &key), Ok((0, rec.clone())));
+                b.w.write_all(b"get u:9\r\n").unwrap();
+                assert!(b.line().starts_with("VALUE u:9 0 24"));
+                let mut rest = vec![0; 24 + 2 + 5];
+                b.r.read_exact(&mut rest).unwrap();
+                served += 1;
+            }
+            served
+        });
+        for round in 0..5 {
+            for (filter, args, want) in cases {
+                let t = Instant::now();
+                let got = c.fget(filter, args, &key).unwrap_err();
+                assert!(want.contains(&got.as_str()), "{filter} round {round}: {got}");
+                // 50 ms deadline; a generous bound for a loaded test machine.
+                assert!(t.elapsed() < Duration::from_secs(3), "{filter} took {:?}", t.elapsed());
+            }
+            // The same connection goes on with a well-behaved filter.
+            assert_eq!(c.fget("topk", b"5", &key), Ok((0, rec.clone())));
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        assert!(bystander.join().unwrap() > 0, "the other client was never answered");
+    });
+    // 30 hostile calls, several of which touched their whole 16 MiB: memory went back.
+    let grown = srv.rss_kb().saturating_sub(baseline);
+    assert!(grown < 64 * 1024, "RSS grew by {grown} KiB");
+    assert_eq!(c.stat("filters", "filter_timeouts"), "5");
+    assert_eq!(c.stat("filters", "hostile_memory:out_of_memory"), "5");
+    assert_eq!(c.stat("filters", "filter_errors"), "30");
+}
+
+#[test]
+fn sighup_reloads_filters_and_a_broken_one_keeps_the_last_good_version() {
+    let dir = std::env::temp_dir().join(format!("mnemod-filter-reload-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("f.wat");
+    // Replies with flags N and no output.
+    let module = |n: u32| {
+        format!(
+            r#"(module (memory (export "memory") 1)
+  (func (export "mnemo_abi_version") (result i32) (i32.const 1))
+  (func (export "mnemo_filter") (param i32 i32) (result i32)
+    (i32.store (i32.const 4) (i32.const {n})) (i32.const 0)))"#
+        )
+    };
+    std::fs::write(&path, module(1)).unwrap();
+    let srv = Server::start(&["--filter", &arg("f", path.clone())]);
+    let mut c = Conn::new(&srv);
+    assert_eq!(c.fget("f", b"", &[]), Ok((1, vec![])));
+    let hup = || {
+        // SAFETY: kill with a live child's pid.
+        assert_eq!(unsafe { libc::kill(srv.child.id() as i32, libc::SIGHUP) }, 0);
+    };
+    // Polls until the reload shows (the maintenance thread reloads within about a second).
+    let wait_for = |n: u32, c: &mut Conn| {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let got = c.fget("f", b"", &[]).expect("a filter always answers");
+            if got.0 == n {
+                return;
+            }
+            assert!(Instant::now() < deadline, "reload to {n} never showed (still {})", got.0);
+            std::thread::yield_now();
+        }
+    };
+    std::fs::write(&path, module(2)).unwrap();
+    hup();
+    wait_for(2, &mut c);
+    // A broken file: every call in between is answered by version 2; then a good one again.
+    std::fs::write(&path, "(module (func").unwrap();
+    hup();
+    std::fs::write(dir.join("marker"), "").unwrap();
+    for _ in 0..50 {
+        assert_eq!(c.fget("f", b"", &[]), Ok((2, vec![])));
+    }
+    std::fs::write(&path, module(3)).unwrap();
+    hup();
+    wait_for(3, &mut c);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_filter_that_cannot_load_stops_the_start_up_with_one_line() {
+    let bad = std::env::temp_dir().join(format!("mnemod-bad-filter-{}.wasm", std::process::id()));
+    std::fs::write(&bad, b"not wasm").unwrap();
+    for flag in ["--filter", "--native-filter"] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_mnemod"))
+            .args(["-p", "1", flag, &arg("f", bad.clone())])
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("f") && err.contains(&bad.display().to_string()), "{err}");
+    }
+    let _ = std::fs::remove_file(&bad);
+}
