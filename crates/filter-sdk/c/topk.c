@@ -101,7 +101,8 @@ int32_t mnemo_filter(const uint8_t *input, size_t input_len, mnemo_output *out) 
     while (mnemo_cursor_next(&c, &e) == 1)
         if (e.present) total += e.len / RECORD_LEN;
     n = total < k ? total : k;
-    if (n * RECORD_LEN > out->cap || (n > 0 && out->data == NULL)) return mnemo_output_too_large(out, n * RECORD_LEN);
+    if (n * RECORD_LEN > out->cap || (n > 0 && out->data == NULL))
+        return mnemo_output_too_large(out, n * RECORD_LEN);
     if (n == 0) return MNEMO_FILTER_OK;
 
     heap = malloc(n * sizeof(record));

@@ -372,6 +372,10 @@ mod tests {
         assert_eq!(out.flags(), 9);
     }
 
+    fn borrow(entries: &[Option<(u32, Vec<u8>)>]) -> Vec<Option<(u32, &[u8])>> {
+        entries.iter().map(|e| e.as_ref().map(|(f, v)| (*f, v.as_slice()))).collect()
+    }
+
     fn entries() -> impl Strategy<Value = Vec<Option<(u32, Vec<u8>)>>> {
         prop::collection::vec(prop::option::of((any::<u32>(), prop::collection::vec(any::<u8>(), 0..40))), 0..12)
     }
@@ -379,7 +383,7 @@ mod tests {
     proptest! {
         #[test]
         fn encode_then_parse_is_identity(args in prop::collection::vec(any::<u8>(), 0..30), entries in entries()) {
-            let borrowed: Vec<Option<(u32, &[u8])>> = entries.iter().map(|e| e.as_ref().map(|(f, v)| (*f, v.as_slice()))).collect();
+            let borrowed = borrow(&entries);
             let bytes = encode_input(&args, &borrowed);
             let input = Input::parse(&bytes).unwrap();
             prop_assert_eq!(input.args(), &args[..]);
@@ -404,7 +408,7 @@ mod tests {
             word in prop_oneof![Just(0u32), Just(u32::MAX), Just(u32::MAX - 1), Just(0x8000_0000), any::<u32>()],
             cut in any::<prop::sample::Index>(),
         ) {
-            let borrowed: Vec<Option<(u32, &[u8])>> = entries.iter().map(|e| e.as_ref().map(|(f, v)| (*f, v.as_slice()))).collect();
+            let borrowed = borrow(&entries);
             let mut bytes = encode_input(b"5", &borrowed);
             let i = at.index(bytes.len());
             let end = (i + 4).min(bytes.len());

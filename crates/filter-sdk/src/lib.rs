@@ -49,6 +49,13 @@
 //! Build a WebAssembly filter as a `cdylib` with
 //! `cargo build --release --target wasm32-unknown-unknown`; the same source built for the host
 //! is a native filter.
+//!
+//! The examples (`topk`, `select`, and the `hostile_*` filters the host's tests feed it) build
+//! to `target/wasm32-unknown-unknown/release/examples/<name>.wasm` with
+//! `cargo build -p mnemo-filter-sdk --examples --release --target wasm32-unknown-unknown`, and
+//! `node crates/filter-sdk/scripts/check-wasm.mjs` then checks each module's imports (none)
+//! and exports and calls it the way the host does. `c/topk.c` is the top-k filter in C against
+//! `include/mnemo_filter.h`; the tests compile it and compare it with [`records::top_k`].
 
 pub mod abi;
 pub mod args;

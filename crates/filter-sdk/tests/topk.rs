@@ -43,7 +43,11 @@ fn seed_001_feed_size() {
     let values: common::Values = (0..30)
         .map(|_| {
             let recs: Vec<Record> = (0..100)
-                .map(|_| Record { user: rng.below(1000), article: rng.next(), ts: 1_700_000_000 + rng.below(86_400) })
+                .map(|_| Record {
+                    user: rng.below(1000),
+                    article: rng.next(),
+                    ts: 1_700_000_000 + rng.below(86_400),
+                })
                 .collect();
             Some((0, records::encode_all(&recs)))
         })
@@ -56,7 +60,8 @@ fn seed_001_feed_size() {
 #[test]
 fn bad_arguments() {
     let values = vec![Some((0, records::encode_all(&[Record { user: 1, article: 2, ts: 3 }])))];
-    for bad in [&b""[..], b"0", b"100001", b"-1", b"+1", b" 1", b"1 ", b"1\r\n", b"ten", b"99999999999999999999999"] {
+    let bads = [&b""[..], b"0", b"100001", b"-1", b"+1", b" 1", b"1 ", b"1\r\n", b"ten", b"99999999999999999999999"];
+    for bad in bads {
         let err = run(bad, &values).unwrap_err();
         assert!(err.starts_with("bad argument: "), "{bad:?}: {err}");
     }
@@ -93,7 +98,8 @@ proptest! {
         let values: common::Values = values
             .into_iter()
             .map(|v| v.map(|recs| {
-                let recs: Vec<Record> = recs.into_iter().map(|(user, article, ts)| Record { user, article, ts }).collect();
+                let recs: Vec<Record> =
+                    recs.into_iter().map(|(user, article, ts)| Record { user, article, ts }).collect();
                 let mut bytes = records::encode_all(&recs);
                 bytes.extend(std::iter::repeat_n(0xEE, tail));
                 (0, bytes)

@@ -52,7 +52,8 @@ pub fn random_values(rng: &mut Rng, keys: usize, max_records: u64, spread: u64) 
 }
 
 pub fn input(args: &[u8], values: &Values) -> Vec<u8> {
-    let borrowed: Vec<Option<(u32, &[u8])>> = values.iter().map(|v| v.as_ref().map(|(f, b)| (*f, b.as_slice()))).collect();
+    let borrowed: Vec<Option<(u32, &[u8])>> =
+        values.iter().map(|v| v.as_ref().map(|(f, b)| (*f, b.as_slice()))).collect();
     encode_input(args, &borrowed)
 }
 
