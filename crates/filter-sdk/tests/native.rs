@@ -7,6 +7,7 @@ mod common;
 use common::{call, input, random_values, reference_topk, Call, FilterFn, Rng, VersionFn};
 use libloading::Library;
 use mnemo_filter_sdk::records::{self, Record};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -159,6 +160,9 @@ fn rust_select_cdylib() {
 #[test]
 fn a_panic_does_not_cross_the_boundary() {
     let Some(f) = example("hostile_trap") else { return };
+    // The library has its own std, whose panic hook prints past the harness's capture: say so
+    // the same way.
+    let _ = writeln!(std::io::stderr(), "(expected: hostile_trap panics next, and the panic is caught)");
     let got = call(f.filter, &input(b"", &vec![None]), 100);
     assert_eq!((got.rc, got.message().as_str()), (1, "panicked"));
 }
