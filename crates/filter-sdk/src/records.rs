@@ -77,8 +77,11 @@ pub fn top_k<I: IntoIterator<Item = Record>>(records: I, k: usize) -> Vec<Record
         return all;
     }
     let mut best: Vec<Record> = Vec::with_capacity(k + 1);
+    // The oldest timestamp kept once the buffer is full: most records of a long feed are
+    // older, and one integer comparison turns them away.
+    let mut floor = 0u64;
     for r in records {
-        if best.len() == k && newest_first(&r, &best[k - 1]) != Ordering::Less {
+        if best.len() == k && (r.ts < floor || newest_first(&r, &best[k - 1]) != Ordering::Less) {
             continue;
         }
         // Insert after equal records.
@@ -86,6 +89,9 @@ pub fn top_k<I: IntoIterator<Item = Record>>(records: I, k: usize) -> Vec<Record
         best.insert(pos, r);
         if best.len() > k {
             best.pop();
+        }
+        if best.len() == k {
+            floor = best[k - 1].ts;
         }
     }
     best
