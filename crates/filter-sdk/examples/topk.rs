@@ -19,8 +19,7 @@ pub fn parse_k(arg: &[u8]) -> Result<usize, String> {
 
 pub fn topk(input: &Input, out: &mut Output) -> Result<(), String> {
     let k = parse_k(input.args())?;
-    let all = input.values().flatten().flat_map(|value| records::iter(value.data));
-    let newest = records::top_k(all, k);
+    let newest = records::top_k_encoded(input.values().flatten().map(|value| value.data), k);
     out.reserve(newest.len() * RECORD_LEN);
     for record in &newest {
         record.encode(out.vec_mut());

@@ -6,7 +6,7 @@
 //!
 //! ```text
 //!   wasm32:  mnemo_filter(in_ptr, in_len) -> wasm_call -> run(parse, filter)
-//!              -> output bytes leaked, result record {status, flags, ptr, len} in a static
+//!              -> output bytes kept until the next call, result record {status, flags, ptr, len} in a static
 //!   native:  mnemo_filter(input, len, out) -> native_call -> catch_unwind(run(parse, filter))
 //!              -> bytes copied into out->data (at most out->cap), return 0 / 1 / 2
 //! ```
@@ -186,11 +186,23 @@ mod wasm {
         Some(unsafe { std::slice::from_raw_parts(ptr as *const u8, len) })
     }
 
-    /// Hand bytes to the host: leak them (each call runs in a fresh instance, whose memory is
-    /// dropped whole) and return the result record's address.
+    /// The bytes of the last result, kept until the next call replaces them: the host copies
+    /// them out after the call returns, and may call the same instance again.
+    struct LastResult(UnsafeCell<Vec<u8>>);
+
+    // SAFETY: as ResultRecord's.
+    unsafe impl Sync for LastResult {}
+
+    static LAST: LastResult = LastResult(UnsafeCell::new(Vec::new()));
+
+    /// Hand bytes to the host: keep them (dropping the previous call's) and return the result
+    /// record's address.
     pub fn finish(status: i32, flags: u32, bytes: Vec<u8>) -> i32 {
-        let bytes = bytes.leak();
-        result_record(status as u32, flags, bytes.as_ptr() as usize as u32, bytes.len() as u32)
+        // SAFETY: single-threaded guest; no reference to the previous bytes outlives the call
+        // that made them (the host has copied them before it calls again).
+        let kept = unsafe { &mut *LAST.0.get() };
+        *kept = bytes;
+        result_record(status as u32, flags, kept.as_ptr() as usize as u32, kept.len() as u32)
     }
 
     /// The wasm32 `mnemo_filter`.

@@ -32,9 +32,6 @@ pub enum FilterError {
     /// at most [`crate::MESSAGE_MAX`] bytes).
     #[error("failed: {0}")]
     Failed(String),
-    /// Every pooled instance slot is busy (more concurrent calls than `Limits::concurrency`).
-    #[error("busy")]
-    Busy,
 }
 
 impl FilterError {
@@ -48,7 +45,6 @@ impl FilterError {
                 | FilterError::OutputTooLarge
                 | FilterError::BadResult
                 | FilterError::Failed(_)
-                | FilterError::Busy
         )
     }
 }

@@ -9,10 +9,10 @@
 //!   ─────────────────────                  ──────────                      ─────
 //!   host.get(name) ───────────────────────> Arc<Filter> (compiled at load, swapped on reload)
 //!   filter.call(args, n, fill, out)
-//!     fill(sink): per key, under its       wasm:   fresh instance from the
-//!     shard lock only while copying ─────>          pre-instantiated template, input
-//!       sink.value(flags, bytes)                    written straight into new pages of its
-//!       sink.missing()                              memory (one copy per value)   ──> mnemo_filter(ptr, len)
+//!     fill(sink): per key, under its       wasm:   an idle instance (or a new one from the
+//!     shard lock only while copying ─────>          pre-instantiated template), input
+//!       sink.value(flags, bytes)                    written straight into host-grown pages
+//!       sink.missing()                              of its memory (one copy per value) ──> mnemo_filter(ptr, len)
 //!                                          native: input into a per-thread buffer ──> mnemo_filter(in, len, out)
 //!     out <── output bytes (checked against the output cap), flags
 //! ```
@@ -20,7 +20,7 @@
 //! Every WebAssembly call runs under a CPU deadline (epoch interruption, ticked by one thread),
 //! a memory cap (linear memory, input included), a stack cap and an output cap. A call that
 //! traps or overruns fails alone; its instance is dropped and the next call gets a new one, so
-//! nothing a filter does outlives its request. Native filters are the seed's model: fast, and
+//! nothing a failed call did outlives its request. Native filters are the seed's model: fast, and
 //! as trusted as the server itself (see `native`).
 //!
 //! The input both kinds receive (little-endian, no padding):
@@ -65,7 +65,8 @@ pub struct Limits {
     pub stack: usize,
     /// Output bytes of one call (both kinds).
     pub output_max: usize,
-    /// Calls that may run at once (the server's worker threads): sizes the instance pool.
+    /// Calls that may run at once (the server's worker threads): how many idle instances a
+    /// filter keeps.
     pub concurrency: u32,
 }
 

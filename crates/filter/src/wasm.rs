@@ -2,15 +2,24 @@
 //!
 //! A module is compiled once when it is loaded and checked against the ABI (no imports: the
 //! host provides none; exports `memory`, `mnemo_abi_version`, `mnemo_filter`), then kept as a
-//! pre-instantiated template. Each call gets a fresh instance from the template (the pooling
-//! allocator makes that a few microseconds: slots are reused, memory is reset copy-on-write),
-//! so whatever a call leaves behind (a leak, a corrupted heap, a half-run loop) dies with it.
+//! pre-instantiated template. Instances are made from the template and kept in a small idle
+//! pool per filter: a call takes one (or makes one), and gives it back only if the call
+//! succeeded. Any failure (trap, timeout, refused memory, bad result) drops the instance, so
+//! the next call starts from a clean one; an instance whose memory grew past
+//! [`RECYCLE_BYTES`] (or the memory cap's half) or that served [`RECYCLE_CALLS`] calls is
+//! dropped too, so a slow leak in a filter never turns into failing requests.
+//!
+//! Why reuse: a fresh instance per call cost about 48 µs here, almost all of it page faults on
+//! the input pages and the kernel zapping them again when the instance was dropped
+//! (measured: `cargo run --release -p mnemo-filter --example call_cost`); a reused instance
+//! keeps its pages mapped. The price is that a filter's memory persists between successful
+//! calls of the same filter (it may keep caches; it sees only what the server gives it).
 //!
 //! ```text
-//!   guest linear memory during a call
-//!   0 ─── module's data, stack, heap (its own allocator) ───┬── input (host-grown pages) ──┬── heap pages the guest
-//!                                                           │ written once by the host    │   grows during the call
-//!                                                           base                          base + len
+//!   guest linear memory
+//!   0 ─── module's data, stack, heap (its own allocator) ───┬── input region (host-grown ──┬── heap pages the guest
+//!                                                           │ pages, reused by each call)  │   grew after it
+//!                                                           start                          end
 //! ```
 //!
 //! Limits: the memory cap is a `ResourceLimiter` on the store (input pages count against it);
@@ -23,10 +32,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use wasmtime::{
-    Config, Engine, InstanceAllocationStrategy, InstancePre, Linker, Memory, Module, ModuleExport,
-    PoolingAllocationConfig, ResourceLimiter, Store, Trap, TypedFunc,
-};
+use parking_lot::Mutex;
+use wasmtime::{Config, Engine, InstancePre, Linker, Memory, Module, ModuleExport, ResourceLimiter, Store, Trap, TypedFunc};
 
 use crate::error::sanitize;
 use crate::input::{Bytes, Encoder, InputSink};
@@ -37,6 +44,10 @@ const TICK: Duration = Duration::from_millis(1);
 /// The result record the guest returns a pointer to: status, flags, ptr, len (u32 each).
 const RESULT_LEN: usize = 16;
 const WASM_PAGE: usize = 64 * 1024;
+/// An instance whose memory grew past this (or past half the cap) is not reused.
+pub const RECYCLE_BYTES: usize = 16 << 20;
+/// Calls one instance serves before it is replaced.
+pub const RECYCLE_CALLS: u32 = 100_000;
 
 /// One engine for every WebAssembly filter, and the thread that ticks its epoch.
 pub(crate) struct WasmEngine {
@@ -48,28 +59,10 @@ pub(crate) struct WasmEngine {
 impl WasmEngine {
     pub fn new(limits: Limits) -> Result<WasmEngine, FilterError> {
         let mut cfg = Config::new();
+        // Instances are reused (see the module docs), so they are allocated on demand: a pool
+        // of pre-reserved slots would only speed up the rare fresh instance.
         cfg.epoch_interruption(true).max_wasm_stack(limits.stack);
-        // Instance slots for every call that may run at once, plus loads and reloads.
-        let slots = limits.concurrency.saturating_mul(2).saturating_add(4);
-        let mut pool = PoolingAllocationConfig::new();
-        pool.total_core_instances(slots)
-            .total_memories(slots)
-            .total_tables(slots)
-            .max_memories_per_module(1)
-            .max_memory_size(limits.memory)
-            // Give a slot's pages back when it is reused: a call that touched the whole cap
-            // must not keep it resident.
-            .linear_memory_keep_resident(0);
-        cfg.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
-        let engine = match Engine::new(&cfg) {
-            Ok(e) => e,
-            Err(_) => {
-                // The pool reserves address space up front; where that is refused (a low
-                // `ulimit -v`), instances are allocated one by one instead.
-                cfg.allocation_strategy(InstanceAllocationStrategy::OnDemand);
-                Engine::new(&cfg).map_err(|e| FilterError::Engine(e.to_string()))?
-            }
-        };
+        let engine = Engine::new(&cfg).map_err(|e| FilterError::Engine(e.to_string()))?;
         Ok(WasmEngine { engine, limits, ticking: AtomicBool::new(false) })
     }
 
@@ -121,6 +114,19 @@ pub(crate) struct WasmFilter {
     pre: InstancePre<Guard>,
     memory: ModuleExport,
     filter: ModuleExport,
+    /// Instances whose last call succeeded, ready for the next one (at most one per worker).
+    idle: Mutex<Vec<Live>>,
+}
+
+/// An instance between calls.
+struct Live {
+    store: Store<Guard>,
+    memory: Memory,
+    func: TypedFunc<(i32, i32), i32>,
+    /// The input region: pages the host grew, reused while the input fits.
+    start: usize,
+    end: usize,
+    calls: u32,
 }
 
 impl WasmFilter {
@@ -140,10 +146,11 @@ impl WasmFilter {
         export("mnemo_abi_version")?;
         let pre = Linker::<Guard>::new(&engine.engine).instantiate_pre(&module).map_err(|e| bad(format!("{e:#}")))?;
         engine.start_ticker();
-        let f = WasmFilter { engine: engine.clone(), pre, memory, filter };
+        let f = WasmFilter { engine: engine.clone(), pre, memory, filter, idle: Mutex::new(Vec::new()) };
         // Check the types and the version once, in a real instance under the call limits.
         let (mut store, instance) = f.instance().map_err(|e| bad(format!("cannot instantiate it: {e}")))?;
         instance.get_typed_func::<(i32, i32), i32>(&mut store, "mnemo_filter").map_err(|e| bad(format!("{e:#}")))?;
+        instance.get_memory(&mut store, "memory").ok_or_else(|| bad("`memory` is not a memory".into()))?;
         let version = instance
             .get_typed_func::<(), i32>(&mut store, "mnemo_abi_version")
             .and_then(|v| v.call(&mut store, ()))
@@ -161,13 +168,27 @@ impl WasmFilter {
         match self.pre.instantiate(&mut store) {
             Ok(i) => Ok((store, i)),
             Err(_) if store.data().refused => Err(FilterError::OutOfMemory),
-            // The pool has no free slot (or the host is out of memory): this call cannot run.
-            Err(_) => Err(FilterError::Busy),
+            // The host could not map the instance's memory: this call cannot run.
+            Err(_) => Err(FilterError::OutOfMemory),
         }
     }
 
-    /// One call: a fresh instance, the input written into new pages of its memory by `fill`,
-    /// `mnemo_filter` run under the deadline, its output appended to `out`.
+    fn live(&self) -> Result<Live, FilterError> {
+        if let Some(l) = self.idle.lock().pop() {
+            return Ok(l);
+        }
+        let (mut store, instance) = self.instance()?;
+        let memory = instance.get_module_export(&mut store, &self.memory).and_then(|e| e.into_memory());
+        let func = instance.get_module_export(&mut store, &self.filter).and_then(|e| e.into_func());
+        // Checked at load; a module cannot change its exports.
+        let (Some(memory), Some(func)) = (memory, func) else { return Err(FilterError::BadResult) };
+        let func = func.typed(&store).map_err(|_| FilterError::BadResult)?;
+        let size = memory.data_size(&store);
+        Ok(Live { store, memory, func, start: size, end: size, calls: 0 })
+    }
+
+    /// One call: an instance (reused or new), the input written into its input region by
+    /// `fill`, `mnemo_filter` run under the deadline, its output appended to `out`.
     pub fn call(
         &self,
         args: &[u8],
@@ -175,47 +196,62 @@ impl WasmFilter {
         fill: &mut dyn FnMut(&mut dyn InputSink),
         out: &mut Vec<u8>,
     ) -> Result<u32, FilterError> {
-        let (mut store, instance) = self.instance()?;
-        let Some(memory) = instance.get_module_export(&mut store, &self.memory).and_then(|e| e.into_memory()) else {
-            return Err(FilterError::BadResult);
+        let mut live = self.live()?;
+        live.store.data_mut().refused = false;
+        let (result, start, end) = {
+            let bytes = GuestBytes { store: &mut live.store, memory: live.memory, start: live.start, pos: live.start, end: live.end };
+            let mut enc = Encoder::new(bytes, args, nkeys);
+            fill(&mut enc);
+            if !enc.finish() {
+                return Err(FilterError::OutOfMemory);
+            }
+            let b = enc.bytes;
+            let (start, len, end) = (b.start, b.pos - b.start, b.end);
+            // The deadline counts from here: copying the input is the server's work.
+            live.store.set_epoch_deadline(self.engine.deadline_ticks());
+            // Addresses are u32 in wasm32; the ABI passes them as i32 bit patterns.
+            (live.func.call(&mut live.store, (start as u32 as i32, len as u32 as i32)), start, end)
         };
-        let base = memory.data_size(&store);
-        let mut enc = Encoder::new(GuestBytes { store: &mut store, memory, pos: base }, args, nkeys);
-        fill(&mut enc);
-        if !enc.finish() {
-            return Err(FilterError::OutOfMemory);
-        }
-        let len = enc.bytes.pos - base;
-        let func: TypedFunc<(i32, i32), i32> = instance
-            .get_module_export(&mut store, &self.filter)
-            .and_then(|e| e.into_func())
-            .and_then(|f| f.typed(&store).ok())
-            .ok_or(FilterError::BadResult)?;
-        // The deadline counts from here: copying the input is the server's work, not the filter's.
-        store.set_epoch_deadline(self.engine.deadline_ticks());
-        // Addresses are u32 in wasm32; the ABI passes them as i32 bit patterns.
-        let result = func.call(&mut store, (base as u32 as i32, len as u32 as i32));
         let rec = match result {
             Ok(ptr) => ptr as u32 as usize,
-            Err(e) => return Err(classify(&e, store.data().refused)),
+            Err(e) => return Err(classify(&e, live.store.data().refused)),
         };
-        let mem = memory.data(&store);
-        let word = |at: usize| -> Option<u32> {
-            mem.get(at..at.checked_add(4)?).map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")))
-        };
-        let field = |i: usize| rec.checked_add(i * 4).and_then(word).ok_or(FilterError::BadResult);
-        debug_assert_eq!(RESULT_LEN, 16);
-        let (status, flags, ptr, len) = (field(0)?, field(1)?, field(2)? as usize, field(3)? as usize);
-        let bytes = ptr.checked_add(len).and_then(|end| mem.get(ptr..end)).ok_or(FilterError::BadResult)?;
-        match status {
-            0 if len > self.engine.limits.output_max => Err(FilterError::OutputTooLarge),
-            0 => {
-                out.extend_from_slice(bytes);
-                Ok(flags)
+        let limits = &self.engine.limits;
+        let outcome = {
+            let mem = live.memory.data(&live.store);
+            let word = |at: usize| -> Option<u32> {
+                mem.get(at..at.checked_add(4)?).map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")))
+            };
+            let field = |i: usize| rec.checked_add(i * 4).and_then(word).ok_or(FilterError::BadResult);
+            debug_assert_eq!(RESULT_LEN, 16);
+            let (status, flags, ptr, len) = (field(0)?, field(1)?, field(2)? as usize, field(3)? as usize);
+            let bytes = ptr.checked_add(len).and_then(|end| mem.get(ptr..end)).ok_or(FilterError::BadResult)?;
+            match status {
+                0 if len > limits.output_max => Err(FilterError::OutputTooLarge),
+                0 => {
+                    out.extend_from_slice(bytes);
+                    Ok(flags)
+                }
+                1 => Err(FilterError::Failed(sanitize(bytes))),
+                _ => Err(FilterError::BadResult),
             }
-            1 => Err(FilterError::Failed(sanitize(bytes))),
-            _ => Err(FilterError::BadResult),
+        };
+        if let Ok(flags) = outcome {
+            // Keep the instance for the next call, unless it grew large or old.
+            live.calls += 1;
+            let big = live.memory.data_size(&live.store) > RECYCLE_BYTES.min(limits.memory / 2).max(4 << 20);
+            if !big && live.calls < RECYCLE_CALLS {
+                let (live_start, live_end) = (start, end);
+                live.start = live_start;
+                live.end = live_end;
+                let mut idle = self.idle.lock();
+                if idle.len() < limits.concurrency.max(1) as usize {
+                    idle.push(live);
+                }
+            }
+            return Ok(flags);
         }
+        outcome
     }
 }
 
@@ -227,30 +263,62 @@ fn classify(e: &wasmtime::Error, refused: bool) -> FilterError {
     }
 }
 
-/// Writes the input at the end of the guest's memory, growing it (against the cap) as needed.
+/// Writes the input into the instance's input region, growing memory (against the cap) when
+/// it does not fit: the region grows in place while it is the top of memory, and moves to the
+/// top when the guest's own heap grew past it.
 struct GuestBytes<'s> {
     store: &'s mut Store<Guard>,
     memory: Memory,
+    start: usize,
     pos: usize,
+    end: usize,
+}
+
+impl GuestBytes<'_> {
+    /// Grow memory so that `extra` more bytes fit at its top; false if refused.
+    fn grow(&mut self, top: usize, extra: usize) -> bool {
+        let size = self.memory.data_size(&*self.store);
+        let need = (top + extra).saturating_sub(size).div_ceil(WASM_PAGE);
+        if need == 0 {
+            return true;
+        }
+        // At least 1 MiB at a time: a large input costs a few grows, not one per value;
+        // where that would pass the cap, exactly what is needed. Only a refusal of what is
+        // really needed counts as running out of memory.
+        let refused = self.store.data().refused;
+        if self.memory.grow(&mut *self.store, need.max(16) as u64).is_ok() {
+            return true;
+        }
+        self.store.data_mut().refused = refused;
+        self.memory.grow(&mut *self.store, need as u64).is_ok()
+    }
 }
 
 impl Bytes for GuestBytes<'_> {
     fn put(&mut self, bytes: &[u8]) -> bool {
         let Some(end) = self.pos.checked_add(bytes.len()) else { return false };
-        let size = self.memory.data_size(&*self.store);
-        if end > size {
-            // Grow by at least 1 MiB at a time: a large input costs a few grows, not one per
-            // value; where that would pass the cap, by exactly what is needed.
-            let need = (end - size).div_ceil(WASM_PAGE);
-            let refused = self.store.data().refused;
-            if self.memory.grow(&mut *self.store, need.max(16) as u64).is_err() {
-                // Only a refusal of what is really needed counts as running out of memory.
-                self.store.data_mut().refused = refused;
-                if self.memory.grow(&mut *self.store, need as u64).is_err() {
+        if end > self.end {
+            let size = self.memory.data_size(&*self.store);
+            if self.end == size {
+                // The region is the top of memory: extend it.
+                if !self.grow(self.pos, bytes.len()) {
                     return false;
                 }
+            } else {
+                // The guest's heap lies above the region: start a new one at the top, with
+                // what was written so far.
+                let written = self.pos - self.start;
+                if !self.grow(size, written + bytes.len()) {
+                    return false;
+                }
+                let (from, to) = (self.start, size);
+                self.memory.data_mut(&mut *self.store).copy_within(from..from + written, to);
+                self.start = to;
+                self.pos = to + written;
             }
+            self.end = self.memory.data_size(&*self.store);
         }
+        let end = self.pos + bytes.len();
         self.memory.data_mut(&mut *self.store)[self.pos..end].copy_from_slice(bytes);
         self.pos = end;
         true

@@ -251,22 +251,34 @@ fn reload_swaps_good_filters_and_keeps_the_old_one_on_failure() {
 }
 
 #[test]
-fn concurrent_calls_beyond_the_pool_are_served() {
-    // More threads than Limits::concurrency, each calling repeatedly.
+fn concurrent_calls_beyond_the_idle_pool_are_all_served() {
+    // More threads than Limits::concurrency, each calling repeatedly: instances are reused
+    // or made, never shared, and every call sees exactly its own input.
     let (_d, h) = host("conc", &echo(), Limits { concurrency: 2, ..limits() });
     std::thread::scope(|s| {
         for t in 0..4u8 {
             let h = &h;
             s.spawn(move || {
                 for i in 0..50u8 {
-                    let v = [t, i];
-                    match call(h, &v, &[Some((1, &v))]) {
-                        Ok((_, out)) => assert_eq!(out, input::encode(&v, &[Some((1, &v))])),
-                        Err(FilterError::Busy) => {}
-                        Err(e) => panic!("{e}"),
-                    }
+                    // Inputs of varying size move the input region around.
+                    let v = vec![t ^ i; usize::from(i) * 997];
+                    let (_, out) = call(h, &[t, i], &[Some((1, &v))]).unwrap();
+                    assert_eq!(out, input::encode(&[t, i], &[Some((1, &v))]));
                 }
             });
         }
     });
+}
+
+#[test]
+fn a_reused_instance_keeps_serving_after_its_heap_grows_past_the_input_region() {
+    // Each call grows the guest's memory by one page (as a heap would), so the next input no
+    // longer sits at the top of memory and must move; the echo must stay exact.
+    let body = format!("(drop (memory.grow (i32.const 1))) {}", result("(i32.const 0)", "(i32.const 0)", "(local.get $p)", "(local.get $l)"));
+    let (_d, h) = host("regrow", &module(&body, ""), Limits { output_max: 1 << 20, ..limits() });
+    for i in 0..40usize {
+        let v = vec![i as u8; (i % 7) * 40_000];
+        let (_, out) = call(&h, b"", &[Some((0, &v))]).unwrap();
+        assert_eq!(out, input::encode(b"", &[Some((0, &v))]), "call {i}");
+    }
 }

@@ -6,9 +6,9 @@
 //! the result record. So the fuzzer writes the record, the output and the message, and picks
 //! where the host must look. The checker replays the same steps on a model of the guest's
 //! memory (zeroed pages, the input where the host writes it) and demands the host's exact
-//! answer: the output bytes, a sanitized message, or the refusal the record deserves. Every
-//! call runs in a fresh instance, so a byte left over by an earlier input would break the
-//! model: isolation between calls is checked too.
+//! answer: the output bytes, a sanitized message, or the refusal the record deserves. Each
+//! input is checked on a new instance (a trapping call first makes the host drop the one it
+//! had), then again on the instance that call leaves, which must answer the same.
 //!
 //! Used by fuzz/fuzz_targets/filter_result.rs and tests/result_fuzz_replay.rs.
 
@@ -83,9 +83,7 @@ fn same(a: &Result<(u32, Vec<u8>), FilterError>, b: &Result<(u32, Vec<u8>), Filt
     }
 }
 
-pub fn check(data: &[u8]) {
-    // Inputs larger than the 64 KiB argument limit of fget never reach a filter.
-    let args = &data[..data.len().min(64 * 1024)];
+fn call(args: &[u8]) -> Result<(u32, Vec<u8>), FilterError> {
     let f = host().get(b"g").expect("installed");
     let mut out = b"before".to_vec();
     let got = f.call(args, 0, &mut |_| {}, &mut out).map(|flags| (flags, out[6..].to_vec()));
@@ -93,10 +91,25 @@ pub fn check(data: &[u8]) {
     if got.is_err() {
         assert_eq!(out, b"before", "a failed call appended output");
     }
+    got
+}
+
+pub fn check(data: &[u8]) {
+    // Inputs larger than the 64 KiB argument limit of fget never reach a filter.
+    let args = &data[..data.len().min(64 * 1024)];
+    // A call that traps first: the host drops that instance, so the checked call runs in a
+    // new one whatever earlier inputs did (the model's zeroed memory), and each input is
+    // judged alone.
+    assert!(matches!(call(b""), Err(FilterError::Trapped)));
+    let got = call(args);
     let want = model(args);
     let brief = |r: &Result<(u32, Vec<u8>), FilterError>| match r {
         Ok((flags, out)) => format!("Ok(flags {flags}, {} bytes {:02x?}...)", out.len(), &out[..out.len().min(16)]),
         Err(e) => format!("Err({e:?})"),
     };
     assert!(same(&got, &want), "host {}, model {}", brief(&got), brief(&want));
+    // The same input again: on the instance the first call left (reused after a success) the
+    // memory it sees is the same, so the answer is too.
+    let again = call(args);
+    assert!(same(&again, &want), "second call: host {}, model {}", brief(&again), brief(&want));
 }
