@@ -28,7 +28,8 @@
 #   MODES="memcached mnemod" LINKS=loopback bash bench/filter.sh
 #
 # Knobs: USERS, FRIENDS (100), K (10), DUR (seconds per run, 5), WARMUP (0.5), REPS (3),
-# CONNS (connections, one query in flight on each; 1), RATE (1gbit), MODES, LINKS, SEED (1),
+# CONNS (connections, one query in flight on each; 4: a server under load, as in the seed's
+# many clients; with 1 the fget modes measure one round trip per query, not throughput), RATE (1gbit), MODES, LINKS, SEED (1),
 # PIN (1: servers on core SERVER_CPU=0, the generator on LOAD_CPU=1).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -38,7 +39,7 @@ K=${K:-10}
 DUR=${DUR:-5}
 WARMUP=${WARMUP:-0.5}
 REPS=${REPS:-3}
-CONNS=${CONNS:-1}
+CONNS=${CONNS:-4}
 RATE=${RATE:-1gbit}
 MODES=${MODES:-memcached mnemod wasm native}
 LINKS=${LINKS:-loopback 1gbit}

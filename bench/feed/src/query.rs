@@ -33,9 +33,10 @@ pub fn build_fget(out: &mut Vec<u8>, filter: &str, args: &[u8], ids: &[u64]) {
     out.extend_from_slice(b"\r\n");
 }
 
-/// The client-side feed: the `k` newest records over every value of a reply, decoded in place.
+/// The client-side feed: the `k` newest records over every value of a reply, decoded in place
+/// (the same ranking code the topk filter runs, so both sides do equal work).
 pub fn rank(reply: &[u8], values: &[Span], k: usize) -> Vec<Record> {
-    records::top_k(values.iter().flat_map(|s| records::iter(&reply[s.data.clone()])), k)
+    records::top_k_encoded(values.iter().map(|s| &reply[s.data.clone()]), k)
 }
 
 #[cfg(test)]

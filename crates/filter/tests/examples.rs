@@ -24,7 +24,9 @@ fn host() -> &'static FilterHost {
             .into_iter()
             .flat_map(|n| [spec(n, FilterKind::Wasm), spec(n, FilterKind::Native)])
             .collect();
-        FilterHost::new(Limits::default(), specs).expect("load the examples")
+        // Deadline far above what these filters need (a preempted thread must not time out).
+        let limits = Limits { deadline: std::time::Duration::from_secs(2), ..Limits::default() };
+        FilterHost::new(limits, specs).expect("load the examples")
     })
 }
 
