@@ -23,6 +23,9 @@ use crate::detail::Event;
 use crate::exec::Next;
 use crate::Shared;
 
+/// How far the lookups' prefetching walks ahead (see `execute`).
+const AHEAD: usize = 10;
+
 pub fn execute(filter: &[u8], args: &[u8], keys: Keys<'_>, sh: &Shared, out: &mut Vec<u8>) -> Next {
     let Some(f) = sh.filters.get(filter) else {
         ErrorReply::UnknownFilter.write(out);
@@ -35,7 +38,18 @@ pub fn execute(filter: &[u8], args: &[u8], keys: Keys<'_>, sh: &Shared, out: &mu
     }
     let now = sh.clock.now();
     let mut fill = |sink: &mut dyn mnemo_filter::InputSink| {
+        // Walk ahead of the lookups: buckets 2*AHEAD keys ahead, items AHEAD keys ahead, so
+        // a large cache's misses (one in the index, one in the item, per key) overlap.
+        let (mut far, mut near) = (keys.iter(), keys.iter());
+        far.by_ref().take(2 * AHEAD).for_each(|k| sh.store.prefetch(k, false));
+        near.by_ref().take(AHEAD).for_each(|k| sh.store.prefetch(k, true));
         for key in keys.iter() {
+            if let Some(k) = far.next() {
+                sh.store.prefetch(k, false);
+            }
+            if let Some(k) = near.next() {
+                sh.store.prefetch(k, true);
+            }
             let found = sh.store.get(key, now, |it| sink.value(it.flags, it.value));
             sh.detail.record(key, sh.config.prefix_delimiter, Event::Get { hit: found.is_hit() });
             if !found.is_hit() {

@@ -334,3 +334,40 @@ fn a_filter_that_cannot_load_stops_the_start_up_with_one_line() {
     }
     let _ = std::fs::remove_file(&bad);
 }
+
+#[test]
+fn mnemo_client_splits_an_fget_by_server_and_merges_the_top_k() {
+    let ex = examples();
+    let flags = ["--filter-timeout-ms", "2000", "--filter", &arg("topk", ex.wasm("topk"))];
+    let servers = [Server::start(&flags), Server::start(&flags)];
+    let list = format!("127.0.0.1:{},127.0.0.1:{}", servers[0].port, servers[1].port);
+    let cfg = mnemo_client::Config { hash_tags: true, ..mnemo_client::Config::default() };
+    let client = mnemo_client::blocking::Client::from_list(&list, cfg).unwrap();
+    let mut conns: Vec<Conn> = servers.iter().map(Conn::new).collect();
+    let mut rng = Rng(0x5eed_0002);
+    // Keys tagged by group: a group's keys share a server (the seed's colocation).
+    let keys: Vec<String> = (0..200).map(|i| format!("{{g:{}}}:u:{i}", i % 7)).collect();
+    let mut all = Vec::new();
+    for key in &keys {
+        let recs: Vec<Record> = (0..30).map(|_| Record { user: rng.below(50), article: rng.below(9), ts: rng.below(400) }).collect();
+        let port = client.route(key).unwrap().port;
+        let c = conns.iter_mut().zip(&servers).find(|(_, s)| s.port == port).unwrap().0;
+        c.set(key, 0, &records::encode_all(&recs));
+        all.extend(recs);
+    }
+    let parts = client.fget("topk", b"10", &keys).unwrap();
+    assert_eq!(parts.len(), 2, "both servers hold some keys");
+    assert_eq!(parts.iter().map(|p| p.keys).sum::<usize>(), keys.len());
+    for p in &parts {
+        assert_eq!(p.data.len(), 10 * records::RECORD_LEN);
+    }
+    let merged = client.fget_merge("topk", b"10", &keys, mnemo_client::filter::top_k(10)).unwrap();
+    assert_eq!(merged, records::encode_all(&records::top_k(all.iter().copied(), 10)));
+    // One group's keys sit on one server: one part, already the final answer.
+    let group: Vec<&String> = keys.iter().filter(|k| k.starts_with("{g:3}")).collect();
+    let parts = client.fget("topk", b"5", &group).unwrap();
+    assert_eq!(parts.len(), 1);
+    // A server's refusal reaches the caller with its message.
+    let err = client.fget("nope", b"", &keys).unwrap_err().to_string();
+    assert!(err.contains("CLIENT_ERROR unknown filter"), "{err}");
+}

@@ -11,6 +11,19 @@
 use core::ops::{Deref, DerefMut};
 use core::ptr::NonNull;
 
+/// Ask the CPU to pull the cache line at `p` toward L1 (a hint: never faults, whatever `p`).
+#[inline]
+pub(crate) fn prefetch(p: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: PREFETCHT0 has no architectural effect beyond the cache; any address is allowed.
+    #[allow(unused_unsafe)]
+    unsafe {
+        core::arch::x86_64::_mm_prefetch(p.cast(), core::arch::x86_64::_MM_HINT_T0)
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
 /// Below this, heap allocation is cheaper and its retention is negligible.
 const MMAP_MIN: usize = 64 << 10;
 

@@ -251,6 +251,24 @@ impl Index {
         self.bucket_mut(p.bucket)[p.slot as usize] = v;
     }
 
+    /// Pull the home bucket of `h` toward the cache: a hint for a lookup coming soon.
+    #[inline]
+    pub fn prefetch(&self, h: u64) {
+        crate::buf::prefetch(self.bucket(self.home(h)).as_ptr().cast());
+    }
+
+    /// The entries of `h`'s home bucket whose tag matches (the likely items of a lookup, for
+    /// prefetching them; entries in overflow buckets are left to the lookup itself).
+    #[inline]
+    pub fn home_candidates(&self, h: u64, mut f: impl FnMut(u64)) {
+        let tag = slot::tag_of_hash(h);
+        for &s in self.bucket(self.home(h)) {
+            if s != 0 && s & slot::LINK == 0 && slot::tag(s) == tag {
+                f(s);
+            }
+        }
+    }
+
     /// Adds an entry. Never fails: a full chain gets another overflow bucket.
     pub fn insert(&mut self, h: u64, v: u64) -> Pos {
         let home = self.home(h);

@@ -186,6 +186,20 @@ impl Store {
         self.with_shard(h, now, |s, env| s.get(env, h, key, now, f))
     }
 
+    /// A hint that `key` will be read soon, for a multi-key read that walks ahead of itself:
+    /// pull its index bucket (`deep` false) or, a little later when that is cached, its
+    /// candidate items (`deep` true) toward the cache, so a batch of lookups overlaps its
+    /// memory misses instead of taking them one after another. Skipped when the shard is busy.
+    pub fn prefetch(&self, key: &[u8], deep: bool) {
+        if !Self::valid_key(key) {
+            return;
+        }
+        let h = Self::hash(key);
+        if let Some(shard) = self.shards[self.geo.shard_of(h)].try_lock() {
+            shard.prefetch(h, deep);
+        }
+    }
+
     /// gat: sets a new exp and reads; the CAS stays.
     pub fn get_and_touch<R>(
         &self,

@@ -18,6 +18,9 @@ use crate::segment::{exp_bound, ttl_bucket, DeadReason, SegState, SegTable, TTL_
 use crate::stats::{Counters, StoreStats};
 use crate::{DeltaError, Item, Lookup, Mode, StoreError, StoreOutcome, Time};
 
+/// How much of a candidate item a deep prefetch pulls in (seed 001's 720-byte values whole).
+const PREFETCH_BYTES: usize = 1024;
+
 /// What an operation needs besides its own shard.
 pub(crate) struct Env<'a> {
     pub geo: &'a Geometry,
@@ -211,6 +214,27 @@ impl Shard {
             exp: hdr.exp,
             fetched: false,
         }
+    }
+
+    /// Hints for a lookup of `h` coming soon: its index bucket (`deep` false), or, once that
+    /// is cached, the first bytes of its candidate items (`deep` true).
+    pub fn prefetch(&self, h: u64, deep: bool) {
+        if !deep {
+            return self.index.prefetch(h);
+        }
+        self.index.home_candidates(h, |s| {
+            let m = &self.segs.metas[slot::seg(s) as usize];
+            if m.state == SegState::Live {
+                // The header and key, and the value's first lines: small values are read
+                // whole right after (a get's copy), and the CPU's own prefetcher takes over
+                // along a large one.
+                if let Some(d) = m.data.get(slot::off(s) as usize..) {
+                    for line in (0..d.len().min(PREFETCH_BYTES)).step_by(64) {
+                        crate::buf::prefetch(d[line..].as_ptr());
+                    }
+                }
+            }
+        });
     }
 
     pub fn get<R>(
