@@ -39,7 +39,7 @@ fn seeded_result_records() {
         let mut data: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
         // Mostly a record inside what the fuzzer wrote, pointing at it, with small lengths
         // and statuses 0 and 1, so every branch of the host's checks is reached.
-        if len >= 24 && rng.next() % 4 != 0 {
+        if len >= 24 && !rng.next().is_multiple_of(4) {
             let rec = (rng.next() % (len as u64 - 20)) as u32;
             data[..4].copy_from_slice(&rec.to_le_bytes());
             let r = 4 + rec as usize;

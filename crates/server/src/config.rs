@@ -226,7 +226,8 @@ impl Default for Config {
 
 /// What to do after reading the command line.
 pub enum Cli {
-    Run(Config),
+    /// Boxed: a Config is a few hundred bytes, the other variants a String.
+    Run(Box<Config>),
     /// Help or version text: print it, exit 0.
     Print(String),
     /// A one-line error: print it, exit 2.
@@ -295,7 +296,7 @@ impl Config {
             output_max: a.filter_output_max,
             concurrency: a.threads as u32,
         };
-        Cli::Run(Config {
+        Cli::Run(Box::new(Config {
             filters,
             filter_limits,
             filter_max_keys: a.filter_max_keys,
@@ -329,7 +330,7 @@ impl Config {
             backlog: a.backlog,
             item_size_max: a.item_size_max,
             flush_enabled: !a.disable_flush_all,
-        })
+        }))
     }
 }
 

@@ -10,7 +10,7 @@ fn main() {
             std::process::exit(2);
         }
         Cli::Run(config) => {
-            if let Err(e) = mnemo_server::run(config) {
+            if let Err(e) = mnemo_server::run(*config) {
                 eprintln!("mnemod: {e}");
                 std::process::exit(1);
             }
