@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use libloading::Library;
 
 use crate::error::sanitize;
-use crate::input::{Encoder, InputSink};
+use crate::input::{Bytes, Encoder, InputSink};
 use crate::{FilterError, ABI_VERSION};
 
 /// `struct mnemo_output` of the C header.
@@ -35,6 +35,9 @@ type FilterFn = unsafe extern "C" fn(*const u8, usize, *mut MnemoOutput) -> i32;
 pub(crate) struct NativeFilter {
     filter: FilterFn,
     output_max: usize,
+    /// The input buffer's bound (`--filter-memory`): a native filter has no sandbox, but the
+    /// server still never buffers more than this for one call.
+    input_max: usize,
     // Last: keeps the code `filter` points into mapped for as long as this value lives.
     _lib: Library,
 }
@@ -47,7 +50,7 @@ thread_local! {
 static COPIES: AtomicU64 = AtomicU64::new(0);
 
 impl NativeFilter {
-    pub fn load(path: &Path, output_max: usize) -> Result<NativeFilter, FilterError> {
+    pub fn load(path: &Path, output_max: usize, input_max: usize) -> Result<NativeFilter, FilterError> {
         let bad = |reason: String| FilterError::BadLibrary { path: path.to_owned(), reason };
         let copy = private_copy(path).map_err(|source| FilterError::Read { path: path.to_owned(), source })?;
         // SAFETY: opening a library runs its initializers. Native filters are, by the
@@ -67,7 +70,7 @@ impl NativeFilter {
         if found != ABI_VERSION {
             return Err(FilterError::AbiVersion { path: path.to_owned(), found, expected: ABI_VERSION });
         }
-        Ok(NativeFilter { filter, output_max, _lib: lib })
+        Ok(NativeFilter { filter, output_max, input_max, _lib: lib })
     }
 
     pub fn call(
@@ -81,10 +84,14 @@ impl NativeFilter {
             let mut s = s.borrow_mut();
             let (input, output) = &mut *s;
             input.clear();
-            let mut enc = Encoder::new(std::mem::take(input), args, nkeys);
+            let mut enc = Encoder::new(Capped { buf: std::mem::take(input), max: self.input_max }, args, nkeys);
             fill(&mut enc);
-            enc.finish();
-            *input = enc.bytes;
+            let complete = enc.finish();
+            *input = enc.bytes.buf;
+            if !complete {
+                shrink(input);
+                return Err(FilterError::OutOfMemory);
+            }
             if output.len() < self.output_max {
                 output.resize(self.output_max, 0);
             }
@@ -92,6 +99,7 @@ impl NativeFilter {
             // SAFETY: `input` and `output` are live buffers of the lengths passed; the filter is
             // trusted to honour the header's contract (read input, write at most cap bytes).
             let rc = unsafe { (self.filter)(input.as_ptr(), input.len(), &mut o) };
+            shrink(input);
             let written = output.get(..o.len).ok_or(FilterError::BadResult);
             match rc {
                 0 => {
@@ -105,6 +113,32 @@ impl NativeFilter {
         })
     }
 }
+
+/// The per-thread input buffer, bounded.
+struct Capped {
+    buf: Vec<u8>,
+    max: usize,
+}
+
+impl Bytes for Capped {
+    fn put(&mut self, bytes: &[u8]) -> bool {
+        if self.buf.len() + bytes.len() > self.max {
+            return false;
+        }
+        self.buf.extend_from_slice(bytes);
+        true
+    }
+}
+
+/// A worker keeps its input buffer between calls, but not one a rare huge call left behind.
+fn shrink(input: &mut Vec<u8>) {
+    if input.capacity() > KEEP_INPUT {
+        *input = Vec::new();
+    }
+}
+
+/// Input buffer capacity a worker keeps between calls.
+const KEEP_INPUT: usize = 4 << 20;
 
 /// Copy the library to a new private file, so that this load is a new object to the loader.
 fn private_copy(path: &Path) -> std::io::Result<PathBuf> {

@@ -170,7 +170,7 @@ impl FilterHost {
                 let engine = self.engine.as_ref().ok_or_else(|| FilterError::Engine("no engine".into()))?;
                 Imp::Wasm(WasmFilter::load(engine, &spec.path)?)
             }
-            FilterKind::Native => Imp::Native(NativeFilter::load(&spec.path, self.limits.output_max)?),
+            FilterKind::Native => Imp::Native(NativeFilter::load(&spec.path, self.limits.output_max, self.limits.memory)?),
         };
         let stats = self.stats.get(&spec.name).cloned().unwrap_or_default();
         Ok(Filter { spec: spec.clone(), imp, stats })

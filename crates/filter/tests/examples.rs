@@ -91,3 +91,21 @@ fn bad_arguments_are_the_filters_own_error_in_both_kinds() {
         }
     }
 }
+
+#[test]
+fn a_native_filters_input_is_bounded_by_the_memory_limit() {
+    let ex = examples::examples();
+    let spec = FilterSpec { name: "n".into(), path: ex.native("topk"), kind: FilterKind::Native };
+    let host = FilterHost::new(Limits { memory: 64 << 10, ..Limits::default() }, vec![spec]).unwrap();
+    let f = host.get(b"n").unwrap();
+    let value = vec![0u8; 24 * 40];
+    let mut out = Vec::new();
+    // 100 values of 960 bytes: past 64 KiB, refused before the filter runs.
+    let r = f.call(b"10", 100, &mut |s: &mut dyn InputSink| (0..100).for_each(|_| s.value(0, &value)), &mut out);
+    assert!(matches!(r, Err(mnemo_filter::FilterError::OutOfMemory)), "{r:?}");
+    assert!(out.is_empty());
+    // Ten fit.
+    let r = f.call(b"10", 10, &mut |s: &mut dyn InputSink| (0..10).for_each(|_| s.value(0, &value)), &mut out);
+    assert_eq!(r.unwrap(), 0);
+    assert_eq!(out.len(), 10 * records::RECORD_LEN);
+}
