@@ -12,6 +12,9 @@ pub trait InputSink {
     fn missing(&mut self);
 }
 
+/// How a caller feeds one call: invoked once with the sink, it reports every key in order.
+pub type Fill<'a> = &'a mut dyn FnMut(&mut dyn InputSink);
+
 /// Where encoded bytes go. `put` may refuse (the memory cap), after which the encoder stops.
 pub(crate) trait Bytes {
     fn put(&mut self, bytes: &[u8]) -> bool;

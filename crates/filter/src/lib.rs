@@ -39,7 +39,7 @@ mod registry;
 mod wasm;
 
 pub use error::FilterError;
-pub use input::InputSink;
+pub use input::{Fill, InputSink};
 pub use registry::{Filter, FilterHost, FilterKind, FilterSpec, FilterStats, StatsSnapshot};
 
 use std::time::Duration;

@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use libloading::Library;
 
 use crate::error::sanitize;
-use crate::input::{Bytes, Encoder, InputSink};
+use crate::input::{Bytes, Encoder, Fill};
 use crate::{FilterError, ABI_VERSION};
 
 /// `struct mnemo_output` of the C header.
@@ -73,13 +73,7 @@ impl NativeFilter {
         Ok(NativeFilter { filter, output_max, input_max, _lib: lib })
     }
 
-    pub fn call(
-        &self,
-        args: &[u8],
-        nkeys: u32,
-        fill: &mut dyn FnMut(&mut dyn InputSink),
-        out: &mut Vec<u8>,
-    ) -> Result<u32, FilterError> {
+    pub fn call(&self, args: &[u8], nkeys: u32, fill: Fill<'_>, out: &mut Vec<u8>) -> Result<u32, FilterError> {
         SCRATCH.with(|s| {
             let mut s = s.borrow_mut();
             let (input, output) = &mut *s;

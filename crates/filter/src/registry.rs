@@ -13,9 +13,10 @@ use std::time::Instant;
 
 use parking_lot::RwLock;
 
+use crate::input::Fill;
 use crate::native::NativeFilter;
 use crate::wasm::{WasmEngine, WasmFilter};
-use crate::{FilterError, InputSink, Limits};
+use crate::{FilterError, Limits};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FilterKind {
@@ -101,13 +102,7 @@ impl Filter {
     /// Run the filter once. `fill` feeds it exactly `nkeys` entries (values or missing marks)
     /// through the sink; the output is appended to `out` and its flags returned. On error
     /// nothing is appended.
-    pub fn call(
-        &self,
-        args: &[u8],
-        nkeys: u32,
-        fill: &mut dyn FnMut(&mut dyn InputSink),
-        out: &mut Vec<u8>,
-    ) -> Result<u32, FilterError> {
+    pub fn call(&self, args: &[u8], nkeys: u32, fill: Fill<'_>, out: &mut Vec<u8>) -> Result<u32, FilterError> {
         let start = Instant::now();
         let mark = out.len();
         let result = match &self.imp {

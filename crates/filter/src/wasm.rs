@@ -36,7 +36,7 @@ use parking_lot::Mutex;
 use wasmtime::{Config, Engine, InstancePre, Linker, Memory, Module, ModuleExport, ResourceLimiter, Store, Trap, TypedFunc};
 
 use crate::error::sanitize;
-use crate::input::{Bytes, Encoder, InputSink};
+use crate::input::{Bytes, Encoder, Fill};
 use crate::{FilterError, Limits, ABI_VERSION};
 
 /// How often the epoch advances: the granularity of the deadline.
@@ -189,13 +189,7 @@ impl WasmFilter {
 
     /// One call: an instance (reused or new), the input written into its input region by
     /// `fill`, `mnemo_filter` run under the deadline, its output appended to `out`.
-    pub fn call(
-        &self,
-        args: &[u8],
-        nkeys: u32,
-        fill: &mut dyn FnMut(&mut dyn InputSink),
-        out: &mut Vec<u8>,
-    ) -> Result<u32, FilterError> {
+    pub fn call(&self, args: &[u8], nkeys: u32, fill: Fill<'_>, out: &mut Vec<u8>) -> Result<u32, FilterError> {
         let mut live = self.live()?;
         live.store.data_mut().refused = false;
         let (result, start, end) = {
