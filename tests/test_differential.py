@@ -1,6 +1,6 @@
 """Differential conversation tables: every case of tests/tables/*.txt runs against a fresh real
 memcached and a fresh mnemod (same flags) in the same test run, and the replies must be equal
-byte for byte after normalization (version string, STAT values, CAS numbers renamed in order
+byte for byte after normalization (STAT values, CAS numbers renamed in order
 of appearance). The replies recorded in a table are checked against the live memcached too, when
 it is the version they were recorded from, so a table cannot silently drift from memcached.
 

@@ -3,6 +3,9 @@
 Each test runs against mnemod and against the real memcached: the library's behaviour with
 memcached is the spec, so an assertion that fails only for mnemod is a mnemod bug.
 """
+import re
+import time
+
 import pytest
 from pymemcache import serde
 from pymemcache.client.base import Client, PooledClient
@@ -214,6 +217,20 @@ def test_stats_version_memlimit(pm, server):
     assert b"items:1:number" in pm.stats("items") or server.kind == "memcached"
     assert b"total_malloced" in pm.stats("slabs")
     assert pm.version().startswith(b"1.6.")
+
+
+def test_stats_cachedump(pm, server):
+    """pymemcache's stats("cachedump", class, limit) returns {key: b"[<size> b; <exp> s]"}."""
+    pm.set("cd1", b"v", noreply=False)
+    pm.set("cd2", b"w", noreply=False)
+    # memcached lists an item once its LRU maintainer has moved it from HOT to COLD.
+    deadline = time.monotonic() + 10
+    while set(pm.stats("cachedump", "1", "0")) != {b"cd1", b"cd2"}:
+        assert time.monotonic() < deadline, pm.stats("cachedump", "1", "0")
+        time.sleep(0.05)
+    one = pm.stats("cachedump", "1", "1")
+    assert len(one) == 1 and re.fullmatch(rb"\[\d+ b; 0 s\]", next(iter(one.values()))), one
+    assert pm.stats("cachedump", "2", "0") == {}
 
 
 def test_cache_memlimit(pm):

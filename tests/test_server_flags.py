@@ -31,9 +31,39 @@ def test_help(flag):
 
 @pytest.mark.parametrize("flag", ["-V", "--version"])
 def test_version_flag(flag):
+    """mnemo's own version, and the memcached release it answers for: `mnemod 0.1.0 (memcached 1.6.18)`."""
     r = run(flag)
     assert r.returncode == 0
-    assert re.fullmatch(r"\S*\s*1\.6\.\d+\S*\s*", r.stdout), r.stdout
+    assert re.fullmatch(r"mnemod (\d+\.\d+\.\d+\S*) \(memcached 1\.6\.\d+\)\n", r.stdout), r.stdout
+
+
+def test_version_replies_are_memcacheds():
+    """Clients parse the version as a number (Perl's Cache::Memcached::Fast dies on a suffix):
+    `version`, `stats` and the binary VERSION opcode must read exactly as memcached's. mnemo's
+    own version is in `stats settings` (mnemo_version) and `mnemod -V`."""
+    got = {}
+    for kind in ("memcached", "mnemod"):
+        with Server(kind) as srv, srv.connect() as s:
+            text = roundtrip(s, b"version\r\n")
+            stat = stats(s)["version"]
+            settings = stats(s, b"settings")
+        with Server(kind) as srv, srv.connect() as s:
+            # 24-byte binary header: magic 0x80, opcode VERSION (0x0b), no key, extras or body.
+            s.sendall(bytes([0x80, 0x0B]) + bytes(22))
+            head = b""
+            while len(head) < 24:
+                head += s.recv(24 - len(head))
+            body_len = int.from_bytes(head[8:12], "big")
+            body = b""
+            while len(body) < body_len:
+                body += s.recv(body_len - len(body))
+        got[kind] = (text, stat, head[:2], head[6:8], body)
+        if kind == "mnemod":
+            own = settings["mnemo_version"]
+    live = subprocess.run(command("memcached", "-V"), capture_output=True, text=True).stdout.split()[1]
+    assert got["memcached"][0] == b"VERSION %s\r\n" % live.encode()
+    assert got["mnemod"] == got["memcached"]
+    assert run("-V").stdout.split()[1] == own
 
 
 @pytest.mark.parametrize("args", [["--bogus"], ["-Z"], ["-p", "abc"], ["-p", "70000"], ["-m", "0"], ["-m", "x"],

@@ -133,12 +133,25 @@ pub enum Request<'a> {
     Stats { args: Keys<'a> },
     /// `lru_crawler <sub> [arg]`: the words after `lru_crawler` (metadump, enable, ...).
     LruCrawler { args: Keys<'a> },
+    /// `slabs reassign <src> <dst>`: the class ids as memcached's `safe_strtol` reads them.
+    SlabsReassign { src: i32, dst: i32 },
+    /// `slabs automove <0|1|2>` or `slabs automove ratio <r>`, already judged valid.
+    SlabsAutomove { setting: Automove, noreply: bool },
     /// mnemo's `fget <filter> <arglen> <key>*\r\n<args>\r\n`: run an installed filter over
     /// the keys' values (see the README).
     Fget { filter: &'a [u8], args: &'a [u8], keys: Keys<'a> },
     /// An `fget` whose argument block exceeds [`FGET_ARG_MAX`]: swallow `swallow` bytes (some
     /// may still be on the wire), then reply "CLIENT_ERROR filter arguments too long".
     FgetArgsTooLong { swallow: usize },
+}
+
+/// What a valid `slabs automove` sets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Automove {
+    /// 0, 1 or 2.
+    Level(u32),
+    /// The ratio's `f64::to_bits` (a float would cost `Request` its `Eq`).
+    Ratio(u64),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -325,6 +338,7 @@ fn command<'a>(line: &'a [u8], after: usize, buf: &'a [u8], limits: &Limits) -> 
             let rest = skip_token(line, cmd);
             req(Request::LruCrawler { args: Keys(rest) }, after)
         }
+        b"slabs" => slabs(&t, after),
         b"fget" => {
             if nt < 4 {
                 return err(ErrorReply::Error, after, false);
@@ -444,6 +458,50 @@ fn storage<'a>(
     }
     let data = &buf[after..end - 2];
     req(Request::Store { kind, key, flags, exptime, data, cas, noreply }, end)
+}
+
+/// memcached 1.6.18's `process_slabs_command`: `reassign` takes exactly two signed ids;
+/// `automove` honours a trailing `noreply` for every reply, errors included. Which ids exist
+/// is the executor's business (it depends on the server's flags).
+fn slabs<'a>(t: &Tokens<'a>, after: usize) -> Parsed<'a> {
+    let nt = t.ntokens();
+    match t.get(1) {
+        b"reassign" if nt == 5 => match (parse_i32(t.get(2)), parse_i32(t.get(3))) {
+            (Some(src), Some(dst)) => req(Request::SlabsReassign { src, dst }, after),
+            _ => err(ErrorReply::BadFormat, after, false),
+        },
+        b"automove" if nt >= 4 => {
+            let noreply = t.noreply();
+            let setting = if t.get(2) == b"ratio" {
+                // A bad or missing ratio is a plain ERROR in memcached, not a format error.
+                match parse_strtod(t.get(3)) {
+                    Some(r) if nt >= 5 => Automove::Ratio(r.to_bits()),
+                    _ => return err(ErrorReply::Error, after, noreply),
+                }
+            } else {
+                match parse_u32_flags(t.get(2)) {
+                    Some(level @ 0..=2) => Automove::Level(level),
+                    Some(_) => return err(ErrorReply::Error, after, noreply),
+                    None => return err(ErrorReply::BadFormat, after, noreply),
+                }
+            };
+            req(Request::SlabsAutomove { setting, noreply }, after)
+        }
+        _ => err(ErrorReply::Error, after, false),
+    }
+}
+
+/// memcached's `safe_strtod` on one token: a decimal float (or inf / nan); an overflow or
+/// underflow (C's ERANGE) is refused. C's hexadecimal floats ("0x10") are not read: Rust's
+/// parser has none, and nothing but this one tuning knob takes a float.
+fn parse_strtod(tok: &[u8]) -> Option<f64> {
+    let s = std::str::from_utf8(tok).ok()?;
+    let v: f64 = s.parse().ok()?;
+    let lower = s.to_ascii_lowercase();
+    let overflow = v.is_infinite() && !lower.contains("inf");
+    let mantissa = lower.split('e').next().unwrap_or("");
+    let underflow = (v == 0.0 && mantissa.bytes().any(|b| (b'1'..=b'9').contains(&b))) || v.is_subnormal();
+    (!overflow && !underflow).then_some(v)
 }
 
 /// `fget <filter> <arglen> <key>*` and its argument block. Keys are not tokenized (there may

@@ -193,7 +193,7 @@ fn execute(req: Request<'_>, session: &mut BinSession, sh: &Shared, c: &Counters
             After::Continue
         }
         Request::Version => {
-            r.ok(0, &[], &[], crate::config::VERSION.as_bytes());
+            r.ok(0, &[], &[], crate::config::PROTOCOL_VERSION.as_bytes());
             After::Continue
         }
         // memcached 1.6.18 does not implement this opcode (it answers "unknown command" and

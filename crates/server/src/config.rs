@@ -1,6 +1,8 @@
 //! Command-line flags (memcached's, with the same short and long names and meanings) and the
 //! one `Config` struct the rest of the server reads. Every default is a named constant.
 
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+
 use clap::builder::TypedValueParser;
 use clap::Parser;
 use mnemo_filter::{FilterKind, FilterSpec};
@@ -19,14 +21,20 @@ pub const DEFAULT_BACKLOG: i32 = 1024;
 pub const DEFAULT_UNIX_MASK: u32 = 0o700;
 /// Keys one `fget` may name.
 pub const DEFAULT_FILTER_MAX_KEYS: usize = 10_000;
-/// What `version` and `stats` report: the memcached release whose behaviour we reproduce,
-/// tagged so operators can tell the servers apart.
-pub const VERSION: &str = concat!("1.6.18-mnemo-", env!("CARGO_PKG_VERSION"));
+/// What `version`, `stats` and the binary VERSION opcode report: the memcached release whose
+/// behaviour mnemo reproduces, exactly as memcached prints it. Clients parse this as a version
+/// number (Perl's `version->parse` dies on "1.6.18-mnemo-0.1.0"), so nothing may be appended.
+pub const PROTOCOL_VERSION: &str = "1.6.18";
+/// mnemo's own version: `mnemod -V`, the start-up line and `stats settings` `mnemo_version`.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+/// `mnemod -V`: memcached's "memcached 1.6.18" shape, with mnemo's version and the release it
+/// speaks for.
+const VERSION_LINE: &str = concat!(env!("CARGO_PKG_VERSION"), " (memcached 1.6.18)");
 
 #[derive(Parser, Debug)]
 #[command(
     name = "mnemod",
-    version = VERSION,
+    version = VERSION_LINE,
     about = "mnemo: a memcached-compatible memory cache server",
     disable_help_flag = true,
     disable_version_flag = true
@@ -179,6 +187,44 @@ pub struct Config {
     /// Limits of every filter call.
     pub filter_limits: mnemo_filter::Limits,
     pub filter_max_keys: usize,
+}
+
+/// memcached's `slabs automove` knobs. mnemo has no slab pages to move, so nothing reads them
+/// but `stats settings`, which reports what a client set, as memcached does (kept in `Shared`:
+/// clients change them while the server runs).
+#[derive(Debug)]
+pub struct SlabAutomove {
+    level: AtomicU32,
+    /// f64 bits.
+    ratio: AtomicU64,
+}
+
+/// memcached 1.6.18's defaults.
+pub const DEFAULT_SLAB_AUTOMOVE: u32 = 1;
+pub const DEFAULT_SLAB_AUTOMOVE_RATIO: f64 = 0.8;
+
+impl Default for SlabAutomove {
+    fn default() -> Self {
+        SlabAutomove {
+            level: AtomicU32::new(DEFAULT_SLAB_AUTOMOVE),
+            ratio: AtomicU64::new(DEFAULT_SLAB_AUTOMOVE_RATIO.to_bits()),
+        }
+    }
+}
+
+impl SlabAutomove {
+    pub fn level(&self) -> u32 {
+        self.level.load(Relaxed)
+    }
+    pub fn set_level(&self, level: u32) {
+        self.level.store(level, Relaxed);
+    }
+    pub fn ratio(&self) -> f64 {
+        f64::from_bits(self.ratio.load(Relaxed))
+    }
+    pub fn set_ratio(&self, ratio: f64) {
+        self.ratio.store(ratio.to_bits(), Relaxed);
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -429,5 +475,13 @@ mod tests {
         }
         assert!(matches!(run(&["-h"]), Cli::Print(_)));
         assert!(matches!(run(&["-V"]), Cli::Print(_)));
+    }
+
+    #[test]
+    fn version_line_names_both_versions() {
+        // concat! needs literals, so VERSION_LINE spells the memcached release out again.
+        assert!(VERSION_LINE.starts_with(VERSION) && VERSION_LINE.contains(PROTOCOL_VERSION), "{VERSION_LINE}");
+        let Cli::Print(text) = run(&["-V"]) else { panic!() };
+        assert_eq!(text.trim(), format!("mnemod {VERSION_LINE}"));
     }
 }

@@ -1,34 +1,47 @@
-//! `lru_crawler ...`: memcached's crawler commands. mnemo has no LRU crawler (expired segments
-//! are dropped whole by the maintenance thread), so only `metadump` does real work: it lists
-//! every live item, which is how operator tools enumerate a server's keys.
+//! memcached's slab and LRU maintenance commands, answered for a store that has neither slab
+//! classes nor an LRU crawler (expired segments are dropped whole by the maintenance thread):
+//! `lru_crawler ...`, `stats cachedump` and `slabs reassign|automove`. Only the two dumps do
+//! real work: they list live items, which is how operator tools enumerate a server's keys.
 //!
 //! ```text
 //!   lru_crawler metadump all|hash|<class,...>
 //!   key=<url-encoded key> exp=<-1|unix time> la=<unix time> cas=<n> fetch=<yes|no> cls=1 size=<n>\n
 //!   ...
 //!   END\r\n
+//!
+//!   stats cachedump <class> <limit>            (limit 0: as many as fit in 2 MB, memcached's cap)
+//!   ITEM <key> [<size> b; <0|unix time> s]\r\n
+//!   ...
+//!   END\r\n
 //! ```
 //!
-//! The item lines end in a bare "\n" and only END in "\r\n": memcached's bytes, which its
-//! clients parse. The dump is streamed: the connection asks for one store batch at a time
-//! (`Metadump::step`) and only while its unsent output is small, so a dump of millions of
-//! keys costs a bounded buffer and holds each shard lock for one batch only.
+//! The metadump item lines end in a bare "\n" and only END in "\r\n": memcached's bytes, which
+//! its clients parse. The metadump is streamed: the connection asks for one store batch at a
+//! time (`Metadump::step`) and only while its unsent output is small, so a dump of millions of
+//! keys costs a bounded buffer and holds each shard lock for one batch only. A cachedump is
+//! bounded (2 MB) like memcached's, so it is built in one go, one store batch per lock hold.
 //!
 //! Replies that differ from memcached by necessity:
 //! * `cls` is always 1: mnemo has no slab classes (`stats items` reports one class, 1, too).
-//!   `metadump <classes>` lists everything when the list names class 1, nothing otherwise.
-//! * `size` is the bytes the item occupies in mnemo (header + key + value), not memcached's
-//!   item struct size, which is ~50 bytes more.
+//!   `metadump <classes>` lists everything when the list names class 1, nothing otherwise;
+//!   `cachedump 1` lists everything, any other class nothing.
+//! * `size` (metadump) is the bytes the item occupies in mnemo (header + key + value), not
+//!   memcached's item struct size, which is ~50 bytes more. cachedump's `<size> b` is
+//!   memcached's value length; mnemo's dump walk does not report it yet, so it shows the
+//!   same occupied bytes (see [`cachedump`]).
 //! * `la` (last access): mnemo keeps no per-item time. It reports the time the item's segment
 //!   was opened: a lower bound of when the item's current copy was written (reads do not
 //!   change it; writes, and the copies incr, touch or eviction make, start a new one).
-//! * `hash` and `all` walk the same way (the store's index, shard by shard).
+//! * `hash` and `all` walk the same way (the store's index, shard by shard); cachedump's order
+//!   is that walk's too (memcached's is its COLD LRU's, newest first, and it lists an item
+//!   only once its LRU maintainer has moved it out of HOT).
+//! * `slabs reassign` never finds a page to move: valid, distinct classes get `NOSPARE`.
 
 use std::sync::atomic::Ordering::Relaxed;
 
-use mnemo_proto::num::parse_u64;
+use mnemo_proto::num::{parse_u32_flags, parse_u64};
 use mnemo_proto::reply::line;
-use mnemo_proto::text::Keys;
+use mnemo_proto::text::{Automove, Keys};
 use mnemo_store::{DumpCursor, DumpItem};
 
 use crate::exec::Next;
@@ -200,6 +213,124 @@ pub fn command(args: Keys<'_>, sh: &Shared, out: &mut Vec<u8>) -> Next {
     Next::Continue
 }
 
+/// memcached's reply to `stats cachedump` is at most this long (its buffer), END included.
+const CACHEDUMP_MAX: usize = 2 * 1024 * 1024;
+/// memcached's MAX_NUMBER_OF_SLAB_CLASSES: cachedump accepts class ids below it.
+const CLASS_IDS: u32 = 64;
+
+/// `stats cachedump <class> <limit>` (the words after `cachedump`), as memcached 1.6.18 answers:
+/// at most `limit` items (0: no count limit), and never more lines than fit in its 2 MB
+/// buffer together with END.
+///
+/// Keys holding a space, a control byte or DEL are left out: only the binary protocol or a
+/// base64 (`b`) meta key can store them, memcached skips the latter ("binary keys") and a raw
+/// one would break the reply's lines.
+///
+/// `<size> b` should be the value's length (memcached's `nbytes - 2`); the store's dump walk
+/// reports only the bytes an item occupies, and reading each value to learn its length would
+/// mark it fetched. Until the walk reports the value length, the occupied bytes are shown.
+pub fn cachedump<'a>(mut args: impl Iterator<Item = &'a [u8]>, sh: &Shared, out: &mut Vec<u8>) {
+    let (Some(class), Some(limit)) = (args.next(), args.next()) else {
+        line(out, b"CLIENT_ERROR bad command line");
+        return;
+    };
+    let (Some(class), Some(limit)) = (parse_u32_flags(class), parse_u32_flags(limit)) else {
+        line(out, BAD_FORMAT);
+        return;
+    };
+    if class >= CLASS_IDS {
+        line(out, b"CLIENT_ERROR Illegal slab id");
+        return;
+    }
+    let start = out.len();
+    // Room for the lines: END\r\n and memcached's terminating NUL stay inside the buffer.
+    let room = CACHEDUMP_MAX - b"END\r\n\0".len();
+    let mut shown = 0u32;
+    let mut full = class != 1;
+    let mut cursor = DumpCursor::new();
+    let started = sh.clock.process_started();
+    while !full {
+        let more = sh.store.dump_step(&mut cursor, sh.clock.now(), |it| {
+            if full || it.key.iter().any(|&b| b <= b' ' || b == 0x7f) {
+                return;
+            }
+            let at = out.len();
+            cachedump_line(out, it, started);
+            if out.len() - start > room {
+                out.truncate(at);
+                full = true;
+                return;
+            }
+            shown += 1;
+            full = limit != 0 && shown >= limit;
+        });
+        full |= !more;
+    }
+    line(out, b"END");
+}
+
+/// `ITEM <key> [<size> b; <exp> s]`: exp 0 for an item that never expires, else Unix time.
+fn cachedump_line(out: &mut Vec<u8>, it: &DumpItem<'_>, started: u64) {
+    let mut b = itoa::Buffer::new();
+    out.extend_from_slice(b"ITEM ");
+    out.extend_from_slice(it.key);
+    out.extend_from_slice(b" [");
+    out.extend_from_slice(b.format(it.value_len).as_bytes());
+    out.extend_from_slice(b" b; ");
+    let exp = if it.exp == 0 { 0 } else { u64::from(it.exp) + started };
+    out.extend_from_slice(b.format(exp).as_bytes());
+    out.extend_from_slice(b" s]\r\n");
+}
+
+/// `slabs automove`: memcached's settings change, and nothing else does (no pages to move).
+pub fn slabs_automove(setting: Automove, noreply: bool, sh: &Shared, out: &mut Vec<u8>) {
+    let knobs = &sh.slab_automove;
+    match setting {
+        Automove::Level(level) => knobs.set_level(level),
+        Automove::Ratio(bits) => knobs.set_ratio(f64::from_bits(bits)),
+    }
+    if !noreply {
+        line(out, b"OK");
+    }
+}
+
+/// `slabs reassign <src> <dst>` with memcached 1.6.18's checks, in its order. A page can move
+/// only from a class holding two or more; mnemo's classes hold none, so a valid request is
+/// answered as memcached answers one for a class without a spare page, and `-1` ("any class")
+/// as memcached does when it finds none to pick.
+pub fn slabs_reassign(src: i32, dst: i32, sh: &Shared, out: &mut Vec<u8>) {
+    let largest = memcached_largest_class(sh.config.growth_factor, sh.config.chunk_size);
+    // Class 0 is memcached's global page pool, a valid source and destination.
+    let valid = |id: i32| (0..=largest).contains(&id);
+    let reply: &[u8] = if src == dst {
+        b"SAME src and dst class are identical"
+    } else if src == -1 || !valid(src) || !valid(dst) {
+        b"BADCLASS invalid src or dst class id"
+    } else {
+        b"NOSPARE source class has no spare pages"
+    };
+    line(out, reply);
+}
+
+/// The highest slab class id memcached 1.6.18 creates with `-f factor -n chunk_size` (its
+/// `slabs_init`; `-o slab_sizes`/`slab_chunk_max`, which mnemo ignores, are left out), so
+/// `slabs reassign` tells valid ids from bad ones as the same memcached command line would.
+fn memcached_largest_class(factor: f64, chunk_size: u32) -> i32 {
+    /// sizeof(item) on a 64-bit build.
+    const ITEM_HEADER: u32 = 48;
+    /// slab_chunk_max: half of memcached's 1 MB slab page, whatever -I says.
+    const CHUNK_MAX: f64 = 512.0 * 1024.0;
+    const CHUNK_ALIGN: u32 = 8;
+    let mut size = ITEM_HEADER.wrapping_add(chunk_size);
+    let mut id = 1;
+    while id < CLASS_IDS as i32 - 1 && f64::from(size) < CHUNK_MAX / factor {
+        size = size.next_multiple_of(CHUNK_ALIGN);
+        size = (f64::from(size) * factor) as u32;
+        id += 1;
+    }
+    id
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -214,7 +345,7 @@ mod tests {
     #[test]
     fn line_layout() {
         let mut out = Vec::new();
-        let it = DumpItem { key: b"k", exp: 0, cas: 7, size: 9, fetched: false, written: 70 };
+        let it = DumpItem { key: b"k", exp: 0, cas: 7, size: 9, value_len: 4, fetched: false, written: 70 };
         item_line(&mut out, &it, 1000);
         item_line(&mut out, &DumpItem { exp: 100, fetched: true, ..it }, 1000);
         assert_eq!(
@@ -222,6 +353,23 @@ mod tests {
             "key=k exp=-1 la=1070 cas=7 fetch=no cls=1 size=9\n\
              key=k exp=1100 la=1070 cas=7 fetch=yes cls=1 size=9\n"
         );
+    }
+
+    #[test]
+    fn reassign_bounds_follow_memcached_flags() {
+        // Measured on memcached 1.6.18: the last id `slabs reassign 0 <id>` accepts.
+        for (factor, chunk, largest) in [(1.25, 48, 39), (2.0, 100, 12), (3.0, 1000, 6), (1.25, 5, 41), (1.05, 48, 63)] {
+            assert_eq!(memcached_largest_class(factor, chunk), largest, "-f {factor} -n {chunk}");
+        }
+    }
+
+    #[test]
+    fn cachedump_line_layout() {
+        let mut out = Vec::new();
+        let it = DumpItem { key: b"k", exp: 0, cas: 7, size: 9, value_len: 4, fetched: false, written: 70 };
+        cachedump_line(&mut out, &it, 1000);
+        cachedump_line(&mut out, &DumpItem { exp: 100, ..it }, 1000);
+        assert_eq!(out, b"ITEM k [4 b; 0 s]\r\nITEM k [4 b; 1100 s]\r\n");
     }
 
     #[test]

@@ -228,7 +228,7 @@ pub fn execute_from(
         }
         Request::Version => {
             out.extend_from_slice(b"VERSION ");
-            line(out, crate::config::VERSION.as_bytes());
+            line(out, crate::config::PROTOCOL_VERSION.as_bytes());
             Next::Continue
         }
         Request::Meta(ref m) => crate::meta::execute(m, sh, c, out),
@@ -273,6 +273,14 @@ pub fn execute_from(
             Next::Continue
         }
         Request::LruCrawler { args } => crate::crawler::command(args, sh, out),
+        Request::SlabsReassign { src, dst } => {
+            crate::crawler::slabs_reassign(src, dst, sh, out);
+            Next::Continue
+        }
+        Request::SlabsAutomove { setting, noreply } => {
+            crate::crawler::slabs_automove(setting, noreply, sh, out);
+            Next::Continue
+        }
         Request::Fget { filter, args, keys } => crate::fget::execute(filter, args, keys, sh, out),
         Request::FgetArgsTooLong { swallow } => Next::Swallow(swallow, Some(ErrorReply::FilterArgsTooLong)),
     }
@@ -410,8 +418,7 @@ fn stats_command(args: Keys<'_>, sh: &Shared, out: &mut Vec<u8>) {
             Some(b"dump") => sh.detail.dump(out),
             _ => line(out, b"CLIENT_ERROR usage: stats detail on|off|dump"),
         },
-        // mnemo cannot list a slab class's items (it has none); only the usage error is memcached's.
-        Some(b"cachedump") => line(out, b"CLIENT_ERROR bad command line"),
+        Some(b"cachedump") => crate::crawler::cachedump(words, sh, out),
         Some(_) => ErrorReply::Error.write(out),
     }
 }

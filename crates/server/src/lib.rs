@@ -64,6 +64,8 @@ pub struct Shared {
     pub crawler_enabled: AtomicBool,
     /// The filters `fget` may run (none unless the operator installed some).
     pub filters: mnemo_filter::FilterHost,
+    /// `slabs automove` as clients last set it (reported by `stats settings`).
+    pub slab_automove: config::SlabAutomove,
     stopping: AtomicBool,
 }
 
@@ -102,6 +104,7 @@ impl Shared {
             detail: detail::Detail::default(),
             crawler_enabled: AtomicBool::new(true),
             filters,
+            slab_automove: config::SlabAutomove::default(),
             stopping: AtomicBool::new(false),
         }
     }

@@ -84,7 +84,7 @@ pub fn general(sh: &Shared, out: &mut Vec<u8>) {
     stat(out, "pid", std::process::id());
     stat(out, "uptime", now.saturating_sub(60));
     stat(out, "time", u64::from(now) + sh.clock.process_started());
-    stat(out, "version", crate::config::VERSION);
+    stat(out, "version", crate::config::PROTOCOL_VERSION);
     stat(out, "pointer_size", usize::BITS);
     stat(out, "rusage_user", user);
     stat(out, "rusage_system", system);
@@ -169,7 +169,14 @@ pub fn settings(sh: &Shared, out: &mut Vec<u8>) {
     stat(out, "flush_enabled", yes_no(c.flush_enabled));
     stat(out, "shutdown_command", yes_no(c.enable_shutdown));
     stat(out, "maxconns_fast", "yes");
+    // `slabs reassign` is accepted (it never finds a page to move) and `slabs automove` sets
+    // these, so they read as memcached's do.
+    stat(out, "slab_reassign", "yes");
+    stat(out, "slab_automove", sh.slab_automove.level());
+    stat(out, "slab_automove_ratio", c_fixed2(sh.slab_automove.ratio()));
     stat(out, "segment_size", sh.store.stats().segment_size);
+    // mnemo's own release: `version` and `stats` must read exactly as memcached's.
+    stat(out, "mnemo_version", crate::config::VERSION);
     if !c.extended.is_empty() {
         stat(out, "extended_options_ignored", c.extended.join(","));
     }
@@ -184,6 +191,15 @@ pub fn settings(sh: &Shared, out: &mut Vec<u8>) {
         stat(out, &format!("filter:{}", f.name), format!("{}:{}", f.kind.as_str(), f.path.display()));
     }
     line(out, b"END");
+}
+
+/// C's "%.2f" (memcached's format for ratios), whose NaN reads "nan" or "-nan".
+fn c_fixed2(v: f64) -> String {
+    match (v.is_nan(), v.is_sign_negative()) {
+        (true, false) => "nan".into(),
+        (true, true) => "-nan".into(),
+        _ => format!("{v:.2}"),
+    }
 }
 
 /// `stats items`: mnemo has no slab classes; everything lives in one class, numbered 1 so

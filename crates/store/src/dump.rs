@@ -46,6 +46,8 @@ pub struct DumpItem<'a> {
     pub cas: u64,
     /// Bytes the item occupies in memory (header + key + value).
     pub size: usize,
+    /// The value's length (what a client stored).
+    pub value_len: usize,
     /// Read since it was written (memcached's ITEM_FETCHED).
     pub fetched: bool,
     /// A lower bound of when this copy of the item was written: the time its segment was
@@ -72,6 +74,7 @@ struct Copied {
     exp: Time,
     cas: u64,
     size: usize,
+    value_len: usize,
     fetched: bool,
     written: Time,
 }
@@ -135,6 +138,7 @@ impl Store {
                 exp: c.exp,
                 cas: c.cas,
                 size: c.size,
+                value_len: c.value_len,
                 fetched: c.fetched,
                 written: c.written,
             });
@@ -177,6 +181,7 @@ fn copy_family(
                 exp: hdr.exp,
                 cas: s.cas_of(env.geo, seg, off, &hdr),
                 size: hdr.total_len(),
+                value_len: hdr.value_len as usize,
                 fetched: slot::fetched(e),
                 written: m.opened,
             });

@@ -177,6 +177,61 @@ fn lru_crawler_carries_its_words() {
     assert!(matches!(p(b"lru_crawler\n"), Parsed::Request(Request::LruCrawler { args }, 12) if args.is_empty()));
 }
 
+/// The request, or the error reply and its noreply, a one-line command gives.
+type Outcome<'a> = Result<Request<'a>, (ErrorReply, bool)>;
+
+fn slabs_outcome(line: &[u8]) -> Outcome<'_> {
+    match p(line) {
+        Parsed::Request(r, n) if n == line.len() => Ok(r),
+        Parsed::Error { reply, consumed, noreply } if consumed == line.len() => Err((reply, noreply)),
+        other => panic!("{:?}: {other:?}", String::from_utf8_lossy(line)),
+    }
+}
+
+#[test]
+fn slabs_commands_as_memcached_judges_them() {
+    use ErrorReply::{BadFormat, Error};
+    let automove = |setting, noreply| Ok(Request::SlabsAutomove { setting, noreply });
+    let ratio = |r: f64| Automove::Ratio(r.to_bits());
+    // Replies measured on memcached 1.6.18 (tests/tables/admin.txt holds them too).
+    let cases: &[(&[u8], Outcome<'_>)] = &[
+        (b"slabs automove 0\r\n", automove(Automove::Level(0), false)),
+        (b"slabs automove 2 x y\r\n", automove(Automove::Level(2), false)),
+        (b"slabs automove 1 noreply\r\n", automove(Automove::Level(1), true)),
+        (b"slabs automove +1\r\n", automove(Automove::Level(1), false)),
+        (b"slabs automove 4294967297\r\n", automove(Automove::Level(1), false)),
+        (b"slabs automove 3\r\n", Err((Error, false))),
+        (b"slabs automove 3 noreply\r\n", Err((Error, true))),
+        (b"slabs automove x\r\n", Err((BadFormat, false))),
+        (b"slabs automove -1\r\n", Err((BadFormat, false))),
+        (b"slabs automove 1x\r\n", Err((BadFormat, false))),
+        (b"slabs automove noreply\r\n", Err((BadFormat, true))),
+        (b"slabs automove\r\n", Err((Error, false))),
+        (b"slabs automove ratio 0.5\r\n", automove(ratio(0.5), false)),
+        (b"slabs automove ratio -3 noreply\r\n", automove(ratio(-3.0), true)),
+        (b"slabs automove ratio\r\n", Err((Error, false))),
+        (b"slabs automove ratio x\r\n", Err((Error, false))),
+        (b"slabs automove ratio 0.5x\r\n", Err((Error, false))),
+        (b"slabs automove ratio 1e400\r\n", Err((Error, false))),
+        (b"slabs automove ratio 1e-400\r\n", Err((Error, false))),
+        (b"slabs automove ratio noreply\r\n", Err((Error, true))),
+        (b"slabs reassign 1 2\r\n", Ok(Request::SlabsReassign { src: 1, dst: 2 })),
+        (b"slabs reassign -1 4294967297\r\n", Ok(Request::SlabsReassign { src: -1, dst: 1 })),
+        (b"slabs reassign x 1\r\n", Err((BadFormat, false))),
+        (b"slabs reassign 1 2x\r\n", Err((BadFormat, false))),
+        (b"slabs reassign 99999999999999999999 1\r\n", Err((BadFormat, false))),
+        (b"slabs reassign 1\r\n", Err((Error, false))),
+        (b"slabs reassign 1 2 noreply\r\n", Err((Error, false))),
+        (b"slabs\r\n", Err((Error, false))),
+        (b"slabs foo 1\r\n", Err((Error, false))),
+        (b"slabs Automove 1\r\n", Err((Error, false))),
+    ];
+    for (line, want) in cases {
+        assert_eq!(&slabs_outcome(line), want, "{:?}", String::from_utf8_lossy(line));
+    }
+    assert!(matches!(slabs_outcome(b"slabs automove ratio nan\r\n"), Ok(Request::SlabsAutomove { setting: Automove::Ratio(b), .. }) if f64::from_bits(b).is_nan()));
+}
+
 #[test]
 fn fget_line_and_argument_block() {
     let input = b"fget topk 2 u:1 u:2  u:3\r\n10\r\nget x\r\n";
