@@ -27,7 +27,8 @@ fn echo_keys() -> Fake {
 }
 
 fn keys() -> Vec<String> {
-    let mut keys: Vec<String> = (0..20).map(|i| format!("k{i}")).collect();
+    // Forty plain keys: both servers get some whatever ring their (random) ports make.
+    let mut keys: Vec<String> = (0..40).map(|i| format!("k{i}")).collect();
     keys.insert(3, "{user:7}:a".into());
     keys.insert(11, "{user:7}:b".into());
     keys
