@@ -345,8 +345,9 @@ fn mnemo_client_splits_an_fget_by_server_and_merges_the_top_k() {
     let client = mnemo_client::blocking::Client::from_list(&list, cfg).unwrap();
     let mut conns: Vec<Conn> = servers.iter().map(Conn::new).collect();
     let mut rng = Rng(0x5eed_0002);
-    // Keys tagged by group: a group's keys share a server (the seed's colocation).
-    let keys: Vec<String> = (0..200).map(|i| format!("{{g:{}}}:u:{i}", i % 7)).collect();
+    // Keys tagged by group: a group's keys share a server (the seed's colocation). Forty
+    // groups, so both servers get some whatever ring their ports make.
+    let keys: Vec<String> = (0..200).map(|i| format!("{{g:{}}}:u:{i}", i % 40)).collect();
     let mut all = Vec::new();
     for key in &keys {
         let recs: Vec<Record> = (0..30).map(|_| Record { user: rng.below(50), article: rng.below(9), ts: rng.below(400) }).collect();
@@ -364,7 +365,7 @@ fn mnemo_client_splits_an_fget_by_server_and_merges_the_top_k() {
     let merged = client.fget_merge("topk", b"10", &keys, mnemo_client::filter::top_k(10)).unwrap();
     assert_eq!(merged, records::encode_all(&records::top_k(all.iter().copied(), 10)));
     // One group's keys sit on one server: one part, already the final answer.
-    let group: Vec<&String> = keys.iter().filter(|k| k.starts_with("{g:3}")).collect();
+    let group: Vec<&String> = keys.iter().filter(|k| k.starts_with("{g:3}:")).collect();
     let parts = client.fget("topk", b"5", &group).unwrap();
     assert_eq!(parts.len(), 1);
     // A server's refusal reaches the caller with its message.
