@@ -213,12 +213,9 @@ impl WasmFilter {
         let limits = &self.engine.limits;
         let outcome = {
             let mem = live.memory.data(&live.store);
-            let word = |at: usize| -> Option<u32> {
-                mem.get(at..at.checked_add(4)?).map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")))
-            };
-            let field = |i: usize| rec.checked_add(i * 4).and_then(word).ok_or(FilterError::BadResult);
-            debug_assert_eq!(RESULT_LEN, 16);
-            let (status, flags, ptr, len) = (field(0)?, field(1)?, field(2)? as usize, field(3)? as usize);
+            let record = rec.checked_add(RESULT_LEN).and_then(|end| mem.get(rec..end)).ok_or(FilterError::BadResult)?;
+            let field = |i: usize| u32::from_le_bytes(record[i * 4..i * 4 + 4].try_into().expect("4 bytes"));
+            let (status, flags, ptr, len) = (field(0), field(1), field(2) as usize, field(3) as usize);
             let bytes = ptr.checked_add(len).and_then(|end| mem.get(ptr..end)).ok_or(FilterError::BadResult)?;
             match status {
                 0 if len > limits.output_max => Err(FilterError::OutputTooLarge),
@@ -235,9 +232,7 @@ impl WasmFilter {
             live.calls += 1;
             let big = live.memory.data_size(&live.store) > RECYCLE_BYTES.min(limits.memory / 2).max(4 << 20);
             if !big && live.calls < RECYCLE_CALLS {
-                let (live_start, live_end) = (start, end);
-                live.start = live_start;
-                live.end = live_end;
+                (live.start, live.end) = (start, end);
                 let mut idle = self.idle.lock();
                 if idle.len() < limits.concurrency.max(1) as usize {
                     idle.push(live);
