@@ -303,7 +303,11 @@ pub fn unauthenticated(req: &Request<'_>, sh: &Shared, authed: &mut bool, out: &
             }
             Next::Continue
         }
-        Request::TooLarge { swallow, .. } => Next::Swallow(swallow, Some(ErrorReply::Unauthenticated)),
+        // Data blocks refused before they were read are swallowed all the same: the connection
+        // must stay in sync whether or not it has authenticated.
+        Request::TooLarge { swallow, .. } | Request::FgetArgsTooLong { swallow } => {
+            Next::Swallow(swallow, Some(ErrorReply::Unauthenticated))
+        }
         // memcached refuses even `quit` before authentication.
         _ => {
             ErrorReply::Unauthenticated.write(out);

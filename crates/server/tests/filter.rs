@@ -372,3 +372,22 @@ fn mnemo_client_splits_an_fget_by_server_and_merges_the_top_k() {
     let err = client.fget("nope", b"", &keys).unwrap_err().to_string();
     assert!(err.contains("CLIENT_ERROR unknown filter"), "{err}");
 }
+
+#[test]
+fn an_unauthenticated_fget_keeps_the_connection_in_sync() {
+    let ex = examples();
+    let auth = std::env::temp_dir().join(format!("mnemod-fget-auth-{}", std::process::id()));
+    std::fs::write(&auth, "alice:secret\n").unwrap();
+    let srv = Server::start(&["-Y", &auth.display().to_string(), "--filter", &arg("topk", ex.wasm("topk"))]);
+    let mut c = Conn::new(&srv);
+    // Refused whole, the over-long block included: its bytes are never read as commands.
+    let big = vec![b'x'; 64 * 1024 + 10];
+    c.w.write_all(format!("fget topk {} u:1\r\n", big.len()).as_bytes()).unwrap();
+    c.w.write_all(&big).unwrap();
+    c.w.write_all(b"\r\nfget topk 2 u:1\r\n10\r\n").unwrap();
+    assert_eq!(c.line(), "CLIENT_ERROR unauthenticated\r\n");
+    assert_eq!(c.line(), "CLIENT_ERROR unauthenticated\r\n");
+    c.set("auth", 0, b"alice secret");
+    assert_eq!(c.fget("topk", b"10", &["u:1".into()]), Ok((0, vec![])));
+    let _ = std::fs::remove_file(&auth);
+}
