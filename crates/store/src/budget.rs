@@ -30,16 +30,19 @@ pub(crate) struct Budget {
     used: AtomicUsize,
     /// Length of a regular segment: only those are kept as the spare.
     regular: usize,
+    /// Regular buffers from huge-page chunks (`StoreConfig::huge_pages`).
+    huge: bool,
     /// Not charged to `used`. A leaf lock: nothing else is locked while it is held.
     spare: Mutex<Option<SegBuf>>,
 }
 
 impl Budget {
-    pub fn new(limit: usize, regular: usize) -> Budget {
+    pub fn new(limit: usize, regular: usize, huge: bool) -> Budget {
         Budget {
             limit: AtomicUsize::new(limit),
             used: AtomicUsize::new(0),
             regular,
+            huge,
             spare: Mutex::new(None),
         }
     }
@@ -79,7 +82,7 @@ impl Budget {
         if let Some(b) = self.spare.lock().take() {
             return Some(b);
         }
-        Some(SegBuf::zeroed(self.regular))
+        Some(SegBuf::regular(self.regular, self.huge))
     }
 
     /// A retired buffer leaves the count; a regular one is kept as the spare if the slot is
@@ -101,7 +104,7 @@ mod tests {
 
     #[test]
     fn budget_refuses_past_limit() {
-        let b = Budget::new(100, 10);
+        let b = Budget::new(100, 10, false);
         assert!(b.try_add(60));
         assert!(!b.try_add(41));
         assert!(b.try_add(40));
@@ -113,7 +116,7 @@ mod tests {
 
     #[test]
     fn spare_is_reused_and_never_charged() {
-        let b = Budget::new(100, 40);
+        let b = Budget::new(100, 40, false);
         let x = b.regular_buffer(false).unwrap();
         let mut y = b.regular_buffer(false).unwrap();
         assert_eq!(b.used(), 80);

@@ -29,6 +29,9 @@ pub struct StoreConfig {
     pub use_cas: bool,
     /// Power of two (rounded up if not), 1..=256.
     pub shards: usize,
+    /// Regular segments from 2 MiB huge-page chunks (buf.rs says why); memcached's `-L`, but
+    /// on by default: without it a large cache read at random misses the TLB on every item.
+    pub huge_pages: bool,
 }
 
 impl Default for StoreConfig {
@@ -39,6 +42,7 @@ impl Default for StoreConfig {
             evict: true,
             use_cas: true,
             shards: DEFAULT_SHARDS,
+            huge_pages: true,
         }
     }
 }
@@ -50,6 +54,7 @@ pub(crate) struct Geometry {
     pub item_size_max: usize,
     pub evict: bool,
     pub use_cas: bool,
+    pub huge_pages: bool,
     pub shards: usize,
     pub shard_bits: u32,
     pub seg_size: usize,
@@ -81,6 +86,7 @@ impl Geometry {
             item_size_max: cfg.item_size_max,
             evict: cfg.evict,
             use_cas: cfg.use_cas,
+            huge_pages: cfg.huge_pages,
             shards,
             shard_bits: shards.trailing_zeros(),
             seg_size: seg,

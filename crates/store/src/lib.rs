@@ -52,6 +52,7 @@ use parking_lot::Mutex;
 pub use config::{StoreConfig, DEFAULT_SHARDS, MAX_SEGMENT_SIZE, MAX_SHARDS, MIN_SEGMENT_SIZE};
 pub use dump::{DumpCursor, DumpItem, DUMP_BATCH};
 pub use item::MAX_KEY_LEN;
+pub use shard::Prefetch;
 pub use stats::StoreStats;
 
 use budget::Budget;
@@ -142,7 +143,7 @@ pub struct Store {
 impl Store {
     pub fn new(cfg: StoreConfig) -> Store {
         let geo = Geometry::new(&cfg);
-        let budget = Budget::new(geo.limit, geo.seg_size);
+        let budget = Budget::new(geo.limit, geo.seg_size, geo.huge_pages);
         let shards: Box<[Mutex<Shard>]> =
             (0..geo.shards).map(|i| Mutex::new(Shard::new(i as u64, &geo, &budget))).collect();
         Store { shards, geo, budget, seen: AtomicU32::new(0) }
@@ -186,17 +187,17 @@ impl Store {
         self.with_shard(h, now, |s, env| s.get(env, h, key, now, f))
     }
 
-    /// A hint that `key` will be read soon, for a multi-key read that walks ahead of itself:
-    /// pull its index bucket (`deep` false) or, a little later when that is cached, its
-    /// candidate items (`deep` true) toward the cache, so a batch of lookups overlaps its
-    /// memory misses instead of taking them one after another. Skipped when the shard is busy.
-    pub fn prefetch(&self, key: &[u8], deep: bool) {
+    /// A hint that `key` will be read soon, for a multi-key read that walks ahead of itself
+    /// in stages ([`Prefetch`]: the index bucket, then the items and the overflow bucket it
+    /// names, then that bucket's items), so a batch of lookups overlaps its memory misses
+    /// instead of taking them one after another. Skipped when the shard is busy.
+    pub fn prefetch(&self, key: &[u8], stage: Prefetch) {
         if !Self::valid_key(key) {
             return;
         }
         let h = Self::hash(key);
         if let Some(shard) = self.shards[self.geo.shard_of(h)].try_lock() {
-            shard.prefetch(h, deep);
+            shard.prefetch(h, stage);
         }
     }
 
