@@ -29,8 +29,8 @@ pub struct StoreConfig {
     pub use_cas: bool,
     /// Power of two (rounded up if not), 1..=256.
     pub shards: usize,
-    /// Regular segments from 2 MiB huge-page chunks (buf.rs says why); memcached's `-L`, but
-    /// on by default: without it a large cache read at random misses the TLB on every item.
+    /// Full regular segments on 2 MiB huge pages (buf.rs says why); memcached's `-L`, but on by
+    /// default: without it a large cache read at random misses the TLB on every item.
     pub huge_pages: bool,
 }
 

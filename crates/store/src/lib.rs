@@ -350,6 +350,9 @@ impl Store {
     /// Holds each shard lock only for bounded steps.
     pub fn maintain(&self, now: Time) {
         self.observe(now);
+        if self.geo.huge_pages {
+            buf::collapse_full_chunks();
+        }
         for me in 0..self.shards.len() {
             let env = Env { geo: &self.geo, budget: &self.budget, shards: &self.shards, me };
             {
