@@ -32,7 +32,8 @@
 //! Module map: buf.rs (segment buffers, mmap), budget.rs (memory accounting, spare buffer),
 //! config.rs (sizes), item.rs (header codec), index.rs (hash index),
 //! segment.rs (segment table, FIFO, TTL groups), shard.rs (operations), evict.rs (eviction,
-//! expiry, flush, sweep), dump.rs (listing live items in bounded batches), stats.rs (counters).
+//! expiry, flush, sweep), dump.rs (listing live items in bounded batches), snapshot.rs (warm
+//! restart: the live items to a file and back), stats.rs (counters).
 
 mod budget;
 mod buf;
@@ -43,6 +44,7 @@ mod index;
 mod item;
 mod segment;
 mod shard;
+mod snapshot;
 mod stats;
 
 use core::sync::atomic::{AtomicU32, Ordering};
@@ -53,6 +55,7 @@ pub use config::{StoreConfig, DEFAULT_SHARDS, MAX_SEGMENT_SIZE, MAX_SHARDS, MIN_
 pub use dump::{DumpCursor, DumpItem, DUMP_BATCH};
 pub use item::MAX_KEY_LEN;
 pub use shard::Prefetch;
+pub use snapshot::{RestoreReport, SnapshotError, SnapshotStats};
 pub use stats::StoreStats;
 
 use budget::Budget;

@@ -156,6 +156,17 @@ impl SegTable {
 
     /// The oldest Live segment, 0 if none.
     #[inline]
+    /// The sequence number the next opened segment gets.
+    pub fn next_seq(&self) -> u64 {
+        self.next_seq
+    }
+
+    /// Segments opened from now on get at least `seq` (a restored store's CAS values must be
+    /// above the ones handed out before the restart).
+    pub fn raise_seq(&mut self, seq: u64) {
+        self.next_seq = self.next_seq.max(seq);
+    }
+
     pub fn head(&self) -> u32 {
         self.head
     }
