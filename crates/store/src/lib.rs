@@ -55,7 +55,7 @@ pub use config::{StoreConfig, DEFAULT_SHARDS, MAX_SEGMENT_SIZE, MAX_SHARDS, MIN_
 pub use dump::{DumpCursor, DumpItem, DUMP_BATCH};
 pub use item::MAX_KEY_LEN;
 pub use shard::Prefetch;
-pub use snapshot::{RestoreReport, SnapshotError, SnapshotStats};
+pub use snapshot::{Frozen, RestoreReport, SnapshotError, SnapshotStats};
 pub use stats::StoreStats;
 
 use budget::Budget;

@@ -32,11 +32,12 @@ use std::fs::File;
 use std::io::{self, BufWriter, Read, Write};
 use std::path::Path;
 
+use parking_lot::MutexGuard;
 use xxhash_rust::xxh3::xxh3_64;
 
 use crate::item;
 use crate::segment::SegState;
-use crate::shard::Env;
+use crate::shard::{Env, Shard};
 use crate::{Mode, Store, Time};
 
 const MAGIC: &[u8; 8] = b"MNEMOSNP";
@@ -145,14 +146,39 @@ fn block_sum(lens: &[u8], payload: &[u8]) -> u64 {
     xxh3_64(payload) ^ xxh3_64(lens).rotate_left(17)
 }
 
+/// Every shard of a store, locked: nothing can change it until this is dropped. A snapshot
+/// taken at shutdown is written from here and the process exits without dropping it, so no
+/// client is told "stored" for a write the snapshot missed.
+pub struct Frozen<'a> {
+    store: &'a Store,
+    shards: Vec<MutexGuard<'a, Shard>>,
+}
+
 impl Store {
-    /// Writes every live item to `out` (format above). `now` is the store's clock and `origin`
-    /// the unix time of its 0. Each shard is locked while it is written: meant for shutdown.
+    /// Locks every shard (in order; nothing else ever waits for a second shard's lock).
+    pub fn freeze(&self) -> Frozen<'_> {
+        Frozen { store: self, shards: self.shards.iter().map(|s| s.lock()).collect() }
+    }
+
+    /// `freeze().write_snapshot(...)`, unfrozen after.
     pub fn write_snapshot(&self, out: impl Write, now: Time, origin: u64) -> io::Result<SnapshotStats> {
+        self.freeze().write_snapshot(out, now, origin)
+    }
+
+    /// `freeze().write_snapshot_file(...)`, unfrozen after.
+    pub fn write_snapshot_file(&self, path: &Path, now: Time, origin: u64) -> io::Result<SnapshotStats> {
+        self.freeze().write_snapshot_file(path, now, origin)
+    }
+}
+
+impl Frozen<'_> {
+    /// Writes every live item to `out` (format above). `now` is the store's clock and `origin`
+    /// the unix time of its 0.
+    pub fn write_snapshot(&mut self, out: impl Write, now: Time, origin: u64) -> io::Result<SnapshotStats> {
         let mut w = BlockWriter { out, payload: Vec::with_capacity(2 * BLOCK_TARGET), items: 0, stats: SnapshotStats::default() };
-        // A bound on every CAS handed out so far, from the shards' sequence counters, so the
-        // header can go first.
-        let floor = self.cas_floor();
+        // A bound on every CAS handed out so far: every derived CAS is below (next segment
+        // sequence << 28), and explicit ones are copies of derived ones.
+        let floor = self.shards.iter().map(|s| s.segs.next_seq() << 28).max().unwrap_or(0);
         let mut head = [0u8; HEADER_LEN];
         head[0..8].copy_from_slice(MAGIC);
         head[8..12].copy_from_slice(&VERSION.to_le_bytes());
@@ -161,9 +187,9 @@ impl Store {
         let sum = xxh3_64(&head[..32]);
         head[32..40].copy_from_slice(&sum.to_le_bytes());
         w.out.write_all(&head)?;
-        for me in 0..self.shards.len() {
-            let env = Env { geo: &self.geo, budget: &self.budget, shards: &self.shards, me };
-            let mut s = self.shards[me].lock();
+        let st = self.store;
+        for (me, s) in self.shards.iter_mut().enumerate() {
+            let env = Env { geo: &st.geo, budget: &st.budget, shards: &st.shards, me };
             s.apply_flush(&env, now);
             let mut id = s.segs.head();
             while id != 0 {
@@ -198,7 +224,7 @@ impl Store {
 
     /// Writes the snapshot to `path` safely: to `path.tmp` first, synced, then renamed over
     /// `path`, so a crash mid-write leaves the previous snapshot (or none), never half of one.
-    pub fn write_snapshot_file(&self, path: &Path, now: Time, origin: u64) -> io::Result<SnapshotStats> {
+    pub fn write_snapshot_file(&mut self, path: &Path, now: Time, origin: u64) -> io::Result<SnapshotStats> {
         let mut tmp = path.as_os_str().to_owned();
         tmp.push(".tmp");
         let tmp = std::path::PathBuf::from(tmp);
@@ -217,13 +243,9 @@ impl Store {
         }
         Ok(stats)
     }
+}
 
-    /// The largest CAS this store can have handed out: every derived CAS is below
-    /// (next sequence << 28), and explicit ones are copies of derived ones.
-    fn cas_floor(&self) -> u64 {
-        self.shards.iter().map(|s| s.lock().segs.next_seq() << 28).max().unwrap_or(0)
-    }
-
+impl Store {
     /// Reads a snapshot written by `write_snapshot` into this store (meant for an empty store
     /// at start; items set meanwhile are overwritten by the file's). `len` is the input's
     /// length in bytes (a block claiming more is damage, not a reason to allocate).

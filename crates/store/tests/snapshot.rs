@@ -207,3 +207,27 @@ fn writing_to_a_file_replaces_the_previous_snapshot_atomically() {
     assert_eq!(t.get(b"a", 1, |it| it.value.to_vec()).hit().unwrap(), b"two");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn a_frozen_store_takes_no_write_until_released() {
+    use std::sync::{mpsc, Arc};
+    use std::time::Duration;
+    let s = Arc::new(Store::new(small()));
+    let mut frozen = s.freeze();
+    let (tx, rx) = mpsc::channel();
+    let writer = {
+        let s = s.clone();
+        std::thread::spawn(move || {
+            s.store(Mode::Set, b"late", 0, 0, b"v", 1).unwrap();
+            tx.send(()).unwrap();
+        })
+    };
+    // The write waits for the shard; the snapshot taken meanwhile does not have it.
+    assert!(rx.recv_timeout(Duration::from_millis(300)).is_err());
+    let mut bytes = Vec::new();
+    assert_eq!(frozen.write_snapshot(&mut bytes, 1, ORIGIN).unwrap().items, 0);
+    drop(frozen);
+    rx.recv().unwrap();
+    writer.join().unwrap();
+    assert!(s.get(b"late", 1, |_| ()).is_hit());
+}
