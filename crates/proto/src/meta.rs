@@ -3,10 +3,11 @@
 //! (`T30`, `Oabc`). Flags to return are kept in the order the client gave them, because
 //! replies echo them in that order.
 //!
-//! Validation happens in two passes, as in memcached: every flag is first checked for
-//! duplicates and for a well-formed token; then the command decides which letters it knows.
-//! `md` and `ma` report every flag problem as "invalid or duplicate flag", `mg` and `ms`
-//! have a message per problem.
+//! Validation follows memcached 1.6.18's order: a line of more than 20 tokens is refused
+//! outright ("options flags [are] too long"); then the flags are read in one pass, each checked
+//! in turn for being a repeat, a letter memcached knows and a well-formed token, so the first
+//! bad flag decides the error. `md` and `ma` report every flag problem as "invalid or
+//! duplicate flag", `mg` and `ms` have a message per problem.
 
 use base64::Engine;
 
@@ -113,6 +114,10 @@ fn known(letter: u8) -> bool {
     b"bqukOcfhlstvILPCNRTDFJM".contains(&letter)
 }
 
+/// memcached's MFLAG_MAX_OPT_LENGTH: a meta command line of more tokens (its terminal empty
+/// token included, so 19 real ones at most) is refused before any flag is read.
+const MAX_META_TOKENS: usize = 20;
+
 fn flag_error(kind: MetaKind, specific: ErrorReply) -> ErrorReply {
     match kind {
         MetaKind::Get | MetaKind::Set => specific,
@@ -126,16 +131,17 @@ fn flag_error(kind: MetaKind, specific: ErrorReply) -> ErrorReply {
 fn parse_flags<'a>(kind: MetaKind, t: &Tokens<'a>, first: usize) -> Result<MetaFlags<'a>, ErrorReply> {
     let mut f = MetaFlags::default();
     let mut seen = [false; 128];
-    // Pass 1: duplicates and tokens.
     for i in first..t.n {
         let tok = t.get(i);
         let letter = tok[0];
         let arg = &tok[1..];
-        if letter < 128 {
-            if seen[letter as usize] {
-                return Err(flag_error(kind, ErrorReply::DuplicateFlag));
-            }
-            seen[letter as usize] = true;
+        // memcached counts a byte of 127 or more as a repeat.
+        if letter >= 127 || seen[letter as usize] {
+            return Err(flag_error(kind, ErrorReply::DuplicateFlag));
+        }
+        seen[letter as usize] = true;
+        if !known(letter) {
+            return Err(flag_error(kind, ErrorReply::InvalidFlag));
         }
         let bad = |e| Err(flag_error(kind, e));
         match letter {
@@ -183,15 +189,6 @@ fn parse_flags<'a>(kind: MetaKind, t: &Tokens<'a>, first: usize) -> Result<MetaF
         if f.n < f.order.len() {
             f.order[f.n] = letter;
             f.n += 1;
-        }
-    }
-    // Pass 2: letters this command knows.
-    for &letter in f.letters() {
-        if !known(letter) {
-            return Err(match kind {
-                MetaKind::Get | MetaKind::Set => ErrorReply::InvalidFlag,
-                _ => ErrorReply::InvalidOrDuplicateFlag,
-            });
         }
     }
     if let Some(m) = f.mode {
@@ -248,6 +245,13 @@ pub(crate) fn command<'a>(t: &Tokens<'a>, after: usize, buf: &'a [u8], limits: &
     let raw_key = t.get(1);
     if raw_key.len() > KEY_MAX {
         return err(ErrorReply::BadFormat, after);
+    }
+    if kind == MetaKind::Set && t.n == 2 {
+        return err(ErrorReply::BadFormat, after);
+    }
+    if t.n + 1 > MAX_META_TOKENS {
+        // Refused before ms reads its length: its data line is then read as a command.
+        return err(if kind == MetaKind::Get { ErrorReply::GetFlagsTooLong } else { ErrorReply::FlagsTooLong }, after);
     }
     if kind != MetaKind::Set {
         let flags = match parse_flags(kind, t, 2) {

@@ -54,6 +54,12 @@ pub enum ErrorReply {
     SetMode,
     #[error("CLIENT_ERROR invalid mode for ma M token")]
     ArithMode,
+    /// mg past memcached's 20 tokens.
+    #[error("CLIENT_ERROR options flags are too long")]
+    GetFlagsTooLong,
+    /// ms, md and ma past memcached's 20 tokens (their wording differs from mg's).
+    #[error("CLIENT_ERROR options flags too long")]
+    FlagsTooLong,
     // mnemo's own: fget (memcached has no such command).
     #[error("CLIENT_ERROR unknown filter")]
     UnknownFilter,
@@ -96,6 +102,8 @@ impl ErrorReply {
             ErrorReply::ModeLength => "CLIENT_ERROR incorrect length for M token",
             ErrorReply::SetMode => "CLIENT_ERROR invalid mode for ms M token",
             ErrorReply::ArithMode => "CLIENT_ERROR invalid mode for ma M token",
+            ErrorReply::GetFlagsTooLong => "CLIENT_ERROR options flags are too long",
+            ErrorReply::FlagsTooLong => "CLIENT_ERROR options flags too long",
             ErrorReply::UnknownFilter => "CLIENT_ERROR unknown filter",
             ErrorReply::TooManyKeys => "CLIENT_ERROR too many keys",
             ErrorReply::FilterArgsTooLong => "CLIENT_ERROR filter arguments too long",

@@ -1,6 +1,9 @@
 //! Credentials for text-protocol auth (-Y) and SASL PLAIN (-S): a file of `user:password`
-//! lines (memcached's -Y format; blank lines and lines starting with '#' are ignored),
+//! lines (memcached's -Y format; blank lines and lines starting with '#' are ignored), or for
+//! -S without one, the users of Cyrus SASL's sasldb that memcached -S would use (`sasldb`);
 //! loaded at start-up and again on SIGHUP.
+
+pub mod sasldb;
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -12,6 +15,11 @@ pub enum AuthError {
     Read { path: String, source: std::io::Error },
     #[error("auth file {path}, line {line}: expected user:password")]
     Format { path: String, line: usize },
+    #[error(
+        "-S: cannot read the SASL user database {path}: {why}; put its users in a user:password \
+         file (sasldblistusers2 -f {path} lists them) and pass it with -Y FILE or MEMCACHED_SASL_PWDB=FILE"
+    )]
+    Sasldb { path: String, why: String },
 }
 
 #[derive(Default, Debug)]
@@ -20,6 +28,22 @@ pub struct Credentials {
 }
 
 impl Credentials {
+    /// The users the configuration names: its password file, else its sasldb, else none.
+    pub fn from_config(config: &crate::Config) -> Result<Credentials, AuthError> {
+        match (&config.auth_file, &config.sasldb) {
+            (Some(path), _) => Credentials::load(path),
+            (None, Some(path)) => Credentials::load_sasldb(path),
+            (None, None) => Ok(Credentials::default()),
+        }
+    }
+
+    /// The users (of this host's realm) and passwords of a Cyrus sasldb.
+    pub fn load_sasldb(path: &Path) -> Result<Credentials, AuthError> {
+        let err = |why| AuthError::Sasldb { path: path.display().to_string(), why };
+        let all = sasldb::read_users(path).map_err(err)?;
+        Ok(Credentials { users: sasldb::users_for_this_host(all).into_iter().collect() })
+    }
+
     pub fn load(path: &Path) -> Result<Credentials, AuthError> {
         let shown = path.display().to_string();
         let text = std::fs::read(path).map_err(|source| AuthError::Read { path: shown.clone(), source })?;

@@ -3,6 +3,8 @@
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 
+pub mod ext;
+
 use clap::builder::TypedValueParser;
 use clap::Parser;
 use mnemo_filter::{FilterKind, FilterSpec};
@@ -94,8 +96,8 @@ struct Args {
     /// disable flush_all
     #[arg(short = 'F', long = "disable-flush-all")]
     disable_flush_all: bool,
-    /// require SASL PLAIN authentication on the binary protocol (password file: -Y, or the
-    /// MEMCACHED_SASL_PWDB environment variable)
+    /// require SASL PLAIN authentication on the binary protocol (users: -Y, the
+    /// MEMCACHED_SASL_PWDB file, or Cyrus SASL's sasldb named by SASL_CONF_PATH/memcached.conf)
     #[arg(short = 'S', long = "enable-sasl")]
     enable_sasl: bool,
     /// password file for authentication ("user:password" per line); turns on text-protocol
@@ -123,8 +125,9 @@ struct Args {
     /// minimum slab chunk size (accepted for compatibility; mnemo has no slab classes)
     #[arg(short = 'n', long = "slab-min-size", default_value_t = 48)]
     chunk_size: u32,
-    /// memcached's extended options (comma separated); accepted for compatibility and
-    /// reported by `stats settings`; mnemo's engine has no equivalents to tune
+    /// memcached's extended options (comma separated): idle_timeout, maxconns_fast,
+    /// lru_crawler, track_sizes and the slab_* settings take effect; the others are accepted
+    /// and ignored (README)
     #[arg(short = 'o', long = "extended", action = clap::ArgAction::Append)]
     extended: Vec<String>,
     /// install a WebAssembly filter for fget (repeatable): NAME=PATH (.wasm or .wat); reloaded on SIGHUP
@@ -171,6 +174,8 @@ pub struct Config {
     pub sasl: bool,
     /// Credentials file: -Y, or for SASL the MEMCACHED_SASL_PWDB environment variable.
     pub auth_file: Option<std::path::PathBuf>,
+    /// -S without a credentials file: the Cyrus sasldb memcached would use (auth::sasldb).
+    pub sasldb: Option<std::path::PathBuf>,
     /// -Y given: the text protocol requires authentication.
     pub text_auth: bool,
     pub user: Option<String>,
@@ -181,7 +186,8 @@ pub struct Config {
     pub protocol: Protocols,
     pub growth_factor: f64,
     pub chunk_size: u32,
-    pub extended: Vec<String>,
+    /// -o: memcached's extended options.
+    pub ext: ext::ExtOptions,
     /// Filters for fget, in the order given (WebAssembly first, then native).
     pub filters: Vec<mnemo_filter::FilterSpec>,
     /// Limits of every filter call.
@@ -205,14 +211,15 @@ pub const DEFAULT_SLAB_AUTOMOVE_RATIO: f64 = 0.8;
 
 impl Default for SlabAutomove {
     fn default() -> Self {
-        SlabAutomove {
-            level: AtomicU32::new(DEFAULT_SLAB_AUTOMOVE),
-            ratio: AtomicU64::new(DEFAULT_SLAB_AUTOMOVE_RATIO.to_bits()),
-        }
+        SlabAutomove::new(DEFAULT_SLAB_AUTOMOVE, DEFAULT_SLAB_AUTOMOVE_RATIO)
     }
 }
 
 impl SlabAutomove {
+    /// As `-o slab_automove=N,slab_automove_ratio=R` start it.
+    pub fn new(level: u32, ratio: f64) -> SlabAutomove {
+        SlabAutomove { level: AtomicU32::new(level), ratio: AtomicU64::new(ratio.to_bits()) }
+    }
     pub fn level(&self) -> u32 {
         self.level.load(Relaxed)
     }
@@ -254,6 +261,7 @@ impl Default for Config {
             flush_enabled: true,
             sasl: false,
             auth_file: None,
+            sasldb: None,
             text_auth: false,
             user: None,
             pidfile: None,
@@ -262,7 +270,7 @@ impl Default for Config {
             protocol: Protocols::Auto,
             growth_factor: 1.25,
             chunk_size: 48,
-            extended: Vec::new(),
+            ext: ext::ExtOptions::default(),
             filters: Vec::new(),
             filter_limits: mnemo_filter::Limits { concurrency: DEFAULT_THREADS as u32, ..Default::default() },
             filter_max_keys: DEFAULT_FILTER_MAX_KEYS,
@@ -309,6 +317,10 @@ impl Config {
                 a.item_size_max, a.memory_mb
             ));
         }
+        let ext = match ext::ExtOptions::parse(&a.extended) {
+            Ok(ext) => ext,
+            Err(e) => return Cli::Fail(format!("mnemod: -o: {e}")),
+        };
         let text_auth = a.auth_file.is_some();
         let auth_file = a.auth_file.or_else(|| {
             if a.enable_sasl {
@@ -317,9 +329,25 @@ impl Config {
                 None
             }
         });
-        if a.enable_sasl && auth_file.is_none() {
-            return Cli::Fail("mnemod: -S needs a password file: -Y FILE or MEMCACHED_SASL_PWDB=FILE".into());
-        }
+        // -S without a password file: the sasldb memcached -S would read here.
+        let sasldb = match (a.enable_sasl, &auth_file) {
+            (true, None) => match crate::auth::sasldb::configured_db() {
+                Ok(Some(db)) => Some(db),
+                Ok(None) => {
+                    return Cli::Fail(
+                        "mnemod: -S needs users: -Y FILE, MEMCACHED_SASL_PWDB=FILE, or Cyrus SASL's memcached.conf \
+                         (in SASL_CONF_PATH or /etc/sasl2) naming a sasldb"
+                            .into(),
+                    )
+                }
+                Err(e) => {
+                    return Cli::Fail(format!(
+                        "mnemod: -S: {e}; put the users in a user:password file and pass it with -Y FILE or MEMCACHED_SASL_PWDB=FILE"
+                    ))
+                }
+            },
+            _ => None,
+        };
         if a.growth_factor <= 1.0 {
             return Cli::Fail("mnemod: -f: factor must be greater than 1".into());
         }
@@ -357,9 +385,10 @@ impl Config {
             },
             growth_factor: a.growth_factor,
             chunk_size: a.chunk_size,
-            extended: a.extended,
+            ext,
             sasl: a.enable_sasl,
             auth_file,
+            sasldb,
             text_auth,
             port: a.port,
             listen: a.listen.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect(),

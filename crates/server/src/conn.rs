@@ -17,7 +17,7 @@ use mnemo_proto::text::{self, Parsed};
 
 use crate::binary::{self, BinNext, BinSession};
 use crate::exec::{self, Next};
-use crate::stats::{bump, Counters};
+use crate::stats::{bump, regauge, Counters};
 use crate::Shared;
 
 /// Smallest read; the input buffer starts at this size.
@@ -38,6 +38,29 @@ impl Stream {
         match self {
             Stream::Tcp(s) => s,
             Stream::Unix(s) => s,
+        }
+    }
+
+    pub fn raw_fd(&self) -> i32 {
+        use std::os::fd::AsRawFd;
+        match self {
+            Stream::Tcp(s) => s.as_raw_fd(),
+            Stream::Unix(s) => s.as_raw_fd(),
+        }
+    }
+
+    /// (its address, the listening address it came in on), in `stats conns`' form.
+    pub fn addrs(&self, unix_path: Option<&str>) -> (String, String) {
+        use crate::conns::{tcp_addr, unix_addr};
+        match self {
+            Stream::Tcp(s) => (
+                s.peer_addr().map(tcp_addr).unwrap_or_default(),
+                s.local_addr().map(tcp_addr).unwrap_or_default(),
+            ),
+            Stream::Unix(_) => {
+                let a = unix_addr(unix_path.unwrap_or(""));
+                (a.clone(), a)
+            }
         }
     }
 }
@@ -125,6 +148,13 @@ pub struct Conn {
     /// The last read returned less than it had room for: the socket was empty then, and
     /// edge-triggered epoll reports any later arrival, so the EAGAIN read can be skipped.
     drained: bool,
+    /// Its descriptor (the key of `stats conns`).
+    pub fd: i32,
+    /// When input last arrived and whether replies wait, for `-o idle_timeout` and
+    /// `stats conns` (read by other threads).
+    pub info: std::sync::Arc<crate::conns::ConnInfo>,
+    /// The buffer sizes last reported to the worker's gauges (None: not yet counted).
+    accounted: Option<(u64, u64)>,
 }
 
 /// The connection's side of [`exec::Direct`]: its socket and how much of its output is sent.
@@ -163,6 +193,7 @@ impl exec::Direct for DirectSend<'_> {
 impl Conn {
     pub fn new(stream: Stream) -> Conn {
         Conn {
+            fd: stream.raw_fd(),
             stream,
             proto: Proto::Unknown,
             authed: false,
@@ -180,11 +211,63 @@ impl Conn {
             closing: false,
             shutdown: false,
             drained: false,
+            info: Default::default(),
+            accounted: None,
         }
     }
 
     /// Run the connection as far as it can go without blocking.
     pub fn turn(&mut self, sh: &Shared, c: &Counters) -> Turn {
+        crate::conns::set_current(self.fd);
+        let t = self.run_turn(sh, c);
+        self.account(c);
+        self.info.writing.store(self.wpos < self.wbuf.len(), std::sync::atomic::Ordering::Relaxed);
+        t
+    }
+
+    /// When input last arrived (the clock's seconds).
+    pub fn last_active(&self) -> mnemo_store::Time {
+        self.info.last_read.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    pub fn set_last_active(&self, now: mnemo_store::Time) {
+        self.info.last_read.store(now, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Keep the worker's buffer gauges (stats read_buf_*, response_obj_*) current: one
+    /// comparison per turn unless a buffer grew or shrank.
+    pub fn account(&mut self, c: &Counters) {
+        let now = (self.rbuf.len() as u64, self.wbuf.capacity() as u64);
+        let (old, n) = match self.accounted {
+            Some(old) if old == now => return,
+            Some(old) => (old, 0),
+            None => ((0, 0), 1),
+        };
+        bump(&c.read_buf_count, n);
+        bump(&c.response_obj_count, n);
+        regauge(&c.read_buf_bytes, old.0, now.0);
+        regauge(&c.response_obj_bytes, old.1, now.1);
+        self.accounted = Some(now);
+    }
+
+    /// The connection is gone: take its buffers out of the gauges.
+    pub fn release(&mut self, c: &Counters) {
+        if let Some((r, w)) = self.accounted.take() {
+            regauge(&c.read_buf_count, 1, 0);
+            regauge(&c.response_obj_count, 1, 0);
+            regauge(&c.read_buf_bytes, r, 0);
+            regauge(&c.response_obj_bytes, w, 0);
+        }
+    }
+
+    /// Whether `-o idle_timeout` may close it now: no reply or dump is being sent and no
+    /// refused data block is being read (memcached kicks only connections that wait for a
+    /// command, a partial command line included).
+    pub fn is_idle(&self) -> bool {
+        self.wpos == self.wbuf.len() && self.dump.is_none() && self.swallow == 0
+    }
+
+    fn run_turn(&mut self, sh: &Shared, c: &Counters) -> Turn {
         let mut budget = sh.config.reqs_per_event;
         loop {
             let progress = self.process(sh, c, &mut budget);
@@ -196,7 +279,11 @@ impl Conn {
                         let _ = self.flush(c);
                         return Turn::Close;
                     }
-                    Ok(_) => continue,
+                    Ok(_) => {
+                        // One relaxed store per read (idle_timeout, stats conns).
+                        self.set_last_active(sh.clock.now());
+                        continue;
+                    }
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                     Err(_) => return Turn::Close,

@@ -164,8 +164,14 @@ pub fn command(args: Keys<'_>, sh: &Shared, out: &mut Vec<u8>) -> Next {
                 DISABLED
             } else {
                 match classes(spec) {
-                    Classes::All | Classes::Hash => return Next::Metadump(Box::new(Metadump::new(true))),
-                    Classes::List(has_one) => return Next::Metadump(Box::new(Metadump::new(has_one))),
+                    Classes::All | Classes::Hash => {
+                        sh.crawler_starts.fetch_add(1, Relaxed);
+                        return Next::Metadump(Box::new(Metadump::new(true)));
+                    }
+                    Classes::List(has_one) => {
+                        sh.crawler_starts.fetch_add(1, Relaxed);
+                        return Next::Metadump(Box::new(Metadump::new(has_one)));
+                    }
                     Classes::Empty => NOT_STARTED,
                     Classes::Bad => BAD_CLASS,
                 }
@@ -178,21 +184,32 @@ pub fn command(args: Keys<'_>, sh: &Shared, out: &mut Vec<u8>) -> Next {
                 DISABLED
             } else {
                 match classes(spec) {
-                    Classes::All | Classes::List(_) => b"OK",
+                    Classes::All | Classes::List(_) => {
+                        sh.crawler_starts.fetch_add(1, Relaxed);
+                        b"OK"
+                    }
                     Classes::Hash => b"ERROR an unknown error happened",
                     Classes::Empty => NOT_STARTED,
                     Classes::Bad => BAD_CLASS,
                 }
             }
         }
-        // Crawler pacing knobs: accepted and checked like memcached's, with nothing to pace.
+        // Crawler pacing knobs: checked like memcached's and kept for `stats settings`, with
+        // nothing to pace.
         (Some(b"tocrawl"), Some(n), None) => match parse_u64(n) {
-            Some(_) => b"OK",
+            Some(v) => {
+                // memcached stores it in a 32-bit field.
+                sh.crawler_tocrawl.store(v as u32, Relaxed);
+                b"OK"
+            }
             None => BAD_FORMAT,
         },
         (Some(b"sleep"), Some(n), None) => match parse_u64(n).map(|v| v as u32) {
             Some(v) if v > 1_000_000 => b"CLIENT_ERROR sleep must be one second or less",
-            Some(_) => b"OK",
+            Some(v) => {
+                sh.crawler_sleep.store(v, Relaxed);
+                b"OK"
+            }
             None => BAD_FORMAT,
         },
         (Some(b"enable"), None, None) => {
@@ -302,7 +319,9 @@ pub fn slabs_reassign(src: i32, dst: i32, sh: &Shared, out: &mut Vec<u8>) {
     let largest = memcached_largest_class(sh.config.growth_factor, sh.config.chunk_size);
     // Class 0 is memcached's global page pool, a valid source and destination.
     let valid = |id: i32| (0..=largest).contains(&id);
-    let reply: &[u8] = if src == dst {
+    let reply: &[u8] = if !sh.config.ext.slab_reassign {
+        b"CLIENT_ERROR slab reassignment disabled"
+    } else if src == dst {
         b"SAME src and dst class are identical"
     } else if src == -1 || !valid(src) || !valid(dst) {
         b"BADCLASS invalid src or dst class id"

@@ -232,7 +232,11 @@ pub fn execute_from(
             Next::Continue
         }
         Request::Meta(ref m) => crate::meta::execute(m, sh, c, out),
-        Request::MetaDebug { key } => crate::meta::debug(key, sh, out),
+        Request::MetaDebug { key } => {
+            // memcached 1.6.18's cmd_meta counts `me` only.
+            bump(&c.cmd_meta, 1);
+            crate::meta::debug(key, sh, out)
+        }
         Request::CacheMemlimit { megabytes, noreply } => {
             let text: &[u8] = if megabytes < 8 {
                 b"MEMLIMIT_TOO_SMALL cannot set maxbytes to less than 8m"
@@ -406,10 +410,13 @@ fn stats_command(args: Keys<'_>, sh: &Shared, out: &mut Vec<u8>) {
         Some(b"filters") => crate::fget::stats(sh, out),
         Some(b"items") => stats::items(sh, out),
         Some(b"slabs") => stats::slabs(sh, out),
-        Some(b"sizes") => {
-            out.extend_from_slice(b"STAT sizes_status disabled\r\n");
-            line(out, b"END");
-        }
+        Some(b"sizes") => stats::sizes(sh, out),
+        // memcached 1.6.18 sends their one line without END.
+        Some(b"sizes_enable") => stats::sizes_switch(sh, true, out),
+        Some(b"sizes_disable") => stats::sizes_switch(sh, false, out),
+        // memcached built with extstore but none configured: an empty group.
+        Some(b"extstore") => line(out, b"END"),
+        Some(b"conns") => crate::conns::stats(sh, out),
         Some(b"detail") => match words.next() {
             Some(b"on") => {
                 sh.detail.set_enabled(true);

@@ -21,6 +21,7 @@ pub mod binary;
 pub mod clock;
 pub mod config;
 pub mod conn;
+pub mod conns;
 pub mod crawler;
 pub mod detail;
 pub mod exec;
@@ -66,6 +67,20 @@ pub struct Shared {
     pub filters: mnemo_filter::FilterHost,
     /// `slabs automove` as clients last set it (reported by `stats settings`).
     pub slab_automove: config::SlabAutomove,
+    /// `lru_crawler crawl` and `metadump` requests started (memcached's lru_crawler_starts).
+    pub crawler_starts: AtomicU64,
+    /// `lru_crawler sleep|tocrawl` as last set (they pace nothing: mnemo runs no crawler).
+    pub crawler_sleep: std::sync::atomic::AtomicU32,
+    pub crawler_tocrawl: std::sync::atomic::AtomicU32,
+    /// `stats sizes_enable|sizes_disable` (`-o track_sizes` starts it on).
+    pub sizes_enabled: AtomicBool,
+    /// memcached's connection_structures: listening sockets plus the connection slots the
+    /// workers have made (a slot is kept for reuse once made).
+    pub conn_structs: AtomicU64,
+    /// The accept loop's state, for `stats`.
+    pub listen: listener::ListenStats,
+    /// Listening sockets and connections by descriptor, for `stats conns`.
+    pub conn_table: conns::ConnTable,
     stopping: AtomicBool,
 }
 
@@ -88,6 +103,7 @@ impl Shared {
             use_cas: config.use_cas,
             ..StoreConfig::default()
         });
+        let ext = config.ext.clone();
         Shared {
             counters: (0..config.threads).map(|_| Arc::new(stats::Counters::default())).collect(),
             verbosity: AtomicU8::new(config.verbose.min(MAX_VERBOSITY)),
@@ -102,9 +118,16 @@ impl Shared {
             credentials: parking_lot::RwLock::new(credentials),
             marks: marks::Marks::default(),
             detail: detail::Detail::default(),
-            crawler_enabled: AtomicBool::new(true),
+            crawler_enabled: AtomicBool::new(ext.lru_crawler),
             filters,
-            slab_automove: config::SlabAutomove::default(),
+            slab_automove: config::SlabAutomove::new(ext.slab_automove, ext.slab_automove_ratio),
+            crawler_starts: AtomicU64::new(0),
+            crawler_sleep: ext.lru_crawler_sleep.into(),
+            crawler_tocrawl: ext.lru_crawler_tocrawl.into(),
+            sizes_enabled: AtomicBool::new(ext.track_sizes),
+            conn_structs: AtomicU64::new(0),
+            listen: listener::ListenStats::default(),
+            conn_table: conns::ConnTable::default(),
             stopping: AtomicBool::new(false),
         }
     }
@@ -152,16 +175,17 @@ const WORKER_STACK: usize = 2 * 1024 * 1024 + config::MAX_FILTER_STACK;
 
 /// Bind, start every thread, and serve until shutdown.
 pub fn run(config: Config) -> Result<(), ServerError> {
-    let credentials = match &config.auth_file {
-        Some(path) => auth::Credentials::load(path)?,
-        None => auth::Credentials::default(),
-    };
+    let credentials = auth::Credentials::from_config(&config)?;
     // Filters load (and compile) before anything is bound: a bad one stops the start-up.
     let filters = mnemo_filter::FilterHost::new(config.filter_limits, config.filters.clone())?;
     let listeners = listener::bind(&config)?;
     process_setup(&config)?;
     auth::install_sighup();
+    for opt in &config.ext.ignored {
+        eprintln!("mnemod: -o {opt}: accepted for compatibility; mnemo has nothing it tunes (README)");
+    }
     let sh = Arc::new(Shared::build(config, credentials, filters));
+    sh.conn_structs.fetch_add(listeners.len() as u64, Relaxed);
     let mut handles = Vec::new();
     let mut senders = Vec::new();
     for i in 0..sh.config.threads {
@@ -231,8 +255,8 @@ fn maintenance(sh: &Shared) {
         let now = sh.clock.tick();
         sh.store.maintain(now);
         if auth::reload_requested() {
-            if let Some(path) = &sh.config.auth_file {
-                match auth::Credentials::load(path) {
+            if sh.config.auth_file.is_some() || sh.config.sasldb.is_some() {
+                match auth::Credentials::from_config(&sh.config) {
                     Ok(c) => *sh.credentials.write() = c,
                     // Keep serving with the old users rather than locking everyone out.
                     Err(e) => eprintln!("mnemod: SIGHUP: {e}; keeping the previous credentials"),

@@ -3,9 +3,10 @@
 
 use std::io::Write;
 use std::os::fd::AsRawFd;
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use mio::{Events, Interest, Poll, Token, Waker};
 
@@ -14,6 +15,32 @@ use crate::{Config, Shared};
 
 /// memcached's reply to a connection beyond -c, sent just before closing it.
 const TOO_MANY: &[u8] = b"ERROR Too many open connections\r\n";
+
+/// While accepting is paused, how often the accept loop looks again (memcached's 10 ms).
+const PAUSE_RETRY: Duration = Duration::from_millis(10);
+
+/// memcached's accepting_conns / listen_disabled_num / time_in_listen_disabled_us: accepting
+/// pauses when the process is out of descriptors, or (with `-o no_maxconns_fast`) when -c
+/// connections are open, and resumes once a retry finds room.
+pub struct ListenStats {
+    pub accepting: AtomicBool,
+    pub disabled_num: AtomicU64,
+    pub disabled_us: AtomicU64,
+}
+
+impl Default for ListenStats {
+    fn default() -> Self {
+        ListenStats { accepting: AtomicBool::new(true), disabled_num: AtomicU64::new(0), disabled_us: AtomicU64::new(0) }
+    }
+}
+
+impl ListenStats {
+    /// `stats reset` (accepting is a state, not a counter).
+    pub fn reset(&self) {
+        self.disabled_num.store(0, Relaxed);
+        self.disabled_us.store(0, Relaxed);
+    }
+}
 
 pub enum Listener {
     Tcp(mio::net::TcpListener),
@@ -90,48 +117,103 @@ pub fn run(mut listeners: Vec<Listener>, sh: Arc<Shared>, workers: Vec<(Sender<S
             std::process::exit(1);
         }
     }
+    for l in &listeners {
+        let (fd, addr) = match l {
+            Listener::Tcp(l) => (l.as_raw_fd(), l.local_addr().map(crate::conns::tcp_addr).unwrap_or_default()),
+            Listener::Unix(l) => (l.as_raw_fd(), crate::conns::unix_addr(sh.config.unix_socket.as_deref().unwrap_or(""))),
+        };
+        sh.conn_table.add_listener(fd, addr, sh.clock.now());
+    }
     let mut events = Events::with_capacity(64);
     let mut next = 0usize;
+    // Some(since): accepting is paused; every listener is tried again each PAUSE_RETRY.
+    let mut paused: Option<Instant> = None;
     loop {
-        if poll.poll(&mut events, None).is_err() {
+        let timeout = paused.map(|_| PAUSE_RETRY);
+        if poll.poll(&mut events, timeout).is_err() {
             continue;
         }
-        for ev in events.iter() {
-            let l = &listeners[ev.token().0];
-            loop {
-                let stream = match l {
-                    Listener::Tcp(l) => l.accept().map(|(s, _)| {
-                        let _ = s.set_nodelay(true);
-                        Stream::Tcp(s)
-                    }),
-                    Listener::Unix(l) => l.accept().map(|(s, _)| Stream::Unix(s)),
-                };
-                let mut stream = match stream {
-                    Ok(s) => s,
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
-                    Err(e) => {
-                        // Out of file descriptors and the like: report and keep serving.
-                        if sh.verbosity.load(Relaxed) > 0 {
-                            eprintln!("mnemod: accept failed: {e}");
-                        }
-                        break;
-                    }
-                };
-                sh.total_conns.fetch_add(1, Relaxed);
-                if sh.curr_conns.load(Relaxed) >= sh.config.max_conns {
-                    sh.rejected_conns.fetch_add(1, Relaxed);
-                    let _ = stream.write(TOO_MANY);
-                    continue; // dropping the stream closes it
+        // Edge-triggered: a listener with a backlog reports nothing new while paused, so a
+        // retry walks all of them.
+        let ready: Vec<usize> = if paused.is_some() {
+            (0..listeners.len()).collect()
+        } else {
+            events.iter().map(|ev| ev.token().0).collect()
+        };
+        for i in ready {
+            if let Some(since) = paused {
+                if !sh.config.ext.maxconns_fast && sh.curr_conns.load(Relaxed) >= sh.config.max_conns {
+                    break;
                 }
-                sh.curr_conns.fetch_add(1, Relaxed);
-                let (tx, waker) = &workers[next % workers.len()];
-                next = next.wrapping_add(1);
-                if tx.send(stream).is_ok() {
-                    let _ = waker.wake();
-                } else {
-                    sh.curr_conns.fetch_sub(1, Relaxed);
-                }
+                paused = None;
+                set_backlog(&listeners, sh.config.backlog);
+                sh.listen.disabled_us.fetch_add(since.elapsed().as_micros() as u64, Relaxed);
+                sh.listen.accepting.store(true, Relaxed);
             }
+            if !accept_all(&listeners[i], &sh, &workers, &mut next) {
+                paused = Some(Instant::now());
+                sh.listen.accepting.store(false, Relaxed);
+                sh.listen.disabled_num.fetch_add(1, Relaxed);
+                // As memcached: while paused, the kernel queues (almost) nothing, so new
+                // clients wait in connect() instead of on an accepted socket nobody reads.
+                set_backlog(&listeners, 0);
+                break;
+            }
+        }
+    }
+}
+
+fn set_backlog(listeners: &[Listener], backlog: i32) {
+    for l in listeners {
+        match l {
+            Listener::Tcp(l) => relisten(l.as_raw_fd(), backlog),
+            Listener::Unix(l) => relisten(l.as_raw_fd(), backlog),
+        }
+    }
+}
+
+/// Accept every pending connection of one listener. false: stop accepting for a while (out
+/// of descriptors, or -c reached under `-o no_maxconns_fast`).
+fn accept_all(l: &Listener, sh: &Shared, workers: &[(Sender<Stream>, Waker)], next: &mut usize) -> bool {
+    loop {
+        if !sh.config.ext.maxconns_fast && sh.curr_conns.load(Relaxed) >= sh.config.max_conns {
+            // memcached 1.4's way: the connection waits in the backlog until one closes.
+            return false;
+        }
+        let stream = match l {
+            Listener::Tcp(l) => l.accept().map(|(s, _)| {
+                let _ = s.set_nodelay(true);
+                Stream::Tcp(s)
+            }),
+            Listener::Unix(l) => l.accept().map(|(s, _)| Stream::Unix(s)),
+        };
+        let mut stream = match stream {
+            Ok(s) => s,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return true,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                if sh.verbosity.load(Relaxed) > 0 {
+                    eprintln!("mnemod: accept failed: {e}");
+                }
+                // Out of descriptors (EMFILE, ENFILE) or memory: the connection stays in the
+                // backlog; pause and retry, as memcached does, rather than spin on it.
+                let paused = matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM));
+                return !paused;
+            }
+        };
+        sh.total_conns.fetch_add(1, Relaxed);
+        if sh.curr_conns.load(Relaxed) >= sh.config.max_conns {
+            sh.rejected_conns.fetch_add(1, Relaxed);
+            let _ = stream.write(TOO_MANY);
+            continue; // dropping the stream closes it
+        }
+        sh.curr_conns.fetch_add(1, Relaxed);
+        let (tx, waker) = &workers[*next % workers.len()];
+        *next = next.wrapping_add(1);
+        if tx.send(stream).is_ok() {
+            let _ = waker.wake();
+        } else {
+            sh.curr_conns.fetch_sub(1, Relaxed);
         }
     }
 }

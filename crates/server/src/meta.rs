@@ -116,8 +116,8 @@ fn write_hit(m: &Meta<'_>, it: &Item<'_>, now: Time, suffix: &[u8], out: &mut Ve
                 out.extend_from_slice(b" t");
                 push_num(out, ttl_left(it.exp, now));
             }
-            // memcached 1.6.18's mg echoes the decoded key, without the b marker.
-            b'k' | b'O' => echo_request(m, l, m.key.as_bytes(), false, out),
+            // The key as the request sent it: base64 with the b marker when it came that way.
+            b'k' | b'O' => echo_request(m, l, m.raw_key, true, out),
             _ => {}
         }
     }
@@ -138,12 +138,20 @@ fn get(m: &Meta<'_>, sh: &Shared, c: &Counters, out: &mut Vec<u8>) {
         let suffix = win_flags(m, &it, now, sh);
         write_hit(m, &it, now, suffix, out);
     };
-    let mut found = match f.ttl {
-        Some(t) => {
+    // u: the read does not count as one (the item stays unfetched: a later h says h0).
+    let no_bump = f.has(b'u');
+    let mut found = match (f.ttl, no_bump) {
+        (Some(t), false) => {
             bump(&c.cmd_touch, 1);
             sh.store.get_and_touch(key, sh.clock.item_expiry(t), now, |it| hit(it, out))
         }
-        None => sh.store.get(key, now, |it| hit(it, out)),
+        (Some(t), true) => {
+            bump(&c.cmd_touch, 1);
+            sh.store.touch(key, sh.clock.item_expiry(t), now);
+            sh.store.peek(key, now, |it| hit(it, out))
+        }
+        (None, false) => sh.store.get(key, now, |it| hit(it, out)),
+        (None, true) => sh.store.peek(key, now, |it| hit(it, out)),
     };
     if let (false, Some(ttl)) = (found.is_hit(), f.vivify) {
         // Vivify: create an empty placeholder and hand this client the win token; everyone
@@ -190,11 +198,15 @@ fn set(m: &Meta<'_>, sh: &Shared, c: &Counters, out: &mut Vec<u8>) {
     let flags = f.client_flags.unwrap_or(0);
     let mut result = sh.store.store(mode, key, flags, exp, m.data, now);
     if let (Ok(StoreOutcome::Exists), Mode::Cas(want), true) = (&result, mode, f.invalidate) {
-        // ms I: a write carrying an older CAS still lands, but as a stale item.
-        if current_cas(sh, key, now).is_some_and(|have| want < have) {
-            result = sh.store.store(Mode::Set, key, flags, exp, m.data, now);
+        // ms I: a write carrying an older CAS still lands, but as a stale item that keeps the
+        // TTL and the "win token sent" state of the item it replaces (memcached), so readers
+        // go on seeing X and Z and nobody is handed a second W.
+        let old = sh.store.peek(key, now, |it| (it.cas, it.exp)).hit();
+        if let Some((have, old_exp)) = old.filter(|&(have, _)| want < have) {
+            let win_sent = sh.marks.get(key, have).win_sent;
+            result = sh.store.store(Mode::Set, key, flags, old_exp, m.data, now);
             if let Ok(StoreOutcome::Stored { cas }) = result {
-                sh.marks.set(key, cas, crate::marks::Mark { stale: true, win_sent: false });
+                sh.marks.set(key, cas, crate::marks::Mark { stale: true, win_sent });
             }
         }
     }
@@ -231,7 +243,8 @@ fn set(m: &Meta<'_>, sh: &Shared, c: &Counters, out: &mut Vec<u8>) {
     out.extend_from_slice(word);
     for &l in f.letters() {
         match l {
-            b'c' if word == b"HD" => {
+            // memcached 1.6.18 answers c on every ms reply: "c0" when nothing was stored.
+            b'c' => {
                 out.extend_from_slice(b" c");
                 push_num(out, cas);
             }
@@ -262,21 +275,14 @@ fn delete(m: &Meta<'_>, sh: &Shared, c: &Counters, out: &mut Vec<u8>) {
     }
     if f.invalidate {
         // Mark stale instead of deleting: readers get X (and one of them W) until rewritten.
-        return match current_cas(sh, key, now) {
-            Some(cas) => {
-                if let Some(t) = f.ttl {
-                    sh.store.touch(key, sh.clock.item_expiry(t), now);
-                }
-                sh.marks.set(key, cas, crate::marks::Mark { stale: true, win_sent: false });
-                bump(&c.delete_hits, 1);
-                if !f.quiet {
-                    status(m, b"HD", m.raw_key, out);
-                }
+        return if invalidate(sh, key, f.ttl.map(|t| sh.clock.item_expiry(t)), now) {
+            bump(&c.delete_hits, 1);
+            if !f.quiet {
+                status(m, b"HD", m.raw_key, out);
             }
-            None => {
-                bump(&c.delete_misses, 1);
-                status(m, b"NF", m.raw_key, out);
-            }
+        } else {
+            bump(&c.delete_misses, 1);
+            status(m, b"NF", m.raw_key, out);
         };
     }
     if sh.store.delete(key, now) {
@@ -289,6 +295,46 @@ fn delete(m: &Meta<'_>, sh: &Shared, c: &Counters, out: &mut Vec<u8>) {
         status(m, b"NF", m.raw_key, out);
     }
 }
+
+/// `md I`: the item stays, stale, under a new CAS (memcached bumps it, so a writer holding
+/// the old CAS now has a lower one: its `ms I` lands as a stale value, a plain `ms C` fails)
+/// and with the win token offered again. The store makes a new CAS only by writing a new
+/// copy, so the item is rewritten, guarded by its CAS against a write in between (and read
+/// without counting as a read: its fetched state carries over).
+fn invalidate(sh: &Shared, key: &[u8], new_exp: Option<Time>, now: Time) -> bool {
+    for _ in 0..INVALIDATE_ATTEMPTS {
+        let read = |it: Item<'_>| (it.flags, it.value.to_vec(), it.exp, it.cas, it.fetched);
+        let Some((flags, value, exp, cas, fetched)) = sh.store.peek(key, now, read).hit() else {
+            return false;
+        };
+        let exp = new_exp.unwrap_or(exp);
+        match sh.store.store(Mode::Cas(cas), key, flags, exp, &value, now) {
+            Ok(StoreOutcome::Stored { cas }) => {
+                sh.marks.set(key, cas, crate::marks::Mark { stale: true, win_sent: false });
+                if fetched {
+                    // memcached keeps the item, so it stays fetched (a later h says h1); the
+                    // copy is marked by reading it.
+                    sh.store.get(key, now, |_| ());
+                }
+                return true;
+            }
+            // Rewritten or deleted in between: look again.
+            Ok(_) => continue,
+            // No room for the copy: mark the item as it is.
+            Err(_) => {
+                if let Some(e) = new_exp {
+                    sh.store.touch(key, e, now);
+                }
+                sh.marks.set(key, cas, crate::marks::Mark { stale: true, win_sent: false });
+                return true;
+            }
+        }
+    }
+    false
+}
+
+/// How often `md I` retries when the item changes under it.
+const INVALIDATE_ATTEMPTS: usize = 4;
 
 fn arith(m: &Meta<'_>, sh: &Shared, c: &Counters, out: &mut Vec<u8>) {
     let f = &m.flags;
@@ -347,7 +393,7 @@ fn arith(m: &Meta<'_>, sh: &Shared, c: &Counters, out: &mut Vec<u8>) {
                         out.extend_from_slice(b" t");
                         push_num(out, ttl_left(exp.unwrap_or(0), now));
                     }
-                    b'k' | b'O' => echo_request(m, l, m.raw_key, false, out),
+                    b'k' | b'O' => echo_request(m, l, m.raw_key, true, out),
                     _ => {}
                 }
             }

@@ -12,34 +12,49 @@ use mnemo_proto::reply::{line, stat};
 use crate::Shared;
 
 macro_rules! counters {
-    ($($name:ident),* $(,)?) => {
+    (counters: $($name:ident),* ; gauges: $($gauge:ident),* $(,)?) => {
         /// One worker's counters (cache-line padded so workers never share a line).
         #[derive(Default)]
         #[repr(align(128))]
-        pub struct Counters { $(pub $name: AtomicU64,)* }
+        pub struct Counters { $(pub $name: AtomicU64,)* $(pub $gauge: AtomicU64,)* }
 
         /// The sum over workers.
         #[derive(Default, Clone, Copy, Debug)]
-        pub struct Totals { $(pub $name: u64,)* }
+        pub struct Totals { $(pub $name: u64,)* $(pub $gauge: u64,)* }
 
         impl Counters {
-            pub fn add_to(&self, t: &mut Totals) { $( t.$name += self.$name.load(Relaxed); )* }
+            pub fn add_to(&self, t: &mut Totals) {
+                $( t.$name += self.$name.load(Relaxed); )*
+                // Gauges go up and down (wrapping): their sum is right even when one worker's
+                // share alone would be negative.
+                $( t.$gauge = t.$gauge.wrapping_add(self.$gauge.load(Relaxed)); )*
+            }
+            /// `stats reset`: counters only; gauges describe what exists now.
             pub fn reset(&self) { $( self.$name.store(0, Relaxed); )* }
         }
     };
 }
 
 counters!(
-    cmd_get, cmd_set, cmd_flush, cmd_touch, get_hits, get_misses, get_expired, get_flushed,
-    delete_misses, delete_hits, incr_misses, incr_hits, decr_misses, decr_hits, cas_misses,
-    cas_hits, cas_badval, touch_hits, touch_misses, store_too_large, store_no_memory, bytes_read,
-    bytes_written, conn_yields,
+    counters: cmd_get, cmd_set, cmd_flush, cmd_touch, cmd_meta, get_hits, get_misses, get_expired,
+    get_flushed, delete_misses, delete_hits, incr_misses, incr_hits, decr_misses, decr_hits,
+    cas_misses, cas_hits, cas_badval, touch_hits, touch_misses, store_too_large, store_no_memory,
+    bytes_read, bytes_written, conn_yields, idle_kicks;
+    // Connection buffers (memcached's read buffers and response objects): how many and their
+    // bytes, kept current by each connection (conn.rs `account`).
+    gauges: read_buf_count, read_buf_bytes, response_obj_count, response_obj_bytes,
 );
 
 /// Add to a counter this thread alone writes.
 #[inline]
 pub fn bump(c: &AtomicU64, n: u64) {
     c.store(c.load(Relaxed).wrapping_add(n), Relaxed);
+}
+
+/// Move a gauge this thread alone writes from `old` to `new`.
+#[inline]
+pub fn regauge(c: &AtomicU64, old: u64, new: u64) {
+    c.store(c.load(Relaxed).wrapping_add(new).wrapping_sub(old), Relaxed);
 }
 
 impl Shared {
@@ -61,6 +76,8 @@ impl Shared {
         self.rejected_conns.store(0, Relaxed);
         self.auth_cmds.store(0, Relaxed);
         self.auth_errors.store(0, Relaxed);
+        self.crawler_starts.store(0, Relaxed);
+        self.listen.reset();
         self.store.reset_stats();
         self.detail.reset();
         self.filters.reset_stats();
@@ -75,27 +92,52 @@ fn rusage() -> (String, String) {
     (tv(ru.ru_utime), tv(ru.ru_stime))
 }
 
-/// `stats` with no argument.
+/// `stats` with no argument: memcached 1.6.18's fields in its order (monitoring tools and
+/// the differential tests read them by name and position). Where mnemo has the mechanism the
+/// value is its own; where it has none (slab page moves, the LRU maintainer, the logger,
+/// NAPI ids) the value is 0. Lines memcached prints only under a setting follow the same
+/// setting here (`-o idle_timeout`, `-o no_maxconns_fast`, `lru_crawler enable|disable`,
+/// `-o no_lru_crawler`, `-o no_lru_maintainer`).
 pub fn general(sh: &Shared, out: &mut Vec<u8>) {
     let now = sh.clock.now();
     let t = sh.totals();
     let s = sh.store.stats();
+    let ext = &sh.config.ext;
     let (user, system) = rusage();
     stat(out, "pid", std::process::id());
     stat(out, "uptime", now.saturating_sub(60));
     stat(out, "time", u64::from(now) + sh.clock.process_started());
     stat(out, "version", crate::config::PROTOCOL_VERSION);
+    // memcached prints its libevent's version; mnemo's event loops are mio's.
+    stat(out, "libevent", "mio");
     stat(out, "pointer_size", usize::BITS);
     stat(out, "rusage_user", user);
     stat(out, "rusage_system", system);
     stat(out, "max_connections", sh.config.max_conns);
     stat(out, "curr_connections", sh.curr_conns.load(Relaxed));
     stat(out, "total_connections", sh.total_conns.load(Relaxed));
-    stat(out, "rejected_connections", sh.rejected_conns.load(Relaxed));
+    if ext.maxconns_fast {
+        stat(out, "rejected_connections", sh.rejected_conns.load(Relaxed));
+    }
+    // Listening sockets plus the connection slots the workers have made (kept for reuse).
+    stat(out, "connection_structures", sh.conn_structs.load(Relaxed));
+    // memcached's response objects and read buffers are mnemo's per-connection output and
+    // input buffers; mnemo keeps no pool of free ones and aborts rather than fail an alloc.
+    stat(out, "response_obj_oom", 0);
+    stat(out, "response_obj_count", t.response_obj_count);
+    stat(out, "response_obj_bytes", t.response_obj_bytes);
+    stat(out, "read_buf_count", t.read_buf_count);
+    stat(out, "read_buf_bytes", t.read_buf_bytes);
+    stat(out, "read_buf_bytes_free", 0);
+    stat(out, "read_buf_oom", 0);
+    // memcached sets aside descriptors to keep serving at its -c limit; mnemo sets none aside.
+    stat(out, "reserved_fds", 0);
     stat(out, "cmd_get", t.cmd_get);
     stat(out, "cmd_set", t.cmd_set);
     stat(out, "cmd_flush", t.cmd_flush);
     stat(out, "cmd_touch", t.cmd_touch);
+    // memcached 1.6.18 counts `me` here (and no other meta command): so does mnemo.
+    stat(out, "cmd_meta", t.cmd_meta);
     stat(out, "get_hits", t.get_hits);
     stat(out, "get_misses", t.get_misses);
     stat(out, "get_expired", t.get_expired);
@@ -115,27 +157,89 @@ pub fn general(sh: &Shared, out: &mut Vec<u8>) {
     stat(out, "store_no_memory", t.store_no_memory);
     stat(out, "auth_cmds", sh.auth_cmds.load(Relaxed));
     stat(out, "auth_errors", sh.auth_errors.load(Relaxed));
+    if ext.idle_timeout > 0 {
+        stat(out, "idle_kicks", t.idle_kicks);
+    }
     stat(out, "bytes_read", t.bytes_read);
     stat(out, "bytes_written", t.bytes_written);
     stat(out, "limit_maxbytes", s.limit_maxbytes);
+    let l = &sh.listen;
+    stat(out, "accepting_conns", u8::from(l.accepting.load(Relaxed)));
+    stat(out, "listen_disabled_num", l.disabled_num.load(Relaxed));
+    stat(out, "time_in_listen_disabled_us", l.disabled_us.load(Relaxed));
     stat(out, "threads", sh.config.threads);
     stat(out, "conn_yields", t.conn_yields);
-    // memcached's "slab pages moved" to reuse memory; here, segments compacted (their live
-    // items moved so the segment is reused instead of fresh memory taken; README).
-    stat(out, "slabs_moved", s.compactions);
+    // The hash index: its slots play memcached's bucket pointers (8 bytes each); it grows a
+    // bucket at a time (linear hashing), so it is never in a bulk expansion.
+    stat(out, "hash_power_level", s.index_slots.max(1).ilog2());
+    stat(out, "hash_bytes", s.index_bytes);
+    stat(out, "hash_is_expanding", 0);
+    if ext.slab_reassign {
+        for name in [
+            "slab_reassign_rescues",
+            "slab_reassign_chunk_rescues",
+            "slab_reassign_evictions_nomem",
+            "slab_reassign_inline_reclaim",
+            "slab_reassign_busy_items",
+            "slab_reassign_busy_deletes",
+            "slab_reassign_running",
+        ] {
+            stat(out, name, 0);
+        }
+        // memcached's "slab pages moved" to reuse memory; here, segments compacted (their
+        // live items moved so the segment is reused instead of fresh memory taken; README).
+        stat(out, "slabs_moved", s.compactions);
+    }
+    if sh.crawler_enabled.load(Relaxed) {
+        // No crawler runs in the background (the maintenance thread drops expired segments);
+        // starts are the crawls and metadumps clients asked for.
+        stat(out, "lru_crawler_running", 0);
+        stat(out, "lru_crawler_starts", sh.crawler_starts.load(Relaxed));
+    }
+    if ext.lru_maintainer {
+        stat(out, "lru_maintainer_juggles", 0);
+    }
+    for name in [
+        "malloc_fails",
+        "log_worker_dropped",
+        "log_worker_written",
+        "log_watcher_skipped",
+        "log_watcher_sent",
+        "log_watchers",
+        "unexpected_napi_ids",
+        "round_robin_fallback",
+    ] {
+        stat(out, name, 0);
+    }
     stat(out, "bytes", s.bytes);
     stat(out, "curr_items", s.curr_items);
     stat(out, "total_items", s.total_items);
+    stat(out, "slab_global_page_pool", 0);
     stat(out, "expired_unfetched", s.expired_unfetched);
     stat(out, "evicted_unfetched", s.evicted_unfetched);
+    if ext.lru_maintainer {
+        stat(out, "evicted_active", 0);
+    }
     stat(out, "evictions", s.evictions);
     stat(out, "reclaimed", s.reclaimed);
+    stat(out, "crawler_reclaimed", 0);
+    stat(out, "crawler_items_checked", 0);
+    stat(out, "lrutail_reflocked", 0);
+    if ext.lru_maintainer {
+        for name in ["moves_to_cold", "moves_to_warm", "moves_within_lru", "direct_reclaims", "lru_bumps_dropped"] {
+            stat(out, name, 0);
+        }
+    }
     line(out, b"END");
 }
 
-/// `stats settings`: the flags in effect, under memcached's names.
+/// `stats settings`: memcached 1.6.18's lines in its order, then mnemo's own. Values are the
+/// settings in effect; for knobs of mechanisms mnemo does not have (its LRU segments,
+/// extstore, TLS, the logger), memcached's defaults, which say the mechanism is off or idle
+/// (README lists the `-o` options accepted and ignored).
 pub fn settings(sh: &Shared, out: &mut Vec<u8>) {
     let c = &sh.config;
+    let ext = &c.ext;
     let yes_no = |b: bool| if b { "yes" } else { "no" };
     stat(out, "maxbytes", sh.store.stats().limit_maxbytes);
     stat(out, "maxconns", c.max_conns);
@@ -143,12 +247,15 @@ pub fn settings(sh: &Shared, out: &mut Vec<u8>) {
     stat(out, "udpport", 0);
     stat(out, "inter", c.listen.join(","));
     stat(out, "verbosity", sh.verbosity.load(Relaxed));
+    stat(out, "oldest", 0);
     stat(out, "evictions", if c.evict { "on" } else { "off" });
     stat(out, "domain_socket", c.unix_socket.as_deref().unwrap_or("NULL"));
     stat(out, "umask", format!("{:o}", c.unix_mask));
+    stat(out, "shutdown_command", yes_no(c.enable_shutdown));
     stat(out, "growth_factor", format!("{:.2}", c.growth_factor));
     stat(out, "chunk_size", c.chunk_size);
     stat(out, "num_threads", c.threads);
+    stat(out, "num_threads_per_udp", c.threads);
     stat(out, "stat_key_prefix", c.prefix_delimiter as char);
     stat(out, "detail_enabled", yes_no(sh.detail.enabled()));
     stat(out, "reqs_per_event", c.reqs_per_event);
@@ -166,19 +273,71 @@ pub fn settings(sh: &Shared, out: &mut Vec<u8>) {
     stat(out, "auth_enabled_sasl", yes_no(c.sasl));
     stat(out, "auth_enabled_ascii", yes_no(c.text_auth && !c.sasl));
     stat(out, "item_size_max", c.item_size_max);
-    stat(out, "flush_enabled", yes_no(c.flush_enabled));
-    stat(out, "shutdown_command", yes_no(c.enable_shutdown));
-    stat(out, "maxconns_fast", "yes");
+    stat(out, "maxconns_fast", yes_no(ext.maxconns_fast));
+    stat(out, "hashpower_init", ext.hashpower_init);
     // `slabs reassign` is accepted (it never finds a page to move) and `slabs automove` sets
     // these, so they read as memcached's do.
-    stat(out, "slab_reassign", "yes");
+    stat(out, "slab_reassign", yes_no(ext.slab_reassign));
     stat(out, "slab_automove", sh.slab_automove.level());
     stat(out, "slab_automove_ratio", c_fixed2(sh.slab_automove.ratio()));
+    stat(out, "slab_automove_window", 30);
+    stat(out, "slab_chunk_max", 524_288);
+    stat(out, "lru_crawler", yes_no(sh.crawler_enabled.load(Relaxed)));
+    stat(out, "lru_crawler_sleep", sh.crawler_sleep.load(Relaxed));
+    stat(out, "lru_crawler_tocrawl", sh.crawler_tocrawl.load(Relaxed));
+    stat(out, "tail_repair_time", 0);
+    stat(out, "flush_enabled", yes_no(c.flush_enabled));
+    stat(out, "dump_enabled", "yes");
+    // mnemo's index hashes keys with xxh3 whatever -o hash_algorithm says.
+    stat(out, "hash_algorithm", "xxh3");
+    stat(out, "lru_maintainer_thread", yes_no(ext.lru_maintainer));
+    stat(out, "lru_segmented", yes_no(ext.lru_maintainer));
+    stat(out, "hot_lru_pct", 20);
+    stat(out, "warm_lru_pct", 40);
+    stat(out, "hot_max_factor", "0.20");
+    stat(out, "warm_max_factor", "2.00");
+    stat(out, "temp_lru", "no");
+    stat(out, "temporary_ttl", 61);
+    stat(out, "idle_timeout", ext.idle_timeout);
+    stat(out, "watcher_logbuf_size", 262_144);
+    stat(out, "worker_logbuf_size", 65_536);
+    stat(out, "read_buf_mem_limit", 0);
+    stat(out, "track_sizes", yes_no(sh.sizes_enabled.load(Relaxed)));
+    stat(out, "inline_ascii_response", "no");
+    for (name, value) in [
+        ("ext_item_size", "512"),
+        ("ext_item_age", "4294967295"),
+        ("ext_low_ttl", "0"),
+        ("ext_recache_rate", "2000"),
+        ("ext_wbuf_size", "4194304"),
+        ("ext_compact_under", "0"),
+        ("ext_drop_under", "0"),
+        ("ext_max_sleep", "1000000"),
+        ("ext_max_frag", "0.80"),
+        ("slab_automove_freeratio", "0.010"),
+        ("ext_drop_unread", "no"),
+        ("ssl_enabled", "no"),
+        ("ssl_chain_cert", "(null)"),
+        ("ssl_key", "(null)"),
+        ("ssl_verify_mode", "0"),
+        ("ssl_keyformat", "1"),
+        ("ssl_ciphers", "NULL"),
+        ("ssl_ca_cert", "NULL"),
+        ("ssl_wbuf_size", "16384"),
+        ("ssl_session_cache", "no"),
+        ("ssl_kernel_tls", "no"),
+        ("ssl_min_version", "tlsv1.2"),
+        ("num_napi_ids", "(null)"),
+        ("memory_file", "(null)"),
+    ] {
+        stat(out, name, value);
+    }
+    // mnemo's own, after memcached's.
     stat(out, "segment_size", sh.store.stats().segment_size);
     // mnemo's own release: `version` and `stats` must read exactly as memcached's.
     stat(out, "mnemo_version", crate::config::VERSION);
-    if !c.extended.is_empty() {
-        stat(out, "extended_options_ignored", c.extended.join(","));
+    if !ext.ignored.is_empty() {
+        stat(out, "extended_options_ignored", ext.ignored.join(","));
     }
     let fl = &c.filter_limits;
     stat(out, "filter_timeout_ms", fl.deadline.as_millis());
@@ -203,35 +362,135 @@ fn c_fixed2(v: f64) -> String {
 }
 
 /// `stats items`: mnemo has no slab classes; everything lives in one class, numbered 1 so
-/// tools that walk `items:<class>:*` (memcached-tool, dump scripts) find it.
+/// tools that walk `items:<class>:*` (memcached-tool, dump scripts) find it. The fields are
+/// memcached 1.6.18's, in its order; the segmented-LRU ones (hot/warm/cold, moves, hits_to_*)
+/// are there only under its LRU maintainer, as in memcached, and are 0 (mnemo has one FIFO
+/// of segments, not LRUs).
 pub fn items(sh: &Shared, out: &mut Vec<u8>) {
     let s = sh.store.stats();
+    let lru = sh.config.ext.lru_maintainer;
     if s.curr_items > 0 {
-        stat(out, "items:1:number", s.curr_items);
-        stat(out, "items:1:evicted", s.evictions);
-        stat(out, "items:1:evicted_unfetched", s.evicted_unfetched);
-        stat(out, "items:1:expired_unfetched", s.expired_unfetched);
-        stat(out, "items:1:reclaimed", s.reclaimed);
-        stat(out, "items:1:outofmemory", sh.totals().store_no_memory);
+        let mut st = |name: &str, v: u64| stat(out, &format!("items:1:{name}"), v);
+        st("number", s.curr_items);
+        if lru {
+            st("number_hot", 0);
+            st("number_warm", 0);
+            st("number_cold", s.curr_items);
+            st("age_hot", 0);
+            st("age_warm", 0);
+        }
+        // Items carry no access time (see crawler.rs on `la`).
+        st("age", 0);
+        st("mem_requested", s.bytes);
+        st("evicted", s.evictions);
+        st("evicted_nonzero", 0);
+        st("evicted_time", 0);
+        st("outofmemory", sh.totals().store_no_memory);
+        st("tailrepairs", 0);
+        st("reclaimed", s.reclaimed);
+        st("expired_unfetched", s.expired_unfetched);
+        st("evicted_unfetched", s.evicted_unfetched);
+        if lru {
+            st("evicted_active", 0);
+        }
+        st("crawler_reclaimed", 0);
+        st("crawler_items_checked", 0);
+        st("lrutail_reflocked", 0);
+        if lru {
+            for name in ["moves_to_cold", "moves_to_warm", "moves_within_lru", "direct_reclaims"] {
+                st(name, 0);
+            }
+            for name in ["hits_to_hot", "hits_to_warm", "hits_to_cold", "hits_to_temp"] {
+                st(name, 0);
+            }
+        }
     }
     line(out, b"END");
 }
 
-/// `stats slabs`: mnemo's equivalent is its segments. Class 1 describes the segment pool
-/// (chunk_size = segment size, total_pages = segments allocated); the totals say what the
-/// store holds, index included.
+/// `stats slabs`: mnemo's equivalent is its segments. Class 1 describes the segment pool and
+/// is listed once the store holds item memory (memcached lists a class once it has a page):
+/// chunk_size = segment size, total_pages = segments in use, free_chunks = segments the
+/// memory limit still has room for; `used_chunks` counts items, as memcached's does (one
+/// chunk per item), and the per-class hit counters are the server's (one class).
+/// `total_malloced` is all the memory the store has charged to -m, index included (`stats`
+/// `hash_bytes` is the index alone).
 pub fn slabs(sh: &Shared, out: &mut Vec<u8>) {
     let s = sh.store.stats();
-    stat(out, "1:chunk_size", s.segment_size);
-    stat(out, "1:chunks_per_page", 1);
-    stat(out, "1:total_pages", s.segments_total);
-    stat(out, "1:total_chunks", s.segments_total);
-    stat(out, "1:used_chunks", s.segments_total - s.segments_free);
-    stat(out, "1:free_chunks", s.segments_free);
-    stat(out, "1:mem_requested", s.bytes);
-    stat(out, "active_slabs", 1);
-    stat(out, "total_malloced", s.segments_total * s.segment_size + s.index_bytes);
-    stat(out, "index_bytes", s.index_bytes);
-    stat(out, "index_slots", s.index_slots);
+    let t = sh.totals();
+    let active = s.segments_used + s.large_items > 0;
+    if active {
+        stat(out, "1:chunk_size", s.segment_size);
+        stat(out, "1:chunks_per_page", 1);
+        stat(out, "1:total_pages", s.segments_used);
+        stat(out, "1:total_chunks", s.segments_used);
+        stat(out, "1:used_chunks", s.curr_items);
+        stat(out, "1:free_chunks", s.segments_free);
+        stat(out, "1:free_chunks_end", 0);
+        stat(out, "1:get_hits", t.get_hits);
+        stat(out, "1:cmd_set", t.cmd_set);
+        stat(out, "1:delete_hits", t.delete_hits);
+        stat(out, "1:incr_hits", t.incr_hits);
+        stat(out, "1:decr_hits", t.decr_hits);
+        stat(out, "1:cas_hits", t.cas_hits);
+        stat(out, "1:cas_badval", t.cas_badval);
+        stat(out, "1:touch_hits", t.touch_hits);
+    }
+    stat(out, "active_slabs", u8::from(active));
+    stat(out, "total_malloced", s.mem_used);
     line(out, b"END");
+}
+
+/// memcached's item size on a 64-bit build: its item header (48 bytes, 56 with CAS), the key
+/// and its NUL, the value and its "\r\n", and the client flags when they are not 0.
+fn memcached_item_size(key_len: usize, value_len: usize, flags: u32, cas: bool) -> u64 {
+    let header = if cas { 56 } else { 48 };
+    (header + key_len + 1 + value_len + 2 + if flags != 0 { 4 } else { 0 }) as u64
+}
+
+/// The bucket `stats sizes` counts an item of this size in: its size rounded up to 32 bytes.
+fn sizes_bucket(size: u64) -> u64 {
+    size.div_ceil(32) * 32
+}
+
+/// `stats sizes`: with tracking on (`stats sizes_enable`, `-o track_sizes`), how many live
+/// items fall in each 32-byte bucket of memcached's item size (so the buckets read as
+/// memcached's would for the same items). memcached counts the items stored while tracking
+/// is on; mnemo walks the live items when asked, so items stored before count too.
+pub fn sizes(sh: &Shared, out: &mut Vec<u8>) {
+    if !sh.sizes_enabled.load(Relaxed) {
+        stat(out, "sizes_status", "disabled");
+        line(out, b"END");
+        return;
+    }
+    let now = sh.clock.now();
+    let cas = sh.config.use_cas;
+    let mut buckets = std::collections::BTreeMap::<u64, u64>::new();
+    let mut cursor = mnemo_store::DumpCursor::new();
+    let mut keys: Vec<Vec<u8>> = Vec::new();
+    loop {
+        // Flags are not in the dump walk: each key of a batch is read (without counting it as
+        // a read) once the batch's shard lock is released.
+        keys.clear();
+        let more = sh.store.dump_step(&mut cursor, now, |it| keys.push(it.key.to_vec()));
+        for key in &keys {
+            let size = sh.store.peek(key, now, |it| memcached_item_size(key.len(), it.value.len(), it.flags, cas));
+            if let Some(size) = size.hit() {
+                *buckets.entry(sizes_bucket(size)).or_default() += 1;
+            }
+        }
+        if !more {
+            break;
+        }
+    }
+    for (size, n) in buckets {
+        stat(out, &size.to_string(), n);
+    }
+    line(out, b"END");
+}
+
+/// `stats sizes_enable` / `sizes_disable`: one line and, as in memcached 1.6.18, no END.
+pub fn sizes_switch(sh: &Shared, on: bool, out: &mut Vec<u8>) {
+    sh.sizes_enabled.store(on, Relaxed);
+    stat(out, "sizes_status", if on { "enabled" } else { "disabled" });
 }

@@ -10,10 +10,13 @@ use std::time::Duration;
 use mio::{Events, Interest, Poll, Token, Waker};
 
 use crate::conn::{Conn, Stream, Turn};
-use crate::stats::Counters;
+use crate::stats::{bump, Counters};
 use crate::Shared;
 
 pub const WAKER: Token = Token(usize::MAX);
+
+/// With `-o idle_timeout`, the longest a worker sleeps before looking for idle connections.
+const IDLE_SWEEP: Duration = Duration::from_millis(250);
 
 pub struct Worker {
     poll: Poll,
@@ -36,8 +39,16 @@ impl Worker {
 
     pub fn run(mut self) {
         let mut events = Events::with_capacity(1024);
+        let idle_timeout = self.sh.config.ext.idle_timeout;
+        let mut last_sweep = self.sh.clock.now();
         loop {
-            let timeout = if self.ready.is_empty() { None } else { Some(Duration::ZERO) };
+            let timeout = if !self.ready.is_empty() {
+                Some(Duration::ZERO)
+            } else if idle_timeout > 0 {
+                Some(IDLE_SWEEP)
+            } else {
+                None
+            };
             if let Err(e) = self.poll.poll(&mut events, timeout) {
                 if e.kind() == std::io::ErrorKind::Interrupted {
                     continue;
@@ -57,6 +68,29 @@ impl Worker {
                     self.drive(i);
                 }
             }
+            if idle_timeout > 0 {
+                let now = self.sh.clock.now();
+                // The clock moves once a second: one sweep per tick at most.
+                if now != last_sweep {
+                    last_sweep = now;
+                    self.kick_idle(now, idle_timeout);
+                }
+            }
+        }
+    }
+
+    /// `-o idle_timeout`: close connections that have sent nothing for longer than the
+    /// timeout (memcached's idle_kicks). A walk over this worker's slots once a second.
+    fn kick_idle(&mut self, now: mnemo_store::Time, timeout: u32) {
+        for i in 0..self.conns.len() {
+            let Some(conn) = &self.conns[i] else { continue };
+            if now.saturating_sub(conn.last_active()) > timeout && conn.is_idle() {
+                bump(&self.counters.idle_kicks, 1);
+                if self.sh.verbosity.load(Relaxed) > 0 {
+                    eprintln!("<{i} idle timeout, closing");
+                }
+                self.close(i);
+            }
         }
     }
 
@@ -66,6 +100,7 @@ impl Worker {
                 Some(i) => i,
                 None => {
                     self.conns.push(None);
+                    self.sh.conn_structs.fetch_add(1, Relaxed);
                     self.conns.len() - 1
                 }
             };
@@ -75,6 +110,10 @@ impl Worker {
                 self.sh.curr_conns.fetch_sub(1, Relaxed);
                 continue;
             }
+            conn.set_last_active(self.sh.clock.now());
+            conn.account(&self.counters);
+            let (addr, listen_addr) = conn.stream.addrs(self.sh.config.unix_socket.as_deref());
+            self.sh.conn_table.add(conn.fd, addr, listen_addr, conn.info.clone());
             if self.sh.verbosity.load(Relaxed) > 1 {
                 eprintln!("<{i} new client connection");
             }
@@ -108,6 +147,9 @@ impl Worker {
     fn close(&mut self, i: usize) {
         if let Some(mut conn) = self.conns[i].take() {
             let _ = self.poll.registry().deregister(conn.stream.source());
+            conn.release(&self.counters);
+            // Before the descriptor closes (with `conn`) and can be reused by a new one.
+            self.sh.conn_table.remove(conn.fd);
             self.free.push(i);
             self.sh.curr_conns.fetch_sub(1, Relaxed);
             self.ready.retain(|&r| r != i);

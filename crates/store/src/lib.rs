@@ -190,6 +190,31 @@ impl Store {
         self.with_shard(h, now, |s, env| s.get(env, h, key, now, f))
     }
 
+    /// Reads an item without counting the read: the item is not marked fetched and its
+    /// frequency is not raised (memcached's meta `u` flag: "don't bump the item"; and
+    /// administrative walks). An expired item is still reported (and unlinked) as by `get`.
+    pub fn peek<R>(&self, key: &[u8], now: Time, f: impl FnOnce(Item<'_>) -> R) -> Lookup<R> {
+        if !Self::valid_key(key) {
+            return Lookup::Miss;
+        }
+        let h = Self::hash(key);
+        self.with_shard(h, now, |s, env| match s.find(env, h, key, now) {
+            shard::Found::Live { pos, seg, off, hdr } => {
+                let d = &s.segs.metas[seg as usize].data[off..];
+                Lookup::Hit(f(Item {
+                    flags: hdr.flags,
+                    value: &d[hdr.value_range()],
+                    cas: s.cas_of(env.geo, seg, off, &hdr),
+                    exp: hdr.exp,
+                    fetched: index::slot::fetched(s.index.get(pos)),
+                }))
+            }
+            shard::Found::Dead(segment::DeadReason::Expired) => Lookup::Expired,
+            shard::Found::Dead(segment::DeadReason::Flushed) => Lookup::Flushed,
+            shard::Found::Absent => Lookup::Miss,
+        })
+    }
+
     /// A hint that `key` will be read soon, for a multi-key read that walks ahead of itself
     /// in stages ([`Prefetch`]: the index bucket, then the items and the overflow bucket it
     /// names, then that bucket's items), so a batch of lookups overlaps its memory misses
@@ -348,8 +373,9 @@ impl Store {
         }
     }
 
-    /// Background work, about once a second: apply due flushes, drop segments whose items have
-    /// all expired (without reading them), and sweep index slots that still point at them.
+    /// Background work, about once a second: turn chunks of full segments into huge pages
+    /// (buf.rs), apply due flushes, drop segments whose items have all expired (without
+    /// reading them), and sweep index slots that still point at them.
     /// Holds each shard lock only for bounded steps.
     pub fn maintain(&self, now: Time) {
         self.observe(now);

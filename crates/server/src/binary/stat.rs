@@ -1,5 +1,16 @@
 //! STAT: the same statistics as the text `stats` family, one response per value (the name
-//! as key, the value as value), closed by a response with neither.
+//! as key, the value as value), closed by a response with neither. Which key selects which
+//! group follows memcached 1.6.18's binary protocol, quirks included, because clients that
+//! work against it send exactly these keys:
+//!
+//! ```text
+//!   ""                         general stats
+//!   "reset..." "settings..."   matched as prefixes ("resetxyz" resets)
+//!   "detail" + " on..." / " off..." / " dump..."   prefixes again; anything else: Not found
+//!   "items" "slabs" "sizes"    exact
+//!   "sizes_enable" "sizes_disable"   exact; their one line comes WITHOUT the closing response
+//!   anything else ("conns", "cachedump ...", "extstore")   Not found
+//! ```
 
 use mnemo_proto::binary::Status;
 
@@ -8,24 +19,40 @@ use crate::{stats, Shared};
 
 pub(super) fn stat(key: &[u8], sh: &Shared, r: &mut Reply<'_>) {
     let mut text = Vec::new();
-    // memcached matches "reset" and "settings" as prefixes, the rest exactly.
     if key.is_empty() {
         stats::general(sh, &mut text);
     } else if key.starts_with(b"reset") {
         sh.reset_stats();
+        text.extend_from_slice(b"END\r\n");
     } else if key.starts_with(b"settings") {
         stats::settings(sh, &mut text);
-    } else if key == b"items" {
-        stats::items(sh, &mut text);
-    } else if key == b"slabs" {
-        stats::slabs(sh, &mut text);
-    } else if key == b"sizes" {
-        text.extend_from_slice(b"STAT sizes_status disabled\r\n");
+    } else if let Some(sub) = key.strip_prefix(b"detail") {
+        if sub.starts_with(b" dump") {
+            // The whole text dump (PREFIX lines and END) is the value of one statistic.
+            let mut dump = Vec::new();
+            sh.detail.dump(&mut dump);
+            r.ok(0, &[], b"detailed", &dump);
+        } else if sub.starts_with(b" on") {
+            sh.detail.set_enabled(true);
+        } else if sub.starts_with(b" off") {
+            sh.detail.set_enabled(false);
+        } else {
+            r.error(Status::KeyNotFound);
+            return;
+        }
+        text.extend_from_slice(b"END\r\n");
     } else {
-        // Includes "detail ...": mnemod keeps no per-prefix detail (the text protocol
-        // refuses `stats detail` too).
-        r.error(Status::KeyNotFound);
-        return;
+        match key {
+            b"items" => stats::items(sh, &mut text),
+            b"slabs" => stats::slabs(sh, &mut text),
+            b"sizes" => stats::sizes(sh, &mut text),
+            b"sizes_enable" => stats::sizes_switch(sh, true, &mut text),
+            b"sizes_disable" => stats::sizes_switch(sh, false, &mut text),
+            _ => {
+                r.error(Status::KeyNotFound);
+                return;
+            }
+        }
     }
     for line in text.split(|&b| b == b'\n') {
         let line = line.strip_suffix(b"\r").unwrap_or(line);
@@ -36,5 +63,8 @@ pub(super) fn stat(key: &[u8], sh: &Shared, r: &mut Reply<'_>) {
         };
         r.ok(0, &[], name, value);
     }
-    r.ok(0, &[], &[], &[]);
+    // The text group's END is the closing response; sizes_enable|disable have neither.
+    if text.ends_with(b"END\r\n") {
+        r.ok(0, &[], &[], &[]);
+    }
 }

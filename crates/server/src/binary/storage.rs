@@ -12,8 +12,15 @@ use mnemo_proto::text::Limits;
 use mnemo_store::{DeltaError, Lookup, Mode, StoreError, StoreOutcome};
 
 use super::{expiry, After, Reply};
+use crate::detail::Event;
 use crate::stats::{bump, Counters};
 use crate::Shared;
+
+/// `stats detail`: memcached's binary get family (touch and gat included) records a get,
+/// storage and append/prepend a set, delete a delete.
+fn record(sh: &Shared, key: &[u8], ev: Event) {
+    sh.detail.record(key, sh.config.prefix_delimiter, ev);
+}
 
 /// How often incr/decr retries when the item it creates is added by someone else first.
 const DELTA_ATTEMPTS: usize = 8;
@@ -48,6 +55,7 @@ pub(super) fn get(
     };
     let (hits, misses) = if touch.is_some() { (&c.touch_hits, &c.touch_misses) } else { (&c.get_hits, &c.get_misses) };
     count_lookup(found, hits, misses, c);
+    record(sh, key, Event::Get { hit: found.is_hit() });
     if !found.is_hit() && !quiet {
         if with_key {
             // GETK / GATK: the miss carries the key instead of a message.
@@ -83,6 +91,7 @@ pub(super) fn touch(key: &[u8], exptime: u32, sh: &Shared, c: &Counters, r: &mut
     bump(&c.cmd_touch, 1);
     let found = sh.store.get_and_touch(key, expiry(sh, exptime), sh.clock.now(), |it| (it.flags, it.cas));
     count_lookup(found, &c.touch_hits, &c.touch_misses, c);
+    record(sh, key, Event::Get { hit: found.is_hit() });
     match found {
         Lookup::Hit((flags, cas)) => r.ok(cas, &flags.to_be_bytes(), &[], &[]),
         _ => r.error(Status::KeyNotFound),
@@ -104,6 +113,7 @@ pub(super) fn store(
     r: &mut Reply<'_>,
 ) -> After {
     bump(&c.cmd_set, 1);
+    record(sh, key, Event::Set);
     let now = sh.clock.now();
     // memcached turns any SET/ADD/REPLACE that carries a CAS into a compare-and-swap; with
     // -C items hold no CAS and the field is ignored.
@@ -165,6 +175,7 @@ pub(super) fn concat(
     r: &mut Reply<'_>,
 ) -> After {
     bump(&c.cmd_set, 1);
+    record(sh, key, Event::Set);
     let now = sh.clock.now();
     let outcome = if cas != 0 && sh.config.use_cas {
         concat_guarded(append, key, value, cas, sh)
@@ -234,6 +245,7 @@ fn concat_guarded(append: bool, key: &[u8], value: &[u8], cas: u64, sh: &Shared)
 /// conditional delete, so a write landing between them is deleted too (a narrow window that
 /// memcached, holding the item lock, does not have).
 pub(super) fn delete(key: &[u8], cas: u64, quiet: bool, sh: &Shared, c: &Counters, r: &mut Reply<'_>) -> After {
+    record(sh, key, Event::Delete);
     let now = sh.clock.now();
     if cas != 0 {
         // memcached compares even with -C, where every item's CAS is 0.

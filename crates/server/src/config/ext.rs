@@ -1,0 +1,201 @@
+//! memcached's extended options (`-o name[=value],...`), read with memcached 1.6.18's names,
+//! checks and error lines. Options whose behaviour exists in mnemo take effect; the ones that
+//! tune a mechanism mnemo does not have (slab classes, the segmented LRU and its maintainer,
+//! extstore, the logger, TLS, seccomp) are accepted, so memcached command lines keep working,
+//! reported once on stderr at start-up and listed by `stats settings`
+//! (`extended_options_ignored`). A name memcached does not know stops the start, as there.
+//!
+//! ```text
+//!   takes effect      idle_timeout  maxconns_fast / no_maxconns_fast  lru_crawler / no_lru_crawler
+//!                     lru_maintainer / no_lru_maintainer (which stats lines exist)  track_sizes
+//!                     slab_reassign / no_slab_reassign  slab_automove[=N] / no_slab_automove
+//!                     slab_automove_ratio  modern  no_modern (the settings above, as memcached)
+//!   checked, ignored  hashpower  lru_crawler_sleep  lru_crawler_tocrawl  hot_lru_pct  warm_lru_pct
+//!                     hash_algorithm  and every other name memcached 1.6.18 accepts
+//! ```
+
+/// memcached 1.6.18's `-o` defaults for the options that take effect.
+pub const DEFAULT_IDLE_TIMEOUT: u32 = 0;
+/// Microseconds memcached's crawler sleeps between items.
+pub const DEFAULT_LRU_CRAWLER_SLEEP: u32 = 100;
+
+/// What `-o` asked for. `Default` is memcached's defaults.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExtOptions {
+    /// Seconds a connection may sit idle before it is closed; 0: never.
+    pub idle_timeout: u32,
+    /// A connection beyond -c is told `ERROR Too many open connections` and closed (on), or
+    /// left waiting in the listen backlog until a connection closes (off).
+    pub maxconns_fast: bool,
+    /// The LRU crawler starts enabled (`lru_crawler enable|disable` change it later).
+    pub lru_crawler: bool,
+    /// memcached's segmented-LRU maintainer: mnemo has none, but which stats lines exist
+    /// follows it, so tools see the field set memcached would show with the same flags.
+    pub lru_maintainer: bool,
+    /// `stats sizes` starts enabled (`stats sizes_enable|sizes_disable` change it later).
+    pub track_sizes: bool,
+    /// `slabs reassign` is allowed (and its stats lines exist).
+    pub slab_reassign: bool,
+    /// Initial `slabs automove` level and ratio.
+    pub slab_automove: u32,
+    pub slab_automove_ratio: f64,
+    /// Knobs with nothing to act on, kept only so `stats settings` reports what was asked
+    /// (memcached's hashpower_init, lru_crawler_sleep, lru_crawler_tocrawl).
+    pub hashpower_init: u32,
+    pub lru_crawler_sleep: u32,
+    pub lru_crawler_tocrawl: u32,
+    /// Accepted options that change nothing in mnemo, as given.
+    pub ignored: Vec<String>,
+}
+
+impl Default for ExtOptions {
+    fn default() -> Self {
+        ExtOptions {
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
+            maxconns_fast: true,
+            lru_crawler: true,
+            lru_maintainer: true,
+            track_sizes: false,
+            slab_reassign: true,
+            slab_automove: super::DEFAULT_SLAB_AUTOMOVE,
+            slab_automove_ratio: super::DEFAULT_SLAB_AUTOMOVE_RATIO,
+            hashpower_init: 0,
+            lru_crawler_sleep: DEFAULT_LRU_CRAWLER_SLEEP,
+            lru_crawler_tocrawl: 0,
+            ignored: Vec::new(),
+        }
+    }
+}
+
+/// Names memcached 1.6.18 (Debian's build: extstore and TLS compiled in) accepts that have no
+/// mechanism to act on in mnemo.
+const IGNORED: &[&str] = &[
+    "tail_repair_time", "hot_lru_pct", "warm_lru_pct", "hot_max_factor", "warm_max_factor",
+    "temporary_ttl", "watcher_logbuf_size", "worker_logbuf_size", "slab_sizes", "slab_chunk_max",
+    "no_inline_ascii_resp", "inline_ascii_resp", "no_chunked_items", "no_hashexpand",
+    "drop_privileges", "no_drop_privileges", "resp_obj_mem_limit", "read_buf_mem_limit",
+    "slab_automove_window", "slab_automove_freeratio", "sock_cookie_id", "ssl_chain_cert",
+    "ssl_key", "ssl_verify_mode", "ssl_keyformat", "ssl_ciphers", "ssl_ca_cert", "ssl_wbuf_size",
+    "ssl_session_cache", "ssl_kernel_tls", "ssl_min_version", "ext_page_size", "ext_wbuf_size",
+    "ext_threads", "ext_io_depth", "ext_path", "ext_item_size", "ext_item_age", "ext_low_ttl",
+    "ext_recache_rate", "ext_compact_under", "ext_drop_under", "ext_max_sleep", "ext_max_frag",
+    "ext_drop_unread",
+];
+
+/// memcached's HASHPOWER_MAX.
+const HASHPOWER_MAX: u32 = 32;
+
+impl ExtOptions {
+    /// Apply every `-o` argument in order (each a comma-separated list, as memcached reads
+    /// them). The error is memcached's line.
+    pub fn parse<S: AsRef<str>>(args: &[S]) -> Result<ExtOptions, String> {
+        let mut o = ExtOptions::default();
+        for arg in args {
+            for opt in arg.as_ref().split(',').filter(|s| !s.is_empty()) {
+                o.apply(opt)?;
+            }
+        }
+        Ok(o)
+    }
+
+    fn apply(&mut self, opt: &str) -> Result<(), String> {
+        let (name, value) = match opt.split_once('=') {
+            Some((n, v)) => (n, Some(v)),
+            None => (opt, None),
+        };
+        let num = |what: &str| -> Result<u32, String> {
+            value.and_then(|v| v.parse::<u32>().ok()).ok_or_else(|| format!("Missing numeric argument for {what}"))
+        };
+        match name {
+            "idle_timeout" => {
+                // memcached reads it with atoi: a non-number is 0, which means "off".
+                value.ok_or("Missing numeric argument for idle_timeout")?;
+                self.idle_timeout = value.and_then(|v| v.trim().parse::<i64>().ok()).unwrap_or(0).clamp(0, i64::from(u32::MAX)) as u32;
+            }
+            "maxconns_fast" => self.maxconns_fast = true,
+            "no_maxconns_fast" => self.maxconns_fast = false,
+            "lru_crawler" => self.lru_crawler = true,
+            "no_lru_crawler" => self.lru_crawler = false,
+            "lru_maintainer" => self.lru_maintainer = true,
+            "no_lru_maintainer" => self.lru_maintainer = false,
+            "track_sizes" => self.track_sizes = true,
+            "slab_reassign" => self.slab_reassign = true,
+            "no_slab_reassign" => self.slab_reassign = false,
+            "slab_automove" => match value {
+                None => self.slab_automove = 1,
+                Some(v) => match v.parse::<u32>() {
+                    Ok(n) => self.slab_automove = n,
+                    Err(_) => return Err("slab_automove must be a number".into()),
+                },
+            },
+            "no_slab_automove" => self.slab_automove = 0,
+            "slab_automove_ratio" => match value.and_then(|v| v.parse::<f64>().ok()) {
+                Some(r) => self.slab_automove_ratio = r,
+                None => return Err("Invalid numeric argument for slab_automove_ratio".into()),
+            },
+            "modern" => {}
+            // memcached 1.4's defaults: no page moves, no segmented LRU, no crawler, and new
+            // connections past -c wait instead of being refused.
+            "no_modern" => {
+                self.slab_reassign = false;
+                self.slab_automove = 0;
+                self.maxconns_fast = false;
+                self.lru_crawler = false;
+                self.lru_maintainer = false;
+            }
+            "hashpower" => {
+                let n = num("hashpower")?;
+                if n < 12 {
+                    return Err(format!("Initial hashtable multiplier of {n} is too low"));
+                }
+                if n > HASHPOWER_MAX {
+                    return Err(format!("Initial hashtable multiplier of {n} is too high"));
+                }
+                // The index is sized from -m and grows a bucket at a time.
+                self.hashpower_init = n;
+                self.ignored.push(opt.to_string());
+            }
+            "lru_crawler_sleep" => {
+                let n = num("lru_crawler_sleep")?;
+                if n > 1_000_000 {
+                    return Err("LRU crawler sleep must be between 0 and 1 second".into());
+                }
+                self.lru_crawler_sleep = n;
+                self.ignored.push(opt.to_string());
+            }
+            "lru_crawler_tocrawl" => {
+                self.lru_crawler_tocrawl =
+                    value.and_then(|v| v.parse::<u32>().ok()).ok_or("lru_crawler_tocrawl takes a numeric 32bit value")?;
+                self.ignored.push(opt.to_string());
+            }
+            "hash_algorithm" => {
+                if !matches!(value, Some("jenkins" | "murmur3" | "xxh3")) {
+                    return Err("Unknown hash_algorithm option (jenkins, murmur3, xxh3)".into());
+                }
+                // mnemo's index always hashes with xxh3.
+                self.ignored.push(opt.to_string());
+            }
+            _ if IGNORED.contains(&name) => self.ignored.push(opt.to_string()),
+            _ => return Err(format!("Illegal suboption \"{opt}\"")),
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memcached_names_and_errors() {
+        let o = ExtOptions::parse(&["idle_timeout=5,no_lru_crawler", "track_sizes,ext_path=/x:1g"]).unwrap();
+        assert_eq!((o.idle_timeout, o.lru_crawler, o.track_sizes), (5, false, true));
+        assert_eq!(o.ignored, vec!["ext_path=/x:1g"]);
+        assert_eq!(ExtOptions::parse(&["idle_timeout=abc"]).unwrap().idle_timeout, 0);
+        assert_eq!(ExtOptions::parse(&["bogus"]), Err("Illegal suboption \"bogus\"".into()));
+        assert_eq!(ExtOptions::parse(&["idle_timeout"]), Err("Missing numeric argument for idle_timeout".into()));
+        assert!(ExtOptions::parse(&["hashpower=10"]).unwrap_err().contains("too low"));
+        let old = ExtOptions::parse(&["no_modern"]).unwrap();
+        assert!(!old.maxconns_fast && !old.lru_crawler && !old.slab_reassign && old.slab_automove == 0);
+    }
+}

@@ -1,0 +1,110 @@
+//! `stats conns`: every listening socket and connection, by descriptor, as memcached 1.6.18
+//! lists them:
+//!
+//! ```text
+//!   STAT <fd>:addr tcp:127.0.0.1:11211          listening socket
+//!   STAT <fd>:state conn_listening
+//!   STAT <fd>:secs_since_last_cmd <s>
+//!   STAT <fd>:addr tcp:127.0.0.1:40212          connection
+//!   STAT <fd>:listen_addr tcp:127.0.0.1:11211
+//!   STAT <fd>:state conn_parse_cmd              (the one asking; others conn_read / conn_mwrite)
+//!   STAT <fd>:secs_since_last_cmd <s>
+//! ```
+//!
+//! Connections live on their workers; each shares a small [`ConnInfo`] (when it last read,
+//! whether replies are waiting) that its worker updates once per turn, and registers it here
+//! when adopted. The table is touched on accept and close only.
+
+use std::cell::Cell;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::Relaxed};
+use std::sync::Arc;
+
+use mnemo_proto::reply::{line, stat};
+use parking_lot::Mutex;
+
+use crate::Shared;
+
+/// What other threads may read of one connection.
+#[derive(Default, Debug)]
+pub struct ConnInfo {
+    /// When input last arrived (the clock's seconds).
+    pub last_read: AtomicU32,
+    /// Replies are waiting for the socket (memcached's conn_mwrite).
+    pub writing: AtomicBool,
+}
+
+struct Row {
+    addr: String,
+    /// None: a listening socket.
+    listen_addr: Option<String>,
+    info: Arc<ConnInfo>,
+}
+
+#[derive(Default)]
+pub struct ConnTable {
+    rows: Mutex<BTreeMap<i32, Row>>,
+}
+
+thread_local! {
+    /// The descriptor of the connection whose request this thread is executing.
+    static CURRENT: Cell<i32> = const { Cell::new(-1) };
+}
+
+/// Called by a connection before it executes requests, so `stats conns` knows who asks.
+pub fn set_current(fd: i32) {
+    CURRENT.with(|c| c.set(fd));
+}
+
+impl ConnTable {
+    /// A listening socket, open since `now`.
+    pub fn add_listener(&self, fd: i32, addr: String, now: u32) {
+        let info = Arc::new(ConnInfo { last_read: AtomicU32::new(now), ..ConnInfo::default() });
+        self.rows.lock().insert(fd, Row { addr, listen_addr: None, info });
+    }
+
+    pub fn add(&self, fd: i32, addr: String, listen_addr: String, info: Arc<ConnInfo>) {
+        self.rows.lock().insert(fd, Row { addr, listen_addr: Some(listen_addr), info });
+    }
+
+    pub fn remove(&self, fd: i32) {
+        self.rows.lock().remove(&fd);
+    }
+}
+
+/// memcached's address form: `tcp:1.2.3.4:port`, `tcp6:[::1]:port`, `unix:/path`.
+pub fn tcp_addr(a: std::net::SocketAddr) -> String {
+    match a {
+        std::net::SocketAddr::V4(a) => format!("tcp:{a}"),
+        std::net::SocketAddr::V6(a) => format!("tcp6:{a}"),
+    }
+}
+
+pub fn unix_addr(path: &str) -> String {
+    format!("unix:{path}")
+}
+
+/// `stats conns`.
+pub fn stats(sh: &Shared, out: &mut Vec<u8>) {
+    let now = sh.clock.now();
+    let me = CURRENT.with(Cell::get);
+    for (fd, row) in sh.conn_table.rows.lock().iter() {
+        stat(out, &format!("{fd}:addr"), &row.addr);
+        let state = match &row.listen_addr {
+            None => "conn_listening",
+            Some(listen) => {
+                stat(out, &format!("{fd}:listen_addr"), listen);
+                if *fd == me {
+                    "conn_parse_cmd"
+                } else if row.info.writing.load(Relaxed) {
+                    "conn_mwrite"
+                } else {
+                    "conn_read"
+                }
+            }
+        };
+        stat(out, &format!("{fd}:state"), state);
+        stat(out, &format!("{fd}:secs_since_last_cmd"), now.saturating_sub(row.info.last_read.load(Relaxed)));
+    }
+    line(out, b"END");
+}
