@@ -110,6 +110,9 @@ struct Args {
     /// write the process id to this file
     #[arg(short = 'P', long = "pidfile")]
     pidfile: Option<std::path::PathBuf>,
+    /// warm restart: write the cache here on shutdown, SIGUSR1 or SIGTERM, read it back at start
+    #[arg(short = 'e', long = "memory-file")]
+    memory_file: Option<std::path::PathBuf>,
     /// raise the core file size limit to the maximum
     #[arg(short = 'r', long = "enable-coredumps")]
     coredumps: bool,
@@ -180,6 +183,8 @@ pub struct Config {
     pub text_auth: bool,
     pub user: Option<String>,
     pub pidfile: Option<std::path::PathBuf>,
+    /// -e: the warm-restart snapshot (restart.rs).
+    pub memory_file: Option<std::path::PathBuf>,
     pub coredumps: bool,
     pub prefix_delimiter: u8,
     /// -B: which protocols connections may speak.
@@ -265,6 +270,7 @@ impl Default for Config {
             text_auth: false,
             user: None,
             pidfile: None,
+            memory_file: None,
             coredumps: false,
             prefix_delimiter: b':',
             protocol: Protocols::Auto,
@@ -376,6 +382,7 @@ impl Config {
             filter_max_keys: a.filter_max_keys,
             user: a.user,
             pidfile: a.pidfile,
+            memory_file: a.memory_file,
             coredumps: a.coredumps,
             prefix_delimiter: a.prefix_delimiter,
             protocol: match a.protocol.as_str() {

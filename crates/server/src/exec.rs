@@ -408,6 +408,7 @@ fn stats_command(args: Keys<'_>, sh: &Shared, out: &mut Vec<u8>) {
         }
         Some(b"settings") => stats::settings(sh, out),
         Some(b"filters") => crate::fget::stats(sh, out),
+        Some(b"snapshot") => crate::restart::stats(sh.config.memory_file.as_deref(), sh.restored.get().unwrap_or(&Default::default()), out),
         Some(b"items") => stats::items(sh, out),
         Some(b"slabs") => stats::slabs(sh, out),
         Some(b"sizes") => stats::sizes(sh, out),

@@ -29,6 +29,7 @@ pub mod fget;
 pub mod listener;
 pub mod marks;
 pub mod meta;
+pub mod restart;
 pub mod stats;
 pub mod worker;
 
@@ -81,6 +82,8 @@ pub struct Shared {
     pub listen: listener::ListenStats,
     /// Listening sockets and connections by descriptor, for `stats conns`.
     pub conn_table: conns::ConnTable,
+    /// What the start-up restore from `-e` did (`stats snapshot`); unset before it ran.
+    pub restored: std::sync::OnceLock<restart::Restored>,
     stopping: AtomicBool,
 }
 
@@ -128,6 +131,7 @@ impl Shared {
             conn_structs: AtomicU64::new(0),
             listen: listener::ListenStats::default(),
             conn_table: conns::ConnTable::default(),
+            restored: std::sync::OnceLock::new(),
             stopping: AtomicBool::new(false),
         }
     }
@@ -140,15 +144,22 @@ impl Shared {
         }
     }
 
-    /// `shutdown`: stop serving and exit the process.
-    pub fn shutdown(&self) {
+    /// `shutdown`, SIGUSR1/SIGTERM with `-e`: stop serving and exit the process, writing the
+    /// warm-restart snapshot first when `-e` names one (restart.rs).
+    pub fn shutdown(&self) -> ! {
         self.stopping.store(true, Relaxed);
-        if let Some(path) = &self.config.unix_socket {
-            let _ = std::fs::remove_file(path);
+        let cleanup = || {
+            if let Some(path) = &self.config.unix_socket {
+                let _ = std::fs::remove_file(path);
+            }
+            if let Some(path) = &self.config.pidfile {
+                let _ = std::fs::remove_file(path);
+            }
+        };
+        if let Some(path) = &self.config.memory_file {
+            restart::save_and_exit(&self.store, path, self.clock.now(), self.clock.process_started(), cleanup);
         }
-        if let Some(path) = &self.config.pidfile {
-            let _ = std::fs::remove_file(path);
-        }
+        cleanup();
         std::process::exit(0);
     }
 }
@@ -185,6 +196,12 @@ pub fn run(config: Config) -> Result<(), ServerError> {
         eprintln!("mnemod: -o {opt}: accepted for compatibility; mnemo has nothing it tunes (README)");
     }
     let sh = Arc::new(Shared::build(config, credentials, filters));
+    if let Some(path) = &sh.config.memory_file {
+        // Before any connection is served: the listeners are bound, so clients that connect
+        // meanwhile wait in the backlog.
+        let _ = sh.restored.set(restart::restore(&sh.store, path, sh.clock.now(), sh.clock.process_started()));
+        restart::install_stop_signals();
+    }
     sh.conn_structs.fetch_add(listeners.len() as u64, Relaxed);
     let mut handles = Vec::new();
     let mut senders = Vec::new();
@@ -253,6 +270,12 @@ fn maintenance(sh: &Shared) {
         let sub = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
         std::thread::sleep(Duration::from_nanos(u64::from(1_000_000_000 - sub.min(999_999_999))) + Duration::from_millis(1));
         let now = sh.clock.tick();
+        if restart::stop_requested() {
+            if sh.verbosity.load(Relaxed) > 0 {
+                eprintln!("mnemod: stopping on a signal");
+            }
+            sh.shutdown();
+        }
         sh.store.maintain(now);
         if auth::reload_requested() {
             if sh.config.auth_file.is_some() || sh.config.sasldb.is_some() {

@@ -1,0 +1,139 @@
+//! Warm restart: with `-e PATH` (memcached's `--memory-file`), the store is written to PATH when
+//! mnemod stops on `shutdown` (with `-A`), SIGUSR1 or SIGTERM, and read back when it starts, so
+//! a restart (an upgrade, a reboot) keeps the cache warm. The file format and its checksums
+//! are mnemo-store's (snapshot.rs).
+//!
+//! ```text
+//!   start   PATH there? -> Store::restore_snapshot (before any listener serves)
+//!                          -> one log line; `stats snapshot` keeps the report
+//!   stop    a worker (`shutdown`) or the maintenance thread (SIGUSR1/SIGTERM, seen within a
+//!           second) -> Store::freeze: every shard locked, so no write is acknowledged after
+//!           this point -> PATH.tmp written, synced, renamed over PATH -> exit
+//! ```
+//!
+//! A missing file is a cold start. A damaged one never yields a wrong value: its bad blocks
+//! (or everything, for a bad header) are dropped, and the log line says so.
+
+use core::sync::atomic::{AtomicBool, Ordering};
+use std::path::Path;
+use std::time::Instant;
+
+use mnemo_proto::reply::{line, stat};
+use mnemo_store::{RestoreReport, Store, Time};
+
+/// What the start-up restore did, for `stats snapshot`.
+#[derive(Debug, Default)]
+pub struct Restored {
+    pub report: Option<RestoreReport>,
+    pub usec: u64,
+    /// Why nothing was restored (a refused file); None for a cold start or a restore.
+    pub refused: Option<String>,
+}
+
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_stop(_: libc::c_int) {
+    STOP.store(true, Ordering::SeqCst);
+}
+
+/// SIGUSR1 and SIGTERM become a request the maintenance thread acts on (the handler itself
+/// only stores a flag). Only with `-e`: without a snapshot to write, they keep their default
+/// action (exit), as in memcached.
+pub fn install_stop_signals() {
+    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+    unsafe {
+        libc::signal(libc::SIGUSR1, on_stop as extern "C" fn(libc::c_int) as libc::sighandler_t);
+        libc::signal(libc::SIGTERM, on_stop as extern "C" fn(libc::c_int) as libc::sighandler_t);
+    }
+}
+
+pub fn stop_requested() -> bool {
+    STOP.load(Ordering::SeqCst)
+}
+
+/// Reads `path` into the (empty) store at start-up.
+pub fn restore(store: &Store, path: &Path, now: Time, origin: u64) -> Restored {
+    let t = Instant::now();
+    let file = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            eprintln!("mnemod: -e {}: no snapshot yet; starting empty", path.display());
+            return Restored::default();
+        }
+        Err(e) => return refused(path, e.to_string()),
+    };
+    let len = match file.metadata() {
+        Ok(m) => m.len(),
+        Err(e) => return refused(path, e.to_string()),
+    };
+    let input = std::io::BufReader::with_capacity(1 << 20, file);
+    match store.restore_snapshot(input, len, now, origin) {
+        Ok(r) => {
+            let usec = t.elapsed().as_micros() as u64;
+            let how = match &r.stopped {
+                None if r.bad_blocks == 0 => "complete".to_string(),
+                None => format!("{} damaged block(s) dropped", r.bad_blocks),
+                Some(why) => format!("incomplete: {why}; {} damaged block(s) dropped", r.bad_blocks),
+            };
+            eprintln!(
+                "mnemod: -e {}: restored {} items in {:.2} s ({} expired while down, {} no longer fit; {how})",
+                path.display(),
+                r.items,
+                usec as f64 / 1e6,
+                r.expired,
+                r.dropped
+            );
+            Restored { report: Some(r), usec, refused: None }
+        }
+        Err(e) => refused(path, e.to_string()),
+    }
+}
+
+fn refused(path: &Path, why: String) -> Restored {
+    eprintln!("mnemod: -e {}: {why}; nothing restored, starting empty", path.display());
+    Restored { refused: Some(why), ..Restored::default() }
+}
+
+/// Freezes the store, writes the snapshot and exits the process (status 0 when written).
+/// The store stays frozen to the end: other workers' writes wait and are never acknowledged.
+pub fn save_and_exit(store: &Store, path: &Path, now: Time, origin: u64, cleanup: impl FnOnce()) -> ! {
+    let t = Instant::now();
+    let mut frozen = store.freeze();
+    let status = match frozen.write_snapshot_file(path, now, origin) {
+        Ok(s) => {
+            eprintln!(
+                "mnemod: -e {}: wrote {} items ({:.1} MiB) in {:.2} s",
+                path.display(),
+                s.items,
+                s.bytes as f64 / (1 << 20) as f64,
+                t.elapsed().as_secs_f64()
+            );
+            0
+        }
+        Err(e) => {
+            eprintln!("mnemod: -e {}: writing the snapshot failed: {e}; the previous one (if any) is kept", path.display());
+            1
+        }
+    };
+    cleanup();
+    std::process::exit(status);
+}
+
+/// `stats snapshot`: where the snapshot lives and what the start-up restore did.
+pub fn stats(path: Option<&Path>, r: &Restored, out: &mut Vec<u8>) {
+    stat(out, "snapshot_file", path.map_or_else(|| "none".into(), |p| p.display().to_string()));
+    let rep = r.report.clone().unwrap_or_default();
+    stat(out, "snapshot_restored_items", rep.items);
+    stat(out, "snapshot_restored_expired", rep.expired);
+    stat(out, "snapshot_restored_dropped", rep.dropped);
+    stat(out, "snapshot_restored_bad_blocks", rep.bad_blocks);
+    let state = match (&r.report, &r.refused) {
+        (_, Some(_)) => "refused",
+        (None, None) => "none",
+        (Some(rep), _) if rep.complete => "complete",
+        (Some(_), _) => "partial",
+    };
+    stat(out, "snapshot_restore", state);
+    stat(out, "snapshot_restore_usec", r.usec);
+    line(out, b"END");
+}

@@ -1,0 +1,266 @@
+//! Warm restart against the real binary: `-e PATH` is written on SIGTERM, SIGUSR1 and
+//! `shutdown graceful`, and read back at start; every item a client was told was stored comes
+//! back, and a damaged file never yields a wrong value.
+
+mod common;
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use common::Server;
+
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> TempDir {
+        let d = std::env::temp_dir().join(format!("mnemo-restart-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        TempDir(d)
+    }
+    fn file(&self) -> PathBuf {
+        self.0.join("cache.snap")
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn value(i: usize) -> Vec<u8> {
+    let mut v = format!("value-{i}-").into_bytes();
+    v.resize(10 + i % 2000, b'a' + (i % 26) as u8);
+    v
+}
+
+/// Pipelined sets of `range`, every reply read; returns key -> (flags, value).
+fn set_all(s: &mut TcpStream, range: std::ops::Range<usize>, exptime: u32) -> HashMap<String, (u32, Vec<u8>)> {
+    let mut req = Vec::new();
+    let mut want = HashMap::new();
+    for i in range.clone() {
+        let (k, v) = (format!("key:{i}"), value(i));
+        req.extend_from_slice(format!("set {k} {} {exptime} {}\r\n", i % 7, v.len()).as_bytes());
+        req.extend_from_slice(&v);
+        req.extend_from_slice(b"\r\n");
+        want.insert(k, ((i % 7) as u32, v));
+    }
+    s.write_all(&req).unwrap();
+    let mut r = BufReader::new(s.try_clone().unwrap());
+    for _ in range {
+        let mut l = String::new();
+        r.read_line(&mut l).unwrap();
+        assert_eq!(l, "STORED\r\n");
+    }
+    want
+}
+
+/// key -> (flags, value) for every key found.
+fn get_all(s: &mut TcpStream, keys: &[&String]) -> HashMap<String, (u32, Vec<u8>)> {
+    let mut found = HashMap::new();
+    for chunk in keys.chunks(100) {
+        let mut req = b"get".to_vec();
+        for k in chunk {
+            req.push(b' ');
+            req.extend_from_slice(k.as_bytes());
+        }
+        req.extend_from_slice(b"\r\n");
+        s.write_all(&req).unwrap();
+        let mut r = BufReader::new(s.try_clone().unwrap());
+        loop {
+            let mut l = String::new();
+            r.read_line(&mut l).unwrap();
+            if l == "END\r\n" {
+                break;
+            }
+            let p: Vec<&str> = l.split_whitespace().collect();
+            assert_eq!(p[0], "VALUE", "{l}");
+            let mut v = vec![0; p[3].parse::<usize>().unwrap() + 2];
+            r.read_exact(&mut v).unwrap();
+            v.truncate(v.len() - 2);
+            found.insert(p[1].to_string(), (p[2].parse().unwrap(), v));
+        }
+    }
+    found
+}
+
+fn stats(s: &mut TcpStream, group: &str) -> HashMap<String, String> {
+    s.write_all(format!("stats {group}\r\n").as_bytes()).unwrap();
+    let mut r = BufReader::new(s.try_clone().unwrap());
+    let mut out = HashMap::new();
+    loop {
+        let mut l = String::new();
+        r.read_line(&mut l).unwrap();
+        if l == "END\r\n" {
+            return out;
+        }
+        let p: Vec<&str> = l.trim_end().splitn(3, ' ').collect();
+        assert_eq!(p[0], "STAT", "{l}");
+        out.insert(p[1].to_string(), p[2].to_string());
+    }
+}
+
+/// Waits for the server to exit by itself; its exit status.
+fn wait_exit(srv: &mut Server) -> std::process::ExitStatus {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(st) = srv.child.try_wait().unwrap() {
+            return st;
+        }
+        assert!(Instant::now() < deadline, "mnemod did not exit");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn signal(srv: &Server, sig: libc::c_int) {
+    // SAFETY: sending a signal to our own child process.
+    assert_eq!(unsafe { libc::kill(srv.child.id() as libc::pid_t, sig) }, 0);
+}
+
+fn start(path: &Path, extra: &[&str]) -> Server {
+    let mut args = vec!["-e", path.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    Server::start(&args)
+}
+
+#[test]
+fn every_stop_writes_the_snapshot_and_a_restart_reads_every_item_back() {
+    for how in ["SIGTERM", "SIGUSR1", "shutdown graceful"] {
+        let dir = TempDir::new(&how.replace(' ', "-"));
+        let mut srv = start(&dir.file(), &["-A"]);
+        let mut c = srv.connect();
+        assert_eq!(stats(&mut c, "snapshot")["snapshot_restore"], "none");
+        let mut want = set_all(&mut c, 0..3000, 0);
+        want.extend(set_all(&mut c, 3000..3500, 3600));
+        // Overwritten and deleted keys come back as they were last left.
+        want.extend(set_all(&mut c, 0..100, 0));
+        c.write_all(b"delete key:5\r\n").unwrap();
+        let mut l = [0u8; 9];
+        c.read_exact(&mut l).unwrap();
+        assert_eq!(&l, b"DELETED\r\n");
+        want.remove("key:5");
+        match how {
+            "SIGTERM" => signal(&srv, libc::SIGTERM),
+            "SIGUSR1" => signal(&srv, libc::SIGUSR1),
+            _ => c.write_all(b"shutdown graceful\r\n").unwrap(),
+        }
+        assert!(wait_exit(&mut srv).success(), "{how}");
+        assert!(dir.file().exists() && !dir.0.join("cache.snap.tmp").exists());
+
+        let srv = start(&dir.file(), &[]);
+        let mut c = srv.connect();
+        let keys: Vec<&String> = want.keys().collect();
+        let mut all: Vec<String> = keys.iter().map(|k| k.to_string()).collect();
+        all.push("key:5".into());
+        let all: Vec<&String> = all.iter().collect();
+        assert_eq!(get_all(&mut c, &all), want, "{how}");
+        let st = stats(&mut c, "snapshot");
+        assert_eq!(st["snapshot_restore"], "complete", "{st:?}");
+        assert_eq!(st["snapshot_restored_items"], want.len().to_string());
+    }
+}
+
+#[test]
+fn no_acknowledged_write_is_lost_when_stopping_under_load() {
+    let dir = TempDir::new("load");
+    let mut srv = start(&dir.file(), &["-t", "4"]);
+    let port = srv.port;
+    // Writers set keys one at a time and keep the ones acknowledged, until the server goes.
+    let writers: Vec<_> = (0..4)
+        .map(|w| {
+            std::thread::spawn(move || {
+                let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+                s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+                let mut r = BufReader::new(s.try_clone().unwrap());
+                let mut acked = Vec::new();
+                for i in 0.. {
+                    let k = format!("w{w}:{i}");
+                    if s.write_all(format!("set {k} 0 0 5\r\nhello\r\n").as_bytes()).is_err() {
+                        break;
+                    }
+                    let mut l = String::new();
+                    match r.read_line(&mut l) {
+                        Ok(_) if l == "STORED\r\n" => acked.push(k),
+                        _ => break,
+                    }
+                }
+                acked
+            })
+        })
+        .collect();
+    // Let them write a while (a few thousand sets), then stop the server under them.
+    let mut c = srv.connect();
+    loop {
+        let n: u64 = stats(&mut c, "")["curr_items"].parse().unwrap();
+        if n > 4000 {
+            break;
+        }
+        std::thread::yield_now();
+    }
+    signal(&srv, libc::SIGTERM);
+    assert!(wait_exit(&mut srv).success());
+    let acked: Vec<String> = writers.into_iter().flat_map(|w| w.join().unwrap()).collect();
+    assert!(acked.len() > 4000);
+
+    let srv = start(&dir.file(), &[]);
+    let mut c = srv.connect();
+    let keys: Vec<&String> = acked.iter().collect();
+    let found = get_all(&mut c, &keys);
+    let lost: Vec<&&String> = keys.iter().filter(|k| !found.contains_key(**k)).collect();
+    assert!(lost.is_empty(), "{} acknowledged sets lost, e.g. {:?}", lost.len(), &lost[..lost.len().min(5)]);
+}
+
+#[test]
+fn a_damaged_snapshot_never_gives_a_wrong_value() {
+    let dir = TempDir::new("damage");
+    let mut srv = start(&dir.file(), &[]);
+    let mut c = srv.connect();
+    let want = set_all(&mut c, 0..5000, 0);
+    signal(&srv, libc::SIGTERM);
+    assert!(wait_exit(&mut srv).success());
+    let good = std::fs::read(dir.file()).unwrap();
+    let keys: Vec<&String> = want.keys().collect();
+
+    // A flipped byte in the middle: that block is dropped, the rest restored exactly.
+    let mut bad = good.clone();
+    let mid = bad.len() / 2;
+    bad[mid] ^= 0x40;
+    std::fs::write(dir.file(), &bad).unwrap();
+    let srv = start(&dir.file(), &[]);
+    let mut c = srv.connect();
+    let found = get_all(&mut c, &keys);
+    assert!(!found.is_empty() && found.len() < want.len(), "{} of {}", found.len(), want.len());
+    for (k, v) in &found {
+        assert_eq!(&want[k], v, "{k}");
+    }
+    let st = stats(&mut c, "snapshot");
+    assert_eq!(st["snapshot_restore"], "partial", "{st:?}");
+    assert_eq!(st["snapshot_restored_bad_blocks"], "1", "{st:?}");
+    drop(srv);
+
+    // Cut short: what came before the cut is restored.
+    std::fs::write(dir.file(), &good[..good.len() * 2 / 3]).unwrap();
+    let srv = start(&dir.file(), &[]);
+    let mut c = srv.connect();
+    let found = get_all(&mut c, &keys);
+    assert!(!found.is_empty() && found.len() < want.len());
+    for (k, v) in &found {
+        assert_eq!(&want[k], v, "{k}");
+    }
+    assert_eq!(stats(&mut c, "snapshot")["snapshot_restore"], "partial");
+    drop(srv);
+
+    // A damaged header: nothing restored, and the server serves.
+    let mut bad = good.clone();
+    bad[3] ^= 1;
+    std::fs::write(dir.file(), &bad).unwrap();
+    let srv = start(&dir.file(), &[]);
+    let mut c = srv.connect();
+    assert!(get_all(&mut c, &keys).is_empty());
+    assert_eq!(stats(&mut c, "snapshot")["snapshot_restore"], "refused");
+    set_all(&mut c, 0..10, 0);
+}
