@@ -328,9 +328,13 @@ pub fn settings(sh: &Shared, out: &mut Vec<u8>) {
         ("ssl_kernel_tls", "no"),
         ("ssl_min_version", "tlsv1.2"),
         ("num_napi_ids", "(null)"),
-        ("memory_file", "(null)"),
     ] {
         stat(out, name, value);
+    }
+    // -e: the warm-restart snapshot (memcached: its memory file).
+    match &sh.config.memory_file {
+        Some(p) => stat(out, "memory_file", p.display()),
+        None => stat(out, "memory_file", "(null)"),
     }
     // mnemo's own, after memcached's.
     stat(out, "segment_size", sh.store.stats().segment_size);

@@ -134,6 +134,7 @@ fn every_stop_writes_the_snapshot_and_a_restart_reads_every_item_back() {
         let mut srv = start(&dir.file(), &["-A"]);
         let mut c = srv.connect();
         assert_eq!(stats(&mut c, "snapshot")["snapshot_restore"], "none");
+        assert_eq!(stats(&mut c, "settings")["memory_file"], dir.file().display().to_string());
         let mut want = set_all(&mut c, 0..3000, 0);
         want.extend(set_all(&mut c, 3000..3500, 3600));
         // Overwritten and deleted keys come back as they were last left.
