@@ -109,7 +109,7 @@ else
         tail -n 40 "$fuzz_log"; echo "fuzz: build failed"; exit 1
     fi
     # "target[:STORE_MODEL_REGIME]"
-    for run in store_model:exact store_model:evict text_parse binary_parse client_reply filter_result; do
+    for run in store_model:exact store_model:evict text_parse binary_parse client_reply filter_result snapshot_restore; do
         target=${run%%:*}
         regime=""
         [ "$run" != "$target" ] && regime=${run#*:}
