@@ -546,16 +546,22 @@ mod tests {
         ix.find(h_of(k), |s| if s == want { Visit::Match } else { Visit::Skip })
     }
 
-    #[test]
-    fn prefetch_candidates_cover_the_home_bucket_and_its_first_overflow() {
+    /// Keys 0..n inserted, the table split as it grows.
+    fn grown(n: u64) -> Index {
         let mut ix = Index::new(4);
-        let n = 20_000u64;
         for k in 0..n {
             ix.insert(h_of(k), entry(k));
             while ix.wants_split() {
                 ix.split_one(|e| Some(h_of(key_of(e))));
             }
         }
+        ix
+    }
+
+    #[test]
+    fn prefetch_candidates_cover_the_home_bucket_and_its_first_overflow() {
+        let n = 20_000u64;
+        let mut ix = grown(n);
         let (mut home, mut chain, mut deeper) = (0, 0, 0);
         for k in 0..n {
             let want = entry(k);
@@ -582,14 +588,8 @@ mod tests {
 
     #[test]
     fn insert_find_remove_with_growth() {
-        let mut ix = Index::new(4);
         let n = 20_000u64;
-        for k in 0..n {
-            ix.insert(h_of(k), entry(k));
-            while ix.wants_split() {
-                ix.split_one(|e| Some(h_of(key_of(e))));
-            }
-        }
+        let mut ix = grown(n);
         assert_eq!(ix.items(), n as usize);
         assert!(ix.buckets() * SPLIT_LOAD >= n as usize);
         for k in 0..n {
