@@ -561,7 +561,7 @@ mod tests {
     #[test]
     fn prefetch_candidates_cover_the_home_bucket_and_its_first_overflow() {
         let n = 20_000u64;
-        let mut ix = grown(n);
+        let ix = grown(n);
         let (mut home, mut chain, mut deeper) = (0, 0, 0);
         for k in 0..n {
             let want = entry(k);
