@@ -154,6 +154,9 @@ struct Args {
     /// most keys one fget may name
     #[arg(long = "filter-max-keys", default_value_t = DEFAULT_FILTER_MAX_KEYS, value_parser = clap::value_parser!(u32).range(1..=1_000_000).map(|v| v as usize))]
     filter_max_keys: usize,
+    /// serve Prometheus metrics at http://ADDR/metrics (a bare port means 127.0.0.1:PORT; off by default)
+    #[arg(long = "metrics", value_name = "ADDR", value_parser = parse_metrics_addr)]
+    metrics: Option<String>,
 }
 
 /// Everything the server reads from its flags.
@@ -198,6 +201,8 @@ pub struct Config {
     /// Limits of every filter call.
     pub filter_limits: mnemo_filter::Limits,
     pub filter_max_keys: usize,
+    /// --metrics: where `/metrics` is served ("host:port"), or None (metrics.rs).
+    pub metrics: Option<String>,
 }
 
 /// memcached's `slabs automove` knobs. mnemo has no slab pages to move, so nothing reads them
@@ -280,6 +285,7 @@ impl Default for Config {
             filters: Vec::new(),
             filter_limits: mnemo_filter::Limits { concurrency: DEFAULT_THREADS as u32, ..Default::default() },
             filter_max_keys: DEFAULT_FILTER_MAX_KEYS,
+            metrics: None,
         }
     }
 }
@@ -380,6 +386,7 @@ impl Config {
             filters,
             filter_limits,
             filter_max_keys: a.filter_max_keys,
+            metrics: a.metrics,
             user: a.user,
             pidfile: a.pidfile,
             memory_file: a.memory_file,
@@ -434,6 +441,20 @@ fn parse_filter(s: &str) -> Result<(String, std::path::PathBuf), String> {
         return Err(format!("'{s}': no path"));
     }
     Ok((name.to_string(), path.into()))
+}
+
+/// `--metrics`: PORT (on 127.0.0.1, like -l's default: safe unless asked), HOST:PORT or
+/// [V6]:PORT. Names are resolved when binding; here only the shape and the port are checked.
+fn parse_metrics_addr(s: &str) -> Result<String, String> {
+    if let Ok(port) = s.parse::<u16>() {
+        return Ok(format!("{DEFAULT_LISTEN}:{port}"));
+    }
+    let (host, port) = s.rsplit_once(':').ok_or_else(|| format!("'{s}': expected PORT or HOST:PORT"))?;
+    let bare_v6 = host.contains(':') && !(host.starts_with('[') && host.ends_with(']'));
+    if host.is_empty() || bare_v6 || port.parse::<u16>().is_err() {
+        return Err(format!("'{s}': expected PORT, HOST:PORT or [IPV6]:PORT"));
+    }
+    Ok(s.to_string())
 }
 
 fn parse_delimiter(s: &str) -> Result<u8, String> {

@@ -29,6 +29,7 @@ pub mod fget;
 pub mod listener;
 pub mod marks;
 pub mod meta;
+pub mod metrics;
 pub mod restart;
 pub mod stats;
 pub mod worker;
@@ -190,6 +191,7 @@ pub fn run(config: Config) -> Result<(), ServerError> {
     // Filters load (and compile) before anything is bound: a bad one stops the start-up.
     let filters = mnemo_filter::FilterHost::new(config.filter_limits, config.filters.clone())?;
     let listeners = listener::bind(&config)?;
+    let metrics_listener = config.metrics.as_deref().map(metrics::bind).transpose()?;
     process_setup(&config)?;
     auth::install_sighup();
     for opt in &config.ext.ignored {
@@ -213,6 +215,9 @@ pub fn run(config: Config) -> Result<(), ServerError> {
     }
     let maint = sh.clone();
     std::thread::Builder::new().name("mnemo-maint".into()).spawn(move || maintenance(&maint))?;
+    if let Some(l) = metrics_listener {
+        metrics::spawn(l, sh.clone())?;
+    }
     if sh.verbosity.load(Relaxed) > 0 {
         eprintln!("mnemod {} serving with {} threads", config::VERSION, sh.config.threads);
     }
