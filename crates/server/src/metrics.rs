@@ -494,12 +494,7 @@ fn snapshot(p: &mut Page, sh: &Shared) {
     let r = sh.restored.get().unwrap_or(&none);
     let rep = r.report.clone().unwrap_or_default();
     // The same states as `stats snapshot` snapshot_restore (restart.rs), one series each.
-    let state = match (&r.report, &r.refused) {
-        (_, Some(_)) => "refused",
-        (None, None) => "none",
-        (Some(rep), _) if rep.complete => "complete",
-        (Some(_), _) => "partial",
-    };
+    let state = r.state();
     p.family("mnemo_snapshot_restore", Gauge, "Outcome of the start-up restore from -e (1 on the outcome).");
     for s in ["none", "complete", "partial", "refused"] {
         p.sample("mnemo_snapshot_restore", &[("state", s)], u8::from(s == state));

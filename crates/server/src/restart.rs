@@ -30,6 +30,18 @@ pub struct Restored {
     pub refused: Option<String>,
 }
 
+impl Restored {
+    /// `none` (no -e, or no file yet), `complete`, `partial` (damage dropped some), `refused`.
+    pub fn state(&self) -> &'static str {
+        match (&self.report, &self.refused) {
+            (_, Some(_)) => "refused",
+            (None, None) => "none",
+            (Some(rep), _) if rep.complete => "complete",
+            (Some(_), _) => "partial",
+        }
+    }
+}
+
 static STOP: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn on_stop(_: libc::c_int) {
@@ -127,13 +139,7 @@ pub fn stats(path: Option<&Path>, r: &Restored, out: &mut Vec<u8>) {
     stat(out, "snapshot_restored_expired", rep.expired);
     stat(out, "snapshot_restored_dropped", rep.dropped);
     stat(out, "snapshot_restored_bad_blocks", rep.bad_blocks);
-    let state = match (&r.report, &r.refused) {
-        (_, Some(_)) => "refused",
-        (None, None) => "none",
-        (Some(rep), _) if rep.complete => "complete",
-        (Some(_), _) => "partial",
-    };
-    stat(out, "snapshot_restore", state);
+    stat(out, "snapshot_restore", r.state());
     stat(out, "snapshot_restore_usec", r.usec);
     line(out, b"END");
 }
