@@ -29,11 +29,11 @@
 //! * flush_all is a pending time per shard; the first operation that sees it due retires every
 //!   segment of that shard (O(segments)).
 //!
-//! Module map: buf.rs (segment buffers, mmap), budget.rs (memory accounting, spare buffer),
-//! config.rs (sizes), item.rs (header codec), index.rs (hash index),
-//! segment.rs (segment table, FIFO, TTL groups), shard.rs (operations), evict.rs (eviction,
-//! expiry, flush, sweep), dump.rs (listing live items in bounded batches), snapshot.rs (warm
-//! restart: the live items to a file and back), stats.rs (counters).
+//! Module map: buf.rs (segment buffers, mmap, huge pages), budget.rs (memory accounting,
+//! spare buffer), config.rs (sizes), item.rs (header codec), index.rs (hash index), segment.rs
+//! (segment table, FIFO, TTL groups), shard.rs (operations), prefetch.rs (multi-key lookahead),
+//! evict.rs (eviction, expiry, flush, sweep), dump.rs (listing live items in bounded batches),
+//! snapshot.rs (warm restart: the live items to a file and back), stats.rs (counters).
 
 mod budget;
 mod buf;
@@ -42,6 +42,7 @@ mod dump;
 mod evict;
 mod index;
 mod item;
+mod prefetch;
 mod segment;
 mod shard;
 mod snapshot;
@@ -54,7 +55,7 @@ use parking_lot::Mutex;
 pub use config::{StoreConfig, DEFAULT_SHARDS, MAX_SEGMENT_SIZE, MAX_SHARDS, MIN_SEGMENT_SIZE};
 pub use dump::{DumpCursor, DumpItem, DUMP_BATCH};
 pub use item::MAX_KEY_LEN;
-pub use shard::Prefetch;
+pub use prefetch::Prefetch;
 pub use snapshot::{Frozen, RestoreReport, SnapshotError, SnapshotStats};
 pub use stats::StoreStats;
 

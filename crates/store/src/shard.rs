@@ -18,28 +18,6 @@ use crate::segment::{exp_bound, ttl_bucket, DeadReason, SegState, SegTable, TTL_
 use crate::stats::{Counters, StoreStats};
 use crate::{DeltaError, Item, Lookup, Mode, StoreError, StoreOutcome, Time};
 
-/// How much of a candidate item a prefetch pulls in (seed 001's 720-byte values whole).
-const PREFETCH_BYTES: usize = 1024;
-
-/// The stages of a lookup's prefetch, each run some keys after the one before, when what it
-/// reads has arrived:
-/// ```text
-///   Bucket  pull the key's home bucket in the index                 (far ahead)
-///   Home    read it; pull its candidate items and its overflow bucket
-///   Chain   read the overflow bucket; pull its candidate items and the next bucket (near)
-/// ```
-/// Why the chain: at the index's load (12 items per 8-slot bucket on average) a key sits in
-/// an overflow bucket 4 times in 10 (index.rs's test: 57% home, 31% first overflow, 11%
-/// deeper), and without this stage that lookup took two misses in a row, the bucket's and
-/// then the item's. Measured on seed 001's fget at 1M users: `Index::find` went from 26% to
-/// 12% of the worker's time.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Prefetch {
-    Bucket,
-    Home,
-    Chain,
-}
-
 /// What an operation needs besides its own shard.
 pub(crate) struct Env<'a> {
     pub geo: &'a Geometry,
@@ -237,28 +215,6 @@ impl Shard {
 
     /// Hints for a lookup of `h` coming soon: its index bucket (`deep` false), or, once that
     /// is cached, the first bytes of its candidate items (`deep` true).
-    pub fn prefetch(&self, h: u64, stage: Prefetch) {
-        if stage == Prefetch::Bucket {
-            return self.index.prefetch(h);
-        }
-        let next = self.index.candidates(h, stage == Prefetch::Chain, |s| {
-            let m = &self.segs.metas[slot::seg(s) as usize];
-            if m.state == SegState::Live {
-                // The header and key, and the value's first lines: small values are read
-                // whole right after (a get's copy), and the CPU's own prefetcher takes over
-                // along a large one.
-                if let Some(d) = m.data.get(slot::off(s) as usize..) {
-                    for line in (0..d.len().min(PREFETCH_BYTES)).step_by(64) {
-                        crate::buf::prefetch(d[line..].as_ptr());
-                    }
-                }
-            }
-        });
-        if let Some(b) = next {
-            crate::buf::prefetch(b);
-        }
-    }
-
     pub fn get<R>(
         &mut self,
         env: &Env<'_>,
