@@ -9,22 +9,23 @@
 //! costs no RSS either.
 //!
 //! Regular segments (power-of-two sizes up to 2 MiB) can come from huge-page chunks instead:
-//! 2 MiB-aligned mappings cut into slots of one size, each chunk turned into one huge page
-//! (`MADV_COLLAPSE`) once every segment in it is full. Why: a large cache read at random (a
-//! multi-get, an fget over 100 keys) misses the TLB on nearly every item with 4 KiB pages: 750
-//! MB of segments are 190k pages, while 2 MiB pages make them 375 entries, which the CPU's
-//! second-level TLB holds whole (seed 001's fget at 1M users: about 8% less CPU per query).
-//! Why only once full: a huge page is resident whole from its first write, and the segments
-//! being filled (one per shard and TTL group) would each hold up to 2 MiB for a few bytes; as
-//! small pages they cost only what they hold. The collapse runs in the store's maintenance
-//! (`collapse_full_chunks`), off the request path. A freed slot is emptied with
-//! `MADV_DONTNEED` (its memory goes back to the OS and reads as zeros again; the kernel splits
-//! the huge page) and kept for the next segment of its size; the address space itself is never
-//! unmapped.
+//! 2 MiB-aligned mappings marked `MADV_HUGEPAGE`, each cut into slots of one size. Why: a
+//! large cache read at random (a multi-get, an fget over 100 keys) misses the TLB on nearly
+//! every item with 4 KiB pages: 750 MB of segments are 190k pages, while 2 MiB pages make them
+//! 375 entries, which the CPU's second-level TLB holds whole. A freed slot is emptied with
+//! `MADV_DONTNEED` (its memory goes back to the OS and reads as zeros again) and kept for the
+//! next segment of its size; the address space itself is never unmapped.
+//!
+//! The cost, and why it is paid: a huge page is resident whole from its first write, so each
+//! segment being filled (one per shard and TTL group) holds up to 1 MiB more than it has
+//! written: bench/memory.sh grew 278.6 -> 282.8 MiB (10M small items) and 395.0 -> 404.6 MiB
+//! (2M mixed). Turning only full segments into huge pages (MADV_COLLAPSE from the maintenance
+//! thread) kept RSS as before but cost workload d (100 KB values, churning) 7% of its
+//! throughput against small pages, while huge pages from the first write gave it 7% more (one
+//! fault per 2 MiB instead of 512): 33.6k / 31.3k / 36.1k ops/s, `mnemo bench` d, 10 s runs.
 //! ```text
-//!   chunk (2 MiB, aligned)
-//!   [ slot 0 (1 MiB) | slot 1 (1 MiB) ]   free slots: per size, LIFO
-//!     full (sealed)    full (sealed)   -> every slot sealed: queued, collapsed to 1 huge page
+//!   chunk (2 MiB, aligned, MADV_HUGEPAGE)
+//!   [ slot 0 (1 MiB) | slot 1 (1 MiB) ]     free slots: per size, LIFO
 //! ```
 
 use core::ops::{Deref, DerefMut};
@@ -85,8 +86,8 @@ impl SegBuf {
         SegBuf::Heap(vec![0u8; len].into_boxed_slice())
     }
 
-    /// `len` zero bytes for a regular segment: a slot of a huge-page chunk when `huge` and the
-    /// size allows one (and the OS gives the chunk), else as `zeroed`.
+    /// `len` zero bytes for a regular segment: a huge-page slot when `huge` and the size
+    /// allows one (and the OS gives the chunk), else as `zeroed`.
     pub fn regular(len: usize, huge: bool) -> SegBuf {
         if huge && huge::fits(len) {
             if let Some(ptr) = huge::take(len) {
@@ -95,21 +96,6 @@ impl SegBuf {
         }
         SegBuf::zeroed(len)
     }
-
-    /// The segment in this buffer is full and will only be read (and items in it marked dead)
-    /// from now on: its chunk may become a huge page once all its slots are.
-    pub fn seal(&self) {
-        if let SegBuf::Huge { ptr, len } = *self {
-            huge::seal(ptr, len);
-        }
-    }
-}
-
-/// Turns chunks whose slots are all sealed into huge pages (`MADV_COLLAPSE`: the kernel copies
-/// the chunk into one 2 MiB page). Takes a fraction of a millisecond per chunk and holds no
-/// store lock: for the maintenance thread.
-pub(crate) fn collapse_full_chunks() {
-    huge::collapse_pending();
 }
 
 impl Default for SegBuf {
@@ -164,56 +150,33 @@ impl Drop for SegBuf {
 /// The huge-page chunks and their free slots, shared by every store of the process.
 mod huge {
     use core::ptr::NonNull;
-    use std::collections::HashMap;
 
     use parking_lot::Mutex;
 
     pub const CHUNK: usize = 2 << 20;
 
-    struct Pool {
-        /// Free slots (addresses) per slot size; sizes are few (one per store geometry).
-        free: Vec<(usize, Vec<usize>)>,
-        /// Per chunk (by address): which of its slots hold a sealed segment.
-        sealed: HashMap<usize, u32, State>,
-        /// Chunks (address, slot size) whose slots all became sealed, to collapse.
-        pending: Vec<(usize, usize)>,
-    }
-
-    static POOL: Mutex<Pool> = Mutex::new(Pool { free: Vec::new(), sealed: HashMap::with_hasher(DEFAULT_STATE), pending: Vec::new() });
-
-    // A const-constructible hasher state for the static map (std's RandomState is not const).
-    type State = core::hash::BuildHasherDefault<std::hash::DefaultHasher>;
-    const DEFAULT_STATE: State = core::hash::BuildHasherDefault::new();
+    /// Free slots (addresses) per slot size; sizes are few (one per store geometry).
+    static FREE: Mutex<Vec<(usize, Vec<usize>)>> = Mutex::new(Vec::new());
 
     /// A power of two that divides a chunk and is worth a mapping of its own.
     pub fn fits(len: usize) -> bool {
         len.is_power_of_two() && (super::MMAP_MIN..=CHUNK).contains(&len)
     }
 
-    fn chunk_of(addr: usize, len: usize) -> (usize, u32) {
-        let chunk = addr & !(CHUNK - 1);
-        (chunk, 1 << ((addr - chunk) / len))
-    }
-
-    fn all_slots(len: usize) -> u32 {
-        // At most 32 slots: len >= MMAP_MIN (64 KiB).
-        u32::MAX >> (32 - CHUNK / len)
-    }
-
     /// A zeroed slot of `len` bytes, or None if the OS refuses a new chunk.
     pub fn take(len: usize) -> Option<NonNull<u8>> {
-        let mut pool = POOL.lock();
-        let i = match pool.free.iter().position(|(l, _)| *l == len) {
+        let mut free = FREE.lock();
+        let i = match free.iter().position(|(l, _)| *l == len) {
             Some(i) => i,
             None => {
-                pool.free.push((len, Vec::new()));
-                pool.free.len() - 1
+                free.push((len, Vec::new()));
+                free.len() - 1
             }
         };
-        let slots = &mut pool.free[i].1;
+        let slots = &mut free[i].1;
         if slots.is_empty() {
             let chunk = map_chunk()?;
-            // Highest address first in, so slots are handed out in address order (LIFO).
+            // Highest address last in, so slots are handed out in address order (LIFO).
             slots.extend((0..CHUNK / len).rev().map(|k| chunk + k * len));
         }
         slots.pop().and_then(|a| NonNull::new(a as *mut u8))
@@ -226,51 +189,13 @@ mod huge {
         // drops its pages.
         let rc = unsafe { libc::madvise(ptr.as_ptr().cast(), len, libc::MADV_DONTNEED) };
         debug_assert_eq!(rc, 0);
-        let addr = ptr.as_ptr() as usize;
-        let (chunk, bit) = chunk_of(addr, len);
-        let mut pool = POOL.lock();
-        if let Some(m) = pool.sealed.get_mut(&chunk) {
-            *m &= !bit;
-            if *m == 0 {
-                pool.sealed.remove(&chunk);
-            }
-        }
-        if let Some((_, slots)) = pool.free.iter_mut().find(|(l, _)| *l == len) {
-            slots.push(addr);
+        let mut free = FREE.lock();
+        if let Some((_, slots)) = free.iter_mut().find(|(l, _)| *l == len) {
+            slots.push(ptr.as_ptr() as usize);
         }
     }
 
-    pub fn seal(ptr: NonNull<u8>, len: usize) {
-        let (chunk, bit) = chunk_of(ptr.as_ptr() as usize, len);
-        let mut pool = POOL.lock();
-        let m = pool.sealed.entry(chunk).or_insert(0);
-        if *m & bit != 0 {
-            return; // sealed before (a reused spare buffer): its chunk was queued then
-        }
-        *m |= bit;
-        if *m == all_slots(len) {
-            pool.pending.push((chunk, len));
-        }
-    }
-
-    pub fn collapse_pending() {
-        let pending = core::mem::take(&mut POOL.lock().pending);
-        for (chunk, len) in pending {
-            // A hint: where the kernel cannot (THP disabled, no free 2 MiB page, an old
-            // kernel without MADV_COLLAPSE) the chunk simply keeps its small pages. A slot
-            // freed meanwhile would be filled with zeros again (1 MiB resident until reused,
-            // LIFO: next), which is why the check is repeated here rather than trusted.
-            let full = POOL.lock().sealed.get(&chunk) == Some(&all_slots(len));
-            if full {
-                // SAFETY: the chunk is a live mapping of ours (never unmapped); collapsing
-                // keeps its contents, and concurrent reads and writes are the kernel's to
-                // order, as for khugepaged.
-                unsafe { libc::madvise(chunk as *mut libc::c_void, CHUNK, libc::MADV_COLLAPSE) };
-            }
-        }
-    }
-
-    /// One 2 MiB-aligned chunk: map twice the size and trim both ends.
+    /// One 2 MiB-aligned chunk marked for huge pages: map twice the size and trim both ends.
     fn map_chunk() -> Option<usize> {
         // SAFETY: anonymous private mapping with no address hint, checked against MAP_FAILED.
         let p = unsafe {
@@ -297,6 +222,9 @@ mod huge {
             if tail > 0 {
                 libc::munmap((aligned + CHUNK) as *mut libc::c_void, tail);
             }
+            // A hint: where the kernel has no huge pages (or THP is off) the chunk is simply
+            // backed by small pages.
+            libc::madvise(aligned as *mut libc::c_void, CHUNK, libc::MADV_HUGEPAGE);
         }
         Some(aligned)
     }
@@ -331,14 +259,8 @@ mod tests {
         assert!(matches!(a, SegBuf::Huge { .. }) && matches!(b, SegBuf::Huge { .. }));
         assert_eq!(a.as_ptr() as usize % len, 0);
         assert!(a.iter().all(|&x| x == 0));
-        for (i, x) in a.iter_mut().enumerate().step_by(4096) {
-            *x = (i / 4096) as u8 | 1;
-        }
-        // Sealed and collapsed into a huge page (where the kernel can): the bytes are kept.
-        a.seal();
-        a.seal();
-        collapse_full_chunks();
-        assert!(a.iter().enumerate().all(|(i, &x)| x == if i % 4096 == 0 { (i / 4096) as u8 | 1 } else { 0 }));
+        a[0] = 1;
+        a[len - 1] = 2;
         let addr = a.as_ptr() as usize;
         drop(a);
         // The slot comes back (LIFO) and reads as zeros again.
@@ -350,21 +272,5 @@ mod tests {
             assert!(!matches!(SegBuf::regular(len, true), SegBuf::Huge { .. }));
         }
         assert!(matches!(SegBuf::regular(len, false), SegBuf::Mapped { .. }));
-    }
-
-    #[test]
-    fn a_chunk_is_queued_once_every_slot_is_sealed() {
-        // 512 KiB slots: four per chunk. (Other tests may use this size too; the chunk of the
-        // first slot taken here is only ever handed to this test until it frees the slots.)
-        let len = 512 << 10;
-        let bufs: Vec<SegBuf> = (0..4).map(|_| SegBuf::regular(len, true)).collect();
-        let chunks: std::collections::HashSet<usize> = bufs.iter().map(|b| b.as_ptr() as usize & !(huge::CHUNK - 1)).collect();
-        for b in &bufs {
-            b.seal();
-        }
-        // Whatever chunks these landed in, sealing never corrupts data and collapsing is safe.
-        collapse_full_chunks();
-        assert!(bufs.iter().all(|b| b.iter().all(|&x| x == 0)));
-        assert!(!chunks.is_empty());
     }
 }

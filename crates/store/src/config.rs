@@ -29,7 +29,7 @@ pub struct StoreConfig {
     pub use_cas: bool,
     /// Power of two (rounded up if not), 1..=256.
     pub shards: usize,
-    /// Full regular segments on 2 MiB huge pages (buf.rs says why); memcached's `-L`, but on by
+    /// Regular segments on 2 MiB huge pages (buf.rs says why); memcached's `-L`, but on by
     /// default: without it a large cache read at random misses the TLB on every item.
     pub huge_pages: bool,
 }

@@ -374,15 +374,11 @@ impl Store {
         }
     }
 
-    /// Background work, about once a second: turn chunks of full segments into huge pages
-    /// (buf.rs), apply due flushes, drop segments whose items have all expired (without
-    /// reading them), and sweep index slots that still point at them.
+    /// Background work, about once a second: apply due flushes, drop segments whose items have
+    /// all expired (without reading them), and sweep index slots that still point at them.
     /// Holds each shard lock only for bounded steps.
     pub fn maintain(&self, now: Time) {
         self.observe(now);
-        if self.geo.huge_pages {
-            buf::collapse_full_chunks();
-        }
         for me in 0..self.shards.len() {
             let env = Env { geo: &self.geo, budget: &self.budget, shards: &self.shards, me };
             {

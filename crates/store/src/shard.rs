@@ -279,8 +279,6 @@ impl Shard {
         if old != 0 && old != id {
             let m = &mut self.segs.metas[old as usize];
             m.active = false;
-            // Full from now on: its memory may become part of a huge page (buf.rs).
-            m.data.seal();
             if m.items == 0 && m.state == SegState::Live {
                 env.budget.release(self.segs.retire(old, DeadReason::Expired));
             }
