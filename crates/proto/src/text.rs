@@ -128,6 +128,9 @@ pub enum Request<'a> {
     MetaDebug { key: &'a [u8] },
     Verbosity { level: u32, noreply: bool },
     Quit,
+    /// `refresh_certs [... noreply]`: reload the TLS certificates (memcached takes any
+    /// number of words; a last `noreply` silences only the OK).
+    RefreshCerts { noreply: bool },
     Shutdown { mode: ShutdownMode },
     /// `stats [args...]`: the words after `stats`.
     Stats { args: Keys<'a> },
@@ -311,6 +314,7 @@ fn command<'a>(line: &'a [u8], after: usize, buf: &'a [u8], limits: &Limits) -> 
         }
         b"version" => req(Request::Version, after),
         b"quit" => req(Request::Quit, after),
+        b"refresh_certs" => req(Request::RefreshCerts { noreply: t.noreply() }, after),
         b"verbosity" => {
             if nt != 3 && nt != 4 {
                 return err(ErrorReply::Error, after, false);

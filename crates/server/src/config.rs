@@ -100,6 +100,9 @@ struct Args {
     /// MEMCACHED_SASL_PWDB file, or Cyrus SASL's sasldb named by SASL_CONF_PATH/memcached.conf)
     #[arg(short = 'S', long = "enable-sasl")]
     enable_sasl: bool,
+    /// enable TLS on TCP connections (needs -o ssl_chain_cert=FILE,ssl_key=FILE; README "TLS")
+    #[arg(short = 'Z', long = "enable-ssl")]
+    enable_ssl: bool,
     /// password file for authentication ("user:password" per line); turns on text-protocol
     /// auth (a "set" carrying "user password") — reloaded on SIGHUP
     #[arg(short = 'Y', long = "auth-file")]
@@ -178,6 +181,10 @@ pub struct Config {
     pub item_size_max: usize,
     pub flush_enabled: bool,
     pub sasl: bool,
+    /// -Z: TCP connections speak TLS, with the `-o ssl_*` settings (`ext.ssl`).
+    pub ssl_enabled: bool,
+    /// With -Z, the loaded certificates (tls.rs); `refresh_certs` swaps inside it.
+    pub tls: Option<std::sync::Arc<crate::tls::Tls>>,
     /// Credentials file: -Y, or for SASL the MEMCACHED_SASL_PWDB environment variable.
     pub auth_file: Option<std::path::PathBuf>,
     /// -S without a credentials file: the Cyrus sasldb memcached would use (auth::sasldb).
@@ -270,6 +277,8 @@ impl Default for Config {
             item_size_max: DEFAULT_ITEM_SIZE_MAX,
             flush_enabled: true,
             sasl: false,
+            ssl_enabled: false,
+            tls: None,
             auth_file: None,
             sasldb: None,
             text_auth: false,
@@ -332,6 +341,14 @@ impl Config {
         let ext = match ext::ExtOptions::parse(&a.extended) {
             Ok(ext) => ext,
             Err(e) => return Cli::Fail(format!("mnemod: -o: {e}")),
+        };
+        // As memcached: certificates load at start-up and a bad one stops it.
+        let tls = match a.enable_ssl {
+            true => match crate::tls::Tls::load(&ext.ssl) {
+                Ok(t) => Some(t),
+                Err(e) => return Cli::Fail(format!("mnemod: -Z: {e}")),
+            },
+            false => None,
         };
         let text_auth = a.auth_file.is_some();
         let auth_file = a.auth_file.or_else(|| {
@@ -401,6 +418,8 @@ impl Config {
             chunk_size: a.chunk_size,
             ext,
             sasl: a.enable_sasl,
+            ssl_enabled: a.enable_ssl,
+            tls,
             auth_file,
             sasldb,
             text_auth,

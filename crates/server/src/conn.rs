@@ -10,6 +10,10 @@
 //! Backpressure: while replies the client has not read exceed `WBUF_HIGH`, the connection
 //! stops parsing and stops reading, so a client that pipelines forever without reading
 //! costs a bounded amount of memory (the kernel's socket buffers hold the rest).
+//!
+//! A `-Z` connection is a [`Stream::Tls`]: the same loop over plaintext, with the handshake
+//! and the records inside the stream (tls.rs); the batch's replies are encrypted together
+//! and leave in one writev of their records.
 
 use std::io::{self, Read, Write};
 
@@ -28,9 +32,12 @@ const WBUF_HIGH: usize = 256 * 1024;
 /// Large enough that a client moving 100 KB values does not reallocate on every request.
 const BUF_KEEP: usize = 512 * 1024;
 
+/// A connection's socket. An enum, not a trait object: the plain-TCP path stays a direct
+/// call; TLS is boxed so it does not make every plain connection larger.
 pub enum Stream {
     Tcp(mio::net::TcpStream),
     Unix(mio::net::UnixStream),
+    Tls(Box<crate::tls::TlsStream>),
 }
 
 impl Stream {
@@ -38,6 +45,7 @@ impl Stream {
         match self {
             Stream::Tcp(s) => s,
             Stream::Unix(s) => s,
+            Stream::Tls(s) => &mut s.tcp,
         }
     }
 
@@ -46,6 +54,25 @@ impl Stream {
         match self {
             Stream::Tcp(s) => s.as_raw_fd(),
             Stream::Unix(s) => s.as_raw_fd(),
+            Stream::Tls(s) => s.tcp.as_raw_fd(),
+        }
+    }
+
+    /// Whether a read that returned less than it had room for emptied the socket. For TLS a
+    /// short read says rustls's plaintext ran out; the socket's own last read decides.
+    fn short_read_drains(&self) -> bool {
+        match self {
+            Stream::Tls(s) => s.socket_drained(),
+            _ => true,
+        }
+    }
+
+    /// Send output a TLS stream still holds (records the socket did not take). Ok(true):
+    /// nothing left. Plain sockets hold nothing.
+    fn send_pending(&mut self) -> io::Result<bool> {
+        match self {
+            Stream::Tls(s) => s.send_pending(),
+            _ => Ok(true),
         }
     }
 
@@ -56,6 +83,10 @@ impl Stream {
             Stream::Tcp(s) => (
                 s.peer_addr().map(tcp_addr).unwrap_or_default(),
                 s.local_addr().map(tcp_addr).unwrap_or_default(),
+            ),
+            Stream::Tls(s) => (
+                s.tcp.peer_addr().map(tcp_addr).unwrap_or_default(),
+                s.tcp.local_addr().map(tcp_addr).unwrap_or_default(),
             ),
             Stream::Unix(_) => {
                 let a = unix_addr(unix_path.unwrap_or(""));
@@ -70,6 +101,7 @@ impl Read for Stream {
         match self {
             Stream::Tcp(s) => s.read(buf),
             Stream::Unix(s) => s.read(buf),
+            Stream::Tls(s) => s.read(buf),
         }
     }
 }
@@ -79,12 +111,14 @@ impl Write for Stream {
         match self {
             Stream::Tcp(s) => s.write(buf),
             Stream::Unix(s) => s.write(buf),
+            Stream::Tls(s) => s.write(buf),
         }
     }
     fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
         match self {
             Stream::Tcp(s) => s.write_vectored(bufs),
             Stream::Unix(s) => s.write_vectored(bufs),
+            Stream::Tls(s) => s.write_vectored(bufs),
         }
     }
     fn flush(&mut self) -> io::Result<()> {
@@ -465,7 +499,8 @@ impl Conn {
         self.wbuf.clear();
         self.wpos = 0;
         self.reads.clear();
-        Ok(true)
+        // TLS: rustls took the plaintext; its records may still wait for the socket.
+        self.stream.send_pending()
     }
 
     /// Read once into the input buffer, making room for what the parser asked for.
@@ -488,7 +523,7 @@ impl Conn {
         }
         let room = self.rbuf.len() - self.rend;
         let n = self.stream.read(&mut self.rbuf[self.rend..])?;
-        self.drained = n > 0 && n < room;
+        self.drained = n > 0 && n < room && self.stream.short_read_drains();
         self.rend += n;
         bump(&c.bytes_read, n as u64);
         Ok(n)

@@ -234,6 +234,17 @@ pub fn execute_from(
             line(out, crate::config::PROTOCOL_VERSION.as_bytes());
             Next::Continue
         }
+        Request::RefreshCerts { noreply } => {
+            // memcached sends its error lines even with noreply (they bypass out_string).
+            match &sh.config.tls {
+                None => out.extend_from_slice(b"Error TLS not enabled\r\n"),
+                Some(tls) => match tls.refresh(now) {
+                    Ok(()) => reply(out, noreply, b"OK"),
+                    Err(e) => line(out, e.to_string().as_bytes()),
+                },
+            }
+            Next::Continue
+        }
         Request::Meta(ref m) => crate::meta::execute(m, sh, c, out),
         Request::MetaDebug { key } => {
             // memcached 1.6.18's cmd_meta counts `me` only.

@@ -32,6 +32,7 @@ pub mod meta;
 pub mod metrics;
 pub mod restart;
 pub mod stats;
+pub mod tls;
 pub mod worker;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering::Relaxed};

@@ -1,5 +1,6 @@
 //! Listening sockets and the accept loop: new connections are checked against -c, set to
-//! TCP_NODELAY and handed to the workers round robin.
+//! TCP_NODELAY, wrapped in TLS with -Z (TCP only, as memcached: a UNIX socket stays plain)
+//! and handed to the workers round robin.
 
 use std::io::Write;
 use std::os::fd::AsRawFd;
@@ -43,7 +44,8 @@ impl ListenStats {
 }
 
 pub enum Listener {
-    Tcp(mio::net::TcpListener),
+    /// With whether its connections speak TLS (-Z, unless `-l notls:ADDR`).
+    Tcp(mio::net::TcpListener, bool),
     Unix(mio::net::UnixListener),
 }
 
@@ -74,6 +76,12 @@ pub fn bind(config: &Config) -> Result<Vec<Listener>, BindError> {
     }
     let mut out = Vec::new();
     for host in &config.listen {
+        // memcached's `-l notls:ADDR`: with -Z, this listener stays plain.
+        let (host, tls) = match host.strip_prefix("notls:") {
+            Some(h) => (h.to_string(), false),
+            None => (host.clone(), config.tls.is_some()),
+        };
+        let host = &host;
         let addr = if host.contains(':') && !host.starts_with('[') && host.matches(':').count() == 1 {
             host.clone() // host:port
         } else if host.starts_with('[') && host.contains("]:") {
@@ -87,7 +95,7 @@ pub fn bind(config: &Config) -> Result<Vec<Listener>, BindError> {
         let l = std::net::TcpListener::bind(addr.as_str()).map_err(err)?;
         relisten(l.as_raw_fd(), config.backlog);
         l.set_nonblocking(true).map_err(err)?;
-        out.push(Listener::Tcp(mio::net::TcpListener::from_std(l)));
+        out.push(Listener::Tcp(mio::net::TcpListener::from_std(l), tls));
     }
     Ok(out)
 }
@@ -109,7 +117,7 @@ pub fn run(mut listeners: Vec<Listener>, sh: Arc<Shared>, workers: Vec<(Sender<S
     };
     for (i, l) in listeners.iter_mut().enumerate() {
         let src: &mut dyn mio::event::Source = match l {
-            Listener::Tcp(l) => l,
+            Listener::Tcp(l, _) => l,
             Listener::Unix(l) => l,
         };
         if let Err(e) = poll.registry().register(src, Token(i), Interest::READABLE) {
@@ -119,7 +127,7 @@ pub fn run(mut listeners: Vec<Listener>, sh: Arc<Shared>, workers: Vec<(Sender<S
     }
     for l in &listeners {
         let (fd, addr) = match l {
-            Listener::Tcp(l) => (l.as_raw_fd(), l.local_addr().map(crate::conns::tcp_addr).unwrap_or_default()),
+            Listener::Tcp(l, _) => (l.as_raw_fd(), l.local_addr().map(crate::conns::tcp_addr).unwrap_or_default()),
             Listener::Unix(l) => (l.as_raw_fd(), crate::conns::unix_addr(sh.config.unix_socket.as_deref().unwrap_or(""))),
         };
         sh.conn_table.add_listener(fd, addr, sh.clock.now());
@@ -166,7 +174,7 @@ pub fn run(mut listeners: Vec<Listener>, sh: Arc<Shared>, workers: Vec<(Sender<S
 fn set_backlog(listeners: &[Listener], backlog: i32) {
     for l in listeners {
         match l {
-            Listener::Tcp(l) => relisten(l.as_raw_fd(), backlog),
+            Listener::Tcp(l, _) => relisten(l.as_raw_fd(), backlog),
             Listener::Unix(l) => relisten(l.as_raw_fd(), backlog),
         }
     }
@@ -181,7 +189,7 @@ fn accept_all(l: &Listener, sh: &Shared, workers: &[(Sender<Stream>, Waker)], ne
             return false;
         }
         let stream = match l {
-            Listener::Tcp(l) => l.accept().map(|(s, _)| {
+            Listener::Tcp(l, _) => l.accept().map(|(s, _)| {
                 let _ = s.set_nodelay(true);
                 Stream::Tcp(s)
             }),
@@ -207,6 +215,20 @@ fn accept_all(l: &Listener, sh: &Shared, workers: &[(Sender<Stream>, Waker)], ne
             let _ = stream.write(TOO_MANY);
             continue; // dropping the stream closes it
         }
+        // With -Z, the connection gets the certificates in force now (a later refresh_certs
+        // does not change it); its handshake runs on the worker, driven by readiness.
+        let stream = match (stream, &sh.config.tls, l) {
+            (Stream::Tcp(tcp), Some(tls), Listener::Tcp(_, true)) => match tls.accept(tcp) {
+                Ok(s) => Stream::Tls(Box::new(s)),
+                Err(e) => {
+                    if sh.verbosity.load(Relaxed) > 0 {
+                        eprintln!("mnemod: cannot start TLS on a connection: {e}");
+                    }
+                    continue;
+                }
+            },
+            (stream, ..) => stream,
+        };
         sh.curr_conns.fetch_add(1, Relaxed);
         let (tx, waker) = &workers[*next % workers.len()];
         *next = next.wrapping_add(1);

@@ -78,6 +78,9 @@ impl Shared {
         self.auth_errors.store(0, Relaxed);
         self.crawler_starts.store(0, Relaxed);
         self.listen.reset();
+        if let Some(tls) = &self.config.tls {
+            tls.reset_stats();
+        }
         self.store.reset_stats();
         self.detail.reset();
         self.filters.reset_stats();
@@ -206,11 +209,20 @@ pub fn general(sh: &Shared, out: &mut Vec<u8>) {
         "log_watcher_skipped",
         "log_watcher_sent",
         "log_watchers",
-        "unexpected_napi_ids",
-        "round_robin_fallback",
     ] {
         stat(out, name, 0);
     }
+    // memcached 1.6.18 built with TLS prints these with -Z only, ssl_new_sessions only with
+    // -o ssl_session_cache.
+    if let Some(tls) = &sh.config.tls {
+        if let Some(n) = tls.new_sessions() {
+            stat(out, "ssl_new_sessions", n);
+        }
+        stat(out, "ssl_handshake_errors", tls.handshake_errors());
+        stat(out, "time_since_server_cert_refresh", tls.since_refresh(now));
+    }
+    stat(out, "unexpected_napi_ids", 0);
+    stat(out, "round_robin_fallback", 0);
     stat(out, "bytes", s.bytes);
     stat(out, "curr_items", s.curr_items);
     stat(out, "total_items", s.total_items);
@@ -316,21 +328,24 @@ pub fn settings(sh: &Shared, out: &mut Vec<u8>) {
         ("ext_max_frag", "0.80"),
         ("slab_automove_freeratio", "0.010"),
         ("ext_drop_unread", "no"),
-        ("ssl_enabled", "no"),
-        ("ssl_chain_cert", "(null)"),
-        ("ssl_key", "(null)"),
-        ("ssl_verify_mode", "0"),
-        ("ssl_keyformat", "1"),
-        ("ssl_ciphers", "NULL"),
-        ("ssl_ca_cert", "NULL"),
-        ("ssl_wbuf_size", "16384"),
-        ("ssl_session_cache", "no"),
-        ("ssl_kernel_tls", "no"),
-        ("ssl_min_version", "tlsv1.2"),
-        ("num_napi_ids", "(null)"),
     ] {
         stat(out, name, value);
     }
+    // As given, in memcached's forms (its NULL and "(null)" spellings for unset files
+    // included), with -Z or without.
+    let ssl = &ext.ssl;
+    stat(out, "ssl_enabled", yes_no(sh.config.ssl_enabled));
+    stat(out, "ssl_chain_cert", ssl.chain_cert.as_deref().unwrap_or("(null)"));
+    stat(out, "ssl_key", ssl.key.as_deref().unwrap_or("(null)"));
+    stat(out, "ssl_verify_mode", ssl.openssl_verify_flags());
+    stat(out, "ssl_keyformat", ssl.keyformat);
+    stat(out, "ssl_ciphers", ssl.ciphers.as_deref().unwrap_or("NULL"));
+    stat(out, "ssl_ca_cert", ssl.ca_cert.as_deref().unwrap_or("NULL"));
+    stat(out, "ssl_wbuf_size", ssl.wbuf_size);
+    stat(out, "ssl_session_cache", yes_no(ssl.session_cache));
+    stat(out, "ssl_kernel_tls", yes_no(ssl.kernel_tls));
+    stat(out, "ssl_min_version", ssl.min_version_name());
+    stat(out, "num_napi_ids", "(null)");
     // -e: the warm-restart snapshot (memcached: its memory file).
     match &sh.config.memory_file {
         Some(p) => stat(out, "memory_file", p.display()),

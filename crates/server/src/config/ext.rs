@@ -10,6 +10,9 @@
 //!                     lru_maintainer / no_lru_maintainer (which stats lines exist)  track_sizes
 //!                     slab_reassign / no_slab_reassign  slab_automove[=N] / no_slab_automove
 //!                     slab_automove_ratio  modern  no_modern (the settings above, as memcached)
+//!                     ssl_chain_cert  ssl_key  ssl_ca_cert  ssl_verify_mode  ssl_min_version
+//!                     ssl_ciphers  ssl_session_cache  ssl_keyformat (TLS with -Z: tls.rs)
+//!   reported only     ssl_wbuf_size  ssl_kernel_tls (rustls sizes its own records; no kTLS)
 //!   checked, ignored  hashpower  lru_crawler_sleep  lru_crawler_tocrawl  hot_lru_pct  warm_lru_pct
 //!                     hash_algorithm  and every other name memcached 1.6.18 accepts
 //! ```
@@ -44,8 +47,101 @@ pub struct ExtOptions {
     pub hashpower_init: u32,
     pub lru_crawler_sleep: u32,
     pub lru_crawler_tocrawl: u32,
+    /// The `ssl_*` options (used when -Z turns TLS on; printed by `stats settings` either way).
+    pub ssl: SslOptions,
     /// Accepted options that change nothing in mnemo, as given.
     pub ignored: Vec<String>,
+}
+
+/// memcached's `ssl_*` settings as given, in memcached's units, so `stats settings` prints
+/// them exactly as memcached does; tls.rs turns them into a rustls configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SslOptions {
+    pub chain_cert: Option<String>,
+    pub key: Option<String>,
+    pub ca_cert: Option<String>,
+    /// 0 none, 1 request, 2 require, 3 once (memcached's -o values, not OpenSSL's flags).
+    pub verify_mode: u8,
+    /// 0 TLS 1.0, 1 TLS 1.1, 2 TLS 1.2, 3 TLS 1.3 (rustls has nothing below 1.2).
+    pub min_version: u8,
+    /// An OpenSSL cipher list for TLS 1.2 (TLS 1.3 suites are not affected, as in OpenSSL).
+    pub ciphers: Option<String>,
+    pub session_cache: bool,
+    /// 1 PEM, 2 DER (OpenSSL's SSL_FILETYPE_*).
+    pub keyformat: i32,
+    /// Bytes (given in KB).
+    pub wbuf_size: u32,
+    pub kernel_tls: bool,
+}
+
+impl Default for SslOptions {
+    fn default() -> Self {
+        SslOptions {
+            chain_cert: None,
+            key: None,
+            ca_cert: None,
+            verify_mode: 0,
+            min_version: 2,
+            ciphers: None,
+            session_cache: false,
+            keyformat: 1,
+            wbuf_size: 16 * 1024,
+            kernel_tls: false,
+        }
+    }
+}
+
+impl SslOptions {
+    /// `stats settings`' ssl_verify_mode: the OpenSSL flags memcached stores (PEER = 1,
+    /// FAIL_IF_NO_PEER_CERT = 2, CLIENT_ONCE = 4).
+    pub fn openssl_verify_flags(&self) -> u8 {
+        [0, 1, 3, 7][usize::from(self.verify_mode.min(3))]
+    }
+
+    /// `stats settings`' ssl_min_version.
+    pub fn min_version_name(&self) -> &'static str {
+        ["tlsv1.0", "tlsv1.1", "tlsv1.2", "tlsv1.3"][usize::from(self.min_version.min(3))]
+    }
+
+    /// One `ssl_*` option; None: not an ssl option. Errors are memcached's lines.
+    fn apply(&mut self, name: &str, value: Option<&str>) -> Option<Result<(), String>> {
+        let text = |what: &str| value.map(str::to_string).ok_or_else(|| format!("Missing {what} argument"));
+        let int = |what: &str| -> Result<i64, String> {
+            let v = value.ok_or_else(|| format!("Missing {what} argument"))?;
+            v.trim().parse::<i64>().map_err(|_| format!("could not parse argument to {what}"))
+        };
+        let invalid = |what: &str| format!("Invalid {what}. Use help to see valid options.");
+        let set = |field: &mut u8, v: i64| match v {
+            0..=3 => {
+                *field = v as u8;
+                Ok(())
+            }
+            _ => Err(invalid(name)),
+        };
+        let r = match name {
+            "ssl_chain_cert" => text(name).map(|v| self.chain_cert = Some(v)),
+            "ssl_key" => text(name).map(|v| self.key = Some(v)),
+            "ssl_ca_cert" => text(name).map(|v| self.ca_cert = Some(v)),
+            "ssl_ciphers" => text(name).map(|v| self.ciphers = Some(v)),
+            "ssl_verify_mode" => int(name).and_then(|v| set(&mut self.verify_mode, v)),
+            "ssl_min_version" => int(name).and_then(|v| set(&mut self.min_version, v)),
+            // Any number is taken; tls.rs refuses the ones that are not PEM or DER at start.
+            "ssl_keyformat" => int(name).map(|v| self.keyformat = v as i32),
+            "ssl_wbuf_size" => int(name)
+                .and_then(|v| u32::try_from(v).map_err(|_| format!("could not parse argument to {name}")))
+                .map(|kb| self.wbuf_size = kb.wrapping_mul(1024)),
+            "ssl_session_cache" => {
+                self.session_cache = true;
+                Ok(())
+            }
+            "ssl_kernel_tls" => {
+                self.kernel_tls = true;
+                Ok(())
+            }
+            _ => return None,
+        };
+        Some(r)
+    }
 }
 
 impl Default for ExtOptions {
@@ -62,6 +158,7 @@ impl Default for ExtOptions {
             hashpower_init: 0,
             lru_crawler_sleep: DEFAULT_LRU_CRAWLER_SLEEP,
             lru_crawler_tocrawl: 0,
+            ssl: SslOptions::default(),
             ignored: Vec::new(),
         }
     }
@@ -74,9 +171,7 @@ const IGNORED: &[&str] = &[
     "temporary_ttl", "watcher_logbuf_size", "worker_logbuf_size", "slab_sizes", "slab_chunk_max",
     "no_inline_ascii_resp", "inline_ascii_resp", "no_chunked_items", "no_hashexpand",
     "drop_privileges", "no_drop_privileges", "resp_obj_mem_limit", "read_buf_mem_limit",
-    "slab_automove_window", "slab_automove_freeratio", "sock_cookie_id", "ssl_chain_cert",
-    "ssl_key", "ssl_verify_mode", "ssl_keyformat", "ssl_ciphers", "ssl_ca_cert", "ssl_wbuf_size",
-    "ssl_session_cache", "ssl_kernel_tls", "ssl_min_version", "ext_page_size", "ext_wbuf_size",
+    "slab_automove_window", "slab_automove_freeratio", "sock_cookie_id", "ext_page_size", "ext_wbuf_size",
     "ext_threads", "ext_io_depth", "ext_path", "ext_item_size", "ext_item_age", "ext_low_ttl",
     "ext_recache_rate", "ext_compact_under", "ext_drop_under", "ext_max_sleep", "ext_max_frag",
     "ext_drop_unread",
@@ -106,6 +201,13 @@ impl ExtOptions {
         let num = |what: &str| -> Result<u32, String> {
             value.and_then(|v| v.parse::<u32>().ok()).ok_or_else(|| format!("Missing numeric argument for {what}"))
         };
+        if let Some(r) = self.ssl.apply(name, value) {
+            // Knobs of OpenSSL's that rustls has no counterpart for.
+            if matches!(name, "ssl_wbuf_size" | "ssl_kernel_tls") {
+                self.ignored.push(opt.to_string());
+            }
+            return r;
+        }
         match name {
             "idle_timeout" => {
                 // memcached reads it with atoi: a non-number is 0, which means "off".
