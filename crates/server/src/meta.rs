@@ -273,19 +273,13 @@ fn delete(m: &Meta<'_>, sh: &Shared, c: &Counters, out: &mut Vec<u8>) {
             _ => {}
         }
     }
-    if f.invalidate {
+    let hit = if f.invalidate {
         // Mark stale instead of deleting: readers get X (and one of them W) until rewritten.
-        return if invalidate(sh, key, f.ttl.map(|t| sh.clock.item_expiry(t)), now) {
-            bump(&c.delete_hits, 1);
-            if !f.quiet {
-                status(m, b"HD", m.raw_key, out);
-            }
-        } else {
-            bump(&c.delete_misses, 1);
-            status(m, b"NF", m.raw_key, out);
-        };
-    }
-    if sh.store.delete(key, now) {
+        invalidate(sh, key, f.ttl.map(|t| sh.clock.item_expiry(t)), now)
+    } else {
+        sh.store.delete(key, now)
+    };
+    if hit {
         bump(&c.delete_hits, 1);
         if !f.quiet {
             status(m, b"HD", m.raw_key, out);
