@@ -48,7 +48,7 @@ fi
 
 # --- Python venv -------------------------------------------------------------------------------
 reqs=()
-for f in tests/requirements.txt tests/*/requirements.txt crates/client/tests/interop/requirements.txt; do
+for f in tests/requirements.txt tests/*/requirements.txt crates/client/tests/interop/requirements.txt python/requirements.txt; do
     [ -f "$f" ] && reqs+=(-r "$f")
 done
 # A venv left by another Python (or half made) is made anew.
@@ -85,6 +85,18 @@ if [ -d tests ] && ls tests/test_*.py tests/*/test_*.py >/dev/null 2>&1; then
     # -rfE: a summary line per failure and error at the end.
     .venv/bin/python -m pytest -q -rfE -p no:cacheprovider tests
 fi
+
+echo "== python package (python/): build, install into .venv, pytest"
+# pip builds the PyO3 extension with the maturin pinned in python/requirements.txt (no build
+# isolation: nothing is fetched here), in the dev profile so the crates cargo just built are
+# reused; MATURIN_NO_INSTALL_RUST: use the toolchain above, never download one. The build
+# backend runs `maturin` from PATH: the venv's.
+py_start=$SECONDS
+PATH="$root/.venv/bin:$PATH" MATURIN_NO_INSTALL_RUST=1 MATURIN_PEP517_ARGS="--profile dev --locked" \
+    .venv/bin/python -m pip install -q --disable-pip-version-check --no-build-isolation \
+    --no-deps --force-reinstall ./python
+.venv/bin/python -m pytest -q -rfE -p no:cacheprovider python/tests
+echo "   python package step took $((SECONDS - py_start))s"
 
 # --- fuzz: every cargo-fuzz target for a bounded time ---------------------------------------------
 # Needs nightly and cargo-fuzz (installed here only when nightly exists). Without them the step

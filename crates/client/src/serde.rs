@@ -6,7 +6,7 @@
 //! ```text
 //!   bit   value  Python family (python-memcached 1.62, pymemcache 4, pylibmc 1.6)   mnemo
 //!   -     0      bytes                                                              bytes
-//!   0     1      pickle (read back as Value::Pickled, never written)                same
+//!   0     1      pickle (read as Value::Pickled; written only as ValueRef::Pickled)  same
 //!   1     2      int  (decimal text; pylibmc writes bool as 2)                     int
 //!   2     4      long (decimal text; pylibmc writes int as 4) -> read as int       same
 //!   3     8      zlib-compressed (RFC 1950), combined with a type bit               zlib
@@ -81,6 +81,9 @@ pub enum ValueRef<'a> {
     Bytes(&'a [u8]),
     Text(&'a str),
     Int(i64),
+    /// A pickle made by the caller (the Python client), stored with flag 1 so the Python
+    /// clients unpickle it.
+    Pickled(&'a [u8]),
 }
 
 impl<'a> From<&'a [u8]> for ValueRef<'a> {
@@ -177,6 +180,7 @@ impl Serde for FlagSerde {
                 Cow::Owned(itoa::Buffer::new().format(i).as_bytes().to_vec()),
                 FLAG_INT,
             ),
+            ValueRef::Pickled(b) => (Cow::Borrowed(b), FLAG_PICKLE),
         })
     }
 
@@ -317,6 +321,17 @@ mod tests {
                 assert_eq!(ValueRef::from(&back), v);
             }
         }
+    }
+
+    #[test]
+    fn caller_made_pickles_are_stored_with_flag_1() {
+        let c = codec(FlagProfile::Mnemo, Compression::default());
+        let (d, f) = c.encode(ValueRef::Pickled(b"\x80\x04K\x01."), None).unwrap();
+        assert_eq!((&d[..], f), (&b"\x80\x04K\x01."[..], FLAG_PICKLE));
+        let big = vec![b'p'; 4096];
+        let (d, f) = c.encode(ValueRef::Pickled(&big), None).unwrap();
+        assert_eq!(f, FLAG_PICKLE | FLAG_ZSTD);
+        assert_eq!(c.decode(d.into_owned(), f).unwrap(), Value::Pickled(big));
     }
 
     #[test]

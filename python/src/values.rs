@@ -1,0 +1,232 @@
+//! Python objects <-> the Rust client's keys, values and server specs.
+//!
+//! Values follow the Python family's flags (see `mnemo_client::serde`): `bytes` as they are (0),
+//! `str` as UTF-8 (16), `int` that fits 64 bits as decimal text (2, so incr/decr work on it),
+//! anything else (bool, float, big int, containers, objects, subclasses of those) pickled (1).
+//! Reading gives back the same Python types; a pickle is unpickled here, unknown flags come back
+//! as bytes.
+
+use crate::errors;
+use mnemo_client::{ServerSpec, Value, ValueRef};
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyBytes, PyInt, PyString, PyTuple};
+use std::collections::HashMap;
+
+/// A value converted while the GIL is held, owned so the I/O can run without it.
+pub(crate) enum OwnedValue {
+    Bytes(Vec<u8>),
+    Text(String),
+    Int(i64),
+    Pickled(Vec<u8>),
+}
+
+impl OwnedValue {
+    pub fn as_ref(&self) -> ValueRef<'_> {
+        match self {
+            OwnedValue::Bytes(b) => ValueRef::Bytes(b),
+            OwnedValue::Text(s) => ValueRef::Text(s),
+            OwnedValue::Int(i) => ValueRef::Int(*i),
+            OwnedValue::Pickled(b) => ValueRef::Pickled(b),
+        }
+    }
+}
+
+fn pickle<'py>(py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyAny>> {
+    static PICKLE: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
+    let m = PICKLE.get_or_try_init(py, || Ok::<_, PyErr>(py.import("pickle")?.unbind()))?;
+    m.bind(py).getattr(name)
+}
+
+pub(crate) fn to_value(obj: &Bound<'_, PyAny>, protocol: i32) -> PyResult<OwnedValue> {
+    // Exact types only, as pymemcache's pickle_serde: a subclass (Django's SafeString, bool,
+    // an IntEnum) is pickled so it reads back as itself.
+    if let Ok(b) = obj.cast_exact::<PyBytes>() {
+        return Ok(OwnedValue::Bytes(b.as_bytes().to_vec()));
+    }
+    if let Ok(s) = obj.cast_exact::<PyString>() {
+        return Ok(OwnedValue::Text(s.to_str()?.to_owned()));
+    }
+    if obj.cast_exact::<PyInt>().is_ok() {
+        if let Ok(i) = obj.extract::<i64>() {
+            return Ok(OwnedValue::Int(i));
+        }
+    }
+    let pickled = pickle(obj.py(), "dumps")?.call1((obj, protocol))?;
+    Ok(OwnedValue::Pickled(
+        pickled.cast_into::<PyBytes>()?.as_bytes().to_vec(),
+    ))
+}
+
+/// Raw bytes for append/prepend (str as UTF-8, int as its decimal text).
+pub(crate) fn to_raw(obj: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
+    if let Ok(b) = obj.cast::<PyBytes>() {
+        return Ok(b.as_bytes().to_vec());
+    }
+    if let Ok(s) = obj.cast::<PyString>() {
+        return Ok(s.to_str()?.as_bytes().to_vec());
+    }
+    if obj.cast_exact::<PyInt>().is_ok() {
+        return Ok(obj.str()?.to_str()?.as_bytes().to_vec());
+    }
+    Err(errors::illegal(
+        obj.py(),
+        format!(
+            "append/prepend take bytes, str or int, not {}",
+            obj.get_type().name()?
+        ),
+    ))
+}
+
+pub(crate) fn from_value(py: Python<'_>, v: Value) -> PyResult<Py<PyAny>> {
+    Ok(match v {
+        Value::Bytes(b) | Value::Other { data: b, .. } => PyBytes::new(py, &b).into_any().unbind(),
+        Value::Text(s) => PyString::new(py, &s).into_any().unbind(),
+        Value::Int(i) => i.into_pyobject(py)?.into_any().unbind(),
+        Value::Pickled(b) => pickle(py, "loads")?
+            .call1((PyBytes::new(py, &b),))?
+            .unbind(),
+    })
+}
+
+/// A key: `str` (as UTF-8) or `bytes`, after `prefix` (the client's key_prefix). Validity
+/// (length, spaces, control characters) is checked by the Rust client.
+pub(crate) fn to_key(prefix: &[u8], obj: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
+    let raw = if let Ok(s) = obj.cast::<PyString>() {
+        s.to_str()?.as_bytes()
+    } else if let Ok(b) = obj.cast::<PyBytes>() {
+        b.as_bytes()
+    } else {
+        return Err(errors::illegal(
+            obj.py(),
+            format!("a key is str or bytes, not {}", obj.get_type().name()?),
+        ));
+    };
+    let mut key = Vec::with_capacity(prefix.len() + raw.len());
+    key.extend_from_slice(prefix);
+    key.extend_from_slice(raw);
+    Ok(key)
+}
+
+/// `"host:port[:weight]"` (several separated by commas), `(host, port[, weight])`, or a list of
+/// those.
+pub(crate) fn to_servers(obj: &Bound<'_, PyAny>) -> PyResult<Vec<ServerSpec>> {
+    let py = obj.py();
+    let one = |o: &Bound<'_, PyAny>| -> PyResult<Vec<ServerSpec>> {
+        if let Ok(s) = o.cast::<PyString>() {
+            return ServerSpec::parse_list(s.to_str()?)
+                .map_err(|e| errors::illegal(py, e.to_string()));
+        }
+        if let Ok(t) = o.cast::<PyTuple>() {
+            let host: String = t.get_item(0)?.extract()?;
+            let port: u16 = t.get_item(1)?.extract()?;
+            let weight: u32 = if t.len() > 2 {
+                t.get_item(2)?.extract()?
+            } else {
+                1
+            };
+            if port == 0 || weight == 0 {
+                return Err(errors::illegal(
+                    py,
+                    format!("bad server {t}: port and weight must be at least 1"),
+                ));
+            }
+            return Ok(vec![ServerSpec::new(host, port).with_weight(weight)]);
+        }
+        Err(errors::illegal(
+            py,
+            format!("a server is \"host:port[:weight]\" or (host, port[, weight]), not {o}"),
+        ))
+    };
+    // A bare tuple or string is one server (pymemcache.Client's form); otherwise a sequence.
+    if obj.cast::<PyString>().is_ok()
+        || obj
+            .cast::<PyTuple>()
+            .map(|t| {
+                t.len() >= 2
+                    && t.get_item(0)
+                        .map(|h| h.cast::<PyString>().is_ok())
+                        .unwrap_or(false)
+            })
+            .unwrap_or(false)
+    {
+        return one(obj);
+    }
+    let mut out = Vec::new();
+    for item in obj.try_iter()? {
+        out.extend(one(&item?)?);
+    }
+    Ok(out)
+}
+
+// ---- small conversions of the client's arguments and results ------------------------------
+
+pub(crate) fn cas_token(obj: &Bound<'_, PyAny>) -> PyResult<u64> {
+    if let Ok(b) = obj.cast::<PyBytes>() {
+        if let Some(v) = std::str::from_utf8(b.as_bytes())
+            .ok()
+            .and_then(|s| s.parse().ok())
+        {
+            return Ok(v);
+        }
+        return Err(errors::illegal(obj.py(), format!("bad cas token {obj}")));
+    }
+    obj.extract::<u64>()
+}
+
+/// Keys as bytes for the wire, and the caller's own objects for the result.
+pub(crate) type Keys = (Vec<Vec<u8>>, Vec<Py<PyAny>>);
+
+/// The keys asked for and what was found of them.
+pub(crate) type Found<V> = (Vec<Vec<u8>>, HashMap<Vec<u8>, V>);
+
+pub(crate) fn keys_of(prefix: &[u8], keys: &Bound<'_, PyAny>) -> PyResult<Keys> {
+    let mut raw = Vec::new();
+    let mut orig = Vec::new();
+    for k in keys.try_iter()? {
+        let k = k?;
+        raw.push(to_key(prefix, &k)?);
+        orig.push(k.unbind());
+    }
+    Ok((raw, orig))
+}
+
+pub(crate) fn none(py: Python<'_>) -> Py<PyAny> {
+    py.None()
+}
+
+pub(crate) fn boolean(py: Python<'_>, b: bool) -> PyResult<Py<PyAny>> {
+    Ok(pyo3::types::PyBool::new(py, b)
+        .to_owned()
+        .into_any()
+        .unbind())
+}
+
+/// A stats value as pymemcache gives it: int, float, or the bytes as sent.
+pub(crate) fn stat_value(py: Python<'_>, v: &str) -> PyResult<Py<PyAny>> {
+    if let Ok(i) = v.parse::<i64>() {
+        return Ok(i.into_pyobject(py)?.into_any().unbind());
+    }
+    if v.contains('.') && v.chars().all(|c| c.is_ascii_digit() || c == '.') {
+        if let Ok(f) = v.parse::<f64>() {
+            return Ok(f.into_pyobject(py)?.into_any().unbind());
+        }
+    }
+    Ok(PyBytes::new(py, v.as_bytes()).into_any().unbind())
+}
+
+pub(crate) fn counter(py: Python<'_>, v: Option<u64>, noreply: bool) -> PyResult<Py<PyAny>> {
+    match v {
+        Some(v) if !noreply => Ok(v.into_pyobject(py)?.into_any().unbind()),
+        _ => Ok(none(py)),
+    }
+}
+
+pub(crate) fn filter_part_class(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
+    static CLS: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    Ok(CLS
+        .get_or_try_init(py, || {
+            Ok::<_, PyErr>(py.import("mnemo")?.getattr("FilterPart")?.unbind())
+        })?
+        .bind(py))
+}
