@@ -22,6 +22,7 @@ dpkg -s zlib1g-dev >/dev/null 2>&1 || need+=(zlib1g-dev)
 dpkg -s pkg-config >/dev/null 2>&1 || need+=(pkg-config)
 command -v saslpasswd2 >/dev/null 2>&1 || need+=(sasl2-bin)
 command -v nutcracker >/dev/null 2>&1 || need+=(nutcracker)
+command -v openssl >/dev/null 2>&1 || need+=(openssl)
 dpkg -s libsasl2-modules >/dev/null 2>&1 || need+=(libsasl2-modules)
 if [ ${#need[@]} -gt 0 ]; then
     echo "== installing: ${need[*]}"
