@@ -23,6 +23,8 @@ pub const DEFAULT_BACKLOG: i32 = 1024;
 pub const DEFAULT_UNIX_MASK: u32 = 0o700;
 /// Keys one `fget` may name.
 pub const DEFAULT_FILTER_MAX_KEYS: usize = 10_000;
+/// The workers' event loop when `--io-loop` is not given (README "Event loops").
+pub const DEFAULT_IO_LOOP: IoLoop = IoLoop::Epoll;
 /// What `version`, `stats` and the binary VERSION opcode report: the memcached release whose
 /// behaviour mnemo reproduces, exactly as memcached prints it. Clients parse this as a version
 /// number (Perl's `version->parse` dies on "1.6.18-mnemo-0.1.0"), so nothing may be appended.
@@ -160,6 +162,10 @@ struct Args {
     /// serve Prometheus metrics at http://ADDR/metrics (a bare port means 127.0.0.1:PORT; off by default)
     #[arg(long = "metrics", value_name = "ADDR", value_parser = parse_metrics_addr)]
     metrics: Option<String>,
+    /// the workers' event loop: epoll, uring (io_uring where the kernel allows it, else
+    /// epoll), or auto (mnemo's default); the MNEMO_IO_LOOP environment variable sets it too
+    #[arg(long = "io-loop", env = "MNEMO_IO_LOOP", value_parser = ["auto", "uring", "epoll"])]
+    io_loop: Option<String>,
 }
 
 /// Everything the server reads from its flags.
@@ -210,6 +216,17 @@ pub struct Config {
     pub filter_max_keys: usize,
     /// --metrics: where `/metrics` is served ("host:port"), or None (metrics.rs).
     pub metrics: Option<String>,
+    /// --io-loop: which event loop the workers run (worker.rs, uring.rs).
+    pub io_loop: IoLoop,
+}
+
+/// The workers' event loop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IoLoop {
+    /// mio over epoll (worker.rs).
+    Epoll,
+    /// io_uring (uring.rs), falling back to epoll where the kernel refuses it.
+    Uring,
 }
 
 /// memcached's `slabs automove` knobs. mnemo has no slab pages to move, so nothing reads them
@@ -295,6 +312,7 @@ impl Default for Config {
             filter_limits: mnemo_filter::Limits { concurrency: DEFAULT_THREADS as u32, ..Default::default() },
             filter_max_keys: DEFAULT_FILTER_MAX_KEYS,
             metrics: None,
+            io_loop: DEFAULT_IO_LOOP,
         }
     }
 }
@@ -310,6 +328,12 @@ pub enum Cli {
 }
 
 impl Config {
+    /// Whether the workers should try io_uring: asked for, and no TLS (-Z connections are
+    /// served by the epoll loop only, so with -Z every worker runs it).
+    pub fn uring_wanted(&self) -> bool {
+        self.io_loop == IoLoop::Uring && self.tls.is_none()
+    }
+
     pub fn from_args<I, T>(args: I) -> Cli
     where
         I: IntoIterator<Item = T>,
@@ -404,6 +428,11 @@ impl Config {
             filter_limits,
             filter_max_keys: a.filter_max_keys,
             metrics: a.metrics,
+            io_loop: match a.io_loop.as_deref() {
+                Some("uring") => IoLoop::Uring,
+                Some("epoll") => IoLoop::Epoll,
+                _ => DEFAULT_IO_LOOP,
+            },
             user: a.user,
             pidfile: a.pidfile,
             memory_file: a.memory_file,

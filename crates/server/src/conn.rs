@@ -38,6 +38,9 @@ pub enum Stream {
     Tcp(mio::net::TcpStream),
     Unix(mio::net::UnixStream),
     Tls(Box<crate::tls::TlsStream>),
+    /// A TCP or UNIX socket served by the io_uring loop: reads and writes go to buffers the
+    /// loop fills from and submits to the ring (uring/stream.rs).
+    Ring(Box<crate::uring::RingStream>),
 }
 
 impl Stream {
@@ -46,6 +49,7 @@ impl Stream {
             Stream::Tcp(s) => s,
             Stream::Unix(s) => s,
             Stream::Tls(s) => &mut s.tcp,
+            Stream::Ring(s) => s.sock.source(),
         }
     }
 
@@ -55,6 +59,7 @@ impl Stream {
             Stream::Tcp(s) => s.as_raw_fd(),
             Stream::Unix(s) => s.as_raw_fd(),
             Stream::Tls(s) => s.tcp.as_raw_fd(),
+            Stream::Ring(s) => s.sock.raw_fd(),
         }
     }
 
@@ -92,6 +97,7 @@ impl Stream {
                 let a = unix_addr(unix_path.unwrap_or(""));
                 (a.clone(), a)
             }
+            Stream::Ring(s) => s.sock.addrs(unix_path),
         }
     }
 }
@@ -102,6 +108,7 @@ impl Read for Stream {
             Stream::Tcp(s) => s.read(buf),
             Stream::Unix(s) => s.read(buf),
             Stream::Tls(s) => s.read(buf),
+            Stream::Ring(s) => s.read(buf),
         }
     }
 }
@@ -112,6 +119,7 @@ impl Write for Stream {
             Stream::Tcp(s) => s.write(buf),
             Stream::Unix(s) => s.write(buf),
             Stream::Tls(s) => s.write(buf),
+            Stream::Ring(s) => s.write(buf),
         }
     }
     fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
@@ -119,6 +127,7 @@ impl Write for Stream {
             Stream::Tcp(s) => s.write_vectored(bufs),
             Stream::Unix(s) => s.write_vectored(bufs),
             Stream::Tls(s) => s.write_vectored(bufs),
+            Stream::Ring(s) => s.write_vectored(bufs),
         }
     }
     fn flush(&mut self) -> io::Result<()> {

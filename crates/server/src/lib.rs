@@ -33,6 +33,7 @@ pub mod metrics;
 pub mod restart;
 pub mod stats;
 pub mod tls;
+pub mod uring;
 pub mod worker;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering::Relaxed};
@@ -208,11 +209,17 @@ pub fn run(config: Config) -> Result<(), ServerError> {
     sh.conn_structs.fetch_add(listeners.len() as u64, Relaxed);
     let mut handles = Vec::new();
     let mut senders = Vec::new();
+    let uring = sh.config.uring_wanted();
+    let mut fallback_logged = false;
     for i in 0..sh.config.threads {
-        let (tx, rx) = std::sync::mpsc::channel();
-        let (w, waker) = worker::Worker::new(sh.clone(), sh.counters[i].clone(), rx)?;
-        senders.push((tx, waker));
-        handles.push(std::thread::Builder::new().name(format!("mnemo-worker-{i}")).stack_size(WORKER_STACK).spawn(move || w.run())?);
+        let (run, handoff, fallback) = worker::start(&sh, i, uring)?;
+        if let (Some(why), false) = (fallback, fallback_logged) {
+            // One line, however many workers: the server runs on epoll just the same.
+            eprintln!("mnemod: io_uring unavailable ({why}); using epoll");
+            fallback_logged = true;
+        }
+        senders.push(handoff);
+        handles.push(std::thread::Builder::new().name(format!("mnemo-worker-{i}")).stack_size(WORKER_STACK).spawn(run)?);
     }
     let maint = sh.clone();
     std::thread::Builder::new().name("mnemo-maint".into()).spawn(move || maintenance(&maint))?;
@@ -221,6 +228,8 @@ pub fn run(config: Config) -> Result<(), ServerError> {
     }
     if sh.verbosity.load(Relaxed) > 0 {
         eprintln!("mnemod {} serving with {} threads", config::VERSION, sh.config.threads);
+        let kind = if senders.iter().any(|(_, w)| matches!(w, worker::Wake::Uring(_))) { "io_uring" } else { "epoll" };
+        eprintln!("mnemod: workers run the {kind} event loop");
     }
     listener::run(listeners, sh, senders);
     Ok(())

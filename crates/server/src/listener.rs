@@ -5,11 +5,10 @@
 use std::io::Write;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::sync::mpsc::Sender;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mio::{Events, Interest, Poll, Token, Waker};
+use mio::{Events, Interest, Poll, Token};
 
 use crate::conn::Stream;
 use crate::{Config, Shared};
@@ -107,7 +106,7 @@ fn relisten(fd: i32, backlog: i32) {
 }
 
 /// The accept loop; runs on its own thread for the life of the server.
-pub fn run(mut listeners: Vec<Listener>, sh: Arc<Shared>, workers: Vec<(Sender<Stream>, Waker)>) {
+pub fn run(mut listeners: Vec<Listener>, sh: Arc<Shared>, workers: Vec<crate::worker::Handoff>) {
     let mut poll = match Poll::new() {
         Ok(p) => p,
         Err(e) => {
@@ -182,7 +181,7 @@ fn set_backlog(listeners: &[Listener], backlog: i32) {
 
 /// Accept every pending connection of one listener. false: stop accepting for a while (out
 /// of descriptors, or -c reached under `-o no_maxconns_fast`).
-fn accept_all(l: &Listener, sh: &Shared, workers: &[(Sender<Stream>, Waker)], next: &mut usize) -> bool {
+fn accept_all(l: &Listener, sh: &Shared, workers: &[crate::worker::Handoff], next: &mut usize) -> bool {
     loop {
         if !sh.config.ext.maxconns_fast && sh.curr_conns.load(Relaxed) >= sh.config.max_conns {
             // memcached 1.4's way: the connection waits in the backlog until one closes.

@@ -1,9 +1,12 @@
 //! A worker thread: one mio event loop owning its connections. The listener hands it new
 //! sockets through a channel and wakes it; after that nothing else touches them.
+//!
+//! [`start`] picks the loop a worker runs: this epoll one, or the io_uring one (uring.rs)
+//! when `--io-loop` asks for it and the kernel allows it.
 
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::mpsc::Receiver;
+use std::sync::mpsc::{Receiver, Sender};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,6 +17,45 @@ use crate::stats::{bump, Counters};
 use crate::Shared;
 
 pub const WAKER: Token = Token(usize::MAX);
+
+/// How the accept thread tells a worker that sockets wait in its channel.
+pub enum Wake {
+    Epoll(Waker),
+    Uring(Arc<crate::uring::EventFd>),
+}
+
+impl Wake {
+    pub fn wake(&self) -> std::io::Result<()> {
+        match self {
+            Wake::Epoll(w) => w.wake(),
+            Wake::Uring(e) => e.wake(),
+        }
+    }
+}
+
+/// A worker ready to run on its own thread.
+pub type Run = Box<dyn FnOnce() + Send>;
+
+/// What the accept thread keeps of a worker: its channel and how to wake it.
+pub type Handoff = (Sender<Stream>, Wake);
+
+/// Make worker `i`'s loop: io_uring when `uring` is set and its setup succeeds, else epoll.
+/// The third value says why io_uring, though asked for, is not used (the caller logs it once).
+pub fn start(sh: &Arc<Shared>, i: usize, uring: bool) -> std::io::Result<(Run, Handoff, Option<String>)> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let mut why = None;
+    if uring {
+        match crate::uring::Worker::new(sh.clone(), sh.counters[i].clone(), crate::uring::RingConfig::default()) {
+            Ok((make, event)) => {
+                let w = make(rx);
+                return Ok((Box::new(move || w.run()), (tx, Wake::Uring(event)), None));
+            }
+            Err(e) => why = Some(e.to_string()),
+        }
+    }
+    let (w, waker) = Worker::new(sh.clone(), sh.counters[i].clone(), rx)?;
+    Ok((Box::new(move || w.run()), (tx, Wake::Epoll(waker)), why))
+}
 
 /// With `-o idle_timeout`, the longest a worker sleeps before looking for idle connections.
 const IDLE_SWEEP: Duration = Duration::from_millis(250);

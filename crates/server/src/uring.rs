@@ -1,0 +1,479 @@
+//! The io_uring worker loop (`--io-loop=uring`): the same connections as the epoll loop
+//! (worker.rs), driven by one ring per worker, so that the sends and receives of all its
+//! connections cost one system call per loop iteration instead of two or three per request.
+//!
+//! ```text
+//!   accept thread ──(channel + eventfd write)──┐
+//!                                              v
+//!   worker thread (one ring, single issuer, deferred task work)
+//!     loop {
+//!       io_uring_enter: submit every queued SQE, wait for >= 1 completion
+//!          (or up to 250 ms with -o idle_timeout, or no wait while -R yielders wait)
+//!       completions:
+//!         WAKE   eventfd read done  -> adopt new sockets, arm one multishot RECV each
+//!         RECV   bytes in a provided buffer -> the connection's stream; mark it ready
+//!                no MORE flag -> re-armed after the turn (unless EOF, error or paused)
+//!         SEND   n bytes sent -> the next batch of replies, or wake a blocked writer
+//!       every marked connection takes a turn (conn.rs: parse, execute, reply);
+//!         its replies become one SEND sqe; input it left unread is copied out of the ring
+//!     }
+//! ```
+//!
+//! Connections, their parsing and replies are conn.rs's; this loop replaces only how bytes
+//! reach them and leave (uring/stream.rs). TLS connections (-Z) stay on the epoll loop: the
+//! server uses it for every worker when -Z is given. A worker whose ring cannot be set up
+//! (old kernel, seccomp, `kernel.io_uring_disabled`) runs the epoll loop instead.
+
+mod bufs;
+mod stream;
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::mpsc::Receiver;
+use std::sync::Arc;
+use std::time::Duration;
+
+use io_uring::{cqueue, opcode, squeue, types, IoUring};
+
+pub use stream::RingStream;
+
+use crate::conn::{Conn, Stream, Turn};
+use crate::stats::{bump, Counters};
+use crate::Shared;
+
+/// Sizes of one worker's ring and receive buffers.
+#[derive(Debug, Clone, Copy)]
+pub struct RingConfig {
+    /// Submission queue entries (a full queue is submitted early, never lost).
+    pub sq_entries: u32,
+    /// Completion queue entries (multishot receives can post many per submission).
+    pub cq_entries: u32,
+    /// Provided receive buffers (a power of two) and the size of each.
+    pub buf_count: u16,
+    pub buf_size: u32,
+}
+
+pub const DEFAULT_SQ_ENTRIES: u32 = 1024;
+pub const DEFAULT_CQ_ENTRIES: u32 = 8192;
+/// 256 x 16 KiB = 4 MiB of receive buffers per worker, touched only as they are used.
+pub const DEFAULT_BUF_COUNT: u16 = 256;
+pub const DEFAULT_BUF_SIZE: u32 = 16 * 1024;
+
+impl Default for RingConfig {
+    fn default() -> Self {
+        RingConfig {
+            sq_entries: DEFAULT_SQ_ENTRIES,
+            cq_entries: DEFAULT_CQ_ENTRIES,
+            buf_count: DEFAULT_BUF_COUNT,
+            buf_size: DEFAULT_BUF_SIZE,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum UringError {
+    #[error("io_uring setup: {0}")]
+    Setup(std::io::Error),
+    #[error("io_uring provided buffers: {0}")]
+    Buffers(std::io::Error),
+    #[error("eventfd: {0}")]
+    EventFd(std::io::Error),
+}
+
+/// With `-o idle_timeout`, the longest a worker waits before looking for idle connections.
+const IDLE_SWEEP: Duration = Duration::from_millis(250);
+
+/// user_data: kind in the top byte, the slot's generation in the next 24 bits, its index
+/// in the low 32. A completion for a slot whose generation moved on is stale.
+const RECV: u64 = 1;
+const SEND: u64 = 2;
+const WAKE: u64 = 3;
+const CANCEL: u64 = 4;
+
+fn tag(kind: u64, gen: u32, i: usize) -> u64 {
+    kind << 56 | u64::from(gen & 0xff_ffff) << 32 | i as u64
+}
+
+/// The eventfd the accept thread writes to announce sockets in the channel.
+pub struct EventFd(std::os::fd::OwnedFd);
+
+impl EventFd {
+    fn new() -> Result<EventFd, UringError> {
+        use std::os::fd::FromRawFd;
+        // Blocking: the ring's read of it waits inside the kernel, not in a retry loop.
+        // SAFETY: eventfd has no preconditions; the result is checked before it is owned.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(UringError::EventFd(std::io::Error::last_os_error()));
+        }
+        // SAFETY: fd was just created and is owned by nothing else.
+        Ok(EventFd(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) }))
+    }
+
+    pub fn wake(&self) -> std::io::Result<()> {
+        use std::os::fd::AsRawFd;
+        let one = 1u64.to_ne_bytes();
+        // SAFETY: an 8-byte write from a live buffer to our own eventfd.
+        let n = unsafe { libc::write(self.0.as_raw_fd(), one.as_ptr().cast(), 8) };
+        if n == 8 { Ok(()) } else { Err(std::io::Error::last_os_error()) }
+    }
+}
+
+struct Slot {
+    gen: u32,
+    conn: Option<Conn>,
+    /// Closed: waiting for the ring to finish with it (its receive to end, its last send to
+    /// complete) before the descriptor closes and the slot is reused.
+    draining: bool,
+    /// Queued for a turn after this iteration's completions.
+    marked: bool,
+}
+
+pub struct Worker {
+    /// Declared before `bufs`: the ring goes (unregistering the buffers) before their memory.
+    ring: IoUring,
+    bufs: Arc<bufs::BufRing>,
+    wake_fd: Arc<EventFd>,
+    /// The eventfd read's target; boxed so its address stays put while the read is queued.
+    wake_buf: Box<[u8; 8]>,
+    incoming: Receiver<Stream>,
+    sh: Arc<Shared>,
+    counters: Arc<Counters>,
+    slots: Vec<Slot>,
+    free: Vec<usize>,
+    /// Connections with completions to act on in this iteration.
+    marked: Vec<usize>,
+    /// Connections that spent their -R budget with work left.
+    ready: Vec<usize>,
+    cqes: Vec<(u64, i32, u32)>,
+}
+
+impl Worker {
+    /// Set up a ring, its buffers and its eventfd; any failure means "use epoll". Runs on the
+    /// starting thread: the ring is created disabled and enabled by the worker thread, which
+    /// becomes its single issuer.
+    pub fn new(
+        sh: Arc<Shared>,
+        counters: Arc<Counters>,
+        rc: RingConfig,
+    ) -> Result<(impl FnOnce(Receiver<Stream>) -> Worker, Arc<EventFd>), UringError> {
+        let ring = IoUring::builder()
+            .setup_single_issuer()
+            .setup_defer_taskrun()
+            .setup_r_disabled()
+            .setup_submit_all()
+            .setup_cqsize(rc.cq_entries)
+            .build(rc.sq_entries)
+            .map_err(UringError::Setup)?;
+        let bufs = Arc::new(bufs::BufRing::new(&ring, rc.buf_count, rc.buf_size)?);
+        let wake_fd = Arc::new(EventFd::new()?);
+        let waker = wake_fd.clone();
+        let make = move |incoming| Worker {
+            ring,
+            bufs,
+            wake_fd,
+            wake_buf: Box::new([0; 8]),
+            incoming,
+            sh,
+            counters,
+            slots: Vec::new(),
+            free: Vec::new(),
+            marked: Vec::new(),
+            ready: Vec::new(),
+            cqes: Vec::with_capacity(256),
+        };
+        Ok((make, waker))
+    }
+
+    pub fn run(mut self) {
+        if let Err(e) = self.ring.submitter().register_enable_rings() {
+            eprintln!("mnemod: cannot enable the worker's io_uring: {e}");
+            std::process::exit(1);
+        }
+        self.arm_wake();
+        let idle_timeout = self.sh.config.ext.idle_timeout;
+        let mut last_sweep = self.sh.clock.now();
+        loop {
+            let wait = if !self.ready.is_empty() {
+                Some(Duration::ZERO)
+            } else if idle_timeout > 0 {
+                Some(IDLE_SWEEP)
+            } else {
+                None
+            };
+            self.enter(wait);
+            self.reap();
+            for k in 0..self.marked.len() {
+                let i = self.marked[k];
+                self.slots[i].marked = false;
+                self.drive(i);
+            }
+            self.marked.clear();
+            for i in std::mem::take(&mut self.ready) {
+                self.drive(i);
+            }
+            if idle_timeout > 0 {
+                let now = self.sh.clock.now();
+                if now != last_sweep {
+                    last_sweep = now;
+                    self.kick_idle(now, idle_timeout);
+                }
+            }
+        }
+    }
+
+    /// Submit what is queued and wait for completions (or for `wait` at most).
+    fn enter(&mut self, wait: Option<Duration>) {
+        let res = match wait {
+            None => self.ring.submit_and_wait(1),
+            Some(d) => {
+                let ts = types::Timespec::from(d);
+                let args = types::SubmitArgs::new().timespec(&ts);
+                self.ring.submitter().submit_with_args(1, &args)
+            }
+        };
+        match res {
+            Ok(_) => {}
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ETIME | libc::EINTR | libc::EBUSY)) => {}
+            Err(e) => {
+                eprintln!("mnemod: worker io_uring_enter failed: {e}");
+                std::process::exit(1);
+            }
+        }
+    }
+
+    fn push(&mut self, e: squeue::Entry) {
+        // SAFETY: every entry's buffers outlive it: receive buffers belong to the buffer
+        // ring, send bytes to a stream kept until the send completes, the eventfd buffer to
+        // the worker.
+        while unsafe { self.ring.submission().push(&e) }.is_err() {
+            // A full queue goes to the kernel now; nothing waits for it.
+            if let Err(e) = self.ring.submit() {
+                if e.raw_os_error() != Some(libc::EBUSY) {
+                    eprintln!("mnemod: worker io_uring submit failed: {e}");
+                    std::process::exit(1);
+                }
+            }
+        }
+    }
+
+    fn arm_wake(&mut self) {
+        use std::os::fd::AsRawFd;
+        let e = opcode::Read::new(types::Fd(self.wake_fd.0.as_raw_fd()), self.wake_buf.as_mut_ptr(), 8)
+            .build()
+            .user_data(tag(WAKE, 0, 0));
+        self.push(e);
+    }
+
+    /// Take the completions off the queue and act on them.
+    fn reap(&mut self) {
+        let mut cqes = std::mem::take(&mut self.cqes);
+        cqes.extend(self.ring.completion().map(|c| (c.user_data(), c.result(), c.flags())));
+        for &(ud, res, flags) in &cqes {
+            let (kind, gen, i) = (ud >> 56, (ud >> 32) as u32 & 0xff_ffff, ud as u32 as usize);
+            match kind {
+                WAKE => {
+                    self.adopt();
+                    self.arm_wake();
+                }
+                RECV => self.on_recv(i, gen, res, flags),
+                SEND => self.on_send(i, gen, res),
+                _ => {} // CANCEL: its target's own completion is what matters
+            }
+        }
+        cqes.clear();
+        self.cqes = cqes;
+    }
+
+    /// The slot's stream, if the completion is for its current connection.
+    fn stream(&mut self, i: usize, gen: u32) -> Option<&mut RingStream> {
+        let slot = self.slots.get_mut(i)?;
+        if slot.gen & 0xff_ffff != gen {
+            return None;
+        }
+        match slot.conn.as_mut().map(|c| &mut c.stream) {
+            Some(Stream::Ring(s)) => Some(s),
+            _ => None,
+        }
+    }
+
+    fn mark(&mut self, i: usize) {
+        if !self.slots[i].marked {
+            self.slots[i].marked = true;
+            self.marked.push(i);
+        }
+    }
+
+    fn on_recv(&mut self, i: usize, gen: u32, res: i32, flags: u32) {
+        let bid = cqueue::buffer_select(flags);
+        let more = cqueue::more(flags);
+        let bufs = self.bufs.clone();
+        let Some(s) = self.stream(i, gen) else {
+            if let Some(bid) = bid {
+                bufs.recycle(bid);
+            }
+            return;
+        };
+        if !more {
+            s.recv_armed = false;
+            s.recv_cancelling = false;
+        }
+        match (res, bid) {
+            (n, Some(bid)) if n > 0 => s.received(bid, n as u32),
+            (0, _) => s.eof = true,
+            // Out of buffers or cancelled: re-armed after the turn, when it may be.
+            (e, _) if e == -libc::ENOBUFS || e == -libc::ECANCELED => {}
+            (e, _) if e < 0 => s.err = Some(-e),
+            _ => {}
+        }
+        if let (Some(bid), true) = (bid, res <= 0) {
+            bufs.recycle(bid);
+        }
+        self.mark(i);
+    }
+
+    fn on_send(&mut self, i: usize, gen: u32, res: i32) {
+        let Some(s) = self.stream(i, gen) else { return };
+        s.send_done(if res >= 0 { Ok(res as usize) } else { Err(-res) });
+        let wake = std::mem::take(&mut s.blocked) || res < 0;
+        if wake || self.slots[i].draining {
+            self.mark(i);
+        } else {
+            // Nothing to run: just send the rest, if any.
+            self.after_turn(i);
+        }
+    }
+
+    fn adopt(&mut self) {
+        while let Ok(sock) = self.incoming.try_recv() {
+            let i = match self.free.pop() {
+                Some(i) => i,
+                None => {
+                    self.slots.push(Slot { gen: 0, conn: None, draining: false, marked: false });
+                    self.sh.conn_structs.fetch_add(1, Relaxed);
+                    self.slots.len() - 1
+                }
+            };
+            let mut conn = Conn::new(Stream::Ring(Box::new(RingStream::new(sock, self.bufs.clone()))));
+            conn.set_last_active(self.sh.clock.now());
+            conn.account(&self.counters);
+            let (addr, listen_addr) = conn.stream.addrs(self.sh.config.unix_socket.as_deref());
+            self.sh.conn_table.add(conn.fd, addr, listen_addr, conn.info.clone());
+            if self.sh.verbosity.load(Relaxed) > 1 {
+                eprintln!("<{i} new client connection");
+            }
+            let slot = &mut self.slots[i];
+            slot.gen = slot.gen.wrapping_add(1);
+            slot.conn = Some(conn);
+            slot.draining = false;
+            // Arms the receive; data that arrived before is reported at once.
+            self.after_turn(i);
+        }
+    }
+
+    fn drive(&mut self, i: usize) {
+        let slot = &mut self.slots[i];
+        if slot.draining {
+            self.after_turn(i);
+            return;
+        }
+        let Some(conn) = slot.conn.as_mut() else { return };
+        let turn = conn.turn(&self.sh, &self.counters);
+        match turn {
+            Turn::Wait => {}
+            Turn::Yield => {
+                if !self.ready.contains(&i) {
+                    self.ready.push(i);
+                }
+            }
+            Turn::Close => self.close(i),
+            Turn::Shutdown => {
+                if self.sh.verbosity.load(Relaxed) > 0 {
+                    eprintln!("mnemod: shutdown requested by a client");
+                }
+                self.close(i);
+                self.sh.shutdown();
+            }
+        }
+        self.after_turn(i);
+    }
+
+    /// After a turn (or a completion): recycle what was left unread, queue the replies, and
+    /// keep the receive armed unless the connection is paused, finished or closing.
+    fn after_turn(&mut self, i: usize) {
+        let slot = &mut self.slots[i];
+        let (gen, draining) = (slot.gen, slot.draining);
+        let Some(conn) = slot.conn.as_mut() else { return };
+        let fd = conn.fd;
+        let Stream::Ring(s) = &mut conn.stream else { return };
+        s.spill();
+        let mut sqes: [Option<squeue::Entry>; 2] = [None, None];
+        if draining {
+            if s.recv_armed && !s.recv_cancelling {
+                s.recv_cancelling = true;
+                sqes[0] = Some(opcode::AsyncCancel::new(tag(RECV, gen, i)).build().user_data(tag(CANCEL, gen, i)));
+            }
+        } else if !s.recv_armed && !s.eof && s.err.is_none() && s.unread() < stream::SPILL_HIGH {
+            s.recv_armed = true;
+            sqes[0] = Some(opcode::RecvMulti::new(types::Fd(fd), bufs::GROUP).build().user_data(tag(RECV, gen, i)));
+        } else if s.recv_armed && !s.recv_cancelling && s.unread() >= stream::SPILL_HIGH {
+            // Backpressure: stop receiving until the connection reads what it has.
+            s.recv_cancelling = true;
+            sqes[0] = Some(opcode::AsyncCancel::new(tag(RECV, gen, i)).build().user_data(tag(CANCEL, gen, i)));
+        }
+        if s.err.is_none() {
+            if let Some((ptr, len)) = s.next_send() {
+                sqes[1] = Some(
+                    opcode::Send::new(types::Fd(fd), ptr, len)
+                        .flags(libc::MSG_NOSIGNAL)
+                        .build()
+                        .user_data(tag(SEND, gen, i)),
+                );
+            }
+        }
+        let finished = draining && !s.recv_armed && !s.send_in_flight && (!s.sending() || s.err.is_some());
+        for e in sqes.into_iter().flatten() {
+            self.push(e);
+        }
+        if finished {
+            // The ring holds nothing of it any more: the descriptor closes here.
+            self.slots[i].conn = None;
+            self.slots[i].draining = false;
+            self.free.push(i);
+        }
+    }
+
+    /// Stop serving the connection now; its slot is freed once the ring is done with it.
+    fn close(&mut self, i: usize) {
+        let slot = &mut self.slots[i];
+        if slot.draining {
+            return;
+        }
+        let Some(conn) = slot.conn.as_mut() else { return };
+        slot.draining = true;
+        conn.release(&self.counters);
+        // Removed while the descriptor is still open: a new connection cannot reuse it yet.
+        self.sh.conn_table.remove(conn.fd);
+        self.sh.curr_conns.fetch_sub(1, Relaxed);
+        self.ready.retain(|&r| r != i);
+        if self.sh.verbosity.load(Relaxed) > 1 {
+            eprintln!("<{i} connection closed.");
+        }
+        self.after_turn(i);
+    }
+
+    /// `-o idle_timeout`, as the epoll loop applies it.
+    fn kick_idle(&mut self, now: mnemo_store::Time, timeout: u32) {
+        for i in 0..self.slots.len() {
+            let slot = &self.slots[i];
+            let Some(conn) = slot.conn.as_ref() else { continue };
+            let sending = matches!(&conn.stream, Stream::Ring(s) if s.sending());
+            if !slot.draining && now.saturating_sub(conn.last_active()) > timeout && conn.is_idle() && !sending {
+                bump(&self.counters.idle_kicks, 1);
+                if self.sh.verbosity.load(Relaxed) > 0 {
+                    eprintln!("<{i} idle timeout, closing");
+                }
+                self.close(i);
+            }
+        }
+    }
+}
