@@ -51,7 +51,7 @@ wait_port() {
     done
 }
 
-# SERVER_ARGV := the command line of server NAME (memcached | mnemod) on PORT, one worker
+# SERVER_ARGV := the command line of server NAME (memcached | mnemod | mnemod-epoll | mnemod-uring) on PORT, one worker
 # thread, the same flags for both (connection limit $CONN_LIMIT, default 4096). Extra arguments
 # are appended. null-epoll and null-uring are the ceiling servers of bench/ceiling (built by
 # build_ceiling), which take only the port.
@@ -65,6 +65,10 @@ server_argv() {
             ;;
         null-epoll | null-uring) SERVER_ARGV=("${CEILING_DIR:-$BENCH_TMP}/$name" "$port") ;;
         mnemod) SERVER_ARGV=("$MNEMOD" -p "$port" -l 127.0.0.1 -U 0 -m 1024 -c "${CONN_LIMIT:-4096}" -t 1) ;;
+        # The same, with its event loop named (--io-loop): both loops side by side in one run.
+        mnemod-epoll | mnemod-uring)
+            SERVER_ARGV=("$MNEMOD" -p "$port" -l 127.0.0.1 -U 0 -m 1024 -c "${CONN_LIMIT:-4096}" -t 1 --io-loop="${name#mnemod-}")
+            ;;
         *)
             echo "unknown server $name" >&2
             return 1
@@ -88,7 +92,7 @@ stop_pid() {
 # Release build of the load generator and, when wanted, the server.
 build_release() {
     local pkgs=(-p mnemo-cli)
-    case " ${SERVERS:-memcached mnemod} " in *" mnemod "*) pkgs=(-p mnemo-server "${pkgs[@]}") ;; esac
+    case " ${SERVERS:-memcached mnemod} " in *" mnemod"*) pkgs=(-p mnemo-server "${pkgs[@]}") ;; esac
     (cd "$ROOT" && cargo build --release -q "${pkgs[@]}")
 }
 

@@ -7,13 +7,19 @@
 # batches of 16 gets, each batch in one write. For every phase, `strace -c -f` is attached to the
 # server (all threads) and detached after, so each phase is counted alone.
 #
+# Under the io_uring loop (SERVERS="... mnemod-uring") a reply leaves as a SEND submission, not
+# a write system call: `perf stat` counts the server's SEND submissions (tracepoint
+# io_uring:io_uring_submit_req, opcode 26) as its writes, and io_uring_enter calls appear in the
+# enter column (the one system call that carries all of an iteration's sends and receives).
+#
 #   bash bench/syscalls.sh
 #   SERVERS=memcached bash bench/syscalls.sh
+#   SERVERS="memcached mnemod-epoll mnemod-uring" bash bench/syscalls.sh
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
 SERVERS=${SERVERS:-memcached mnemod}
-TRACE=write,writev,sendmsg,sendto,sendmmsg,read,recvfrom,readv,recvmsg,epoll_wait,epoll_pwait,epoll_pwait2
+TRACE=write,writev,sendmsg,sendto,sendmmsg,read,recvfrom,readv,recvmsg,epoll_wait,epoll_pwait,epoll_pwait2,io_uring_enter
 
 need_tools memcached:memcached strace:strace python3:python3
 build_release
@@ -76,10 +82,16 @@ s.close()
 print(n)
 PY
 
-# Runs phase $3 against server pid $1 on port $2 with strace attached; prints
-# "requests writes reads epolls".
+# Runs phase $3 against server pid $1 on port $2 with strace attached (and, for a uring server
+# $4, perf counting its SEND submissions); prints "requests writes reads epolls enters".
 traced_phase() {
-    local pid=$1 port=$2 phase=$3 out=$BENCH_TMP/strace.$1.$3 n
+    local pid=$1 port=$2 phase=$3 name=$4 out=$BENCH_TMP/strace.$1.$3 n pf=""
+    case $name in *uring*)
+        pf=$BENCH_TMP/perf.$1.$3
+        spawn perf stat -x, -e io_uring:io_uring_submit_req --filter 'opcode == 26' -p "$pid" -o "$pf"
+        local perf_pid=$SPAWNED
+        ;;
+    esac
     spawn strace -c -f -e trace="$TRACE" -o "$out" -p "$pid" 2>"$out.err"
     local st=$SPAWNED start=$SECONDS
     # strace says "Process N attached [with M threads]" once it holds every thread.
@@ -91,7 +103,11 @@ traced_phase() {
     n=$(python3 "$CLIENT" "$port" "$phase")
     kill -INT "$st"
     wait "$st" 2>/dev/null || true
-    python3 - "$out" "$n" <<'PY'
+    if [ -n "$pf" ]; then
+        kill -INT "$perf_pid"
+        wait "$perf_pid" 2>/dev/null || true
+    fi
+    python3 - "$out" "$n" "$pf" <<'PY'
 import sys
 calls = {}
 for line in open(sys.argv[1]):
@@ -102,7 +118,13 @@ for line in open(sys.argv[1]):
 w = sum(calls.get(c, 0) for c in ("write", "writev", "sendmsg", "sendto", "sendmmsg"))
 r = sum(calls.get(c, 0) for c in ("read", "readv", "recvfrom", "recvmsg"))
 e = sum(calls.get(c, 0) for c in ("epoll_wait", "epoll_pwait", "epoll_pwait2"))
-print(sys.argv[2], w, r, e)
+if sys.argv[3]:
+    # perf -x, lines: count,unit,event,...
+    for line in open(sys.argv[3]):
+        f = line.split(",")
+        if len(f) > 2 and "io_uring_submit_req" in f[2]:
+            w += int(f[0])
+print(sys.argv[2], w, r, e, calls.get("io_uring_enter", 0))
 PY
 }
 
@@ -115,7 +137,7 @@ for s in $SERVERS; do
     wait_port "$port" "$pid"
     for phase in $PHASES; do
         note "$s: $phase"
-        echo "$s $phase $(traced_phase "$pid" "$port" "$phase")" >>"$BENCH_TMP/rows"
+        echo "$s $phase $(traced_phase "$pid" "$port" "$phase" "$s")" >>"$BENCH_TMP/rows"
     done
     stop_pid "$pid"
 done
@@ -127,8 +149,8 @@ python3 - "$BENCH_TMP/rows" "$SERVERS" <<'PY'
 import sys
 rows = {}
 for line in open(sys.argv[1]):
-    s, phase, n, w, r, e = line.split()
-    rows[(s, phase)] = (int(n), int(w), int(r), int(e))
+    s, phase, n, w, r, e, u = line.split()
+    rows[(s, phase)] = (int(n), int(w), int(r), int(e), int(u))
 servers = sys.argv[2].split()
 label = {
     "delete": "delete, one at a time",
@@ -140,13 +162,17 @@ label = {
 head = ["phase", "requests"]
 for s in servers:
     head += [f"{s} writes/req", f"{s} reads/req", f"{s} epoll/req"]
+    if "uring" in s:
+        head += [f"{s} io_uring_enter/req"]
 print("| " + " | ".join(head) + " |")
 print("|" + "---|" * len(head))
 for phase in label:
     n = rows[(servers[0], phase)][0]
     row = [label[phase], f"{n:,}"]
     for s in servers:
-        _, w, r, e = rows[(s, phase)]
+        _, w, r, e, u = rows[(s, phase)]
         row += [f"{w / n:.2f}" + (f" ({w:,})" if n == 1 or phase == "pipeline" else ""), f"{r / n:.2f}", f"{e / n:.2f}"]
+        if "uring" in s:
+            row += [f"{u / n:.2f}"]
     print("| " + " | ".join(row) + " |")
 PY

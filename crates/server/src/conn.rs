@@ -68,6 +68,8 @@ impl Stream {
     fn short_read_drains(&self) -> bool {
         match self {
             Stream::Tls(s) => s.socket_drained(),
+            // The end of input (or an error) is still to be reported by the next read.
+            Stream::Ring(s) => s.drained(),
             _ => true,
         }
     }

@@ -87,6 +87,15 @@ impl RingStream {
     /// Copy what the connection left unread out of the ring and recycle those buffers, so no
     /// ring buffer is held past the loop iteration that filled it.
     pub(super) fn spill(&mut self) {
+        if self.chunks.is_empty() {
+            return;
+        }
+        // Drop what was read from the front first, so a connection that always has more
+        // input coming (a long pipeline) does not grow the Vec by all it ever received.
+        if self.spill_pos > 0 && self.spill_pos * 2 >= self.spill.len() {
+            self.spill.drain(..self.spill_pos);
+            self.spill_pos = 0;
+        }
         while let Some((bid, s, e)) = self.chunks.pop_front() {
             self.spill.extend_from_slice(&self.bufs.get(bid, e as usize)[s as usize..]);
             self.bufs.recycle(bid);
@@ -130,6 +139,12 @@ impl RingStream {
         }
     }
 
+    /// Whether a read that came back short left nothing to report: no end of input or error
+    /// is waiting behind the bytes it returned.
+    pub fn drained(&self) -> bool {
+        !self.eof && self.err.is_none()
+    }
+
     /// Replies not yet sent (memcached's conn_mwrite; idle_timeout leaves such connections).
     pub fn sending(&self) -> bool {
         self.sent < self.sending.len() || !self.out.is_empty()
@@ -150,6 +165,9 @@ impl io::Read for RingStream {
             if self.spill_pos == self.spill.len() {
                 self.spill.clear();
                 self.spill_pos = 0;
+                if self.spill.capacity() > SEND_KEEP {
+                    self.spill = Vec::new();
+                }
             }
         }
         // Fill as much as there is room for: a short read then means "nothing left", which
