@@ -69,23 +69,34 @@ echo "== cargo test"
 cargo test --locked --workspace
 
 export MNEMOD_BIN="$root/target/debug/mnemod"
-echo "== memccapable (ascii + binary) against mnemod"
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-"$MNEMOD_BIN" -p "$port" -l 127.0.0.1 -U 0 &
-mpid=$!
-trap 'kill $mpid 2>/dev/null || true' EXIT
-for _ in $(seq 1 500); do (exec 3<>/dev/tcp/127.0.0.1/"$port") 2>/dev/null && break; sleep 0.02; done
-out=$(memccapable -h 127.0.0.1 -p "$port" 2>&1) || { echo "$out"; echo "memccapable failed"; exit 1; }
-echo "$out" | tail -n 1
-echo "$out" | grep -q "All tests passed" || { echo "$out"; exit 1; }
-kill $mpid; wait $mpid 2>/dev/null || true
-trap - EXIT
+# The black-box suites (memccapable, pytest) run once per worker event loop; mnemod reads
+# MNEMO_IO_LOOP (README "Event loops"). The Rust black-box tests ran above on the default loop
+# and run again here on the other one.
+for io_loop in epoll uring; do
+    export MNEMO_IO_LOOP=$io_loop
+    if [ "$io_loop" = uring ]; then
+        echo "== cargo test -p mnemo-server, io loop $io_loop"
+        cargo test --locked -p mnemo-server --tests
+    fi
+    echo "== memccapable (ascii + binary) against mnemod, io loop $io_loop"
+    port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+    "$MNEMOD_BIN" -p "$port" -l 127.0.0.1 -U 0 &
+    mpid=$!
+    trap 'kill $mpid 2>/dev/null || true' EXIT
+    for _ in $(seq 1 500); do (exec 3<>/dev/tcp/127.0.0.1/"$port") 2>/dev/null && break; sleep 0.02; done
+    out=$(memccapable -h 127.0.0.1 -p "$port" 2>&1) || { echo "$out"; echo "memccapable failed"; exit 1; }
+    echo "$out" | tail -n 1
+    echo "$out" | grep -q "All tests passed" || { echo "$out"; exit 1; }
+    kill $mpid; wait $mpid 2>/dev/null || true
+    trap - EXIT
 
-if [ -d tests ] && ls tests/test_*.py tests/*/test_*.py >/dev/null 2>&1; then
-    echo "== pytest"
-    # -rfE: a summary line per failure and error at the end.
-    .venv/bin/python -m pytest -q -rfE -p no:cacheprovider tests
-fi
+    if [ -d tests ] && ls tests/test_*.py tests/*/test_*.py >/dev/null 2>&1; then
+        echo "== pytest, io loop $io_loop"
+        # -rfE: a summary line per failure and error at the end.
+        .venv/bin/python -m pytest -q -rfE -p no:cacheprovider tests
+    fi
+done
+unset MNEMO_IO_LOOP
 
 echo "== python package (python/): build, install into .venv, pytest"
 # pip builds the PyO3 extension with the maturin pinned in python/requirements.txt (no build

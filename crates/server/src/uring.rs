@@ -118,6 +118,18 @@ impl EventFd {
     }
 }
 
+/// Slot `i`'s stream, if a completion tagged `gen` is for its current connection.
+fn stream_of(slots: &mut [Slot], i: usize, gen: u32) -> Option<&mut RingStream> {
+    let slot = slots.get_mut(i)?;
+    if slot.gen & 0xff_ffff != gen {
+        return None;
+    }
+    match slot.conn.as_mut().map(|c| &mut c.stream) {
+        Some(Stream::Ring(s)) => Some(s),
+        _ => None,
+    }
+}
+
 struct Slot {
     gen: u32,
     conn: Option<Conn>,
@@ -126,6 +138,53 @@ struct Slot {
     draining: bool,
     /// Queued for a turn after this iteration's completions.
     marked: bool,
+}
+
+/// A worker's ring, buffers and eventfd, made on the starting thread (so a failure there
+/// can still choose epoll) before the worker thread takes them.
+pub struct Setup {
+    ring: IoUring,
+    bufs: Arc<bufs::BufRing>,
+    wake_fd: Arc<EventFd>,
+}
+
+impl Setup {
+    /// Any failure means "use epoll". The ring is created disabled: the worker thread
+    /// enables it and so becomes its single issuer.
+    pub fn new(rc: RingConfig) -> Result<Setup, UringError> {
+        let ring = IoUring::builder()
+            .setup_single_issuer()
+            .setup_defer_taskrun()
+            .setup_r_disabled()
+            .setup_submit_all()
+            .setup_cqsize(rc.cq_entries)
+            .build(rc.sq_entries)
+            .map_err(UringError::Setup)?;
+        let bufs = Arc::new(bufs::BufRing::new(&ring, rc.buf_count, rc.buf_size)?);
+        Ok(Setup { ring, bufs, wake_fd: Arc::new(EventFd::new()?) })
+    }
+
+    /// What the accept thread writes to once a socket is in the channel.
+    pub fn waker(&self) -> Arc<EventFd> {
+        self.wake_fd.clone()
+    }
+
+    pub fn worker(self, sh: Arc<Shared>, counters: Arc<Counters>, incoming: Receiver<Stream>) -> Worker {
+        Worker {
+            ring: self.ring,
+            bufs: self.bufs,
+            wake_fd: self.wake_fd,
+            wake_buf: Box::new([0; 8]),
+            incoming,
+            sh,
+            counters,
+            slots: Vec::new(),
+            free: Vec::new(),
+            marked: Vec::new(),
+            ready: Vec::new(),
+            cqes: Vec::with_capacity(256),
+        }
+    }
 }
 
 pub struct Worker {
@@ -148,42 +207,6 @@ pub struct Worker {
 }
 
 impl Worker {
-    /// Set up a ring, its buffers and its eventfd; any failure means "use epoll". Runs on the
-    /// starting thread: the ring is created disabled and enabled by the worker thread, which
-    /// becomes its single issuer.
-    pub fn new(
-        sh: Arc<Shared>,
-        counters: Arc<Counters>,
-        rc: RingConfig,
-    ) -> Result<(impl FnOnce(Receiver<Stream>) -> Worker, Arc<EventFd>), UringError> {
-        let ring = IoUring::builder()
-            .setup_single_issuer()
-            .setup_defer_taskrun()
-            .setup_r_disabled()
-            .setup_submit_all()
-            .setup_cqsize(rc.cq_entries)
-            .build(rc.sq_entries)
-            .map_err(UringError::Setup)?;
-        let bufs = Arc::new(bufs::BufRing::new(&ring, rc.buf_count, rc.buf_size)?);
-        let wake_fd = Arc::new(EventFd::new()?);
-        let waker = wake_fd.clone();
-        let make = move |incoming| Worker {
-            ring,
-            bufs,
-            wake_fd,
-            wake_buf: Box::new([0; 8]),
-            incoming,
-            sh,
-            counters,
-            slots: Vec::new(),
-            free: Vec::new(),
-            marked: Vec::new(),
-            ready: Vec::new(),
-            cqes: Vec::with_capacity(256),
-        };
-        Ok((make, waker))
-    }
-
     pub fn run(mut self) {
         if let Err(e) = self.ring.submitter().register_enable_rings() {
             eprintln!("mnemod: cannot enable the worker's io_uring: {e}");
@@ -284,18 +307,6 @@ impl Worker {
         self.cqes = cqes;
     }
 
-    /// The slot's stream, if the completion is for its current connection.
-    fn stream(&mut self, i: usize, gen: u32) -> Option<&mut RingStream> {
-        let slot = self.slots.get_mut(i)?;
-        if slot.gen & 0xff_ffff != gen {
-            return None;
-        }
-        match slot.conn.as_mut().map(|c| &mut c.stream) {
-            Some(Stream::Ring(s)) => Some(s),
-            _ => None,
-        }
-    }
-
     fn mark(&mut self, i: usize) {
         if !self.slots[i].marked {
             self.slots[i].marked = true;
@@ -306,10 +317,9 @@ impl Worker {
     fn on_recv(&mut self, i: usize, gen: u32, res: i32, flags: u32) {
         let bid = cqueue::buffer_select(flags);
         let more = cqueue::more(flags);
-        let bufs = self.bufs.clone();
-        let Some(s) = self.stream(i, gen) else {
+        let Some(s) = stream_of(&mut self.slots, i, gen) else {
             if let Some(bid) = bid {
-                bufs.recycle(bid);
+                self.bufs.recycle(bid);
             }
             return;
         };
@@ -326,13 +336,13 @@ impl Worker {
             _ => {}
         }
         if let (Some(bid), true) = (bid, res <= 0) {
-            bufs.recycle(bid);
+            self.bufs.recycle(bid);
         }
         self.mark(i);
     }
 
     fn on_send(&mut self, i: usize, gen: u32, res: i32) {
-        let Some(s) = self.stream(i, gen) else { return };
+        let Some(s) = stream_of(&mut self.slots, i, gen) else { return };
         s.send_done(if res >= 0 { Ok(res as usize) } else { Err(-res) });
         let wake = std::mem::take(&mut s.blocked) || res < 0;
         if wake || self.slots[i].draining {

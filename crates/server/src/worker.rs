@@ -45,10 +45,11 @@ pub fn start(sh: &Arc<Shared>, i: usize, uring: bool) -> std::io::Result<(Run, H
     let (tx, rx) = std::sync::mpsc::channel();
     let mut why = None;
     if uring {
-        match crate::uring::Worker::new(sh.clone(), sh.counters[i].clone(), crate::uring::RingConfig::default()) {
-            Ok((make, event)) => {
-                let w = make(rx);
-                return Ok((Box::new(move || w.run()), (tx, Wake::Uring(event)), None));
+        match crate::uring::Setup::new(crate::uring::RingConfig::default()) {
+            Ok(setup) => {
+                let wake = Wake::Uring(setup.waker());
+                let w = setup.worker(sh.clone(), sh.counters[i].clone(), rx);
+                return Ok((Box::new(move || w.run()), (tx, wake), None));
             }
             Err(e) => why = Some(e.to_string()),
         }
