@@ -23,8 +23,9 @@ pub const DEFAULT_BACKLOG: i32 = 1024;
 pub const DEFAULT_UNIX_MASK: u32 = 0o700;
 /// Keys one `fget` may name.
 pub const DEFAULT_FILTER_MAX_KEYS: usize = 10_000;
-/// The workers' event loop when `--io-loop` is not given (README "Event loops").
-pub const DEFAULT_IO_LOOP: IoLoop = IoLoop::Epoll;
+/// The workers' event loop when `--io-loop` is not given (README "Event loops"): io_uring,
+/// measured faster on every bench/throughput.sh workload; epoll where the kernel refuses it.
+pub const DEFAULT_IO_LOOP: IoLoop = IoLoop::Uring;
 /// What `version`, `stats` and the binary VERSION opcode report: the memcached release whose
 /// behaviour mnemo reproduces, exactly as memcached prints it. Clients parse this as a version
 /// number (Perl's `version->parse` dies on "1.6.18-mnemo-0.1.0"), so nothing may be appended.
@@ -162,9 +163,9 @@ struct Args {
     /// serve Prometheus metrics at http://ADDR/metrics (a bare port means 127.0.0.1:PORT; off by default)
     #[arg(long = "metrics", value_name = "ADDR", value_parser = parse_metrics_addr)]
     metrics: Option<String>,
-    /// the workers' event loop: epoll, uring (io_uring where the kernel allows it, else
-    /// epoll), or auto (mnemo's default); the MNEMO_IO_LOOP environment variable sets it too
-    #[arg(long = "io-loop", env = "MNEMO_IO_LOOP", value_parser = ["auto", "uring", "epoll"])]
+    /// the workers' event loop: uring (the default: io_uring where the kernel allows it,
+    /// else epoll) or epoll; the MNEMO_IO_LOOP environment variable sets it too
+    #[arg(long = "io-loop", env = "MNEMO_IO_LOOP", value_parser = ["uring", "epoll"])]
     io_loop: Option<String>,
 }
 

@@ -5,15 +5,16 @@
 //!
 //! ```text
 //!              accept thread                       worker threads (-t, default 4)
-//!   listen ──> accept, -c check, TCP_NODELAY ──┬──> worker 0: mio loop, owns its conns ─┐
-//!   sockets    round robin via channel + waker ├──> worker 1: ...                        ├─> Store
+//!   listen ──> accept, -c check, TCP_NODELAY ──┬──> worker 0: io_uring loop (uring.rs) ──┐
+//!   sockets    round robin via channel + waker ├──> worker 1:   or mio/epoll (worker.rs) ├─> Store
 //!                                              └──> worker N-1                           │  (sharded,
 //!   maintenance thread: advances the clock once a second, reclaims expired segments ─────┘   lock per shard,
 //!                                                                                            never held
 //!                                                                                            across I/O)
 //! ```
 //!
-//! A connection never moves between workers; a request is parsed, executed and answered on
+//! Which loop a worker runs is chosen at start-up (`--io-loop`, README "Event loops"): io_uring
+//! by default, epoll where the kernel refuses io_uring or with -Z. A connection never moves between workers; a request is parsed, executed and answered on
 //! the worker that read it, and all replies of a batch leave in one write.
 
 pub mod auth;
