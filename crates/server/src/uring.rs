@@ -355,6 +355,12 @@ impl Worker {
 
     fn adopt(&mut self) {
         while let Ok(sock) = self.incoming.try_recv() {
+            if let Stream::Tls(_) = sock {
+                // Never sent here (Config::uring_wanted keeps -Z servers on epoll); were one
+                // to come, serving it would bypass TLS, so it is refused.
+                self.sh.curr_conns.fetch_sub(1, Relaxed);
+                continue;
+            }
             let i = match self.free.pop() {
                 Some(i) => i,
                 None => {
