@@ -152,6 +152,25 @@ impl RingStream {
 }
 
 impl io::Read for RingStream {
+    /// Fills every buffer in turn (the connection reads a large value and the input after
+    /// it in one call, and takes a short total to mean "nothing left").
+    fn read_vectored(&mut self, bufs: &mut [io::IoSliceMut<'_>]) -> io::Result<usize> {
+        let mut n = 0;
+        for b in bufs.iter_mut().filter(|b| !b.is_empty()) {
+            match self.read(b) {
+                Ok(k) => {
+                    n += k;
+                    if k < b.len() {
+                        break;
+                    }
+                }
+                Err(e) if n == 0 => return Err(e),
+                Err(_) => break,
+            }
+        }
+        Ok(n)
+    }
+
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         if let Some(e) = self.err {
             return Err(io::Error::from_raw_os_error(e));
