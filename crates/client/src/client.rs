@@ -5,7 +5,7 @@ use crate::codec::{check_key, retrieve_lines, Encoder, Reply, Request};
 use crate::compress::{Algorithm, Compression};
 use crate::conn::{Conn, ConnError};
 use crate::error::{Error, Result};
-use crate::ketama::{Ketama, ServerSpec};
+use crate::ketama::{hashed_part, md5x4, Ketama, ServerSpec};
 use crate::node::Node;
 use crate::serde::{FlagProfile, FlagSerde, Serde, ValueCodec};
 use std::cell::Cell;
@@ -294,29 +294,37 @@ impl Client {
         }
     }
 
-    /// Routing for one multi-key call: liveness is read once, not per key (each check is a
-    /// clock read and a lock); keys are checked.
-    fn router(&self) -> impl Fn(&[u8]) -> Result<usize> + '_ {
+    /// Which servers take keys now, read once per multi-key call (each check is a clock read
+    /// and a lock).
+    fn live_now(&self) -> Vec<bool> {
         let now = Instant::now();
-        let live: Vec<bool> = self.inner.nodes.iter().map(|n| n.is_live(now)).collect();
-        move |k| {
-            check(k)?;
-            self.inner
-                .ring
-                .route_live(k, self.inner.cfg.hash_tags, |i| live[i])
-                .ok_or(Error::NoServers)
-        }
+        self.inner.nodes.iter().map(|n| n.is_live(now)).collect()
     }
 
     /// Group the positions of `keys` by the server that owns each key; keys are checked first.
+    /// The keys are hashed four at a time ([`crate::ketama::md5x4`]).
     pub(crate) fn group_indices<K: AsRef<[u8]>>(
         &self,
         keys: &[K],
     ) -> Result<Vec<(usize, Vec<usize>)>> {
-        let route = self.router();
+        let ring = &self.inner.ring;
+        let live = self.live_now();
+        let mut hashes = Vec::new();
+        if ring.hashes_keys() {
+            let tags = self.inner.cfg.hash_tags;
+            md5x4::key_hashes(
+                keys.iter().map(|k| hashed_part(k.as_ref(), tags)),
+                &mut hashes,
+            );
+        }
         let mut groups: Vec<Vec<usize>> = (0..self.inner.nodes.len()).map(|_| Vec::new()).collect();
         for (i, k) in keys.iter().enumerate() {
-            groups[route(k.as_ref())?].push(i);
+            check(k.as_ref())?;
+            let hash = hashes.get(i).copied().unwrap_or(0);
+            let n = ring
+                .route_hash_live(hash, |s| live[s])
+                .ok_or(Error::NoServers)?;
+            groups[n].push(i);
         }
         Ok(groups
             .into_iter()
@@ -331,15 +339,16 @@ impl Client {
         items: impl IntoIterator<Item = T>,
         key: impl Fn(&T) -> &[u8],
     ) -> Result<Vec<(usize, Vec<T>)>> {
-        let route = self.router();
-        let mut groups: Vec<Vec<T>> = (0..self.inner.nodes.len()).map(|_| Vec::new()).collect();
-        for it in items {
-            groups[route(key(&it))?].push(it);
-        }
-        Ok(groups
+        let mut items: Vec<Option<T>> = items.into_iter().map(Some).collect();
+        let keys: Vec<&[u8]> = items.iter().flatten().map(&key).collect();
+        let by_index = self.group_indices(&keys)?;
+        drop(keys);
+        Ok(by_index
             .into_iter()
-            .enumerate()
-            .filter(|(_, g)| !g.is_empty())
+            .map(|(n, idx)| {
+                let group = idx.into_iter().filter_map(|i| items[i].take()).collect();
+                (n, group)
+            })
             .collect())
     }
 }
