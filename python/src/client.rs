@@ -5,7 +5,7 @@
 
 use crate::values::{
     boolean, cas_token, counter, filter_part_class, from_value, keys_of, none, stat_value, to_key,
-    to_raw, to_servers, to_value, Found, OwnedValue,
+    to_raw, to_servers, to_value, OwnedValue,
 };
 use crate::{errors, new_state, spawn_asyncio, Convert, State};
 use mnemo_client::{
@@ -260,6 +260,8 @@ impl Client {
                 skip_compressed_formats: true,
             },
             max_inflated: Config::DEFAULT_MAX_INFLATED,
+            // Set per face by new_state.
+            blocking_io: false,
         };
         let state = new_state(&servers, &cfg, asyncio).map_err(|e| errors::to_py(py, e))?;
         let protocol = match pickle_protocol {
@@ -380,9 +382,10 @@ impl Client {
             py,
             // Decoded (decompressed) here, without the GIL, in the order asked.
             move |c| async move {
-                let mut found = miss_on_error(ignore, c.get_multi_raw(&raw).await)?;
-                raw.iter()
-                    .map(|k| found.remove(k).map(|item| c.decode(item)).transpose())
+                let found = miss_on_error(ignore, c.get_multi_ordered_raw(&raw.slices()).await)?;
+                found
+                    .into_iter()
+                    .map(|item| item.map(|item| c.decode(item)).transpose())
                     .collect::<mnemo_client::Result<Vec<Option<Value>>>>()
             },
             Box::new(move |py, values: Vec<Option<Value>>| {
@@ -404,13 +407,22 @@ impl Client {
         self.run(
             py,
             move |c| async move {
-                let found = miss_on_error(ignore, c.gets_multi(&raw).await)?;
-                Ok((raw, found))
+                let found = miss_on_error(ignore, c.gets_multi_ordered_raw(&raw.slices()).await)?;
+                found
+                    .into_iter()
+                    .map(|item| {
+                        item.map(|item| {
+                            let cas = item.cas.unwrap_or(0);
+                            c.decode(item).map(|v| (v, cas))
+                        })
+                        .transpose()
+                    })
+                    .collect::<mnemo_client::Result<Vec<Option<(Value, u64)>>>>()
             },
-            Box::new(move |py, (raw, mut found): Found<(Value, u64)>| {
+            Box::new(move |py, values: Vec<Option<(Value, u64)>>| {
                 let d = PyDict::new(py);
-                for (k, o) in raw.iter().zip(orig) {
-                    if let Some((v, cas)) = found.remove(k) {
+                for (v, o) in values.into_iter().zip(orig) {
+                    if let Some((v, cas)) = v {
                         let t = PyTuple::new(
                             py,
                             [
@@ -634,7 +646,7 @@ impl Client {
         let (raw, _) = keys_of(&self.key_prefix, keys)?;
         self.run(
             py,
-            move |c| async move { c.delete_multi(&raw).await },
+            move |c| async move { c.delete_multi(&raw.slices()).await },
             Box::new(|py, _| boolean(py, true)),
         )
     }
@@ -748,7 +760,7 @@ impl Client {
         let (raw, _) = keys_of(&self.key_prefix, keys)?;
         self.run(
             py,
-            move |c| async move { c.fget(&filter, &args, &raw).await },
+            move |c| async move { c.fget(&filter, &args, &raw.slices()).await },
             Box::new(move |py, parts: Vec<mnemo_client::FilterPart>| {
                 if let Some(m) = merge {
                     let cls = filter_part_class(py)?;

@@ -91,7 +91,13 @@ pub(crate) fn new_state(
     cfg: &Config,
     asyncio: bool,
 ) -> mnemo_client::Result<State> {
-    let client = mnemo_client::Client::new(servers.to_vec(), cfg.clone())?;
+    // The sync face owns its thread: its sockets wait in the kernel (one system call less per
+    // request); the asyncio face shares one runtime thread, which must never block.
+    let cfg = Config {
+        blocking_io: !asyncio,
+        ..cfg.clone()
+    };
+    let client = mnemo_client::Client::new(servers.to_vec(), cfg)?;
     let rt = if asyncio {
         None
     } else {

@@ -11,7 +11,6 @@ use mnemo_client::{ServerSpec, Value, ValueRef};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyInt, PyString, PyTuple};
-use std::collections::HashMap;
 
 /// A value converted while the GIL is held, owned so the I/O can run without it.
 pub(crate) enum OwnedValue {
@@ -92,20 +91,25 @@ pub(crate) fn from_value(py: Python<'_>, v: Value) -> PyResult<Py<PyAny>> {
 /// A key: `str` (as UTF-8) or `bytes`, after `prefix` (the client's key_prefix). Validity
 /// (length, spaces, control characters) is checked by the Rust client.
 pub(crate) fn to_key(prefix: &[u8], obj: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
-    let raw = if let Ok(s) = obj.cast::<PyString>() {
-        s.to_str()?.as_bytes()
-    } else if let Ok(b) = obj.cast::<PyBytes>() {
-        b.as_bytes()
-    } else {
-        return Err(errors::illegal(
-            obj.py(),
-            format!("a key is str or bytes, not {}", obj.get_type().name()?),
-        ));
-    };
+    let raw = key_bytes(obj)?;
     let mut key = Vec::with_capacity(prefix.len() + raw.len());
     key.extend_from_slice(prefix);
     key.extend_from_slice(raw);
     Ok(key)
+}
+
+/// A key's own bytes: a `str` as UTF-8 or a `bytes`.
+fn key_bytes<'a>(obj: &'a Bound<'_, PyAny>) -> PyResult<&'a [u8]> {
+    if let Ok(s) = obj.cast::<PyString>() {
+        Ok(s.to_str()?.as_bytes())
+    } else if let Ok(b) = obj.cast::<PyBytes>() {
+        Ok(b.as_bytes())
+    } else {
+        Err(errors::illegal(
+            obj.py(),
+            format!("a key is str or bytes, not {}", obj.get_type().name()?),
+        ))
+    }
 }
 
 /// `"host:port[:weight]"` (several separated by commas), `(host, port[, weight])`, or a list of
@@ -174,18 +178,44 @@ pub(crate) fn cas_token(obj: &Bound<'_, PyAny>) -> PyResult<u64> {
     obj.extract::<u64>()
 }
 
-/// Keys as bytes for the wire, and the caller's own objects for the result.
-pub(crate) type Keys = (Vec<Vec<u8>>, Vec<Py<PyAny>>);
+/// Many keys for the wire in one buffer: one allocation for a 100-key get_many, not 100.
+#[derive(Default)]
+pub(crate) struct KeyBuf {
+    bytes: Vec<u8>,
+    /// Where each key ends in `bytes`.
+    ends: Vec<usize>,
+}
 
-/// The keys asked for and what was found of them.
-pub(crate) type Found<V> = (Vec<Vec<u8>>, HashMap<Vec<u8>, V>);
+impl KeyBuf {
+    fn push(&mut self, prefix: &[u8], key: &[u8]) {
+        self.bytes.extend_from_slice(prefix);
+        self.bytes.extend_from_slice(key);
+        self.ends.push(self.bytes.len());
+    }
+
+    /// The keys as slices, in the order given.
+    pub fn slices(&self) -> Vec<&[u8]> {
+        let mut start = 0;
+        self.ends
+            .iter()
+            .map(|&end| {
+                let k = &self.bytes[start..end];
+                start = end;
+                k
+            })
+            .collect()
+    }
+}
+
+/// Keys as bytes for the wire, and the caller's own objects for the result.
+pub(crate) type Keys = (KeyBuf, Vec<Py<PyAny>>);
 
 pub(crate) fn keys_of(prefix: &[u8], keys: &Bound<'_, PyAny>) -> PyResult<Keys> {
-    let mut raw = Vec::new();
+    let mut raw = KeyBuf::default();
     let mut orig = Vec::new();
     for k in keys.try_iter()? {
         let k = k?;
-        raw.push(to_key(prefix, &k)?);
+        raw.push(prefix, key_bytes(&k)?);
         orig.push(k.unbind());
     }
     Ok((raw, orig))

@@ -34,13 +34,26 @@ macro_rules! forward {
 }
 
 impl Client {
+    /// A client whose sockets block in the kernel ([`Config::blocking_io`] is set).
     pub fn new(servers: Vec<ServerSpec>, cfg: Config) -> Result<Client> {
-        Client::wrap(crate::Client::new(servers, cfg)?)
+        Client::wrap(crate::Client::new(
+            servers,
+            Config {
+                blocking_io: true,
+                ..cfg
+            },
+        )?)
     }
 
     /// `host:port[:weight],...`
     pub fn from_list(list: &str, cfg: Config) -> Result<Client> {
-        Client::wrap(crate::Client::from_list(list, cfg)?)
+        Client::wrap(crate::Client::from_list(
+            list,
+            Config {
+                blocking_io: true,
+                ..cfg
+            },
+        )?)
     }
 
     /// Drive an existing async client (it shares its pools with the one given).

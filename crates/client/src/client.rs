@@ -5,9 +5,10 @@ use crate::codec::{check_key, retrieve_lines, Encoder, Reply, Request};
 use crate::compress::{Algorithm, Compression};
 use crate::conn::{Conn, ConnError};
 use crate::error::{Error, Result};
-use crate::ketama::{Ketama, ServerSpec};
+use crate::ketama::{hashed_part, md5x4, Ketama, ServerSpec};
 use crate::node::Node;
 use crate::serde::{FlagProfile, FlagSerde, Serde, ValueCodec};
+use std::cell::Cell;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
@@ -38,6 +39,12 @@ pub struct Config {
     pub compression: Compression,
     /// Largest value a decompression may produce (a guard against compression bombs).
     pub max_inflated: usize,
+    /// Drive sockets with blocking system calls instead of the tokio reactor: for callers that
+    /// own their thread and drive the client with `block_on` ([`crate::blocking::Client`],
+    /// Python's sync client). One system call less per request; `io_timeout` then bounds each
+    /// read and write (the socket's timeouts), not the whole exchange. Must stay off for a client
+    /// used from async tasks: it would block the runtime's thread.
+    pub blocking_io: bool,
 }
 
 impl Config {
@@ -76,6 +83,7 @@ impl Default for Config {
             profile: FlagProfile::Mnemo,
             compression: Compression::default(),
             max_inflated: Self::DEFAULT_MAX_INFLATED,
+            blocking_io: false,
         }
     }
 }
@@ -212,7 +220,13 @@ impl Client {
             let reused = pooled.is_some();
             let mut conn = match pooled {
                 Some(c) => c,
-                None => match Conn::connect(&n.addr, cfg.connect_timeout).await {
+                None => match Conn::connect(
+                    &n.addr,
+                    cfg.connect_timeout,
+                    cfg.blocking_io.then_some(timeout),
+                )
+                .await
+                {
                     Ok(c) => c,
                     Err(e) => {
                         n.record_failure(cfg);
@@ -220,7 +234,12 @@ impl Client {
                     }
                 },
             };
-            match tokio::time::timeout(timeout, conn.exchange(&enc, &expects)).await {
+            let outcome = if conn.is_blocking() {
+                Ok(conn.exchange(&enc, &expects, timeout).await)
+            } else {
+                tokio::time::timeout(timeout, conn.exchange(&enc, &expects, timeout)).await
+            };
+            match outcome {
                 Ok(Ok(replies)) => {
                     n.record_success();
                     if !conn.has_leftover() {
@@ -245,7 +264,7 @@ impl Client {
                         source: e,
                     });
                 }
-                Err(_) => {
+                Err(_) | Ok(Err(ConnError::Timeout)) => {
                     n.record_failure(cfg);
                     return Err(Error::Timeout {
                         server: n.addr.clone(),
@@ -275,21 +294,61 @@ impl Client {
         }
     }
 
+    /// Which servers take keys now, read once per multi-key call (each check is a clock read
+    /// and a lock).
+    fn live_now(&self) -> Vec<bool> {
+        let now = Instant::now();
+        self.inner.nodes.iter().map(|n| n.is_live(now)).collect()
+    }
+
+    /// Group the positions of `keys` by the server that owns each key; keys are checked first.
+    /// The keys are hashed four at a time ([`crate::ketama::md5x4`]).
+    pub(crate) fn group_indices<K: AsRef<[u8]>>(
+        &self,
+        keys: &[K],
+    ) -> Result<Vec<(usize, Vec<usize>)>> {
+        let ring = &self.inner.ring;
+        let live = self.live_now();
+        let mut hashes = Vec::new();
+        if ring.hashes_keys() {
+            let tags = self.inner.cfg.hash_tags;
+            md5x4::key_hashes(
+                keys.iter().map(|k| hashed_part(k.as_ref(), tags)),
+                &mut hashes,
+            );
+        }
+        let mut groups: Vec<Vec<usize>> = (0..self.inner.nodes.len()).map(|_| Vec::new()).collect();
+        for (i, k) in keys.iter().enumerate() {
+            check(k.as_ref())?;
+            let hash = hashes.get(i).copied().unwrap_or(0);
+            let n = ring
+                .route_hash_live(hash, |s| live[s])
+                .ok_or(Error::NoServers)?;
+            groups[n].push(i);
+        }
+        Ok(groups
+            .into_iter()
+            .enumerate()
+            .filter(|(_, g)| !g.is_empty())
+            .collect())
+    }
+
     /// Group items by the server that owns each key; keys are checked first.
     pub(crate) fn group<T>(
         &self,
         items: impl IntoIterator<Item = T>,
         key: impl Fn(&T) -> &[u8],
     ) -> Result<Vec<(usize, Vec<T>)>> {
-        let mut groups: Vec<Vec<T>> = (0..self.inner.nodes.len()).map(|_| Vec::new()).collect();
-        for it in items {
-            let n = self.route_index(key(&it))?;
-            groups[n].push(it);
-        }
-        Ok(groups
+        let mut items: Vec<Option<T>> = items.into_iter().map(Some).collect();
+        let keys: Vec<&[u8]> = items.iter().flatten().map(&key).collect();
+        let by_index = self.group_indices(&keys)?;
+        drop(keys);
+        Ok(by_index
             .into_iter()
-            .enumerate()
-            .filter(|(_, g)| !g.is_empty())
+            .map(|(n, idx)| {
+                let group = idx.into_iter().filter_map(|i| items[i].take()).collect();
+                (n, group)
+            })
             .collect())
     }
 }
@@ -312,13 +371,43 @@ fn is_stale(e: &io::Error) -> bool {
     )
 }
 
+thread_local! {
+    /// join_all calls being polled on this thread (nested ones count).
+    static FAN_OUT: Cell<usize> = const { Cell::new(0) };
+    /// A future inside join_all passed [`fan_out_barrier`] and wants polling again at once.
+    static REPOLL: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Inside a [`join_all`] of several futures: pending once, so every sibling gets to this point
+/// (its request written) before any goes on (waits in a blocking read); join_all polls again at
+/// once, without the runtime. Elsewhere: ready at once.
+pub(crate) async fn fan_out_barrier() {
+    if FAN_OUT.get() == 0 {
+        return;
+    }
+    let mut first = true;
+    std::future::poll_fn(|_| {
+        if std::mem::take(&mut first) {
+            REPOLL.set(true);
+            Poll::Pending
+        } else {
+            Poll::Ready(())
+        }
+    })
+    .await
+}
+
 /// Run futures concurrently in the calling task, outputs in input order (fan-out without
 /// spawning, so the futures may borrow).
 pub(crate) async fn join_all<F: Future>(futs: impl IntoIterator<Item = F>) -> Vec<F::Output> {
     let mut futs: Vec<Pin<Box<F>>> = futs.into_iter().map(Box::pin).collect();
     let mut outs: Vec<Option<F::Output>> = futs.iter().map(|_| None).collect();
-    std::future::poll_fn(|cx| {
+    let many = futs.len() > 1;
+    std::future::poll_fn(|cx| loop {
         let mut pending = false;
+        if many {
+            FAN_OUT.set(FAN_OUT.get() + 1);
+        }
         for (f, o) in futs.iter_mut().zip(outs.iter_mut()) {
             if o.is_none() {
                 match f.as_mut().poll(cx) {
@@ -327,10 +416,16 @@ pub(crate) async fn join_all<F: Future>(futs: impl IntoIterator<Item = F>) -> Ve
                 }
             }
         }
-        if pending {
-            Poll::Pending
-        } else {
-            Poll::Ready(())
+        if many {
+            FAN_OUT.set(FAN_OUT.get() - 1);
+        }
+        // A future stopped at the barrier has registered no waker: poll again now.
+        if !REPOLL.replace(false) {
+            return if pending {
+                Poll::Pending
+            } else {
+                Poll::Ready(())
+            };
         }
     })
     .await;

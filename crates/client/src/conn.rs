@@ -1,7 +1,8 @@
 //! One TCP connection to one server: TCP_NODELAY, every batch of requests written with one
 //! vectored write (seed 002: a request split over two writes stalls on Nagle and delayed ACK),
 //! replies read concurrently with the write so a long pipeline cannot deadlock on full socket
-//! buffers, and a read buffer reused across requests.
+//! buffers, and a read buffer reused across requests. The socket is driven by tokio or, for the
+//! blocking facades, by blocking system calls (conn/blocking.rs).
 
 use crate::codec::CodecError;
 use crate::codec::{Decoded, Encoder, Expect, Reply, ReplyDecoder};
@@ -9,6 +10,8 @@ use std::io::{self, IoSlice};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+
+mod blocking;
 
 /// Read buffer kept between requests; larger ones (after a big value) are dropped.
 const KEEP_RBUF: usize = 1 << 20;
@@ -21,6 +24,8 @@ const MAX_IOV: usize = 512;
 pub(crate) enum ConnError {
     Io(io::Error),
     Codec(CodecError),
+    /// A blocking socket's read or write timed out.
+    Timeout,
 }
 
 impl From<io::Error> for ConnError {
@@ -30,7 +35,7 @@ impl From<io::Error> for ConnError {
 }
 
 pub(crate) struct Conn {
-    stream: TcpStream,
+    sock: Sock,
     rbuf: Vec<u8>,
     /// Bytes of `rbuf` before this are consumed.
     start: usize,
@@ -39,19 +44,57 @@ pub(crate) struct Conn {
     pub reused: bool,
 }
 
+/// How the socket is driven.
+///
+/// ```text
+///   Async     writev ─> epoll_wait (runtime parks) ─> read       3 system calls a request
+///   Blocking  writev ─> recv (sleeps in the kernel until the reply) 2 system calls a request
+/// ```
+///
+/// The blocking facades (Python's sync client, [`crate::blocking::Client`]) own their thread,
+/// so they can wait in `recv` itself, as libmemcached does; a fan-out writes to every server
+/// before it waits on any (see [`crate::client::join_all`]).
+enum Sock {
+    Async(TcpStream),
+    /// A blocking socket whose timeouts are the kernel's (`SO_RCVTIMEO`, `SO_SNDTIMEO`); the
+    /// value is the timeout they are set to now.
+    Blocking(socket2::Socket, Duration),
+}
+
 impl Conn {
-    pub async fn connect(addr: &str, timeout: Duration) -> io::Result<Conn> {
-        let stream = match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
-            Ok(s) => s?,
-            Err(_) => return Err(io::Error::new(io::ErrorKind::TimedOut, "connect timed out")),
+    /// A connection; `blocking`: made as a blocking socket with this I/O timeout.
+    pub async fn connect(
+        addr: &str,
+        timeout: Duration,
+        blocking: Option<Duration>,
+    ) -> io::Result<Conn> {
+        let sock = match blocking {
+            Some(io_timeout) => {
+                Sock::Blocking(blocking::connect(addr, timeout, io_timeout)?, io_timeout)
+            }
+            None => {
+                let stream = match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
+                    Ok(s) => s?,
+                    Err(_) => {
+                        return Err(io::Error::new(io::ErrorKind::TimedOut, "connect timed out"))
+                    }
+                };
+                stream.set_nodelay(true)?;
+                Sock::Async(stream)
+            }
         };
-        stream.set_nodelay(true)?;
         Ok(Conn {
-            stream,
+            sock,
             rbuf: Vec::new(),
             start: 0,
             reused: false,
         })
+    }
+
+    /// Whether this connection waits in the kernel (the caller's timeout is then the socket's,
+    /// applied to each read and write, not a deadline over the whole exchange).
+    pub fn is_blocking(&self) -> bool {
+        matches!(self.sock, Sock::Blocking(..))
     }
 
     /// Write the encoded requests and read one reply per `expects` entry, in order. On error the
@@ -60,57 +103,48 @@ impl Conn {
         &mut self,
         enc: &Encoder<'_>,
         expects: &[Expect],
+        timeout: Duration,
     ) -> Result<Vec<Reply>, ConnError> {
         let slices = enc.io_slices();
-        let (mut r, mut w) = self.stream.split();
-        let write = async move {
-            write_all_vectored(&mut w, &slices).await?;
-            Ok::<(), ConnError>(())
-        };
-        let rbuf = &mut self.rbuf;
-        let start = &mut self.start;
-        let read = async move {
-            let mut replies = Vec::with_capacity(expects.len());
-            let mut dec = ReplyDecoder::new(Expect::Ok);
-            for &e in expects {
-                dec.reset(e);
-                loop {
-                    match dec.decode(&rbuf[*start..]).map_err(ConnError::Codec)? {
-                        Decoded::Done(reply, used) => {
-                            *start += used;
-                            replies.push(reply);
-                            break;
+        let mut replies = Replies::new(expects.len());
+        match &mut self.sock {
+            Sock::Async(stream) => {
+                let (mut r, mut w) = stream.split();
+                let write = async move {
+                    write_all_vectored(&mut w, &slices).await?;
+                    Ok::<(), ConnError>(())
+                };
+                let rbuf = &mut self.rbuf;
+                let start = &mut self.start;
+                let replies = &mut replies;
+                let read = async move {
+                    while let Some(want) = replies.advance(expects, rbuf, start)? {
+                        rbuf.reserve(want - rbuf.len());
+                        if r.read_buf(rbuf).await? == 0 {
+                            return Err(closed());
                         }
-                        Decoded::Incomplete(need) => {
-                            if *start == rbuf.len() {
-                                rbuf.clear();
-                                *start = 0;
-                            } else if *start > 0 && need > rbuf.capacity() - *start {
-                                rbuf.drain(..*start);
-                                *start = 0;
-                            }
-                            // Room for what the decoder needs, but grown at most by doubling
-                            // per read: a declared length is the server's word, so memory
-                            // follows the bytes that actually arrive (a server that declares
-                            // 1 GiB and sends 10 bytes costs 64 KiB, not 1 GiB).
-                            let cap = rbuf.capacity().max(READ_CHUNK);
-                            let want = (*start + need)
-                                .min(rbuf.len() + cap)
-                                .max(rbuf.len() + READ_CHUNK);
-                            rbuf.reserve(want - rbuf.len());
-                            if r.read_buf(rbuf).await? == 0 {
-                                return Err(ConnError::Io(io::Error::new(
-                                    io::ErrorKind::UnexpectedEof,
-                                    "server closed the connection",
-                                )));
-                            }
-                        }
+                    }
+                    Ok::<_, ConnError>(())
+                };
+                tokio::try_join!(write, read)?;
+            }
+            Sock::Blocking(sock, set_to) => {
+                if *set_to != timeout {
+                    sock.set_read_timeout(Some(timeout))?;
+                    sock.set_write_timeout(Some(timeout))?;
+                    *set_to = timeout;
+                }
+                blocking::send(sock, &slices, &mut self.rbuf, timeout)?;
+                // In a fan-out, the other servers' requests go out before this one's replies
+                // are waited for.
+                crate::client::fan_out_barrier().await;
+                while let Some(want) = replies.advance(expects, &mut self.rbuf, &mut self.start)? {
+                    if blocking::recv(sock, &mut self.rbuf, want)? == 0 {
+                        return Err(closed());
                     }
                 }
             }
-            Ok::<_, ConnError>(replies)
-        };
-        let ((), replies) = tokio::try_join!(write, read)?;
+        }
         if self.start == self.rbuf.len() {
             self.rbuf.clear();
             self.start = 0;
@@ -119,12 +153,79 @@ impl Conn {
             }
         }
         self.reused = true;
-        Ok(replies)
+        Ok(replies.done)
     }
 
     /// Whether bytes arrived that no request asked for (the stream is out of step).
     pub fn has_leftover(&self) -> bool {
         self.start != self.rbuf.len()
+    }
+}
+
+fn closed() -> ConnError {
+    ConnError::Io(io::Error::new(
+        io::ErrorKind::UnexpectedEof,
+        "server closed the connection",
+    ))
+}
+
+/// The replies decoded so far; I/O-free, shared by both ways of driving the socket.
+struct Replies {
+    done: Vec<Reply>,
+    dec: ReplyDecoder,
+    /// The decoder has yet to start on the next reply.
+    fresh: bool,
+}
+
+impl Replies {
+    fn new(n: usize) -> Replies {
+        Replies {
+            done: Vec::with_capacity(n),
+            dec: ReplyDecoder::new(Expect::Ok),
+            fresh: true,
+        }
+    }
+
+    /// Decode what `rbuf` holds. `None`: every reply is in; `Some(len)`: read more, with room
+    /// in `rbuf` up to `len` (the buffer is compacted first when that helps).
+    fn advance(
+        &mut self,
+        expects: &[Expect],
+        rbuf: &mut Vec<u8>,
+        start: &mut usize,
+    ) -> Result<Option<usize>, ConnError> {
+        while self.done.len() < expects.len() {
+            if self.fresh {
+                self.dec.reset(expects[self.done.len()]);
+                self.fresh = false;
+            }
+            match self.dec.decode(&rbuf[*start..]).map_err(ConnError::Codec)? {
+                Decoded::Done(reply, used) => {
+                    *start += used;
+                    self.done.push(reply);
+                    self.fresh = true;
+                }
+                Decoded::Incomplete(need) => {
+                    if *start == rbuf.len() {
+                        rbuf.clear();
+                        *start = 0;
+                    } else if *start > 0 && need > rbuf.capacity() - *start {
+                        rbuf.drain(..*start);
+                        *start = 0;
+                    }
+                    // Room for what the decoder needs, but grown at most by doubling per
+                    // read: a declared length is the server's word, so memory follows the
+                    // bytes that actually arrive (a server that declares 1 GiB and sends 10
+                    // bytes costs 64 KiB, not 1 GiB).
+                    let cap = rbuf.capacity().max(READ_CHUNK);
+                    let want = (*start + need)
+                        .min(rbuf.len() + cap)
+                        .max(rbuf.len() + READ_CHUNK);
+                    return Ok(Some(want));
+                }
+            }
+        }
+        Ok(None)
     }
 }
 

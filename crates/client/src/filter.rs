@@ -163,7 +163,11 @@ mod tests {
             let parts: Vec<Vec<Record>> = (0..3)
                 .map(|_| {
                     (0..next(90))
-                        .map(|_| Record { user: next(3), article: next(3), ts: next(10) })
+                        .map(|_| Record {
+                            user: next(3),
+                            article: next(3),
+                            ts: next(10),
+                        })
                         .collect()
                 })
                 .collect();
@@ -175,7 +179,11 @@ mod tests {
                 bytes.extend(std::iter::repeat_n(7, next(24) as usize)); // ignored tail
                 part(bytes)
             });
-            assert_eq!(top_k(k)(encoded.collect()), records::encode_all(&all), "k={k}");
+            assert_eq!(
+                top_k(k)(encoded.collect()),
+                records::encode_all(&all),
+                "k={k}"
+            );
         }
     }
 

@@ -17,6 +17,8 @@
 //! few keys between live servers.)
 
 use md5::{Digest, Md5};
+
+pub mod md5x4;
 use std::fmt;
 
 /// libmemcached's `MEMCACHED_POINTS_PER_SERVER_KETAMA`.
@@ -252,6 +254,24 @@ impl Ketama {
         self.server_for_hash(key_hash(hashed_part(key, hash_tags)))
     }
 
+    /// Whether routing needs key hashes at all (not with one server).
+    pub fn hashes_keys(&self) -> bool {
+        self.servers > 1 && !self.points.is_empty()
+    }
+
+    /// [`Ketama::route_live`] for a key whose hash is known ([`key_hash`] of its hashed part;
+    /// see [`md5x4::key_hashes`] for many at once).
+    pub fn route_hash_live(&self, hash: u32, live: impl Fn(usize) -> bool) -> Option<usize> {
+        if !self.hashes_keys() {
+            return (self.servers == 1 && live(0)).then_some(0);
+        }
+        let start = self.first_point(hash);
+        let n = self.points.len();
+        (0..n)
+            .map(|i| self.points[(start + i) % n].server as usize)
+            .find(|&s| live(s))
+    }
+
     /// The first server at or after the key's point that `live` accepts.
     pub fn route_live(
         &self,
@@ -259,14 +279,12 @@ impl Ketama {
         hash_tags: bool,
         live: impl Fn(usize) -> bool,
     ) -> Option<usize> {
-        if self.servers <= 1 || self.points.is_empty() {
-            return (self.servers == 1 && live(0)).then_some(0);
-        }
-        let start = self.first_point(key_hash(hashed_part(key, hash_tags)));
-        let n = self.points.len();
-        (0..n)
-            .map(|i| self.points[(start + i) % n].server as usize)
-            .find(|&s| live(s))
+        let hash = if self.hashes_keys() {
+            key_hash(hashed_part(key, hash_tags))
+        } else {
+            0
+        };
+        self.route_hash_live(hash, live)
     }
 }
 

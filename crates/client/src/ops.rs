@@ -157,10 +157,41 @@ impl Client {
         cmd: RetrieveCmd,
         keys: &[K],
     ) -> Result<HashMap<Vec<u8>, Item>> {
-        let groups = self.group(keys.iter().map(|k| k.as_ref()), |k| k)?;
-        let results = join_all(groups.iter().map(|(n, ks)| async move {
+        let found = self.retrieve_ordered(cmd, keys).await?;
+        Ok(keys
+            .iter()
+            .zip(found)
+            .filter_map(|(k, i)| Some((k.as_ref().to_vec(), i?)))
+            .collect())
+    }
+
+    /// get_multi_raw as a list: one entry per key asked, in the order asked (`None`: a miss,
+    /// or its server failed), without hashing or copying a key.
+    pub async fn get_multi_ordered_raw<K: AsRef<[u8]>>(
+        &self,
+        keys: &[K],
+    ) -> Result<Vec<Option<Item>>> {
+        self.retrieve_ordered(RetrieveCmd::Get, keys).await
+    }
+
+    /// gets_multi as a list, in the order asked.
+    pub async fn gets_multi_ordered_raw<K: AsRef<[u8]>>(
+        &self,
+        keys: &[K],
+    ) -> Result<Vec<Option<Item>>> {
+        self.retrieve_ordered(RetrieveCmd::Gets, keys).await
+    }
+
+    async fn retrieve_ordered<K: AsRef<[u8]>>(
+        &self,
+        cmd: RetrieveCmd,
+        keys: &[K],
+    ) -> Result<Vec<Option<Item>>> {
+        let groups = self.group_indices(keys)?;
+        let results = join_all(groups.iter().map(|(n, idx)| async move {
+            let ks: Vec<&[u8]> = idx.iter().map(|&i| keys[i].as_ref()).collect();
             let replies = self
-                .exchange(*n, &[Request::Retrieve { cmd, keys: ks }])
+                .exchange(*n, &[Request::Retrieve { cmd, keys: &ks }])
                 .await?;
             let mut out = Vec::new();
             for r in replies {
@@ -172,16 +203,14 @@ impl Client {
             Ok::<_, Error>(out)
         }))
         .await;
-        let mut map = HashMap::with_capacity(keys.len());
+        let mut found: Vec<Option<Item>> = (0..keys.len()).map(|_| None).collect();
         let mut first_err = None;
         let mut any_ok = groups.is_empty();
-        for r in results {
+        for ((_, idx), r) in groups.iter().zip(results) {
             match r {
                 Ok(entries) => {
                     any_ok = true;
-                    for e in entries {
-                        map.insert(e.key.clone(), Item::from(e));
-                    }
+                    place(&mut found, keys, idx, entries);
                 }
                 Err(e) => {
                     first_err.get_or_insert(e);
@@ -190,7 +219,7 @@ impl Client {
         }
         match (any_ok, first_err) {
             (false, Some(e)) => Err(e),
-            _ => Ok(map),
+            _ => Ok(found),
         }
     }
 
@@ -488,5 +517,96 @@ impl Client {
             Reply::NotFound => Ok(false),
             r => Err(self.unexpected(n, r)),
         }
+    }
+}
+
+/// Put one server's values where their keys were asked. memcached answers a multi-key get with
+/// its hits in the order requested, so one forward walk over the server's keys (`idx`, indices
+/// into `keys`) matches them; a server (or proxy) that answers out of order is matched through
+/// a map built on its first surprise. A value for a key nobody asked is dropped.
+fn place<K: AsRef<[u8]>>(
+    found: &mut [Option<Item>],
+    keys: &[K],
+    idx: &[usize],
+    entries: Vec<Entry>,
+) {
+    let mut j = 0;
+    let mut by_key: Option<HashMap<&[u8], usize>> = None;
+    for e in entries {
+        while j < idx.len() && keys[idx[j]].as_ref() != e.key.as_slice() {
+            j += 1;
+        }
+        if j < idx.len() && by_key.is_none() {
+            found[idx[j]] = Some(Item::from(e));
+            j += 1;
+            continue;
+        }
+        let map =
+            by_key.get_or_insert_with(|| idx.iter().map(|&i| (keys[i].as_ref(), i)).collect());
+        if let Some(&i) = map.get(e.key.as_slice()) {
+            found[i] = Some(Item::from(e));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(key: &str, data: &str) -> Entry {
+        Entry {
+            key: key.into(),
+            flags: 0,
+            cas: None,
+            data: data.into(),
+        }
+    }
+
+    fn data(found: &[Option<Item>]) -> Vec<Option<&str>> {
+        found
+            .iter()
+            .map(|i| i.as_ref().map(|i| std::str::from_utf8(&i.data).unwrap()))
+            .collect()
+    }
+
+    #[test]
+    fn values_in_request_order_land_on_their_keys() {
+        let keys = ["a", "b", "c", "d", "e"];
+        let mut found = vec![None; 5];
+        // This server was asked b, c and e; c missed.
+        place(
+            &mut found,
+            &keys,
+            &[1, 2, 4],
+            vec![entry("b", "1"), entry("e", "2")],
+        );
+        assert_eq!(data(&found), [None, Some("1"), None, None, Some("2")]);
+    }
+
+    #[test]
+    fn out_of_order_and_unasked_values() {
+        let keys = ["a", "b", "c"];
+        let mut found = vec![None; 3];
+        let got = vec![
+            entry("c", "3"),
+            entry("x", "?"),
+            entry("a", "1"),
+            entry("b", "2"),
+        ];
+        place(&mut found, &keys, &[0, 1, 2], got);
+        assert_eq!(data(&found), [Some("1"), Some("2"), Some("3")]);
+    }
+
+    #[test]
+    fn a_key_asked_twice_is_answered_twice() {
+        let keys = ["a", "a", "b"];
+        let mut found = vec![None; 3];
+        place(
+            &mut found,
+            &keys,
+            &[0, 1, 2],
+            vec![entry("a", "1"), entry("a", "1"), entry("b", "2")],
+        );
+        assert_eq!(data(&found), [Some("1"), Some("1"), Some("2")]);
     }
 }

@@ -326,7 +326,9 @@ mod tests {
     #[test]
     fn caller_made_pickles_are_stored_with_flag_1() {
         let c = codec(FlagProfile::Mnemo, Compression::default());
-        let (d, f) = c.encode(ValueRef::Pickled(b"\x80\x04K\x01."), None).unwrap();
+        let (d, f) = c
+            .encode(ValueRef::Pickled(b"\x80\x04K\x01."), None)
+            .unwrap();
         assert_eq!((&d[..], f), (&b"\x80\x04K\x01."[..], FLAG_PICKLE));
         let big = vec![b'p'; 4096];
         let (d, f) = c.encode(ValueRef::Pickled(&big), None).unwrap();

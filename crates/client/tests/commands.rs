@@ -365,3 +365,39 @@ fn async_client_many_tasks_share_the_pool() {
         assert_eq!(v, StoreOutcome::NotStored);
     });
 }
+
+/// A pipeline far larger than the socket buffers whose replies are larger still: the server
+/// stops reading while its replies wait to be read, so a client that wrote everything before
+/// reading anything would stall until its timeout. Both ways of driving sockets (blocking and
+/// tokio) must read while they write.
+#[test]
+fn a_long_pipeline_with_large_replies_cannot_deadlock() {
+    let srv = Server::mnemod(&["-m", "256"]);
+    let cfg = Config {
+        io_timeout: Duration::from_secs(20),
+        ..Config::default()
+    };
+    let c = client(&[&srv], cfg.clone());
+    assert!(c.async_client().config().blocking_io);
+    // 250-byte keys, 2 KB values: ~5 MB of requests, ~45 MB of replies.
+    let keys: Vec<String> = (0..20_000).map(|i| format!("{i:0>250}")).collect();
+    let value = "v".repeat(2048);
+    let items: Vec<(&str, &str)> = keys.iter().map(|k| (k.as_str(), value.as_str())).collect();
+    assert!(c
+        .set_multi(&items, &SetOptions::default())
+        .unwrap()
+        .iter()
+        .all(|o| *o == StoreOutcome::Stored));
+    let got = c.get_multi(&keys).unwrap();
+    assert_eq!(got.len(), keys.len());
+    assert!(got.values().all(|v| *v == Value::Text(value.clone())));
+
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let a = Client::new(vec![spec(&srv)], cfg).unwrap();
+    assert!(!a.config().blocking_io);
+    let got = rt.block_on(a.get_multi(&keys)).unwrap();
+    assert_eq!(got.len(), keys.len());
+}

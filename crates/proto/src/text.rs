@@ -421,6 +421,76 @@ fn get_family<'a>(cmd: &'a [u8], line: &'a [u8], after: usize) -> Parsed<'a> {
     req(Request::Get { keys, cas, touch }, after)
 }
 
+/// A storage command's line, checked: what its data block is for and where it starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoreHead<'a> {
+    pub kind: StoreKind,
+    pub key: &'a [u8],
+    pub flags: u32,
+    pub exptime: i32,
+    /// The compared CAS of `cas` (0 for the others).
+    pub cas: u64,
+    pub noreply: bool,
+    /// Offset of the data block in the buffer (just past the line).
+    pub data_at: usize,
+    /// Length of the data block without its "\r\n".
+    pub len: usize,
+}
+
+/// The buffer holds a valid storage command's whole line but not all of its data block (what
+/// [`parse`] answers with `Incomplete`): the line's fields, so that a server can read a large
+/// block straight to where it will be stored instead of buffering it. None in every other
+/// case, including a line [`parse`] refuses or a block too large for the item limit.
+pub fn pending_store<'a>(buf: &'a [u8], limits: &Limits) -> Option<StoreHead<'a>> {
+    let nl = memchr::memchr(b'\n', buf)?;
+    let mut line = &buf[..nl];
+    if line.len() > 1 && line[line.len() - 1] == b'\r' {
+        line = &line[..line.len() - 1];
+    }
+    let t = Tokens::split(line);
+    let nt = t.ntokens();
+    let kind = match t.get(0) {
+        b"set" => StoreKind::Set,
+        b"add" => StoreKind::Add,
+        b"replace" => StoreKind::Replace,
+        b"append" => StoreKind::Append,
+        b"prepend" => StoreKind::Prepend,
+        b"cas" => StoreKind::Cas,
+        _ => return None,
+    };
+    let counts = if kind == StoreKind::Cas { 7..=8 } else { 6..=7 };
+    if !counts.contains(&nt) {
+        return None;
+    }
+    let head = storage_head(kind, &t, nl + 1).ok()?;
+    let fits = limits.item_fits(head.key.len(), head.flags, head.len);
+    (fits && buf.len() < head.data_at + head.len + 2).then_some(head)
+}
+
+/// memcached's `process_update_command`: the line's checks, before the item size and any data
+/// are looked at. Err(noreply): the line is malformed ("CLIENT_ERROR bad command line format").
+#[inline]
+fn storage_head<'a>(kind: StoreKind, t: &Tokens<'a>, after: usize) -> Result<StoreHead<'a>, bool> {
+    let noreply = t.noreply();
+    let key = t.get(1);
+    if key.len() > KEY_MAX {
+        return Err(noreply);
+    }
+    let (Some(flags), Some(exptime), Some(vlen)) =
+        (parse_u32_flags(t.get(2)), parse_i32(t.get(3)), parse_i32(t.get(4)))
+    else {
+        return Err(noreply);
+    };
+    let mut cas = 0;
+    if kind == StoreKind::Cas {
+        cas = parse_u64(t.get(5)).ok_or(noreply)?;
+    }
+    if !(0..=i32::MAX - 2).contains(&vlen) {
+        return Err(noreply);
+    }
+    Ok(StoreHead { kind, key, flags, exptime, cas, noreply, data_at: after, len: vlen as usize })
+}
+
 /// memcached's `process_update_command` followed by its data-block checks.
 fn storage<'a>(
     kind: StoreKind,
@@ -429,38 +499,22 @@ fn storage<'a>(
     buf: &'a [u8],
     limits: &Limits,
 ) -> Parsed<'a> {
-    let noreply = t.noreply();
-    let key = t.get(1);
-    if key.len() > KEY_MAX {
-        return err(ErrorReply::BadFormat, after, noreply);
-    }
-    let (Some(flags), Some(exptime), Some(vlen)) =
-        (parse_u32_flags(t.get(2)), parse_i32(t.get(3)), parse_i32(t.get(4)))
-    else {
-        return err(ErrorReply::BadFormat, after, noreply);
+    let h = match storage_head(kind, t, after) {
+        Ok(h) => h,
+        Err(noreply) => return err(ErrorReply::BadFormat, after, noreply),
     };
-    let mut cas = 0;
-    if kind == StoreKind::Cas {
-        match parse_u64(t.get(5)) {
-            Some(c) => cas = c,
-            None => return err(ErrorReply::BadFormat, after, noreply),
-        }
+    if !limits.item_fits(h.key.len(), h.flags, h.len) {
+        return req(Request::TooLarge { kind, key: h.key, swallow: h.len + 2, noreply: h.noreply }, after);
     }
-    if !(0..=i32::MAX - 2).contains(&vlen) {
-        return err(ErrorReply::BadFormat, after, noreply);
-    }
-    let vlen = vlen as usize;
-    if !limits.item_fits(key.len(), flags, vlen) {
-        return req(Request::TooLarge { kind, key, swallow: vlen + 2, noreply }, after);
-    }
-    let end = after + vlen + 2;
+    let end = after + h.len + 2;
     if buf.len() < end {
         return Parsed::Incomplete(end);
     }
     if &buf[end - 2..end] != b"\r\n" {
-        return err(ErrorReply::BadDataChunk, end, noreply);
+        return err(ErrorReply::BadDataChunk, end, h.noreply);
     }
     let data = &buf[after..end - 2];
+    let StoreHead { key, flags, exptime, cas, noreply, .. } = h;
     req(Request::Store { kind, key, flags, exptime, data, cas, noreply }, end)
 }
 

@@ -62,6 +62,8 @@ pub(crate) struct Reply<'o> {
     opcode: u8,
     opaque: u32,
     out: &'o mut Vec<u8>,
+    /// The connection's way to send a large value from the item (exec::Direct), for GET.
+    direct: Option<&'o mut dyn crate::exec::Direct>,
 }
 
 impl Reply<'_> {
@@ -86,6 +88,18 @@ fn expiry(sh: &Shared, exptime: u32) -> Time {
 
 /// Handle at most one request from the front of `input`.
 pub fn step(input: &[u8], session: &mut BinSession, sh: &Shared, c: &Counters, out: &mut Vec<u8>) -> BinNext {
+    step_direct(input, session, sh, c, out, None)
+}
+
+/// `step`, sending large GET values from the item through `direct`.
+pub fn step_direct<'o>(
+    input: &[u8],
+    session: &mut BinSession,
+    sh: &Shared,
+    c: &Counters,
+    out: &'o mut Vec<u8>,
+    direct: Option<&'o mut dyn crate::exec::Direct>,
+) -> BinNext {
     if session.skip > 0 {
         let n = session.skip.min(input.len() as u64);
         session.skip -= n;
@@ -100,7 +114,7 @@ pub fn step(input: &[u8], session: &mut BinSession, sh: &Shared, c: &Counters, o
         }
         Frame::Ready(h) => h,
     };
-    let mut reply = Reply { opcode: h.opcode, opaque: h.opaque, out };
+    let mut reply = Reply { opcode: h.opcode, opaque: h.opaque, out, direct };
     if sh.config.sasl
         && !session.authenticated
         && !matches!(h.opcode, opcode::VERSION | opcode::SASL_LIST_MECHS | opcode::SASL_AUTH | opcode::SASL_STEP)

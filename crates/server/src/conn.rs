@@ -11,6 +11,9 @@
 //! stops parsing and stops reading, so a client that pipelines forever without reading
 //! costs a bounded amount of memory (the kernel's socket buffers hold the rest).
 //!
+//! A large `set` is read straight into its item (exec/largeset.rs): while its value arrives,
+//! each read is a readv of [rest of the value, input buffer].
+//!
 //! A `-Z` connection is a [`Stream::Tls`]: the same loop over plaintext, with the handshake
 //! and the records inside the stream (tls.rs); the batch's replies are encrypted together
 //! and leave in one writev of their records.
@@ -113,6 +116,15 @@ impl Read for Stream {
             Stream::Ring(s) => s.read(buf),
         }
     }
+    fn read_vectored(&mut self, bufs: &mut [io::IoSliceMut<'_>]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.read_vectored(bufs),
+            Stream::Unix(s) => s.read_vectored(bufs),
+            // rustls reads into the first buffer only; fill() does not ask TLS for readv.
+            Stream::Tls(s) => s.read_vectored(bufs),
+            Stream::Ring(s) => s.read_vectored(bufs),
+        }
+    }
 }
 
 impl Write for Stream {
@@ -185,6 +197,8 @@ pub struct Conn {
     resume: usize,
     /// A metadump being streamed: its lines come before any later request's reply.
     dump: Option<Box<crate::crawler::Metadump>>,
+    /// A storage command whose value is being read into its item.
+    large: Option<Box<exec::largeset::LargeSet>>,
     /// Keys whose values are in the unsent output (see `exec::PendingReads`).
     reads: exec::PendingReads,
     /// Close as soon as the pending output is written.
@@ -252,6 +266,7 @@ impl Conn {
             after_swallow: None,
             resume: 0,
             dump: None,
+            large: None,
             reads: exec::PendingReads::default(),
             closing: false,
             shutdown: false,
@@ -309,7 +324,7 @@ impl Conn {
     /// refused data block is being read (memcached kicks only connections that wait for a
     /// command, a partial command line included).
     pub fn is_idle(&self) -> bool {
-        self.wpos == self.wbuf.len() && self.dump.is_none() && self.swallow == 0
+        self.wpos == self.wbuf.len() && self.dump.is_none() && self.swallow == 0 && self.large.is_none()
     }
 
     fn run_turn(&mut self, sh: &Shared, c: &Counters) -> Turn {
@@ -377,6 +392,11 @@ impl Conn {
                     reply.write(&mut self.wbuf);
                 }
             }
+            if self.large.is_some() {
+                if let Some(p) = self.finish_large(sh, c, budget) {
+                    return p;
+                }
+            }
             if self.wbuf.len() - self.wpos >= WBUF_HIGH {
                 return Progress::OutputFull;
             }
@@ -416,7 +436,8 @@ impl Conn {
                 }
             }
             if let Proto::Binary(session) = &mut self.proto {
-                match binary::step(input, session, sh, c, &mut self.wbuf) {
+                let mut direct = DirectSend { stream: &mut self.stream, wpos: &mut self.wpos, c };
+                match binary::step_direct(input, session, sh, c, &mut self.wbuf, Some(&mut direct)) {
                     BinNext::Consumed(n) => {
                         *budget -= 1;
                         self.rpos += n;
@@ -482,6 +503,9 @@ impl Conn {
                     self.rpos += consumed;
                 }
                 Parsed::Incomplete(need) => {
+                    if need - input.len() >= exec::largeset::MISSING_MIN && self.begin_large(sh, &limits) {
+                        continue;
+                    }
                     self.need = need;
                     return Progress::NeedInput;
                 }
@@ -491,6 +515,45 @@ impl Conn {
                 }
             }
         }
+    }
+
+    /// A storage command at the front of the input waits for a large data block: receive it
+    /// in place if it qualifies (exec/largeset.rs). Not before -Y authentication, whose
+    /// "set" carries credentials. Out of line: it must not weigh on the small-request loop.
+    #[cold]
+    #[inline(never)]
+    fn begin_large(&mut self, sh: &Shared, limits: &text::Limits) -> bool {
+        if sh.config.text_auth && !self.authed {
+            return false;
+        }
+        let input = &self.rbuf[self.rpos..self.rend];
+        let Some((large, n)) = exec::largeset::begin(input, limits, sh) else {
+            return false;
+        };
+        if sh.verbosity.load(std::sync::atomic::Ordering::Relaxed) > 1 {
+            let end = memchr::memchr(b'\n', input).unwrap_or(0);
+            eprintln!("<{}", String::from_utf8_lossy(&input[..end]).trim_end());
+        }
+        self.rpos += n;
+        self.large = Some(large);
+        true
+    }
+
+    /// The value being received in place: None once it is stored (or refused) and its reply
+    /// written, else what the connection waits for.
+    #[inline(never)]
+    fn finish_large(&mut self, sh: &Shared, c: &Counters, budget: &mut usize) -> Option<Progress> {
+        let whole = self.large.as_ref().is_some_and(|l| l.complete());
+        if !whole || self.rend - self.rpos < 2 {
+            // While the value is incomplete fill() reads into it; then the two bytes after it.
+            self.need = 2;
+            return Some(Progress::NeedInput);
+        }
+        let large = self.large.take()?;
+        large.finish(&self.rbuf[self.rpos..self.rpos + 2], sh, c, &mut self.wbuf);
+        self.rpos += 2;
+        *budget = budget.saturating_sub(1);
+        None
     }
 
     /// Write pending output. Ok(true): all written; Ok(false): the socket is full.
@@ -516,6 +579,25 @@ impl Conn {
 
     /// Read once into the input buffer, making room for what the parser asked for.
     fn fill(&mut self, c: &Counters) -> io::Result<usize> {
+        if let Some(large) = self.large.as_mut().filter(|l| !l.complete()) {
+            // Everything buffered went into the value; what follows it lands in rbuf.
+            debug_assert_eq!(self.rpos, self.rend);
+            let rest = large.rest_mut();
+            let want = rest.len();
+            // TLS reads one buffer at a time: a read that fills the value may leave the
+            // plaintext after it inside the session, so only a short one says "drained".
+            let (n, room) = if let Stream::Tls(_) = self.stream {
+                (self.stream.read(rest)?, want)
+            } else {
+                let mut iov = [io::IoSliceMut::new(rest), io::IoSliceMut::new(&mut self.rbuf)];
+                (self.stream.read_vectored(&mut iov)?, want + self.rbuf.len())
+            };
+            large.received(n.min(want));
+            (self.rpos, self.rend) = (0, n.saturating_sub(want));
+            self.drained = n > 0 && n < room && self.stream.short_read_drains();
+            bump(&c.bytes_read, n as u64);
+            return Ok(n);
+        }
         if self.rpos == self.rend {
             self.rpos = 0;
             self.rend = 0;

@@ -1,6 +1,8 @@
 //! Execute: the one place that knows both the protocol and the store. A parsed text request
 //! is applied to the store and its reply appended to the connection's output buffer.
 
+pub mod largeset;
+
 use std::sync::atomic::Ordering::Relaxed;
 
 use mnemo_proto::reply::{line, number_line, value_header};
@@ -104,6 +106,66 @@ impl PendingReads {
     }
 }
 
+/// The counters of a storage command whose data arrived.
+pub(crate) fn count_store(key: &[u8], sh: &Shared, c: &Counters) {
+    bump(&c.cmd_set, 1);
+    sh.detail.record(key, sh.config.prefix_delimiter, Event::Set);
+}
+
+pub(crate) fn mode_of(kind: StoreKind, cas: u64) -> Mode {
+    match kind {
+        StoreKind::Set => Mode::Set,
+        StoreKind::Add => Mode::Add,
+        StoreKind::Replace => Mode::Replace,
+        StoreKind::Append => Mode::Append,
+        StoreKind::Prepend => Mode::Prepend,
+        StoreKind::Cas => Mode::Cas(cas),
+    }
+}
+
+/// A storage command's reply (and counters) for the store's answer; shared by the buffered
+/// path and values received in place (exec/largeset.rs).
+pub(crate) fn store_reply(
+    kind: StoreKind,
+    key: &[u8],
+    result: Result<StoreOutcome, StoreError>,
+    noreply: bool,
+    sh: &Shared,
+    c: &Counters,
+    out: &mut Vec<u8>,
+) {
+    match result {
+        Ok(StoreOutcome::Stored { .. }) => {
+            if kind == StoreKind::Cas {
+                bump(&c.cas_hits, 1);
+            }
+            reply(out, noreply, b"STORED");
+        }
+        Ok(StoreOutcome::NotStored) => reply(out, noreply, b"NOT_STORED"),
+        Ok(StoreOutcome::Exists) => {
+            bump(&c.cas_badval, 1);
+            reply(out, noreply, b"EXISTS");
+        }
+        Ok(StoreOutcome::NotFound) => {
+            bump(&c.cas_misses, 1);
+            reply(out, noreply, b"NOT_FOUND");
+        }
+        Err(e) => {
+            // memcached drops the old value of a `set` it could not store, so a
+            // reader never sees data older than what the client last wrote.
+            if kind == StoreKind::Set {
+                sh.store.delete(key, sh.clock.now());
+            }
+            let (counter, err) = match e {
+                StoreError::TooLarge => (&c.store_too_large, ErrorReply::TooLarge),
+                StoreError::OutOfMemory => (&c.store_no_memory, ErrorReply::OutOfMemory),
+            };
+            bump(counter, 1);
+            error(out, noreply, err);
+        }
+    }
+}
+
 /// `execute`, with the first `skip` keys of a multi-get already answered.
 pub fn execute_from(
     // By reference: a Request is 400+ bytes (a meta command's decoded key is inline), and
@@ -121,16 +183,8 @@ pub fn execute_from(
     match *req {
         Request::Get { keys, cas, touch } => get(keys, skip, cas, touch, sh, c, out, reads, direct),
         Request::Store { kind, key, flags, exptime, data, cas, noreply } => {
-            bump(&c.cmd_set, 1);
-            sh.detail.record(key, sh.config.prefix_delimiter, Event::Set);
-            let mode = match kind {
-                StoreKind::Set => Mode::Set,
-                StoreKind::Add => Mode::Add,
-                StoreKind::Replace => Mode::Replace,
-                StoreKind::Append => Mode::Append,
-                StoreKind::Prepend => Mode::Prepend,
-                StoreKind::Cas => Mode::Cas(cas),
-            };
+            count_store(key, sh, c);
+            let mode = mode_of(kind, cas);
             let exp = sh.clock.item_expiry(exptime);
             let result = if kind == StoreKind::Cas && !sh.config.use_cas {
                 // memcached -C: no CAS can match, so cas fails on any existing item.
@@ -138,36 +192,7 @@ pub fn execute_from(
             } else {
                 store.store(mode, key, flags, exp, data, now)
             };
-            match result {
-                Ok(StoreOutcome::Stored { .. }) => {
-                    if kind == StoreKind::Cas {
-                        bump(&c.cas_hits, 1);
-                    }
-                    reply(out, noreply, b"STORED");
-                }
-                Ok(StoreOutcome::NotStored) => reply(out, noreply, b"NOT_STORED"),
-                Ok(StoreOutcome::Exists) => {
-                    bump(&c.cas_badval, 1);
-                    reply(out, noreply, b"EXISTS");
-                }
-                Ok(StoreOutcome::NotFound) => {
-                    bump(&c.cas_misses, 1);
-                    reply(out, noreply, b"NOT_FOUND");
-                }
-                Err(e) => {
-                    // memcached drops the old value of a `set` it could not store, so a
-                    // reader never sees data older than what the client last wrote.
-                    if kind == StoreKind::Set {
-                        store.delete(key, now);
-                    }
-                    let (counter, err) = match e {
-                        StoreError::TooLarge => (&c.store_too_large, ErrorReply::TooLarge),
-                        StoreError::OutOfMemory => (&c.store_no_memory, ErrorReply::OutOfMemory),
-                    };
-                    bump(counter, 1);
-                    error(out, noreply, err);
-                }
-            }
+            store_reply(kind, key, result, noreply, sh, c, out);
             Next::Continue
         }
         Request::TooLarge { kind, key, swallow, noreply } => {
@@ -245,7 +270,7 @@ pub fn execute_from(
             }
             Next::Continue
         }
-        Request::Meta(ref m) => crate::meta::execute(m, sh, c, out),
+        Request::Meta(ref m) => crate::meta::execute(m, sh, c, out, direct),
         Request::MetaDebug { key } => {
             // memcached 1.6.18's cmd_meta counts `me` only.
             bump(&c.cmd_meta, 1);

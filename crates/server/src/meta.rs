@@ -8,7 +8,7 @@ use mnemo_proto::reply::line;
 use mnemo_proto::ErrorReply;
 use mnemo_store::{DeltaError, Item, Lookup, Mode, StoreError, StoreOutcome, Time};
 
-use crate::exec::Next;
+use crate::exec::{Direct, Next, DIRECT_MIN};
 use crate::stats::{bump, Counters};
 use crate::Shared;
 
@@ -53,9 +53,10 @@ fn status(m: &Meta<'_>, word: &[u8], key_echo: &[u8], out: &mut Vec<u8>) {
     out.extend_from_slice(b"\r\n");
 }
 
-pub fn execute(m: &Meta<'_>, sh: &Shared, c: &Counters, out: &mut Vec<u8>) -> Next {
+/// `direct`: the connection's way to send a large value from the item (exec::Direct).
+pub fn execute(m: &Meta<'_>, sh: &Shared, c: &Counters, out: &mut Vec<u8>, direct: Option<&mut dyn Direct>) -> Next {
     match m.kind {
-        MetaKind::Get => get(m, sh, c, out),
+        MetaKind::Get => get(m, sh, c, out, direct),
         MetaKind::Set => set(m, sh, c, out),
         MetaKind::Delete => delete(m, sh, c, out),
         MetaKind::Arith => arith(m, sh, c, out),
@@ -89,6 +90,14 @@ fn win_flags(m: &Meta<'_>, it: &Item<'_>, now: Time, sh: &Shared) -> &'static [u
 }
 
 fn write_hit(m: &Meta<'_>, it: &Item<'_>, now: Time, suffix: &[u8], out: &mut Vec<u8>) {
+    if write_hit_line(m, it, now, suffix, out) {
+        out.extend_from_slice(it.value);
+        out.extend_from_slice(b"\r\n");
+    }
+}
+
+/// A hit's reply line; true if the value (and its "\r\n") follows it.
+fn write_hit_line(m: &Meta<'_>, it: &Item<'_>, now: Time, suffix: &[u8], out: &mut Vec<u8>) -> bool {
     let f = &m.flags;
     let with_value = f.has(b'v');
     if with_value {
@@ -123,20 +132,30 @@ fn write_hit(m: &Meta<'_>, it: &Item<'_>, now: Time, suffix: &[u8], out: &mut Ve
     }
     out.extend_from_slice(suffix);
     out.extend_from_slice(b"\r\n");
-    if with_value {
-        out.extend_from_slice(it.value);
-        out.extend_from_slice(b"\r\n");
-    }
+    with_value
 }
 
-fn get(m: &Meta<'_>, sh: &Shared, c: &Counters, out: &mut Vec<u8>) {
+fn get(m: &Meta<'_>, sh: &Shared, c: &Counters, out: &mut Vec<u8>, mut direct: Option<&mut dyn Direct>) {
     let key = m.key.as_bytes();
     let now = sh.clock.now();
     let f = &m.flags;
     bump(&c.cmd_get, 1);
-    let hit = |it: Item<'_>, out: &mut Vec<u8>| {
+    let mut hit = |it: Item<'_>, out: &mut Vec<u8>| {
         let suffix = win_flags(m, &it, now, sh);
-        write_hit(m, &it, now, suffix, out);
+        if !write_hit_line(m, &it, now, suffix, out) {
+            return;
+        }
+        match direct.as_deref_mut() {
+            // As text get: a large value leaves in one writev of [pending output, value,
+            // "\r\n"] while the shard still holds it, instead of being copied into `out`.
+            Some(d) if it.value.len() >= DIRECT_MIN => {
+                d.send_value(out, it.value, b"\r\n");
+            }
+            _ => {
+                out.extend_from_slice(it.value);
+                out.extend_from_slice(b"\r\n");
+            }
+        }
     };
     // u: the read does not count as one (the item stays unfetched: a later h says h0).
     let no_bump = f.has(b'u');

@@ -17,12 +17,40 @@
 //! The spare is not charged to `used`: the budget counts memory that holds the cache (segments
 //! in use, index, metadata), and a buffer enters the spare only as it leaves that count, so the
 //! process holds at most one regular segment (≤ 1 MiB) beyond `mem_limit` for it.
+//!
+//! Large items (their own buffer each, shard.rs) are recycled the same way, through a pool
+//! instead of one slot: an overwritten or evicted 100 KB item leaves a buffer that the next
+//! 100 KB item takes, so a churning cache of large values faults no fresh pages. A pooled
+//! buffer serves an item at most a quarter smaller than itself (what is charged is the
+//! buffer's length, so that bounds the waste), and the pool holds at most `POOL_SHARE`-th of
+//! the limit (≤ `POOL_MAX`), dropping its oldest buffers first; like the spare, uncharged.
 
 use core::sync::atomic::{AtomicUsize, Ordering};
 
 use parking_lot::Mutex;
 
 use crate::buf::SegBuf;
+
+/// The large-buffer pool holds at most limit / POOL_SHARE bytes ...
+const POOL_SHARE: usize = 64;
+/// ... and never more than this, in at most this many buffers (each take scans them).
+const POOL_MAX: usize = 16 << 20;
+const POOL_ENTRIES: usize = 128;
+/// Large buffers are whole pages: what the OS hands out anyway, and it lets a buffer serve
+/// items of slightly different sizes.
+pub(crate) const PAGE: usize = 4096;
+
+/// A large item's buffer length for `size` bytes.
+pub(crate) fn large_len(size: usize) -> usize {
+    size.div_ceil(PAGE) * PAGE
+}
+
+#[derive(Default)]
+struct Pool {
+    /// Oldest first.
+    bufs: Vec<SegBuf>,
+    bytes: usize,
+}
 
 pub(crate) struct Budget {
     /// Changeable at run time (`cache_memlimit`); shards trim down to it on their next use.
@@ -34,6 +62,8 @@ pub(crate) struct Budget {
     huge: bool,
     /// Not charged to `used`. A leaf lock: nothing else is locked while it is held.
     spare: Mutex<Option<SegBuf>>,
+    /// Retired large-item buffers, uncharged (module doc). A leaf lock.
+    pool: Mutex<Pool>,
 }
 
 impl Budget {
@@ -44,6 +74,7 @@ impl Budget {
             regular,
             huge,
             spare: Mutex::new(None),
+            pool: Mutex::new(Pool::default()),
         }
     }
     pub fn limit(&self) -> usize {
@@ -86,7 +117,7 @@ impl Budget {
     }
 
     /// A retired buffer leaves the count; a regular one is kept as the spare if the slot is
-    /// free, any other is unmapped.
+    /// free, a large one goes to the pool.
     pub fn release(&self, buf: SegBuf) {
         self.sub(buf.len());
         if buf.len() == self.regular {
@@ -94,7 +125,51 @@ impl Budget {
             if spare.is_none() {
                 *spare = Some(buf);
             }
+            return;
         }
+        self.give_large(buf);
+    }
+
+    /// An uncharged buffer for a large item of `size` bytes (`size <= len`): the pool's
+    /// smallest that fits without wasting more than a quarter of itself, else fresh memory
+    /// of `large_len(size)`. The caller charges `len()` or gives it back.
+    pub fn take_large(&self, size: usize) -> SegBuf {
+        let want = large_len(size);
+        let mut pool = self.pool.lock();
+        let best = pool
+            .bufs
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| b.len() >= want && (b.len() - want) * 4 <= b.len())
+            .min_by_key(|(_, b)| b.len())
+            .map(|(i, _)| i);
+        if let Some(i) = best {
+            let b = pool.bufs.remove(i);
+            pool.bytes -= b.len();
+            return b;
+        }
+        drop(pool);
+        SegBuf::zeroed(want)
+    }
+
+    /// An uncharged large buffer back to the pool (the oldest go if it is full).
+    pub fn give_large(&self, buf: SegBuf) {
+        let max = (self.limit() / POOL_SHARE).min(POOL_MAX);
+        if buf.is_empty() || buf.len() > max || !buf.len().is_multiple_of(PAGE) {
+            return;
+        }
+        let mut pool = self.pool.lock();
+        let mut dropped = Vec::new();
+        while pool.bytes + buf.len() > max || pool.bufs.len() >= POOL_ENTRIES {
+            let old = pool.bufs.remove(0);
+            pool.bytes -= old.len();
+            dropped.push(old);
+        }
+        pool.bytes += buf.len();
+        pool.bufs.push(buf);
+        drop(pool);
+        // Unmapped after the lock is let go.
+        drop(dropped);
     }
 }
 
@@ -144,5 +219,34 @@ mod tests {
         b.force_add(7);
         b.release(SegBuf::zeroed(7));
         assert_eq!(b.used(), 80, "odd sizes leave the count too");
+    }
+
+    #[test]
+    fn large_buffers_are_recycled_within_a_quarter_and_bounded() {
+        // limit / 64 = 1 MiB of pool.
+        let b = Budget::new(64 << 20, 1 << 20, false);
+        let x = b.take_large(100_000);
+        assert_eq!(x.len(), large_len(100_000));
+        assert_eq!(x.len() % PAGE, 0);
+        let addr = x.as_ptr() as usize;
+        b.give_large(x);
+        assert_eq!(b.used(), 0, "the pool is not charged");
+        // Too small to be worth that buffer (over a quarter wasted): fresh memory.
+        let small = b.take_large(60_000);
+        assert_ne!(small.as_ptr() as usize, addr);
+        // Close enough: the pooled buffer comes back, as it was left.
+        let again = b.take_large(90_000);
+        assert_eq!((again.as_ptr() as usize, again.len()), (addr, large_len(100_000)));
+        // Released (charged) buffers join the pool too; past its bound the oldest go.
+        b.force_add(again.len() + small.len());
+        b.release(again);
+        b.release(small);
+        assert_eq!(b.used(), 0);
+        for _ in 0..20 {
+            b.give_large(SegBuf::zeroed(large_len(100_000)));
+        }
+        let pool = b.pool.lock();
+        assert!(pool.bytes <= 1 << 20 && pool.bytes == pool.bufs.iter().map(|x| x.len()).sum::<usize>());
+        assert!(pool.bufs.len() < 20);
     }
 }

@@ -9,7 +9,8 @@
 //!   b, e evicted; a, c copied forward with freq - 1 and their CAS kept explicitly
 //! ```
 //! so items read since they were written survive (S3-FIFO's reinsertion; the FIFO order is by
-//! segment). Copying is capped so the new segment always has room for the item that asked, and
+//! segment). A large item (its own buffer) gets the same second chance without a copy: its
+//! buffer just moves to the FIFO tail. Copying is capped so the new segment always has room for the item that asked, and
 //! when nothing is worth keeping the victim's buffer itself is reused (no allocation).
 //! A shard holding less than half its fair share (limit / shards) takes a segment from a shard
 //! above its share instead (try_lock only: a shard lock is never waited for while another is
@@ -28,6 +29,9 @@ use crate::{StoreError, Time};
 
 /// Index buckets swept per lock hold (64 bytes each: a few microseconds).
 const SWEEP_SLICE: usize = 4096;
+
+/// Read large items spared per large reservation before one is evicted regardless.
+const LARGE_SECOND_CHANCES: usize = 8;
 
 enum Steal {
     Took,
@@ -324,9 +328,50 @@ impl Shard {
         self.stats.bytes -= len as u64;
     }
 
+    /// Before a large item's reservation evicts: read large items at the head of the FIFO
+    /// get their second chance first (moved, not copied), at most `LARGE_SECOND_CHANCES` of
+    /// them, so that a cache of hot large items still makes room in bounded time.
+    pub fn make_room_large(&mut self, env: &Env<'_>, now: Time) -> Result<(), StoreError> {
+        if env.geo.evict && self.used() >= env.geo.fair_share / 2 {
+            for _ in 0..LARGE_SECOND_CHANCES {
+                let v = self.segs.head();
+                if v == 0 || !self.segs.metas[v as usize].large || !self.second_chance(now, v) {
+                    break;
+                }
+            }
+        }
+        self.make_room(env, now, None)
+    }
+
+    /// Large segment `v`'s item, if read since it was written (or last spared) and not
+    /// expired: to the FIFO tail with freq - 1, no copy. Returns whether it was spared.
+    fn second_chance(&mut self, now: Time, v: u32) -> bool {
+        if self.segs.metas[v as usize].items != 1 {
+            return false;
+        }
+        let hdr = self.header_at(v, 0);
+        let h = {
+            let d = &self.segs.metas[v as usize].data;
+            xxhash_rust::xxh3::xxh3_64(&d[hdr.key_range()])
+        };
+        let Some(pos) = self.index.find_exact(h, v, 0) else {
+            return false;
+        };
+        let s = self.index.get(pos);
+        if slot::freq(s) == 0 || (hdr.exp != 0 && hdr.exp <= now) {
+            return false;
+        }
+        self.index.set(pos, slot::decayed(s));
+        self.segs.move_to_tail(v);
+        true
+    }
+
     /// A large item's own buffer: second chance (to the FIFO tail, freq - 1) if it was read
     /// and the caller can use a regular segment; otherwise dropped.
     fn evict_large(&mut self, env: &Env<'_>, now: Time, v: u32, may_keep: bool) {
+        if may_keep && self.second_chance(now, v) {
+            return;
+        }
         if self.segs.metas[v as usize].items == 1 {
             let hdr = self.header_at(v, 0);
             let h = {
@@ -335,13 +380,7 @@ impl Shard {
             };
             if let Some(pos) = self.index.find_exact(h, v, 0) {
                 let s = self.index.get(pos);
-                let expired = hdr.exp != 0 && hdr.exp <= now;
-                if !expired && may_keep && slot::freq(s) > 0 {
-                    self.index.set(pos, slot::decayed(s));
-                    self.segs.move_to_tail(v);
-                    return;
-                }
-                if expired {
+                if hdr.exp != 0 && hdr.exp <= now {
                     self.stats.reclaimed += 1;
                     if !slot::fetched(s) {
                         self.stats.expired_unfetched += 1;

@@ -11,7 +11,7 @@
 //!   Store ─┬─ Mutex<Shard 0> ─┬─ Index:     [bucket: 8 × u64 slot] ... + overflow chains
 //!          ├─ Mutex<Shard 1>  │               slot = tag | freq | segment id | offset
 //!          ├─ ...             ├─ SegTable:  segment 1: [hdr key value][hdr key value]...  (≤ 1 MiB)
-//!          │                  │             segment 2: ...      large item: own exact buffer
+//!          │                  │             segment 2: ...      large item: own buffer (whole pages)
 //!          │                  │             FIFO of segments (eviction order), 130 TTL groups
 //!          │                  └─ counters, pending flush_all time
 //!          └─ Budget: one atomic byte count of buffers + index + metadata, against mem_limit,
@@ -32,7 +32,8 @@
 //! Module map: buf.rs (segment buffers, mmap, huge pages), budget.rs (memory accounting,
 //! spare buffer), config.rs (sizes), item.rs (header codec), index.rs (hash index), segment.rs
 //! (segment table, FIFO, TTL groups), shard.rs (operations), prefetch.rs (multi-key lookahead),
-//! evict.rs (eviction, expiry, flush, sweep), dump.rs (listing live items in bounded batches),
+//! evict.rs (eviction, expiry, flush, sweep), incoming.rs (large values read from the socket
+//! straight into their item), dump.rs (listing live items in bounded batches),
 //! snapshot.rs (warm restart: the live items to a file and back), stats.rs (counters).
 
 mod budget;
@@ -40,6 +41,7 @@ mod buf;
 mod config;
 mod dump;
 mod evict;
+mod incoming;
 mod index;
 mod item;
 mod prefetch;
@@ -54,6 +56,7 @@ use parking_lot::Mutex;
 
 pub use config::{StoreConfig, DEFAULT_SHARDS, MAX_SEGMENT_SIZE, MAX_SHARDS, MIN_SEGMENT_SIZE};
 pub use dump::{DumpCursor, DumpItem, DUMP_BATCH};
+pub use incoming::Incoming;
 pub use item::MAX_KEY_LEN;
 pub use prefetch::Prefetch;
 pub use snapshot::{Frozen, RestoreReport, SnapshotError, SnapshotStats};

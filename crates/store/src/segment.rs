@@ -82,7 +82,7 @@ pub(crate) struct SegMeta {
     pub ttl: u8,
     /// Currently the append target of its TTL group.
     pub active: bool,
-    /// Holds one item larger than a regular segment allows; sized exactly for it.
+    /// Holds one large item (`Geometry::large_min`), in a buffer of whole pages.
     pub large: bool,
     /// When the segment was (re)opened: every item in it was written at or after this time.
     /// Items carry no time of their own, so this is the store's only "written at" (metadump).

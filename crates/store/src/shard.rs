@@ -135,7 +135,7 @@ impl Shard {
 
     /// CAS from location: (segment seq, shard, offset). seq >= 1, so never 0.
     #[inline]
-    fn derived_cas(&self, seg: u32, off: usize) -> u64 {
+    pub(crate) fn derived_cas(&self, seg: u32, off: usize) -> u64 {
         (self.segs.metas[seg as usize].seq << 28) | (self.shard_no << 20) | off as u64
     }
 
@@ -302,18 +302,20 @@ impl Shard {
         let geo = env.geo;
         let ttl = geo.ttl_group(ttl);
         if size > geo.large_min {
-            if size > env.budget.limit() {
+            if crate::budget::large_len(size) > env.budget.limit() {
                 return Err(StoreError::OutOfMemory);
             }
-            if env.budget.try_add(size) {
+            let buf = env.budget.take_large(size);
+            if env.budget.try_add(buf.len()) {
                 let Some(id) = self.segs.alloc_id() else {
-                    env.budget.sub(size);
+                    env.budget.release(buf);
                     return Err(StoreError::OutOfMemory);
                 };
-                self.segs.open(id, crate::buf::SegBuf::zeroed(size), true, ttl, now);
+                self.segs.open(id, buf, true, ttl, now);
                 return Ok(Reserve::At(id, 0));
             }
-            self.make_room(env, now, None)?;
+            env.budget.give_large(buf);
+            self.make_room_large(env, now)?;
             return Ok(Reserve::Retry);
         }
         let a = self.active[ttl as usize];
@@ -425,7 +427,7 @@ impl Shard {
     }
 
     /// Adds a slot for a new key, growing the index by a bucket when it is loaded.
-    fn index_insert(&mut self, h: u64, s: u64) {
+    pub(crate) fn index_insert(&mut self, h: u64, s: u64) {
         self.index.insert(h, s);
         while self.index.wants_split() {
             let segs = &mut self.segs;

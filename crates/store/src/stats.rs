@@ -59,7 +59,7 @@ pub struct StoreStats {
     /// Regular segments with a buffer.
     pub segments_used: u64,
     pub segment_size: u64,
-    /// Items too big for a segment, each in a buffer of its own.
+    /// Large items (more than 32 KiB, or a quarter segment), each in a buffer of its own.
     pub large_items: u64,
     pub large_bytes: u64,
     /// Bytes of segment buffers written but no longer live (overwritten, deleted), waiting for

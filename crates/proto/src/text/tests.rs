@@ -262,3 +262,62 @@ fn fget_line_and_argument_block() {
     let many = format!("fget f 0 {}", "key ".repeat(1000));
     assert!(matches!(p(many.as_bytes()), Parsed::Incomplete(_)));
 }
+
+#[test]
+fn pending_store_names_the_block_parse_waits_for() {
+    let cases: &[&[u8]] = &[
+        b"set k 5 10 3\r\nab",
+        b"add key 0 -1 100 noreply\r\n",
+        b"cas k 1 2 40 77\r\n0123",
+        b"replace k 0 0 10\nx",
+        b"append k 0 0 4\r\nabc",
+        b"prepend k 0 0 4\r\n",
+    ];
+    for &buf in cases {
+        let h = pending_store(buf, &L).unwrap_or_else(|| panic!("{buf:?}"));
+        assert_eq!(p(buf), Parsed::Incomplete(h.data_at + h.len + 2), "{buf:?}");
+        // With its block and terminator, parse returns the same fields.
+        let mut whole = buf[..h.data_at].to_vec();
+        whole.extend(std::iter::repeat_n(b'v', h.len));
+        whole.extend_from_slice(b"\r\n");
+        match p(&whole) {
+            Parsed::Request(Request::Store { kind, key, flags, exptime, data, cas, noreply }, n) => {
+                assert_eq!((kind, key, flags, exptime, cas, noreply), (h.kind, h.key, h.flags, h.exptime, h.cas, h.noreply));
+                assert_eq!((data.len(), n), (h.len, whole.len()));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    let h = pending_store(b"cas k 1 2 40 77 noreply\r\n", &L).unwrap();
+    assert_eq!((h.kind, h.cas, h.noreply, h.len, h.data_at), (StoreKind::Cas, 77, true, 40, 25));
+    // Whole requests, lines parse refuses, other commands and unfinished lines: None.
+    let none: &[&[u8]] = &[
+        b"set k 0 0 3\r\nabc\r\n",
+        b"set k 0 0 3\r\nabcXY",
+        b"set k 0 0\r\n",
+        b"set k x 0 3\r\nab",
+        b"set k 0 0 2000000\r\nab",
+        b"get k\r\n",
+        b"set k 0 0 3",
+        b"cas k 0 0 3\r\nab",
+    ];
+    for &buf in none {
+        assert_eq!(pending_store(buf, &L), None, "{buf:?}");
+    }
+}
+
+proptest::proptest! {
+    /// pending_store says Some exactly when parse waits for a storage command's data block.
+    #[test]
+    fn pending_store_agrees_with_parse(buf in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200), cmd in 0usize..4) {
+        let line: &[u8] = [&b"set k 1 2 30\r\n"[..], b"cas k 1 2 30 5 noreply\r\n", b"get k\r\n", b"set k 1 2 3x\r\n"][cmd];
+        let mut input = line.to_vec();
+        input.extend_from_slice(&buf);
+        match (pending_store(&input, &L), p(&input)) {
+            (Some(h), Parsed::Incomplete(need)) => proptest::prop_assert_eq!(need, h.data_at + h.len + 2),
+            (Some(h), other) => proptest::prop_assert!(false, "{:?} vs {:?}", h, other),
+            (None, Parsed::Incomplete(_)) => proptest::prop_assert!(false, "parse waits, pending_store says None"),
+            (None, _) => {}
+        }
+    }
+}

@@ -36,12 +36,20 @@ pub(super) fn get(
 ) -> After {
     let now = sh.clock.now();
     let (op, opaque) = (r.opcode, r.opaque);
-    let write = |it: mnemo_store::Item<'_>, out: &mut Vec<u8>| {
+    let direct = &mut r.direct;
+    let mut write = |it: mnemo_store::Item<'_>, out: &mut Vec<u8>| {
         let shown_key = if with_key { key } else { &[] };
         mnemo_proto::binary::response_header(out, op, Status::Ok, opaque, it.cas, 4, shown_key.len() as u16, it.value.len());
         out.extend_from_slice(&it.flags.to_be_bytes());
         out.extend_from_slice(shown_key);
-        out.extend_from_slice(it.value);
+        match direct.as_deref_mut() {
+            // As text get: a large value leaves in one writev with the output before it,
+            // while the shard still holds it, instead of being copied into `out`.
+            Some(d) if it.value.len() >= crate::exec::DIRECT_MIN => {
+                d.send_value(out, it.value, &[]);
+            }
+            _ => out.extend_from_slice(it.value),
+        }
     };
     let found = match touch {
         None => {
