@@ -24,7 +24,8 @@ pub const DEFAULT_UNIX_MASK: u32 = 0o700;
 /// Keys one `fget` may name.
 pub const DEFAULT_FILTER_MAX_KEYS: usize = 10_000;
 /// The workers' event loop when `--io-loop` is not given (README "Event loops"): io_uring,
-/// measured faster on every bench/throughput.sh workload; epoll where the kernel refuses it.
+/// measured faster on small requests (workloads a, b) and level elsewhere; epoll where the
+/// kernel refuses it.
 pub const DEFAULT_IO_LOOP: IoLoop = IoLoop::Uring;
 /// What `version`, `stats` and the binary VERSION opcode report: the memcached release whose
 /// behaviour mnemo reproduces, exactly as memcached prints it. Clients parse this as a version
