@@ -23,10 +23,10 @@ pub const DEFAULT_BACKLOG: i32 = 1024;
 pub const DEFAULT_UNIX_MASK: u32 = 0o700;
 /// Keys one `fget` may name.
 pub const DEFAULT_FILTER_MAX_KEYS: usize = 10_000;
-/// The workers' event loop when `--io-loop` is not given (README "Event loops"): io_uring,
-/// measured faster on small requests (workloads a, b) and level elsewhere; epoll where the
-/// kernel refuses it.
-pub const DEFAULT_IO_LOOP: IoLoop = IoLoop::Uring;
+/// The workers' event loop when `--io-loop` is not given (README "Event loops"): epoll. io_uring
+/// measured faster on small requests (workload a: +6 to +12%) but slower on 100 KB values
+/// (workload d: 0.44-0.77 of epoll in the final runs), where its SEND copies each value.
+pub const DEFAULT_IO_LOOP: IoLoop = IoLoop::Epoll;
 /// What `version`, `stats` and the binary VERSION opcode report: the memcached release whose
 /// behaviour mnemo reproduces, exactly as memcached prints it. Clients parse this as a version
 /// number (Perl's `version->parse` dies on "1.6.18-mnemo-0.1.0"), so nothing may be appended.
