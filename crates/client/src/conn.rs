@@ -234,43 +234,61 @@ async fn write_all_vectored<W: AsyncWriteExt + Unpin>(
     w: &mut W,
     parts: &[IoSlice<'_>],
 ) -> io::Result<()> {
-    let mut idx = 0; // first part not fully written
-    let mut off = 0; // bytes of parts[idx] already written
-    while idx < parts.len() {
-        let n = if off == 0 && parts.len() - idx <= MAX_IOV {
-            w.write_vectored(&parts[idx..]).await?
-        } else {
-            let mut v = Vec::with_capacity((parts.len() - idx).min(MAX_IOV));
-            v.push(IoSlice::new(&parts[idx][off..]));
-            v.extend(
-                parts[idx + 1..]
-                    .iter()
-                    .take(MAX_IOV - 1)
-                    .map(|p| IoSlice::new(p)),
-            );
-            w.write_vectored(&v).await?
-        };
+    let mut at = Written::default();
+    while !at.all(parts) {
+        let n = w.write_vectored(&at.rest(parts)).await?;
         if n == 0 {
             return Err(io::Error::new(
                 io::ErrorKind::WriteZero,
                 "server stopped reading",
             ));
         }
-        let mut n = n;
+        at.advance(parts, n);
+    }
+    Ok(())
+}
+
+/// How far a vectored write of `parts` has got, over however many system calls it takes.
+#[derive(Default)]
+struct Written {
+    /// First part not fully written.
+    idx: usize,
+    /// Bytes of `parts[idx]` already written.
+    off: usize,
+}
+
+impl Written {
+    fn all(&self, parts: &[IoSlice<'_>]) -> bool {
+        self.idx >= parts.len()
+    }
+
+    /// The iovecs still to write (at most [`MAX_IOV`]); borrowed when no part was cut.
+    fn rest<'p>(&self, parts: &'p [IoSlice<'p>]) -> std::borrow::Cow<'p, [IoSlice<'p>]> {
+        let (idx, off) = (self.idx, self.off);
+        if off == 0 && parts.len() - idx <= MAX_IOV {
+            return std::borrow::Cow::Borrowed(&parts[idx..]);
+        }
+        let mut v = Vec::with_capacity((parts.len() - idx).min(MAX_IOV));
+        v.push(IoSlice::new(&parts[idx][off..]));
+        v.extend(parts[idx + 1..].iter().take(MAX_IOV - 1).copied());
+        std::borrow::Cow::Owned(v)
+    }
+
+    /// Count `n` more bytes written.
+    fn advance(&mut self, parts: &[IoSlice<'_>], mut n: usize) {
         while n > 0 {
-            let left = parts[idx].len() - off;
+            let left = parts[self.idx].len() - self.off;
             if n >= left {
                 n -= left;
-                idx += 1;
-                off = 0;
+                self.idx += 1;
+                self.off = 0;
             } else {
-                off += n;
+                self.off += n;
                 n = 0;
             }
         }
-        while idx < parts.len() && parts[idx].is_empty() {
-            idx += 1;
+        while self.idx < parts.len() && parts[self.idx].is_empty() {
+            self.idx += 1;
         }
     }
-    Ok(())
 }

@@ -7,7 +7,7 @@
 //! replies the server cannot send because nobody reads them), the writer waits in `poll` for
 //! either room or replies, and reads what arrived, so the two sides cannot block each other.
 
-use super::{ConnError, MAX_IOV, READ_CHUNK};
+use super::{ConnError, Written, READ_CHUNK};
 use socket2::Socket;
 use std::io::{self, IoSlice};
 use std::net::{TcpStream, ToSocketAddrs};
@@ -41,23 +41,9 @@ pub(super) fn send(
     timeout: Duration,
 ) -> Result<(), ConnError> {
     let flags = libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL;
-    let mut idx = 0; // first part not fully written
-    let mut off = 0; // bytes of parts[idx] already written
-    while idx < parts.len() {
-        let sent = if off == 0 && parts.len() - idx <= MAX_IOV {
-            sock.send_vectored_with_flags(&parts[idx..], flags)
-        } else {
-            let mut v = Vec::with_capacity((parts.len() - idx).min(MAX_IOV));
-            v.push(IoSlice::new(&parts[idx][off..]));
-            v.extend(
-                parts[idx + 1..]
-                    .iter()
-                    .take(MAX_IOV - 1)
-                    .map(|p| IoSlice::new(p)),
-            );
-            sock.send_vectored_with_flags(&v, flags)
-        };
-        let mut n = match sent {
+    let mut at = Written::default();
+    while !at.all(parts) {
+        let n = match sock.send_vectored_with_flags(&at.rest(parts), flags) {
             Ok(0) => {
                 return Err(ConnError::Io(io::Error::new(
                     io::ErrorKind::WriteZero,
@@ -74,20 +60,7 @@ pub(super) fn send(
             }
             Err(e) => return Err(ConnError::Io(e)),
         };
-        while n > 0 {
-            let left = parts[idx].len() - off;
-            if n >= left {
-                n -= left;
-                idx += 1;
-                off = 0;
-            } else {
-                off += n;
-                n = 0;
-            }
-        }
-        while idx < parts.len() && parts[idx].is_empty() {
-            idx += 1;
-        }
+        at.advance(parts, n);
     }
     Ok(())
 }
