@@ -148,6 +148,15 @@ impl Shared {
         }
     }
 
+    /// A client's `shutdown` command (either event loop): said on stderr with -v, then
+    /// [`Shared::shutdown`].
+    pub fn shutdown_by_client(&self) -> ! {
+        if self.verbosity.load(Relaxed) > 0 {
+            eprintln!("mnemod: shutdown requested by a client");
+        }
+        self.shutdown()
+    }
+
     /// `shutdown`, SIGUSR1/SIGTERM with `-e`: stop serving and exit the process, writing the
     /// warm-restart snapshot first when `-e` names one (restart.rs).
     pub fn shutdown(&self) -> ! {

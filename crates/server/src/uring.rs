@@ -403,11 +403,8 @@ impl Worker {
             }
             Turn::Close => self.close(i),
             Turn::Shutdown => {
-                if self.sh.verbosity.load(Relaxed) > 0 {
-                    eprintln!("mnemod: shutdown requested by a client");
-                }
                 self.close(i);
-                self.sh.shutdown();
+                self.sh.shutdown_by_client();
             }
         }
         self.after_turn(i);
