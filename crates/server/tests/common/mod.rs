@@ -45,12 +45,32 @@ impl Server {
         s
     }
 
-    /// Resident memory of the server process, in KiB.
+    /// Resident anonymous memory of the server process (heap, mappings, stacks), in KiB: what
+    /// the server allocates. Not VmRSS: that also counts the pages of the binary paged in as
+    /// new code runs (a debug mnemod is ~200 MB, and an error path first taken mid-test can
+    /// fault in megabytes of it), which says nothing about allocation.
     #[allow(dead_code)] // not every test binary measures memory
     pub fn rss_kb(&self) -> u64 {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
-        let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+        let line = status.lines().find(|l| l.starts_with("RssAnon:")).unwrap();
         line.split_whitespace().nth(1).unwrap().parse().unwrap()
+    }
+}
+
+impl Server {
+    /// The server's memory lines from /proc (resident kinds and huge pages), for failure messages.
+    #[allow(dead_code)] // not every test binary measures memory
+    pub fn memory_report(&self) -> String {
+        let pid = self.child.id();
+        let wanted = ["VmRSS:", "VmHWM:", "RssAnon:", "RssFile:", "AnonHugePages:", "Threads:"];
+        let mut out = Vec::new();
+        for file in ["status", "smaps_rollup"] {
+            let text = std::fs::read_to_string(format!("/proc/{pid}/{file}")).unwrap_or_default();
+            for line in text.lines().filter(|l| wanted.iter().any(|w| l.starts_with(w))) {
+                out.push(line.split_whitespace().collect::<Vec<_>>().join(" "));
+            }
+        }
+        out.join(", ")
     }
 }
 
