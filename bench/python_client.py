@@ -15,10 +15,14 @@ compression off and on (zlib, stored compressed when it saves 20%: 1 KB threshol
   get_many x3         100 keys per call over three servers (all hits)
 Clients: mnemo.Client; pymemcache Client (one server) or HashClient (three), pickle_serde, and
 CompressedSerde when compression is on; pylibmc (libmemcached, ketama_weighted, TCP_NODELAY).
-Each case runs --ops calls, timed one by one: ops/s (calls per second) and p50/p99 per call.
+Each case runs --ops calls per client, timed one by one, in --rounds rounds: in each round every
+client runs its share in turn (the first client rotating), so that the machine's moods (on a VM,
+whether client and server threads share a CPU moves a round trip between ~20 and ~60 us) fall
+on all clients alike. Printed: ops/s (median over rounds), p50/p99 per call (over all calls),
+and mnemo's paired ratio (median over rounds of mnemo's ops/s over the client's, same round).
 
 The last line compares get_many over three servers (geometric mean over the four value
-size/compression cases of mnemo's ops/s over the other's):
+size/compression cases of the paired ratios):
   python get_many x3 vs pymemcache X.XX, vs pylibmc Y.YY
 """
 import argparse
@@ -108,10 +112,13 @@ def time_calls(fn, args_list):
     return lat
 
 
-def summary(lat):
+def ops_per_s(lat):
+    return len(lat) / (sum(lat) / 1e9)
+
+
+def percentiles(lat):
     lat = sorted(lat)
-    ops = len(lat) / (sum(lat) / 1e9)
-    return ops, lat[len(lat) // 2] / 1e3, lat[min(len(lat) - 1, int(len(lat) * 0.99))] / 1e3
+    return lat[len(lat) // 2] / 1e3, lat[min(len(lat) - 1, int(len(lat) * 0.99))] / 1e3
 
 
 def run_case(c, name, op, keys, val, ops, rng):
@@ -130,6 +137,7 @@ def run_case(c, name, op, keys, val, ops, rng):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ops", type=int, default=2000, help="calls per get/set case (get_many: 1/4)")
+    ap.add_argument("--rounds", type=int, default=5, help="rounds the calls are split into")
     ap.add_argument("--mnemod", default=os.environ.get("MNEMOD_BIN",
                                                        str(ROOT / "target/release/mnemod")))
     a = ap.parse_args()
@@ -146,9 +154,10 @@ def main():
         rng = random.Random(15)
         keys = [f"bench:{i}" for i in range(1000)]
         results = []  # (servers, op, size, compress, client, ops, p50, p99)
-        print(f"# {a.ops} calls per get/set case, {a.ops // 4} per get_many; mnemod {a.mnemod}")
+        print(f"# {a.ops} calls per get/set case, {a.ops // 4} per get_many, in {a.rounds} "
+              f"rounds; mnemod {a.mnemod}")
         print(f"{'servers':>7} {'op':<11} {'value':>6} {'zlib':<4} {'client':<10} "
-              f"{'ops/s':>9} {'p50 us':>8} {'p99 us':>8}")
+              f"{'ops/s':>9} {'p50 us':>8} {'p99 us':>8} {'mnemo/it':>8}")
         for addrs in (one, three):
             for size in (SMALL, LARGE):
                 for compress in (False, True):
@@ -161,22 +170,31 @@ def main():
                     op_list = ["get", "set"] + (["get_many"] if len(addrs) == 3 else [])
                     for op in op_list:
                         n = a.ops // 4 if op == "get_many" else a.ops
-                        for name, c in cs.items():
-                            run_case(c, name, op, keys, val, max(20, n // 10), rng)  # warm-up
-                            ops, p50, p99 = summary(run_case(c, name, op, keys, val, n, rng))
-                            results.append((len(addrs), op, size, compress, name, ops))
+                        names = list(cs)
+                        for name in names:
+                            run_case(cs[name], name, op, keys, val, max(20, n // 10), rng)  # warm-up
+                        lat = {name: [] for name in names}
+                        per_round = {name: [] for name in names}
+                        for r in range(a.rounds):
+                            for name in names[r % len(names):] + names[:r % len(names)]:
+                                got = run_case(cs[name], name, op, keys, val,
+                                               max(1, n // a.rounds), rng)
+                                lat[name] += got
+                                per_round[name].append(ops_per_s(got))
+                        for name in names:
+                            paired = statistics.median(
+                                m / o for m, o in zip(per_round["mnemo"], per_round[name]))
+                            ops = statistics.median(per_round[name])
+                            p50, p99 = percentiles(lat[name])
+                            results.append((len(addrs), op, size, compress, name, paired))
                             label = "get_many x3" if op == "get_many" else op
                             print(f"{len(addrs):>7} {label:<11} {size:>6} "
                                   f"{'on' if compress else 'off':<4} {name:<10} "
-                                  f"{ops:>9.0f} {p50:>8.1f} {p99:>8.1f}", flush=True)
+                                  f"{ops:>9.0f} {p50:>8.1f} {p99:>8.1f} {paired:>8.2f}",
+                                  flush=True)
         ratio = {}
         for other in ("pymemcache", "pylibmc"):
-            rs = []
-            for size in (SMALL, LARGE):
-                for compress in (False, True):
-                    pick = {r[4]: r[5] for r in results
-                            if r[1] == "get_many" and r[2] == size and r[3] == compress}
-                    rs.append(pick["mnemo"] / pick[other])
+            rs = [r[5] for r in results if r[1] == "get_many" and r[4] == other]
             ratio[other] = math.exp(statistics.fmean(math.log(r) for r in rs))
         print(f"python get_many x3 vs pymemcache {ratio['pymemcache']:.2f}, "
               f"vs pylibmc {ratio['pylibmc']:.2f}")

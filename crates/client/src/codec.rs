@@ -511,6 +511,15 @@ impl ReplyDecoder {
         self.lines.clear();
     }
 
+    /// Let go of the bytes decoded so far into a reply still in progress: their values, stats
+    /// or lines are copied out, so the caller may drop them from its buffer (a multi-get then
+    /// needs a buffer the size of one value, not of the whole reply). Returns how many bytes
+    /// that is, from the start of the buffer last given to `decode`; later calls must be given
+    /// the buffer without them.
+    pub fn release(&mut self) -> usize {
+        std::mem::take(&mut self.pos)
+    }
+
     fn done(&mut self, reply: Reply) -> Decoded {
         let used = self.pos;
         self.pos = 0;

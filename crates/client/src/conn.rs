@@ -206,6 +206,12 @@ impl Replies {
                     self.fresh = true;
                 }
                 Decoded::Incomplete(need) => {
+                    // Values decoded so far are copied out: their bytes need not stay, and
+                    // keeping them would grow the buffer to the whole reply (a 100-key get of
+                    // 10 KB values: 1 MB, reallocated and copied as it doubles).
+                    let released = self.dec.release();
+                    *start += released;
+                    let need = need - released;
                     if *start == rbuf.len() {
                         rbuf.clear();
                         *start = 0;

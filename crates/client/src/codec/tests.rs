@@ -379,3 +379,42 @@ fn key_rules() {
     assert!(!check_key(b"a\r\n"));
     assert!(!check_key(b"a\x7f"));
 }
+
+#[test]
+fn released_bytes_need_not_stay() {
+    // A multi-get reply fed in pieces of every size, dropping what `release` lets go after each
+    // Incomplete (as conn.rs does): the same reply as decoding it whole, and the buffer never
+    // holds more than one value's line and data plus a piece.
+    let mut bytes = Vec::new();
+    for i in 0..40u32 {
+        let v = vec![b'a' + (i % 26) as u8; (i as usize * 37) % 300];
+        bytes.extend_from_slice(format!("VALUE k{i} {i} {}\r\n", v.len()).as_bytes());
+        bytes.extend_from_slice(&v);
+        bytes.extend_from_slice(b"\r\n");
+    }
+    bytes.extend_from_slice(b"END\r\n");
+    let (whole, _) = decode_all(Expect::Values { cas: false }, &bytes);
+    for piece in [1, 2, 7, 64, 333] {
+        let mut d = ReplyDecoder::new(Expect::Values { cas: false });
+        let (mut buf, mut fed, mut most) = (Vec::new(), 0, 0);
+        let reply = loop {
+            match d.decode(&buf).unwrap() {
+                Decoded::Done(r, used) => {
+                    assert_eq!((used, fed), (buf.len(), bytes.len()));
+                    break r;
+                }
+                Decoded::Incomplete(need) => {
+                    let released = d.release();
+                    buf.drain(..released);
+                    assert!(need - released > buf.len());
+                    let end = (fed + piece).min(bytes.len());
+                    buf.extend_from_slice(&bytes[fed..end]);
+                    fed = end;
+                    most = most.max(buf.len());
+                }
+            }
+        };
+        assert_eq!(reply, whole, "pieces of {piece}");
+        assert!(most <= 300 + 30 + piece, "pieces of {piece}: buffer held {most} bytes");
+    }
+}
