@@ -4,10 +4,11 @@
 //! with the GIL held, builds one owned future, and [`Client::run`] drives it either way.
 
 use crate::values::{
-    boolean, cas_token, counter, filter_part_class, from_value, keys_of, none, stat_value, to_key,
-    to_raw, to_servers, to_value, OwnedValue,
+    boolean, cas_token, counter, filter_part_class, from_raw, from_value, keys_of, none,
+    stat_value, to_key, to_raw, to_servers, to_value, OwnedValue,
 };
 use crate::{errors, new_state, spawn_asyncio, Convert, State};
+use bytes::Bytes;
 use mnemo_client::{
     filter, Algorithm, Compression, Config, FlagProfile, ServerSpec, SetOptions, StoreCmd,
     StoreOutcome, Value,
@@ -330,9 +331,12 @@ impl Client {
         let ignore = self.ignore_exc;
         self.run(
             py,
-            move |c| async move { miss_on_error(ignore, c.get(k).await) },
-            Box::new(move |py, v: Option<Value>| match v {
-                Some(v) => from_value(py, v),
+            move |c| async move {
+                let item = miss_on_error(ignore, c.get_raw(k).await)?;
+                item.map(|item| c.decompress(item)).transpose()
+            },
+            Box::new(move |py, v: Option<(Bytes, u32)>| match v {
+                Some((data, flags)) => from_raw(py, &data, flags),
                 None => Ok(default.unwrap_or_else(|| none(py))),
             }),
         )
@@ -380,19 +384,20 @@ impl Client {
         let ignore = self.ignore_exc;
         self.run(
             py,
-            // Decoded (decompressed) here, without the GIL, in the order asked.
+            // Decompressed here, without the GIL, in the order asked; made into objects (with
+            // the GIL) straight from the read buffer's bytes.
             move |c| async move {
                 let found = miss_on_error(ignore, c.get_multi_ordered_raw(&raw.slices()).await)?;
                 found
                     .into_iter()
-                    .map(|item| item.map(|item| c.decode(item)).transpose())
-                    .collect::<mnemo_client::Result<Vec<Option<Value>>>>()
+                    .map(|item| item.map(|item| c.decompress(item)).transpose())
+                    .collect::<mnemo_client::Result<Vec<Option<(Bytes, u32)>>>>()
             },
-            Box::new(move |py, values: Vec<Option<Value>>| {
+            Box::new(move |py, values: Vec<Option<(Bytes, u32)>>| {
                 let d = PyDict::new(py);
                 for (v, o) in values.into_iter().zip(orig) {
-                    if let Some(v) = v {
-                        d.set_item(o, from_value(py, v)?)?;
+                    if let Some((data, flags)) = v {
+                        d.set_item(o, from_raw(py, &data, flags)?)?;
                     }
                 }
                 Ok(d.into_any().unbind())

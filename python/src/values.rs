@@ -7,6 +7,7 @@
 //! as bytes.
 
 use crate::errors;
+use mnemo_client::serde::{self, Kind};
 use mnemo_client::{ServerSpec, Value, ValueRef};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -84,6 +85,35 @@ pub(crate) fn from_value(py: Python<'_>, v: Value) -> PyResult<Py<PyAny>> {
         Value::Int(i) => i.into_pyobject(py)?.into_any().unbind(),
         Value::Pickled(b) => pickle(py, "loads")?
             .call1((PyBytes::new(py, &b),))?
+            .unbind(),
+    })
+}
+
+/// A stored value's object from its decompressed bytes and flags, as [`from_value`] would make
+/// it, with one pass over the bytes: text is checked as UTF-8 by Python while it builds the str
+/// (`from_value` gets a String the Rust side has checked already, and Python checks it again).
+pub(crate) fn from_raw(py: Python<'_>, data: &[u8], flags: u32) -> PyResult<Py<PyAny>> {
+    Ok(match Kind::of(flags) {
+        Kind::Bytes | Kind::Other => PyBytes::new(py, data).into_any().unbind(),
+        Kind::Text => {
+            let len = isize::try_from(data.len()).expect("a value fits in memory");
+            // SAFETY: data is valid for len bytes; the errors argument is a C string literal.
+            let obj = unsafe {
+                pyo3::ffi::PyUnicode_DecodeUTF8(data.as_ptr().cast(), len, c"strict".as_ptr())
+            };
+            // SAFETY: a new reference, or NULL with the UnicodeDecodeError set.
+            match unsafe { Bound::from_owned_ptr_or_err(py, obj) } {
+                Ok(s) => s.unbind(),
+                Err(_) => return Err(errors::to_py(py, serde::not_utf8(flags))),
+            }
+        }
+        Kind::Int => serde::parse_int(data, flags)
+            .map_err(|e| errors::to_py(py, e))?
+            .into_pyobject(py)?
+            .into_any()
+            .unbind(),
+        Kind::Pickled => pickle(py, "loads")?
+            .call1((PyBytes::new(py, data),))?
             .unbind(),
     })
 }

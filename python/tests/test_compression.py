@@ -104,3 +104,19 @@ def test_bad_compressed_data_is_a_decode_error(port):
         assert s.recv(100) == b"STORED\r\n"
     with pytest.raises(mnemo.DecodeError):
         c.get("bad")
+
+
+def test_text_that_is_not_utf8_is_a_decode_error(port):
+    # Flag 16 promises UTF-8; bytes that are not fail the read (get and get_many alike) rather
+    # than coming back as something else, and the client keeps working.
+    c = mnemo.Client([("127.0.0.1", port)])
+    import socket
+    with socket.create_connection(("127.0.0.1", port)) as s:
+        s.sendall(b"set badtext 16 0 3\r\n\xff\xfeA\r\nset goodtext 16 0 3\r\n\xc3\xa9!\r\n")
+        assert s.recv(100) == b"STORED\r\nSTORED\r\n"
+    with pytest.raises(mnemo.DecodeError):
+        c.get("badtext")
+    with pytest.raises(mnemo.DecodeError):
+        c.get_many(["goodtext", "badtext"])
+    assert c.get_many(["goodtext"]) == {"goodtext": "é!"}
+    assert c.get("goodtext") == "é!"

@@ -6,12 +6,17 @@
 //!   Request ──encode──> Encoder { head bytes, borrowed large values } ──io_slices()──> writev
 //!   socket bytes ──> ReplyDecoder::decode(buf) ──> Decoded::Done(Reply, consumed)
 //!                                               └─> Decoded::Incomplete(total bytes needed)
+//!   read buffer  ──> ReplyDecoder::decode_from(&mut BytesMut) ──> Step::Reply / Step::Need
+//!                    (values are slices of the buffer, split off as they are decoded)
 //! ```
 //!
 //! The decoder must be told what reply to expect ([`Expect`]): `VALUE ... END`, a stats block and a
 //! number all start differently, but `END` alone means "no values" after a get and "no stats"
 //! after `stats`, and a line of digits is a value only after incr/decr.
 
+use bytes::Buf;
+/// The buffer types of [`ReplyDecoder::decode_from`] and [`Entry::data`].
+pub use bytes::{Bytes, BytesMut};
 use std::io::IoSlice;
 
 /// Values at least this long are written from the caller's buffer (their own iovec) instead of
@@ -439,7 +444,9 @@ pub struct Entry {
     pub key: Vec<u8>,
     pub flags: u32,
     pub cas: Option<u64>,
-    pub data: Vec<u8>,
+    /// From [`ReplyDecoder::decode_from`], a slice of the connection's read buffer: no copy is
+    /// made of it, and the buffer's memory (one read's worth) lives as long as any such slice.
+    pub data: Bytes,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -471,6 +478,15 @@ pub enum CodecError {
     BadDataEnd,
 }
 
+/// What [`ReplyDecoder::decode_from`] made of the buffer.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Step {
+    /// A whole reply; its bytes are gone from the buffer.
+    Reply(Reply),
+    /// The buffer (what is left of it) must grow to at least this many bytes.
+    Need(usize),
+}
+
 #[derive(Debug, PartialEq, Eq)]
 pub enum Decoded {
     /// A whole reply and the bytes it took from the start of the buffer.
@@ -487,6 +503,10 @@ pub struct ReplyDecoder {
     expect: Expect,
     pos: usize,
     values: Vec<Entry>,
+    /// Under `decode_from`: values whose data is still to be cut from the buffer, as (index in
+    /// `values`, start, end) of the buffer given to this call.
+    spans: Vec<(usize, usize, usize)>,
+    shared: bool,
     stats: Vec<(String, String)>,
     lines: Vec<String>,
 }
@@ -497,6 +517,8 @@ impl ReplyDecoder {
             expect,
             pos: 0,
             values: Vec::new(),
+            spans: Vec::new(),
+            shared: false,
             stats: Vec::new(),
             lines: Vec::new(),
         }
@@ -507,17 +529,43 @@ impl ReplyDecoder {
         self.expect = expect;
         self.pos = 0;
         self.values.clear();
+        self.spans.clear();
         self.stats.clear();
         self.lines.clear();
     }
 
-    /// Let go of the bytes decoded so far into a reply still in progress: their values, stats
-    /// or lines are copied out, so the caller may drop them from its buffer (a multi-get then
-    /// needs a buffer the size of one value, not of the whole reply). Returns how many bytes
-    /// that is, from the start of the buffer last given to `decode`; later calls must be given
-    /// the buffer without them.
-    pub fn release(&mut self) -> usize {
-        std::mem::take(&mut self.pos)
+    /// Decode from a read buffer, taking what is decoded out of it: values become slices of
+    /// the buffer (no copy), and bytes already decoded into a reply still in progress leave the
+    /// buffer too, so a multi-get needs a buffer the size of one value, not of the whole reply.
+    pub fn decode_from(&mut self, buf: &mut BytesMut) -> Result<Step, CodecError> {
+        self.shared = true;
+        let decoded = self.decode(&buf[..]);
+        self.shared = false;
+        match decoded? {
+            Decoded::Done(mut reply, used) => {
+                let chunk = buf.split_to(used).freeze();
+                if let Reply::Values(v) = &mut reply {
+                    Self::cut(&mut self.spans, v, &chunk);
+                }
+                Ok(Step::Reply(reply))
+            }
+            Decoded::Incomplete(need) => {
+                let used = std::mem::take(&mut self.pos);
+                if self.spans.is_empty() {
+                    buf.advance(used);
+                } else {
+                    let chunk = buf.split_to(used).freeze();
+                    Self::cut(&mut self.spans, &mut self.values, &chunk);
+                }
+                Ok(Step::Need(need - used))
+            }
+        }
+    }
+
+    fn cut(spans: &mut Vec<(usize, usize, usize)>, values: &mut [Entry], chunk: &Bytes) {
+        for (i, start, end) in spans.drain(..) {
+            values[i].data = chunk.slice(start..end);
+        }
     }
 
     fn done(&mut self, reply: Reply) -> Decoded {
@@ -564,11 +612,17 @@ impl ReplyDecoder {
                     if &buf[data_end..data_end + 2] != b"\r\n" {
                         return Err(CodecError::BadDataEnd);
                     }
+                    let data = if self.shared {
+                        self.spans.push((self.values.len(), line_end, data_end));
+                        Bytes::new()
+                    } else {
+                        Bytes::copy_from_slice(&buf[line_end..data_end])
+                    };
                     self.values.push(Entry {
                         key: key.to_vec(),
                         flags,
                         cas: c,
-                        data: buf[line_end..data_end].to_vec(),
+                        data,
                     });
                     self.pos = data_end + 2;
                 }

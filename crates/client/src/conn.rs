@@ -5,7 +5,8 @@
 //! blocking facades, by blocking system calls (conn/blocking.rs).
 
 use crate::codec::CodecError;
-use crate::codec::{Decoded, Encoder, Expect, Reply, ReplyDecoder};
+use crate::codec::{Encoder, Expect, Reply, ReplyDecoder, Step};
+use bytes::BytesMut;
 use std::io::{self, IoSlice};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -36,9 +37,9 @@ impl From<io::Error> for ConnError {
 
 pub(crate) struct Conn {
     sock: Sock,
-    rbuf: Vec<u8>,
-    /// Bytes of `rbuf` before this are consumed.
-    start: usize,
+    /// Bytes read and not yet decoded. Decoded values are split off it as slices (no copy);
+    /// once the caller drops them, the same memory is reused.
+    rbuf: BytesMut,
     /// Whether this connection served a request before (a stale pooled connection fails on its
     /// next use without the server being down).
     pub reused: bool,
@@ -85,8 +86,7 @@ impl Conn {
         };
         Ok(Conn {
             sock,
-            rbuf: Vec::new(),
-            start: 0,
+            rbuf: BytesMut::new(),
             reused: false,
         })
     }
@@ -115,10 +115,9 @@ impl Conn {
                     Ok::<(), ConnError>(())
                 };
                 let rbuf = &mut self.rbuf;
-                let start = &mut self.start;
                 let replies = &mut replies;
                 let read = async move {
-                    while let Some(want) = replies.advance(expects, rbuf, start)? {
+                    while let Some(want) = replies.advance(expects, rbuf)? {
                         rbuf.reserve(want - rbuf.len());
                         if r.read_buf(rbuf).await? == 0 {
                             return Err(closed());
@@ -138,19 +137,15 @@ impl Conn {
                 // In a fan-out, the other servers' requests go out before this one's replies
                 // are waited for.
                 crate::client::fan_out_barrier().await;
-                while let Some(want) = replies.advance(expects, &mut self.rbuf, &mut self.start)? {
+                while let Some(want) = replies.advance(expects, &mut self.rbuf)? {
                     if blocking::recv(sock, &mut self.rbuf, want)? == 0 {
                         return Err(closed());
                     }
                 }
             }
         }
-        if self.start == self.rbuf.len() {
-            self.rbuf.clear();
-            self.start = 0;
-            if self.rbuf.capacity() > KEEP_RBUF {
-                self.rbuf = Vec::new();
-            }
+        if self.rbuf.is_empty() && self.rbuf.capacity() > KEEP_RBUF {
+            self.rbuf = BytesMut::new();
         }
         self.reused = true;
         Ok(replies.done)
@@ -158,7 +153,7 @@ impl Conn {
 
     /// Whether bytes arrived that no request asked for (the stream is out of step).
     pub fn has_leftover(&self) -> bool {
-        self.start != self.rbuf.len()
+        !self.rbuf.is_empty()
     }
 }
 
@@ -187,46 +182,29 @@ impl Replies {
     }
 
     /// Decode what `rbuf` holds. `None`: every reply is in; `Some(len)`: read more, with room
-    /// in `rbuf` up to `len` (the buffer is compacted first when that helps).
+    /// in `rbuf` up to `len`.
     fn advance(
         &mut self,
         expects: &[Expect],
-        rbuf: &mut Vec<u8>,
-        start: &mut usize,
+        rbuf: &mut BytesMut,
     ) -> Result<Option<usize>, ConnError> {
         while self.done.len() < expects.len() {
             if self.fresh {
                 self.dec.reset(expects[self.done.len()]);
                 self.fresh = false;
             }
-            match self.dec.decode(&rbuf[*start..]).map_err(ConnError::Codec)? {
-                Decoded::Done(reply, used) => {
-                    *start += used;
+            match self.dec.decode_from(rbuf).map_err(ConnError::Codec)? {
+                Step::Reply(reply) => {
                     self.done.push(reply);
                     self.fresh = true;
                 }
-                Decoded::Incomplete(need) => {
-                    // Values decoded so far are copied out: their bytes need not stay, and
-                    // keeping them would grow the buffer to the whole reply (a 100-key get of
-                    // 10 KB values: 1 MB, reallocated and copied as it doubles).
-                    let released = self.dec.release();
-                    *start += released;
-                    let need = need - released;
-                    if *start == rbuf.len() {
-                        rbuf.clear();
-                        *start = 0;
-                    } else if *start > 0 && need > rbuf.capacity() - *start {
-                        rbuf.drain(..*start);
-                        *start = 0;
-                    }
+                Step::Need(need) => {
                     // Room for what the decoder needs, but grown at most by doubling per
                     // read: a declared length is the server's word, so memory follows the
                     // bytes that actually arrive (a server that declares 1 GiB and sends 10
                     // bytes costs 64 KiB, not 1 GiB).
                     let cap = rbuf.capacity().max(READ_CHUNK);
-                    let want = (*start + need)
-                        .min(rbuf.len() + cap)
-                        .max(rbuf.len() + READ_CHUNK);
+                    let want = need.min(rbuf.len() + cap).max(rbuf.len() + READ_CHUNK);
                     return Ok(Some(want));
                 }
             }

@@ -109,7 +109,7 @@ impl Client {
             });
         }
         let e = entries.pop().expect("exactly one entry");
-        Ok((e.flags, e.data))
+        Ok((e.flags, e.data.into()))
     }
 }
 

@@ -46,7 +46,8 @@ pub enum StoreOutcome {
 /// A value as the server holds it: bytes still compressed, flags, cas (from gets/gats).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Item {
-    pub data: Vec<u8>,
+    /// A slice of the connection's read buffer (see [`crate::codec::Entry::data`]).
+    pub data: bytes::Bytes,
     pub flags: u32,
     pub cas: Option<u64>,
 }
@@ -78,7 +79,14 @@ impl Client {
 
     /// Decode a stored item (decompress by its flags, then the serde).
     pub fn decode(&self, item: Item) -> Result<Value> {
-        self.inner.values.decode(item.data, item.flags)
+        self.inner.values.decode(item.data.into(), item.flags)
+    }
+
+    /// Undo an item's compression by its flags: its bytes (the same slice when it was not
+    /// compressed) and its flags without the compression bit, for callers that turn bytes into
+    /// values themselves (the Python package, which checks UTF-8 once, while making the str).
+    pub fn decompress(&self, item: Item) -> Result<(bytes::Bytes, u32)> {
+        self.inner.values.decompress_shared(item.data, item.flags)
     }
 
     /// The stored bytes and flags, not decompressed or decoded.
@@ -558,7 +566,7 @@ mod tests {
             key: key.into(),
             flags: 0,
             cas: None,
-            data: data.into(),
+            data: bytes::Bytes::copy_from_slice(data.as_bytes()),
         }
     }
 

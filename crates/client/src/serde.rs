@@ -141,6 +141,49 @@ pub trait Serde: Send + Sync + 'static {
     fn decode(&self, data: Vec<u8>, flags: u32) -> Result<Value>;
 }
 
+/// What decompressed bytes are, by their flags ([`FlagSerde`]'s reading, shared with callers
+/// that make values themselves, such as the Python package).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Bytes,
+    /// UTF-8 text.
+    Text,
+    /// A decimal integer that fits an i64 ([`parse_int`]).
+    Int,
+    Pickled,
+    Other,
+}
+
+impl Kind {
+    pub fn of(flags: u32) -> Kind {
+        match flags {
+            0 => Kind::Bytes,
+            FLAG_TEXT => Kind::Text,
+            FLAG_INT | FLAG_LONG => Kind::Int,
+            FLAG_PICKLE => Kind::Pickled,
+            _ => Kind::Other,
+        }
+    }
+}
+
+/// The error for text that is not UTF-8.
+pub fn not_utf8(flags: u32) -> Error {
+    Error::Decode {
+        flags,
+        why: "text is not UTF-8".to_owned(),
+    }
+}
+
+/// An integer value's bytes (decimal ASCII, surrounding whitespace allowed).
+pub fn parse_int(data: &[u8], flags: u32) -> Result<i64> {
+    let bad = |why: &str| Error::Decode {
+        flags,
+        why: why.to_owned(),
+    };
+    let s = std::str::from_utf8(data).map_err(|_| bad("integer is not ASCII"))?;
+    s.trim().parse().map_err(|_| bad("not a 64-bit integer"))
+}
+
 /// Which flag bits mean what.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FlagProfile {
@@ -185,21 +228,12 @@ impl Serde for FlagSerde {
     }
 
     fn decode(&self, data: Vec<u8>, flags: u32) -> Result<Value> {
-        let bad = |why: &str| Error::Decode {
-            flags,
-            why: why.to_owned(),
-        };
-        Ok(match flags {
-            0 => Value::Bytes(data),
-            FLAG_TEXT => {
-                Value::Text(String::from_utf8(data).map_err(|_| bad("text is not UTF-8"))?)
-            }
-            FLAG_INT | FLAG_LONG => {
-                let s = std::str::from_utf8(&data).map_err(|_| bad("integer is not ASCII"))?;
-                Value::Int(s.trim().parse().map_err(|_| bad("not a 64-bit integer"))?)
-            }
-            FLAG_PICKLE => Value::Pickled(data),
-            _ => Value::Other { flags, data },
+        Ok(match Kind::of(flags) {
+            Kind::Bytes => Value::Bytes(data),
+            Kind::Text => Value::Text(String::from_utf8(data).map_err(|_| not_utf8(flags))?),
+            Kind::Int => Value::Int(parse_int(&data, flags)?),
+            Kind::Pickled => Value::Pickled(data),
+            Kind::Other => Value::Other { flags, data },
         })
     }
 }
@@ -245,23 +279,37 @@ impl ValueCodec {
 
     /// Undo compression by the flags, whatever this client's settings.
     pub fn decompress(&self, data: Vec<u8>, flags: u32) -> Result<(Vec<u8>, u32)> {
+        Ok(self.inflate(&data, flags)?.unwrap_or((data, flags)))
+    }
+
+    /// As [`Self::decompress`], for bytes that are a slice of a read buffer: uncompressed ones
+    /// come back as they are, without a copy.
+    pub fn decompress_shared(&self, data: bytes::Bytes, flags: u32) -> Result<(bytes::Bytes, u32)> {
+        Ok(match self.inflate(&data, flags)? {
+            Some((out, flags)) => (out.into(), flags),
+            None => (data, flags),
+        })
+    }
+
+    /// The inflated bytes and the flags without the compression bit; None: not compressed.
+    fn inflate(&self, data: &[u8], flags: u32) -> Result<Option<(Vec<u8>, u32)>> {
         let bad = |e: std::io::Error| Error::Decode {
             flags,
             why: e.to_string(),
         };
         let zstd = self.profile.zstd_flag().unwrap_or(0);
         if zstd != 0 && flags & zstd != 0 {
-            Ok((
-                compress::zstd_decompress(&data, self.max_inflated).map_err(bad)?,
+            Ok(Some((
+                compress::zstd_decompress(data, self.max_inflated).map_err(bad)?,
                 flags & !zstd,
-            ))
+            )))
         } else if flags & FLAG_ZLIB != 0 {
-            Ok((
-                compress::zlib_decompress(&data, self.max_inflated).map_err(bad)?,
+            Ok(Some((
+                compress::zlib_decompress(data, self.max_inflated).map_err(bad)?,
                 flags & !FLAG_ZLIB,
-            ))
+            )))
         } else {
-            Ok((data, flags))
+            Ok(None)
         }
     }
 

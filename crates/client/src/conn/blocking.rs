@@ -8,6 +8,7 @@
 //! either room or replies, and reads what arrived, so the two sides cannot block each other.
 
 use super::{ConnError, Written, READ_CHUNK};
+use bytes::BytesMut;
 use socket2::Socket;
 use std::io::{self, IoSlice};
 use std::net::{TcpStream, ToSocketAddrs};
@@ -37,7 +38,7 @@ pub(super) fn connect(addr: &str, timeout: Duration, io_timeout: Duration) -> io
 pub(super) fn send(
     sock: &Socket,
     parts: &[IoSlice<'_>],
-    rbuf: &mut Vec<u8>,
+    rbuf: &mut BytesMut,
     timeout: Duration,
 ) -> Result<(), ConnError> {
     let flags = libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL;
@@ -67,7 +68,7 @@ pub(super) fn send(
 
 /// Read once, blocking until bytes arrive (or the socket's timeout), into `rbuf` with room up
 /// to `want` bytes. Ok(0): the server closed the connection.
-pub(super) fn recv(sock: &Socket, rbuf: &mut Vec<u8>, want: usize) -> Result<usize, ConnError> {
+pub(super) fn recv(sock: &Socket, rbuf: &mut BytesMut, want: usize) -> Result<usize, ConnError> {
     rbuf.reserve(want.saturating_sub(rbuf.len()));
     loop {
         let len = rbuf.len();
@@ -93,7 +94,7 @@ pub(super) fn recv(sock: &Socket, rbuf: &mut Vec<u8>, want: usize) -> Result<usi
 }
 
 /// Read what has arrived, without waiting.
-fn read_nowait(sock: &Socket, rbuf: &mut Vec<u8>) -> Result<(), ConnError> {
+fn read_nowait(sock: &Socket, rbuf: &mut BytesMut) -> Result<(), ConnError> {
     rbuf.reserve(READ_CHUNK);
     let len = rbuf.len();
     match sock.recv_with_flags(rbuf.spare_capacity_mut(), libc::MSG_DONTWAIT) {

@@ -22,11 +22,15 @@
 //! `LineTooLong` only with a run of more than `MAX_LINE` bytes without a newline; determinism
 //! (a resumed decoder agrees with a fresh one on the same bytes). Per stream: fed whole vs
 //! fed in random pieces as conn.rs does (the grown buffer passed again after `Incomplete`,
-//! the rest with a reset decoder after `Done`) gives the same sequence of outcomes.
+//! the rest with a reset decoder after `Done`) gives the same sequence of outcomes, and so
+//! does `decode_from` on a `BytesMut` fed in random pieces (the way conn.rs reads: decoded
+//! bytes leave the buffer, values become slices of it), reply for reply.
 
 #![allow(dead_code)]
 
-use mnemo_client::codec::{CodecError, Decoded, Expect, Reply, ReplyDecoder, MAX_VALUE_LEN};
+use mnemo_client::codec::{
+    BytesMut, CodecError, Decoded, Expect, Reply, ReplyDecoder, Step, MAX_VALUE_LEN,
+};
 
 /// codec.rs's `MAX_LINE` (private there).
 pub const MAX_LINE: usize = 64 * 1024;
@@ -86,6 +90,23 @@ pub fn check(data: &[u8]) {
 pub fn check_stream(input: &[u8], expect: Expect, chunk_seed: u64) {
     let whole = feed_whole(input, expect);
     let chunked = feed_chunked(input, expect, chunk_seed);
+    let taken = feed_from(input, expect, chunk_seed);
+    let replies: Vec<Result<Option<Reply>, CodecError>> = whole
+        .iter()
+        .map(|o| match o {
+            Out::Done(r, _) => Ok(Some(r.clone())),
+            Out::Incomplete(_) => Ok(None),
+            Out::Err(e) => Err(e.clone()),
+        })
+        .collect();
+    if replies != taken {
+        let short = |s: String| s.chars().take(400).collect::<String>();
+        panic!(
+            "decode vs decode_from differ:\n decode {}\n decode_from {}",
+            short(format!("{replies:?}")),
+            short(format!("{taken:?}"))
+        );
+    }
     if whole != chunked {
         let short = |o: &[Out]| format!("{o:?}").chars().take(400).collect::<String>();
         let head = String::from_utf8_lossy(&input[..input.len().min(200)]).into_owned();
@@ -146,6 +167,46 @@ fn feed_chunked(input: &[u8], expect: Expect, seed: u64) -> Vec<Out> {
                 }
                 e @ Out::Err(_) => {
                     outs.push(e);
+                    return outs;
+                }
+            }
+        }
+    }
+}
+
+/// As conn.rs reads: `decode_from` on a BytesMut fed in random pieces. Each reply, then
+/// `Ok(None)` if the input ends mid-reply, or the error.
+fn feed_from(input: &[u8], expect: Expect, seed: u64) -> Vec<Result<Option<Reply>, CodecError>> {
+    let mut rng = Rng::new(seed ^ 0x5eed);
+    let mut outs = Vec::new();
+    let mut buf = BytesMut::new();
+    let mut fed = 0;
+    let mut dec = ReplyDecoder::new(Expect::Ok);
+    loop {
+        dec.reset(expect);
+        loop {
+            match dec.decode_from(&mut buf) {
+                Ok(Step::Reply(r)) => {
+                    outs.push(Ok(Some(r)));
+                    break;
+                }
+                Ok(Step::Need(need)) => {
+                    assert!(
+                        need > buf.len(),
+                        "Need({need}) with {} bytes held",
+                        buf.len()
+                    );
+                    if fed == input.len() {
+                        outs.push(Ok(None));
+                        return outs;
+                    }
+                    let most = if rng.below(2) == 0 { 8 } else { 2048 };
+                    let n = (1 + rng.below(most) as usize).min(input.len() - fed);
+                    buf.extend_from_slice(&input[fed..fed + n]);
+                    fed += n;
+                }
+                Err(e) => {
+                    outs.push(Err(e));
                     return outs;
                 }
             }
