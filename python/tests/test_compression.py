@@ -96,12 +96,22 @@ def test_compressed_types_keep_their_flags(port):
     assert c.get("p") == {"k": TEXT}
 
 
+def store_raw(port, *items):
+    """Store (key, flags, bytes) items as they are, past any client's encoding."""
+    import socket
+    req = b"".join(b"set %s %d 0 %d\r\n%s\r\n" % (k, f, len(v), v) for k, f, v in items)
+    with socket.create_connection(("127.0.0.1", port)) as s:
+        s.sendall(req)
+        want = b"STORED\r\n" * len(items)
+        got = b""
+        while len(got) < len(want):
+            got += s.recv(100)
+        assert got == want
+
+
 def test_bad_compressed_data_is_a_decode_error(port):
     c = mnemo.Client([("127.0.0.1", port)])
-    import socket
-    with socket.create_connection(("127.0.0.1", port)) as s:
-        s.sendall(b"set bad 8 0 4\r\nnope\r\n")
-        assert s.recv(100) == b"STORED\r\n"
+    store_raw(port, (b"bad", 8, b"nope"))
     with pytest.raises(mnemo.DecodeError):
         c.get("bad")
 
@@ -110,10 +120,7 @@ def test_text_that_is_not_utf8_is_a_decode_error(port):
     # Flag 16 promises UTF-8; bytes that are not fail the read (get and get_many alike) rather
     # than coming back as something else, and the client keeps working.
     c = mnemo.Client([("127.0.0.1", port)])
-    import socket
-    with socket.create_connection(("127.0.0.1", port)) as s:
-        s.sendall(b"set badtext 16 0 3\r\n\xff\xfeA\r\nset goodtext 16 0 3\r\n\xc3\xa9!\r\n")
-        assert s.recv(100) == b"STORED\r\nSTORED\r\n"
+    store_raw(port, (b"badtext", 16, b"\xff\xfeA"), (b"goodtext", 16, b"\xc3\xa9!"))
     with pytest.raises(mnemo.DecodeError):
         c.get("badtext")
     with pytest.raises(mnemo.DecodeError):
