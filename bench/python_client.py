@@ -21,6 +21,10 @@ whether client and server threads share a CPU moves a round trip between ~20 and
 on all clients alike. Printed: ops/s (median over rounds), p50/p99 per call (over all calls),
 and mnemo's paired ratio (median over rounds of mnemo's ops/s over the client's, same round).
 
+`taskset -c 0 bench/python_client.py` puts the client and its servers on one CPU: every
+round trip then costs what the code costs, without the placement effect (what the note quotes
+as "one CPU" next to the default run).
+
 The last line compares get_many over three servers (geometric mean over the four value
 size/compression cases of the paired ratios):
   python get_many x3 vs pymemcache X.XX, vs pylibmc Y.YY
