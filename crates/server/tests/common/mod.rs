@@ -25,7 +25,9 @@ impl Server {
                 .expect("start mnemod");
             let deadline = Instant::now() + Duration::from_secs(10);
             loop {
-                if listening(port) {
+                // Listening, and by our child: another test binary running at the same time
+                // can pick the same free port and its mnemod can win the bind; ours then exits.
+                if listening(port) && holds_listener(child.id(), port) {
                     return Server { child, port };
                 }
                 if child.try_wait().unwrap().is_some() {
@@ -103,4 +105,22 @@ fn listening(port: u16) -> bool {
         Ok(s) => s.local_addr().ok() != s.peer_addr().ok(),
         Err(_) => false,
     }
+}
+
+/// Whether process `pid` holds the IPv4 loopback listener on `port`: the listening socket's
+/// inode from /proc/net/tcp, looked for among the process's descriptors.
+fn holds_listener(pid: u32, port: u16) -> bool {
+    let Ok(table) = std::fs::read_to_string("/proc/net/tcp") else { return false };
+    let local = format!("0100007F:{port:04X}");
+    // Fields: sl, local_address, rem_address, st (0A = LISTEN), ..., inode (the 10th).
+    let Some(inode) = table.lines().skip(1).find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        (f.len() > 9 && f[1] == local && f[3] == "0A").then(|| f[9].to_string())
+    }) else {
+        return false;
+    };
+    let want = format!("socket:[{inode}]");
+    std::fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|fds| {
+        fds.flatten().any(|fd| std::fs::read_link(fd.path()).is_ok_and(|l| l.as_os_str() == want.as_str()))
+    })
 }
