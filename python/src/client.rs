@@ -263,6 +263,7 @@ impl Client {
             max_inflated: Config::DEFAULT_MAX_INFLATED,
             // Set per face by new_state.
             blocking_io: false,
+            reply_spin: Config::DEFAULT_REPLY_SPIN,
         };
         let state = new_state(&servers, &cfg, asyncio).map_err(|e| errors::to_py(py, e))?;
         let protocol = match pickle_protocol {

@@ -45,6 +45,11 @@ pub struct Config {
     /// read and write (the socket's timeouts), not the whole exchange. Must stay off for a client
     /// used from async tasks: it would block the runtime's thread.
     pub blocking_io: bool,
+    /// With `blocking_io`: how long a read polls the socket for its reply before sleeping in
+    /// the kernel (`Duration::ZERO`: never). A reply that arrives within it saves the wakeup of a
+    /// sleeping thread, which on a VM whose other CPU is idle costs tens of microseconds; a
+    /// connection whose replies keep coming later (a distant server) stops spinning (conn/blocking.rs).
+    pub reply_spin: Duration,
 }
 
 impl Config {
@@ -55,6 +60,7 @@ impl Config {
     pub const DEFAULT_FAILURE_LIMIT: u32 = 2;
     pub const DEFAULT_RETRY_INTERVAL: Duration = Duration::from_secs(2);
     pub const DEFAULT_MAX_INFLATED: usize = 256 << 20;
+    pub const DEFAULT_REPLY_SPIN: Duration = Duration::from_micros(50);
 
     /// Values the Python clients (python-memcached, pymemcache, pylibmc) read and write:
     /// their flags, zlib compression.
@@ -84,6 +90,7 @@ impl Default for Config {
             compression: Compression::default(),
             max_inflated: Self::DEFAULT_MAX_INFLATED,
             blocking_io: false,
+            reply_spin: Self::DEFAULT_REPLY_SPIN,
         }
     }
 }
@@ -223,7 +230,7 @@ impl Client {
                 None => match Conn::connect(
                     &n.addr,
                     cfg.connect_timeout,
-                    cfg.blocking_io.then_some(timeout),
+                    cfg.blocking_io.then_some((timeout, cfg.reply_spin)),
                 )
                 .await
                 {

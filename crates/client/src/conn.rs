@@ -58,21 +58,25 @@ pub(crate) struct Conn {
 enum Sock {
     Async(TcpStream),
     /// A blocking socket whose timeouts are the kernel's (`SO_RCVTIMEO`, `SO_SNDTIMEO`); the
-    /// value is the timeout they are set to now.
-    Blocking(socket2::Socket, Duration),
+    /// value is the timeout they are set to now. Reads poll briefly before they sleep
+    /// ([`blocking::Spin`]).
+    Blocking(socket2::Socket, Duration, blocking::Spin),
 }
 
 impl Conn {
-    /// A connection; `blocking`: made as a blocking socket with this I/O timeout.
+    /// A connection; `blocking`: made as a blocking socket with this I/O timeout and reply spin
+    /// (`Config::reply_spin`).
     pub async fn connect(
         addr: &str,
         timeout: Duration,
-        blocking: Option<Duration>,
+        blocking: Option<(Duration, Duration)>,
     ) -> io::Result<Conn> {
         let sock = match blocking {
-            Some(io_timeout) => {
-                Sock::Blocking(blocking::connect(addr, timeout, io_timeout)?, io_timeout)
-            }
+            Some((io_timeout, spin)) => Sock::Blocking(
+                blocking::connect(addr, timeout, io_timeout)?,
+                io_timeout,
+                blocking::Spin::new(spin),
+            ),
             None => {
                 let stream = match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
                     Ok(s) => s?,
@@ -127,7 +131,7 @@ impl Conn {
                 };
                 tokio::try_join!(write, read)?;
             }
-            Sock::Blocking(sock, set_to) => {
+            Sock::Blocking(sock, set_to, spin) => {
                 if *set_to != timeout {
                     sock.set_read_timeout(Some(timeout))?;
                     sock.set_write_timeout(Some(timeout))?;
@@ -138,7 +142,7 @@ impl Conn {
                 // are waited for.
                 crate::client::fan_out_barrier().await;
                 while let Some(want) = replies.advance(expects, &mut self.rbuf)? {
-                    if blocking::recv(sock, &mut self.rbuf, want)? == 0 {
+                    if blocking::recv(sock, &mut self.rbuf, want, spin)? == 0 {
                         return Err(closed());
                     }
                 }

@@ -66,10 +66,101 @@ pub(super) fn send(
     Ok(())
 }
 
+/// Spin-then-sleep for replies. A thread that sleeps in `recv` is woken when the reply lands;
+/// when the server runs on another CPU (a server on the same host, or a sibling in a fan-out)
+/// that wakeup is an inter-processor interrupt and, on a VM whose CPU went idle, an exit to
+/// the hypervisor: tens of microseconds, as much as the server's whole work on a 100-key get.
+/// So a read first polls the socket (non-blocking `recv`) for up to `limit`.
+///
+/// ```text
+///   reply within limit   -> returned; nothing slept           (fails = 0)
+///   limit passed         -> sleep in recv as before           (fails += 1)
+///   FAILS_TO_BACK_OFF in a row -> the next BACK_OFF reads do not spin, then one tries again
+/// ```
+///
+/// A connection to a distant server (replies after hundreds of microseconds) thus spins on one
+/// read in BACK_OFF + FAILS_TO_BACK_OFF: at most `limit` of CPU per ~70 reads.
+pub(crate) struct Spin {
+    limit: Duration,
+    /// Spins in a row that ended without the reply.
+    fails: u32,
+    /// Reads left that sleep at once.
+    skip: u32,
+}
+
+const FAILS_TO_BACK_OFF: u32 = 4;
+const BACK_OFF: u32 = 64;
+
+impl Spin {
+    pub(crate) fn new(limit: Duration) -> Spin {
+        Spin {
+            limit,
+            fails: 0,
+            skip: 0,
+        }
+    }
+
+    /// Whether this read should spin first.
+    fn wanted(&mut self) -> bool {
+        if self.limit.is_zero() {
+            return false;
+        }
+        if self.skip > 0 {
+            self.skip -= 1;
+            return false;
+        }
+        true
+    }
+
+    fn outcome(&mut self, got_it: bool) {
+        if got_it {
+            self.fails = 0;
+        } else {
+            self.fails += 1;
+            if self.fails >= FAILS_TO_BACK_OFF {
+                self.fails = 0;
+                self.skip = BACK_OFF;
+            }
+        }
+    }
+}
+
 /// Read once, blocking until bytes arrive (or the socket's timeout), into `rbuf` with room up
-/// to `want` bytes. Ok(0): the server closed the connection.
-pub(super) fn recv(sock: &Socket, rbuf: &mut BytesMut, want: usize) -> Result<usize, ConnError> {
+/// to `want` bytes, after polling for them for up to the spin limit. Ok(0): the server closed
+/// the connection.
+pub(super) fn recv(
+    sock: &Socket,
+    rbuf: &mut BytesMut,
+    want: usize,
+    spin: &mut Spin,
+) -> Result<usize, ConnError> {
     rbuf.reserve(want.saturating_sub(rbuf.len()));
+    if spin.wanted() {
+        let start = std::time::Instant::now();
+        loop {
+            let len = rbuf.len();
+            match sock.recv_with_flags(rbuf.spare_capacity_mut(), libc::MSG_DONTWAIT) {
+                Ok(n) => {
+                    // SAFETY: recv initialized the first n bytes of the spare capacity.
+                    unsafe { rbuf.set_len(len + n) };
+                    spin.outcome(true);
+                    return Ok(n);
+                }
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+                    ) => {}
+                // Reported by the blocking read below.
+                Err(_) => break,
+            }
+            if start.elapsed() >= spin.limit {
+                spin.outcome(false);
+                break;
+            }
+            std::hint::spin_loop();
+        }
+    }
     loop {
         let len = rbuf.len();
         match sock.recv(rbuf.spare_capacity_mut()) {
@@ -140,5 +231,78 @@ fn wait(sock: &Socket, timeout: Duration) -> Result<bool, ConnError> {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::net::TcpListener;
+
+    /// A connected pair: our end as a blocking Socket (as `connect` makes it), the peer's as a
+    /// TcpStream.
+    fn pair() -> (Socket, TcpStream) {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        let ours = connect(&addr, Duration::from_secs(5), Duration::from_secs(5)).unwrap();
+        let (peer, _) = l.accept().unwrap();
+        (ours, peer)
+    }
+
+    #[test]
+    fn spinning_stops_while_replies_keep_coming_late_and_comes_back() {
+        let mut s = Spin::new(Duration::from_micros(50));
+        for _ in 0..FAILS_TO_BACK_OFF {
+            assert!(s.wanted());
+            s.outcome(false);
+        }
+        for _ in 0..BACK_OFF {
+            assert!(!s.wanted(), "backing off");
+        }
+        // One try after the back-off; a reply within the limit keeps spinning on.
+        assert!(s.wanted());
+        s.outcome(true);
+        for _ in 0..3 * FAILS_TO_BACK_OFF {
+            assert!(s.wanted());
+            s.outcome(true);
+        }
+        // Failures only count in a row.
+        for _ in 0..3 {
+            for _ in 0..FAILS_TO_BACK_OFF - 1 {
+                assert!(s.wanted());
+                s.outcome(false);
+            }
+            assert!(s.wanted());
+            s.outcome(true);
+        }
+        assert!(!Spin::new(Duration::ZERO).wanted(), "zero: never spins");
+    }
+
+    #[test]
+    fn replies_are_read_whether_they_come_while_spinning_or_after() {
+        let (ours, mut peer) = pair();
+        let mut rbuf = BytesMut::new();
+        let mut spin = Spin::new(Duration::from_micros(200));
+        // Already there: the spin's first poll takes it.
+        peer.write_all(b"VALUE").unwrap();
+        while rbuf.len() < 5 {
+            recv(&ours, &mut rbuf, 64, &mut spin).unwrap();
+        }
+        assert_eq!(&rbuf[..], b"VALUE");
+        // Later than the spin: the read sleeps and is woken by it.
+        let writer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            peer.write_all(b" k 0 1\r\n").unwrap();
+            peer
+        });
+        while rbuf.len() < 13 {
+            assert!(recv(&ours, &mut rbuf, 64, &mut spin).unwrap() > 0);
+        }
+        assert_eq!(&rbuf[..], b"VALUE k 0 1\r\n");
+        // The server closing shows as 0, spinning or not.
+        drop(writer.join().unwrap());
+        assert_eq!(recv(&ours, &mut rbuf, 64, &mut spin).unwrap(), 0);
+        assert_eq!(recv(&ours, &mut rbuf, 64, &mut Spin::new(Duration::ZERO)).unwrap(), 0);
     }
 }
