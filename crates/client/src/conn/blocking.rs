@@ -70,7 +70,8 @@ pub(super) fn send(
 /// when the server runs on another CPU (a server on the same host, or a sibling in a fan-out)
 /// that wakeup is an inter-processor interrupt and, on a VM whose CPU went idle, an exit to
 /// the hypervisor: tens of microseconds, as much as the server's whole work on a 100-key get.
-/// So a read first polls the socket (non-blocking `recv`) for up to `limit`.
+/// So a read first polls the socket (non-blocking `recv`, yielding the CPU between tries) for
+/// up to `limit`.
 ///
 /// ```text
 ///   reply within limit   -> returned; nothing slept           (fails = 0)
@@ -158,7 +159,9 @@ pub(super) fn recv(
                 spin.outcome(false);
                 break;
             }
-            std::hint::spin_loop();
+            // Not a bare spin: a server on this same CPU (a sidecar, or a test box) can only
+            // answer if we give way; with nothing else runnable here this returns at once.
+            std::thread::yield_now();
         }
     }
     loop {
