@@ -29,6 +29,7 @@ class Client:
         default_noreply: bool = False,
         key_prefix: str | bytes | None = None,
         ignore_exc: bool = False,
+        reply_spin: float = 50e-6,
         asyncio: bool = False,
     ) -> "Client": ...
     @property

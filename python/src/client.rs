@@ -49,6 +49,9 @@ fn miss_on_error<T: Default>(ignore: bool, r: mnemo_client::Result<T>) -> mnemo_
     }
 }
 
+/// Largest `reply_spin` accepted, in seconds.
+const MAX_REPLY_SPIN: f64 = 0.001;
+
 fn seconds(py: Python<'_>, name: &str, s: Option<f64>) -> PyResult<Duration> {
     match s {
         None => Ok(FOREVER),
@@ -193,7 +196,7 @@ impl Client {
         failure_limit=Some(Config::DEFAULT_FAILURE_LIMIT), retry_interval=2.0,
         pool_size=Config::DEFAULT_POOL_SIZE, max_connections=Config::DEFAULT_MAX_CONNECTIONS,
         pickle_protocol=None, default_noreply=false, key_prefix=None, ignore_exc=false,
-        asyncio=false))]
+        reply_spin=Config::DEFAULT_REPLY_SPIN.as_secs_f64(), asyncio=false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -213,6 +216,7 @@ impl Client {
         default_noreply: bool,
         key_prefix: Option<&Bound<'_, PyAny>>,
         ignore_exc: bool,
+        reply_spin: f64,
         asyncio: bool,
     ) -> PyResult<Self> {
         let key_prefix = match key_prefix {
@@ -237,6 +241,14 @@ impl Client {
                 ))
             }
         };
+        // A spin is for replies that come within microseconds; past MAX_REPLY_SPIN it would
+        // only burn the CPU a sleeping read leaves free.
+        if !(reply_spin.is_finite() && (0.0..=MAX_REPLY_SPIN).contains(&reply_spin)) {
+            return Err(errors::illegal(
+                py,
+                format!("reply_spin is seconds in [0, {MAX_REPLY_SPIN}], not {reply_spin}"),
+            ));
+        }
         if !(0.0..1.0).contains(&min_compress_saving) {
             return Err(errors::illegal(
                 py,
@@ -263,7 +275,7 @@ impl Client {
             max_inflated: Config::DEFAULT_MAX_INFLATED,
             // Set per face by new_state.
             blocking_io: false,
-            reply_spin: Config::DEFAULT_REPLY_SPIN,
+            reply_spin: Duration::from_secs_f64(reply_spin),
         };
         let state = new_state(&servers, &cfg, asyncio).map_err(|e| errors::to_py(py, e))?;
         let protocol = match pickle_protocol {

@@ -121,6 +121,19 @@ def test_bad_input():
         mnemo.Client([])
 
 
+def test_reply_spin_is_seconds_and_off_with_zero(three_mnemods):
+    addrs = [s.addr for s in three_mnemods]
+    items = {f"spin{i}": "v" * i for i in range(100)}
+    for spin in [0, 50e-6, 0.001]:
+        c = mnemo.Client(addrs, reply_spin=spin)
+        assert c.set_many(items) == []
+        assert c.get_many(list(items)) == items
+        assert c.get("spin7") == "vvvvvvv"
+    for bad in [-1e-6, 0.5, float("nan"), float("inf")]:
+        with pytest.raises(mnemo.IllegalInputError):
+            mnemo.Client(addrs, reply_spin=bad)
+
+
 def test_server_errors_map_to_reply_classes(client):
     with pytest.raises(mnemo.ServerError):
         client.set("big", b"x" * (2 << 20), compress=False)  # over the 1 MiB item limit: SERVER_ERROR
