@@ -1,4 +1,5 @@
-//! How long the ketama hash of 100 keys takes, one key at a time (md-5) and four at a time.
+//! How long the ketama hash of 100 keys takes, one key at a time (md-5) and in lanes (md5x4:
+//! 4, 8 or 16 at a time, as the CPU allows).
 //!   cargo run --release -p mnemo-client --example md5x4_speed
 use mnemo_client::ketama::{key_hash, md5x4};
 use std::time::Instant;
@@ -22,7 +23,7 @@ fn main() {
     }
     let four = t.elapsed().as_nanos() as f64 / (rounds * keys.len()) as f64;
     println!(
-        "ns per key: one at a time {one:.1}, four at a time {four:.1} ({:.2}x) [{sum}]",
+        "ns per key: one at a time {one:.1}, in lanes {four:.1} ({:.2}x) [{sum}]",
         one / four
     );
 }

@@ -1,4 +1,4 @@
-//! The ketama hash of many keys at once: MD5 over four keys in lockstep.
+//! The ketama hash of many keys at once: MD5 over four (or 8, or 16) keys in lockstep.
 //!
 //! A key's point on the ring is the first little-endian word of `md5(key)`. MD5's 64 steps form
 //! one dependency chain, so a single digest leaves most of a core idle (~100 ns for a short key,
@@ -14,6 +14,11 @@
 //! ```
 //!
 //! Longer keys (two or more blocks) take the one-key path; the result is the same MD5.
+//!
+//! How many lanes depends on the CPU, found at run time (the default x86-64 target promises
+//! only SSE2, where more than four lanes spill registers): 16 with AVX-512 (which also
+//! rotates in one instruction), 8 with AVX2, else 4. The example above, on an AVX-512 machine:
+//! 4 lanes 74 ns a key, 8 lanes (AVX2) 35, 16 lanes 28.
 
 /// Per-step shift amounts (RFC 1321).
 const S: [u32; 64] = [
@@ -40,18 +45,60 @@ const INIT: [u32; 4] = [0x67452301, 0xefcdab89, 0x98badcfe, 0x10325476];
 /// Longest key that fits one block with its padding.
 const ONE_BLOCK: usize = 55;
 
-const LANES: usize = 4;
-
 /// `hashes[i]` = the ketama hash (first little-endian word of MD5) of `keys[i]`.
 pub fn key_hashes<'k>(keys: impl ExactSizeIterator<Item = &'k [u8]>, hashes: &mut Vec<u32>) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // The feature checks are cached by std (an atomic load each).
+        if std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512vl")
+        {
+            // SAFETY: the CPU has the features the function is compiled for.
+            return unsafe { wide::avx512(keys, hashes) };
+        }
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: as above.
+            return unsafe { wide::avx2(keys, hashes) };
+        }
+    }
+    in_lanes::<4, _>(keys, hashes)
+}
+
+/// The same code, compiled for wider vectors (inlined into functions that enable them).
+#[cfg(target_arch = "x86_64")]
+mod wide {
+    use super::in_lanes;
+
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn avx2<'k>(
+        keys: impl ExactSizeIterator<Item = &'k [u8]>,
+        hashes: &mut Vec<u32>,
+    ) {
+        in_lanes::<8, _>(keys, hashes)
+    }
+
+    #[target_feature(enable = "avx512f,avx512vl")]
+    pub(super) unsafe fn avx512<'k>(
+        keys: impl ExactSizeIterator<Item = &'k [u8]>,
+        hashes: &mut Vec<u32>,
+    ) {
+        in_lanes::<16, _>(keys, hashes)
+    }
+}
+
+#[inline(always)]
+fn in_lanes<'k, const L: usize, I: ExactSizeIterator<Item = &'k [u8]>>(
+    keys: I,
+    hashes: &mut Vec<u32>,
+) {
     hashes.clear();
     hashes.reserve(keys.len());
-    let mut batch: [&[u8]; LANES] = [&[]; LANES];
+    let mut batch: [&[u8]; L] = [&[]; L];
     let mut n = 0;
     for key in keys {
         batch[n] = key;
         n += 1;
-        if n == LANES {
+        if n == L {
             push_batch(&batch, n, hashes);
             n = 0;
         }
@@ -61,7 +108,8 @@ pub fn key_hashes<'k>(keys: impl ExactSizeIterator<Item = &'k [u8]>, hashes: &mu
     }
 }
 
-fn push_batch(batch: &[&[u8]; LANES], n: usize, hashes: &mut Vec<u32>) {
+#[inline(always)]
+fn push_batch<const L: usize>(batch: &[&[u8]; L], n: usize, hashes: &mut Vec<u32>) {
     if batch[..n].iter().all(|k| k.len() <= ONE_BLOCK) {
         hashes.extend_from_slice(&first_words(batch)[..n]);
     } else {
@@ -87,15 +135,15 @@ const G: [usize; 64] = {
 
 /// One MD5 step on every lane; `st` is (a, b, c, d), rotated as the step's output becomes b.
 #[inline(always)]
-fn step(
-    st: &mut [[u32; LANES]; 4],
-    m: &[[u32; LANES]; 16],
+fn step<const L: usize>(
+    st: &mut [[u32; L]; 4],
+    m: &[[u32; L]; 16],
     i: usize,
     f: impl Fn(u32, u32, u32) -> u32,
 ) {
     let [a, b, c, d] = *st;
-    let mut t = [0u32; LANES];
-    for l in 0..LANES {
+    let mut t = [0u32; L];
+    for l in 0..L {
         t[l] = b[l].wrapping_add(
             a[l].wrapping_add(f(b[l], c[l], d[l]))
                 .wrapping_add(K[i])
@@ -106,10 +154,11 @@ fn step(
     *st = [d, t, b, c];
 }
 
-/// MD5's first output word for four keys of at most 55 bytes each (unused lanes: any key).
-fn first_words(keys: &[&[u8]; LANES]) -> [u32; LANES] {
+/// MD5's first output word for `L` keys of at most 55 bytes each (unused lanes: any key).
+#[inline(always)]
+fn first_words<const L: usize>(keys: &[&[u8]; L]) -> [u32; L] {
     // m[word][lane]: each key's one padded block as sixteen little-endian words.
-    let mut m = [[0u32; LANES]; 16];
+    let mut m = [[0u32; L]; 16];
     for (lane, key) in keys.iter().enumerate() {
         let mut block = [0u8; 64];
         block[..key.len()].copy_from_slice(key);
@@ -119,12 +168,7 @@ fn first_words(keys: &[&[u8]; LANES]) -> [u32; LANES] {
             m[w][lane] = u32::from_le_bytes([word[0], word[1], word[2], word[3]]);
         }
     }
-    let mut st = [
-        [INIT[0]; LANES],
-        [INIT[1]; LANES],
-        [INIT[2]; LANES],
-        [INIT[3]; LANES],
-    ];
+    let mut st = [[INIT[0]; L], [INIT[1]; L], [INIT[2]; L], [INIT[3]; L]];
     for i in 0..16 {
         step(&mut st, &m, i, |b, c, d| (b & c) | (!b & d));
     }
@@ -138,8 +182,8 @@ fn first_words(keys: &[&[u8]; LANES]) -> [u32; LANES] {
         step(&mut st, &m, i, |b, c, d| c ^ (b | !d));
     }
     let a = st[0];
-    let mut out = [0u32; LANES];
-    for l in 0..LANES {
+    let mut out = [0u32; L];
+    for l in 0..L {
         out[l] = INIT[0].wrapping_add(a[l]);
     }
     out
@@ -158,11 +202,32 @@ mod tests {
             .map(|len| (0..len).map(|i| (i * 31 + len * 7) as u8).collect())
             .collect();
         let mut hashes = Vec::new();
-        for size in 1..=9 {
+        for size in 1..=33 {
             for chunk in keys.chunks(size) {
-                key_hashes(chunk.iter().map(|k| k.as_slice()), &mut hashes);
                 let want: Vec<u32> = chunk.iter().map(|k| key_hash(k)).collect();
+                let keys = || chunk.iter().map(|k| k.as_slice());
+                key_hashes(keys(), &mut hashes);
                 assert_eq!(hashes, want, "batch of {size}");
+                // Every width, whatever this CPU picks above.
+                in_lanes::<4, _>(keys(), &mut hashes);
+                assert_eq!(hashes, want, "4 lanes, batch of {size}");
+                in_lanes::<8, _>(keys(), &mut hashes);
+                assert_eq!(hashes, want, "8 lanes, batch of {size}");
+                in_lanes::<16, _>(keys(), &mut hashes);
+                assert_eq!(hashes, want, "16 lanes, batch of {size}");
+                #[cfg(target_arch = "x86_64")]
+                {
+                    if std::arch::is_x86_feature_detected!("avx2") {
+                        unsafe { wide::avx2(keys(), &mut hashes) };
+                        assert_eq!(hashes, want, "avx2, batch of {size}");
+                    }
+                    if std::arch::is_x86_feature_detected!("avx512f")
+                        && std::arch::is_x86_feature_detected!("avx512vl")
+                    {
+                        unsafe { wide::avx512(keys(), &mut hashes) };
+                        assert_eq!(hashes, want, "avx512, batch of {size}");
+                    }
+                }
             }
         }
     }
