@@ -155,11 +155,32 @@ pub fn zstd_decompress(data: &[u8], limit: usize) -> std::io::Result<Vec<u8>> {
 
 /// Undo zlib (with its header, as Python writes it), refusing to inflate past `limit` bytes.
 pub fn zlib_decompress(data: &[u8], limit: usize) -> std::io::Result<Vec<u8>> {
-    use flate2::{Decompress, FlushDecompress, Status};
+    use flate2::Decompress;
     // Straight from the input into the output's spare room: a `read::ZlibDecoder` would copy
     // the input through a 32 KiB buffer of its own, and `read_to_end` zeroes the output first
     // (together a tenth of a zlib get_many's CPU).
-    let mut d = Decompress::new(true);
+    // One inflate state per thread, reset for each value: a new one is ~10 KB allocated and
+    // zeroed, per value (a 100-value get_many's worth is a megabyte of memset).
+    thread_local! {
+        static STATE: std::cell::RefCell<Option<Decompress>> = const { std::cell::RefCell::new(None) };
+    }
+    STATE.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut slot) => {
+            let d = slot.get_or_insert_with(|| Decompress::new(true));
+            d.reset(true);
+            inflate_into(d, data, limit)
+        }
+        // Re-entered on this thread (cannot happen today): a state of its own.
+        Err(_) => inflate_into(&mut Decompress::new(true), data, limit),
+    })
+}
+
+fn inflate_into(
+    d: &mut flate2::Decompress,
+    data: &[u8],
+    limit: usize,
+) -> std::io::Result<Vec<u8>> {
+    use flate2::{FlushDecompress, Status};
     let mut out = Vec::with_capacity(data.len().saturating_mul(3).min(limit + 1));
     loop {
         let (seen_in, seen_out) = (d.total_in(), out.len());
