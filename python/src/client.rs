@@ -397,14 +397,12 @@ impl Client {
         let ignore = self.ignore_exc;
         self.run(
             py,
-            // Decompressed here, without the GIL, in the order asked; made into objects (with
-            // the GIL) straight from the read buffer's bytes.
+            // Decompressed here, without the GIL, in the order asked (a large compressed batch
+            // on two threads: Client::decompress_many); made into objects (with the GIL)
+            // straight from the read buffer's bytes.
             move |c| async move {
                 let found = miss_on_error(ignore, c.get_multi_ordered_raw(&raw.slices()).await)?;
-                found
-                    .into_iter()
-                    .map(|item| item.map(|item| c.decompress(item)).transpose())
-                    .collect::<mnemo_client::Result<Vec<Option<(Bytes, u32)>>>>()
+                c.decompress_many(found)
             },
             Box::new(move |py, values: Vec<Option<(Bytes, u32)>>| {
                 let d = PyDict::new(py);

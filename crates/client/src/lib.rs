@@ -29,6 +29,7 @@ pub mod compress;
 mod conn;
 mod error;
 pub mod filter;
+mod inflate;
 pub mod ketama;
 mod node;
 mod ops;
