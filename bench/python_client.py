@@ -23,10 +23,10 @@ and mnemo's paired ratio (median over rounds of mnemo's ops/s over the client's,
 
 `taskset -c 0 bench/python_client.py` puts the client and its servers on one CPU: every
 round trip then costs what the code costs, without the placement effect (what the note quotes
-as "one CPU" next to the default run). mnemo's two uses of a second CPU are then off: its
-reads poll for a reply before sleeping (`reply_spin`; on one CPU they yield to the server
-instead), and a large compressed get_many is inflated on two threads (only when the process
-may run on two CPUs).
+as "one CPU" next to the default run). Two things mnemo does gain most from a second CPU: its
+reads poll for a reply before sleeping (`reply_spin`, yielding between polls, so on one CPU the
+server runs meanwhile), and a large compressed get_many is inflated on two threads (not at all
+when the process may use only one CPU).
 
 The last line compares get_many over three servers (geometric mean over the four value
 size/compression cases of the paired ratios):
