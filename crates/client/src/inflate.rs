@@ -119,8 +119,11 @@ mod tests {
         format!("value {i} ").repeat(1000 + i * 37).into_bytes()
     }
 
+    /// Decompressed values as owned bytes and flags, to compare.
+    type Owned = Vec<Option<(Vec<u8>, u32)>>;
+
     /// Misses, plain values and zlib ones, mixed (a get_many's shape).
-    fn batch(n: usize) -> (Vec<Option<Item>>, Vec<Option<(Vec<u8>, u32)>>) {
+    fn batch(n: usize) -> (Vec<Option<Item>>, Owned) {
         let (mut items, mut want) = (Vec::new(), Vec::new());
         for i in 0..n {
             match i % 5 {
@@ -141,7 +144,7 @@ mod tests {
         (items, want)
     }
 
-    fn owned(got: Vec<Option<(bytes::Bytes, u32)>>) -> Vec<Option<(Vec<u8>, u32)>> {
+    fn owned(got: Vec<Option<(bytes::Bytes, u32)>>) -> Owned {
         got.into_iter().map(|v| v.map(|(b, f)| (b.to_vec(), f))).collect()
     }
 
