@@ -39,7 +39,11 @@ impl Client {
         items: Vec<Option<Item>>,
     ) -> Result<Vec<Option<(bytes::Bytes, u32)>>> {
         let total: usize = items.iter().map(|it| self.compressed_len(it)).sum();
-        self.decompress_split(items, total >= PARALLEL_INFLATE_MIN && second_cpu())
+        if total >= PARALLEL_INFLATE_MIN && second_cpu() {
+            self.decompress_halves(items, total)
+        } else {
+            self.decompress_in_order(items)
+        }
     }
 
     /// An item's bytes if they are compressed, else 0.
@@ -50,22 +54,25 @@ impl Client {
         }
     }
 
-    /// The work of [`Self::decompress_many`], on two threads if `two`.
-    fn decompress_split(
+    /// Each item in turn, on this thread.
+    fn decompress_in_order(
         &self,
         items: Vec<Option<Item>>,
-        two: bool,
     ) -> Result<Vec<Option<(bytes::Bytes, u32)>>> {
-        let serial = |part: Vec<Option<Item>>| {
-            part.into_iter()
-                .map(|it| it.map(|i| self.decompress(i)).transpose())
-                .collect::<Result<Vec<_>>>()
-        };
-        if !two {
-            return serial(items);
-        }
+        items
+            .into_iter()
+            .map(|it| it.map(|i| self.decompress(i)).transpose())
+            .collect()
+    }
+
+    /// The front half (by `total`, the batch's compressed bytes) on this thread, the back half
+    /// on a scoped one.
+    fn decompress_halves(
+        &self,
+        items: Vec<Option<Item>>,
+        total: usize,
+    ) -> Result<Vec<Option<(bytes::Bytes, u32)>>> {
         // Split where the running compressed bytes reach half.
-        let total: usize = items.iter().map(|it| self.compressed_len(it)).sum();
         let mut acc = 0;
         let at = items
             .iter()
@@ -84,12 +91,13 @@ impl Client {
                 .unwrap_or_default()
         };
         let (front, back) = std::thread::scope(|s| {
-            let helper = std::thread::Builder::new().spawn_scoped(s, || serial(take()));
-            let f = serial(front);
+            let helper = std::thread::Builder::new()
+                .spawn_scoped(s, || self.decompress_in_order(take()));
+            let f = self.decompress_in_order(front);
             let b = match helper {
                 Ok(h) => h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)),
                 // No thread to be had (a process limit): all of it here.
-                Err(_) => serial(take()),
+                Err(_) => self.decompress_in_order(take()),
             };
             (f, b)
         });
@@ -144,6 +152,11 @@ mod tests {
         (items, want)
     }
 
+    fn halves(c: &Client, items: Vec<Option<Item>>) -> Result<Vec<Option<(bytes::Bytes, u32)>>> {
+        let total = items.iter().map(|it| c.compressed_len(it)).sum();
+        c.decompress_halves(items, total)
+    }
+
     fn owned(got: Vec<Option<(bytes::Bytes, u32)>>) -> Owned {
         got.into_iter().map(|v| v.map(|(b, f)| (b.to_vec(), f))).collect()
     }
@@ -153,8 +166,8 @@ mod tests {
         let c = client();
         for n in [0, 1, 2, 7, 100] {
             let (items, want) = batch(n);
-            let one = owned(c.decompress_split(items.clone(), false).unwrap());
-            let two = owned(c.decompress_split(items.clone(), true).unwrap());
+            let one = owned(c.decompress_in_order(items.clone()).unwrap());
+            let two = owned(halves(&c, items.clone()).unwrap());
             assert_eq!(one, want, "{n} values, one thread");
             assert_eq!(two, want, "{n} values, two threads");
             assert_eq!(owned(c.decompress_many(items).unwrap()), want);
@@ -168,13 +181,13 @@ mod tests {
         let good = compress::zlib_compress(&text(1), 6);
         // Late in the batch (the helper thread's half): truncated.
         items[37] = item(good[..good.len() / 2].to_vec(), FLAG_ZLIB);
-        let late = c.decompress_split(items.clone(), true).unwrap_err().to_string();
+        let late = halves(&c, items.clone()).unwrap_err().to_string();
         assert!(late.contains("ends early"), "{late}");
-        assert_eq!(late, c.decompress_split(items.clone(), false).unwrap_err().to_string());
+        assert_eq!(late, c.decompress_in_order(items.clone()).unwrap_err().to_string());
         // Early as well (the caller's half): not zlib at all. The earlier one is reported.
         items[2] = item(b"not zlib".to_vec(), FLAG_ZLIB);
-        let early = c.decompress_split(items.clone(), true).unwrap_err().to_string();
+        let early = halves(&c, items.clone()).unwrap_err().to_string();
         assert!(!early.contains("ends early"), "{early}");
-        assert_eq!(early, c.decompress_split(items, false).unwrap_err().to_string());
+        assert_eq!(early, c.decompress_in_order(items).unwrap_err().to_string());
     }
 }

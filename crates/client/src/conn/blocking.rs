@@ -139,11 +139,8 @@ pub(super) fn recv(
     if spin.wanted() {
         let start = std::time::Instant::now();
         loop {
-            let len = rbuf.len();
-            match sock.recv_with_flags(rbuf.spare_capacity_mut(), libc::MSG_DONTWAIT) {
+            match recv_into(sock, rbuf, libc::MSG_DONTWAIT) {
                 Ok(n) => {
-                    // SAFETY: recv initialized the first n bytes of the spare capacity.
-                    unsafe { rbuf.set_len(len + n) };
                     spin.outcome(true);
                     return Ok(n);
                 }
@@ -165,13 +162,8 @@ pub(super) fn recv(
         }
     }
     loop {
-        let len = rbuf.len();
-        match sock.recv(rbuf.spare_capacity_mut()) {
-            Ok(n) => {
-                // SAFETY: recv initialized the first n bytes of the spare capacity.
-                unsafe { rbuf.set_len(len + n) };
-                return Ok(n);
-            }
+        match recv_into(sock, rbuf, 0) {
+            Ok(n) => return Ok(n),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             // SO_RCVTIMEO expired.
             Err(e)
@@ -187,17 +179,21 @@ pub(super) fn recv(
     }
 }
 
+/// One `recv` into `rbuf`'s spare capacity (reserved by the caller), appended to what it holds.
+fn recv_into(sock: &Socket, rbuf: &mut BytesMut, flags: libc::c_int) -> io::Result<usize> {
+    let len = rbuf.len();
+    let n = sock.recv_with_flags(rbuf.spare_capacity_mut(), flags)?;
+    // SAFETY: recv initialized the first n bytes of the spare capacity.
+    unsafe { rbuf.set_len(len + n) };
+    Ok(n)
+}
+
 /// Read what has arrived, without waiting.
 fn read_nowait(sock: &Socket, rbuf: &mut BytesMut) -> Result<(), ConnError> {
     rbuf.reserve(READ_CHUNK);
-    let len = rbuf.len();
-    match sock.recv_with_flags(rbuf.spare_capacity_mut(), libc::MSG_DONTWAIT) {
+    match recv_into(sock, rbuf, libc::MSG_DONTWAIT) {
         Ok(0) => Err(super::closed()),
-        Ok(n) => {
-            // SAFETY: recv initialized the first n bytes of the spare capacity.
-            unsafe { rbuf.set_len(len + n) };
-            Ok(())
-        }
+        Ok(_) => Ok(()),
         Err(e)
             if matches!(
                 e.kind(),
