@@ -67,3 +67,23 @@ def test_they_count_mnemos_ints(server):
     lib = pylibmc.Client([server.addr])
     assert lib.incr("counter") == 42
     assert c.get("counter") == 42
+
+
+@pytest.mark.parametrize("lib", ["pymemcache", "pylibmc", "python-memcached"])
+def test_mnemo_reads_a_large_compressed_batch_of_theirs(server, lib):
+    """Past 64 KB of compressed values get_many inflates on two threads (where two CPUs are
+    allowed): values, order and misses are as for a small batch."""
+    import random
+    rng = random.Random(7)
+    set_, _ = other_clients(server)[lib]
+    want = {}
+    for i in range(60):
+        # ~6 KB of words from a large vocabulary: zlib keeps ~half, so ~180 KB compressed.
+        want[f"{lib}:big{i}"] = " ".join(f"w{rng.randrange(100000)}" for _ in range(900))
+    want[f"{lib}:small"] = "short"
+    for k, v in want.items():
+        assert set_(k, v)
+    c = mnemo.Client([server.addr])
+    keys = list(want) + [f"{lib}:missing"]
+    rng.shuffle(keys)
+    assert c.get_many(keys) == want
