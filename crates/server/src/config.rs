@@ -27,6 +27,8 @@ pub const DEFAULT_FILTER_MAX_KEYS: usize = 10_000;
 /// measured faster on small requests (workload a: +6 to +12%) but slower on 100 KB values
 /// (workload d: 0.44-0.77 of epoll in the final runs), where its SEND copies each value.
 pub const DEFAULT_IO_LOOP: IoLoop = IoLoop::Epoll;
+/// Large values leave by reference (splice.rs) unless `--zero-copy off`.
+pub const DEFAULT_ZERO_COPY: bool = true;
 /// What `version`, `stats` and the binary VERSION opcode report: the memcached release whose
 /// behaviour mnemo reproduces, exactly as memcached prints it. Clients parse this as a version
 /// number (Perl's `version->parse` dies on "1.6.18-mnemo-0.1.0"), so nothing may be appended.
@@ -164,10 +166,14 @@ struct Args {
     /// serve Prometheus metrics at http://ADDR/metrics (a bare port means 127.0.0.1:PORT; off by default)
     #[arg(long = "metrics", value_name = "ADDR", value_parser = parse_metrics_addr)]
     metrics: Option<String>,
-    /// the workers' event loop: uring (the default: io_uring where the kernel allows it,
-    /// else epoll) or epoll; the MNEMO_IO_LOOP environment variable sets it too
+    /// the workers' event loop: epoll (the default) or uring (io_uring where the kernel
+    /// allows it, else epoll); the MNEMO_IO_LOOP environment variable sets it too
     #[arg(long = "io-loop", env = "MNEMO_IO_LOOP", value_parser = ["uring", "epoll"])]
     io_loop: Option<String>,
+    /// send values of 32 KiB and more to TCP clients by reference (vmsplice + splice) instead
+    /// of copying them: on (the default) or off
+    #[arg(long = "zero-copy", value_name = "on|off", value_parser = ["on", "off"])]
+    zero_copy: Option<String>,
 }
 
 /// Everything the server reads from its flags.
@@ -220,6 +226,8 @@ pub struct Config {
     pub metrics: Option<String>,
     /// --io-loop: which event loop the workers run (worker.rs, uring.rs).
     pub io_loop: IoLoop,
+    /// --zero-copy: large values leave by reference (splice.rs).
+    pub zero_copy: bool,
 }
 
 /// The workers' event loop.
@@ -315,6 +323,7 @@ impl Default for Config {
             filter_max_keys: DEFAULT_FILTER_MAX_KEYS,
             metrics: None,
             io_loop: DEFAULT_IO_LOOP,
+            zero_copy: DEFAULT_ZERO_COPY,
         }
     }
 }
@@ -435,6 +444,7 @@ impl Config {
                 Some("epoll") => IoLoop::Epoll,
                 _ => DEFAULT_IO_LOOP,
             },
+            zero_copy: a.zero_copy.map_or(DEFAULT_ZERO_COPY, |z| z == "on"),
             user: a.user,
             pidfile: a.pidfile,
             memory_file: a.memory_file,

@@ -221,14 +221,26 @@ struct DirectSend<'a> {
     stream: &'a mut Stream,
     wpos: &'a mut usize,
     c: &'a Counters,
+    /// `--zero-copy`: values in pages of their own go by reference (splice.rs).
+    zero_copy: bool,
 }
 
 impl exec::Direct for DirectSend<'_> {
-    fn send_value(&mut self, out: &mut Vec<u8>, value: &[u8], tail: &[u8]) -> bool {
+    fn send_value(&mut self, out: &mut Vec<u8>, it: &mnemo_store::Item<'_>, tail: &'static [u8]) -> bool {
+        let value = it.value;
         let pending = out.len() - *self.wpos;
-        let iov = [io::IoSlice::new(&out[*self.wpos..]), io::IoSlice::new(value), io::IoSlice::new(tail)];
+        let spliced = match (&*self.stream, it.pages) {
+            (Stream::Tcp(s), Some(pages)) if self.zero_copy => {
+                use std::os::fd::AsRawFd;
+                crate::splice::send(s.as_raw_fd(), &out[*self.wpos..], pages, value, tail)
+            }
+            _ => None,
+        };
         // Errors (and WouldBlock) leave everything to the ordinary flush, which reports them.
-        let n = self.stream.write_vectored(&iov).unwrap_or_default();
+        let n = spliced.unwrap_or_else(|| {
+            let iov = [io::IoSlice::new(&out[*self.wpos..]), io::IoSlice::new(value), io::IoSlice::new(tail)];
+            self.stream.write_vectored(&iov).unwrap_or_default()
+        });
         bump(&self.c.bytes_written, n as u64);
         if n < pending {
             *self.wpos += n;
@@ -436,7 +448,7 @@ impl Conn {
                 }
             }
             if let Proto::Binary(session) = &mut self.proto {
-                let mut direct = DirectSend { stream: &mut self.stream, wpos: &mut self.wpos, c };
+                let mut direct = DirectSend { stream: &mut self.stream, wpos: &mut self.wpos, c, zero_copy: sh.config.zero_copy };
                 match binary::step_direct(input, session, sh, c, &mut self.wbuf, Some(&mut direct)) {
                     BinNext::Consumed(n) => {
                         *budget -= 1;
@@ -463,7 +475,7 @@ impl Conn {
                     let next = if sh.config.text_auth && !self.authed {
                         exec::unauthenticated(req, sh, &mut self.authed, &mut self.wbuf)
                     } else {
-                        let mut direct = DirectSend { stream: &mut self.stream, wpos: &mut self.wpos, c };
+                        let mut direct = DirectSend { stream: &mut self.stream, wpos: &mut self.wpos, c, zero_copy: sh.config.zero_copy };
                         exec::execute_from(
                             req,
                             self.resume,

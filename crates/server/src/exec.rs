@@ -76,7 +76,9 @@ pub trait Direct {
     /// Appends `value` and `tail` to the logical output `out` (whose first bytes may already
     /// be written), writing as much as the socket takes now. Returns true if everything in
     /// `out` before the value was written (so `out` was emptied).
-    fn send_value(&mut self, out: &mut Vec<u8>, value: &[u8], tail: &[u8]) -> bool;
+    /// `it.value`'s pages may be lent to the kernel instead (splice.rs); `tail` is static so
+    /// that its pages can be too.
+    fn send_value(&mut self, out: &mut Vec<u8>, it: &mnemo_store::Item<'_>, tail: &'static [u8]) -> bool;
 }
 
 /// Keys whose values sit in this connection's unsent output. memcached's replies hold a
@@ -388,8 +390,8 @@ fn get(
             value_header(out, key, it.flags, it.value.len(), cas.then_some(it.cas));
             match direct.as_deref_mut() {
                 Some(d) if it.value.len() >= DIRECT_MIN => {
-                    let tail: &[u8] = if last { b"\r\nEND\r\n" } else { b"\r\n" };
-                    flushed = d.send_value(out, it.value, tail);
+                    let tail: &'static [u8] = if last { b"\r\nEND\r\n" } else { b"\r\n" };
+                    flushed = d.send_value(out, &it, tail);
                     ended = last;
                 }
                 _ => {

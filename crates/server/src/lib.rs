@@ -32,6 +32,7 @@ pub mod marks;
 pub mod meta;
 pub mod metrics;
 pub mod restart;
+mod splice;
 pub mod stats;
 pub mod tls;
 pub mod uring;

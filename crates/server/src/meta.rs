@@ -149,7 +149,7 @@ fn get(m: &Meta<'_>, sh: &Shared, c: &Counters, out: &mut Vec<u8>, mut direct: O
             // As text get: a large value leaves in one writev of [pending output, value,
             // "\r\n"] while the shard still holds it, instead of being copied into `out`.
             Some(d) if it.value.len() >= DIRECT_MIN => {
-                d.send_value(out, it.value, b"\r\n");
+                d.send_value(out, &it, b"\r\n");
             }
             _ => {
                 out.extend_from_slice(it.value);
@@ -178,7 +178,7 @@ fn get(m: &Meta<'_>, sh: &Shared, c: &Counters, out: &mut Vec<u8>, mut direct: O
         let exp = sh.clock.item_expiry(ttl);
         if let Ok(StoreOutcome::Stored { cas }) = sh.store.store(Mode::Add, key, 0, exp, b"", now) {
             sh.marks.set(key, cas, crate::marks::Mark { stale: false, win_sent: true });
-            write_hit(m, &Item { flags: 0, value: b"", cas, exp, fetched: false }, now, b" W", out);
+            write_hit(m, &Item { flags: 0, value: b"", cas, exp, fetched: false, pages: None }, now, b" W", out);
             bump(&c.get_misses, 1);
             return;
         }

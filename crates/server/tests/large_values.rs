@@ -184,3 +184,57 @@ fn binary_get_of_a_large_value_carries_the_same_bytes() {
         }
     }
 }
+
+/// Zero-copy sends (splice.rs) hand the socket references to an item's pages. Replies the
+/// client has not read yet when the item is overwritten, and its buffer reused for another
+/// value, must still carry the bytes they were answered with; with `--zero-copy off` too.
+#[test]
+fn unread_replies_keep_their_bytes_when_the_item_is_overwritten_and_its_buffer_reused() {
+    const N: usize = 500_000;
+    const GETS: usize = 16;
+    for mode in ["on", "off"] {
+        let srv = Server::start(&["--zero-copy", mode, "-m", "64"]);
+        let mut reader = srv.connect();
+        let mut writer = srv.connect();
+        let want = if mode == "on" { "yes" } else { "no" };
+        writer.write_all(b"stats settings\r\n").unwrap();
+        let mut settings = Vec::new();
+        while !settings.ends_with(b"END\r\n") {
+            let mut buf = [0; 4096];
+            let n = writer.read(&mut buf).unwrap();
+            assert!(n > 0);
+            settings.extend_from_slice(&buf[..n]);
+        }
+        assert!(String::from_utf8_lossy(&settings).contains(&format!("STAT zero_copy {want}\r\n")));
+
+        talk(&mut writer, &set_cmd("set", "k", 0, &[b'1'; N], b"\r\n"), b"STORED\r\n");
+        // 8 MB of replies asked for and none read: the first ones sit in the sockets.
+        reader.write_all(&b"get k\r\n".repeat(GETS)).unwrap();
+        let mut first = [0; 1];
+        reader.peek(&mut first).unwrap();
+        // k's buffer is retired, then taken from the pool for j and filled with '3'.
+        talk(&mut writer, &set_cmd("set", "k", 0, &[b'2'; N], b"\r\n"), b"STORED\r\n");
+        talk(&mut writer, &set_cmd("set", "j", 0, &[b'3'; N], b"\r\n"), b"STORED\r\n");
+        talk(&mut writer, &set_cmd("set", "i", 0, &[b'4'; N], b"\r\n"), b"STORED\r\n");
+
+        let head = format!("VALUE k 0 {N}\r\n");
+        let mut seen = Vec::new();
+        for i in 0..GETS {
+            let mut reply = vec![0; head.len() + N + 7];
+            reader.read_exact(&mut reply).unwrap();
+            assert_eq!(&reply[..head.len()], head.as_bytes(), "reply {i} ({mode})");
+            assert_eq!(&reply[head.len() + N..], b"\r\nEND\r\n", "reply {i} ({mode})");
+            let v = &reply[head.len()..head.len() + N];
+            let byte = v[0];
+            assert!(
+                (byte == b'1' || byte == b'2') && v.iter().all(|&x| x == byte),
+                "reply {i} ({mode}) carries bytes written after it was answered: {:?}",
+                String::from_utf8_lossy(&v[..64])
+            );
+            seen.push(byte);
+        }
+        // Replies are answered in order: the old value, then (once the sockets drained) the new.
+        assert!(seen.windows(2).all(|w| w[0] <= w[1]), "{seen:?}");
+        assert_eq!(seen[0], b'1');
+    }
+}

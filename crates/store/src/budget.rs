@@ -24,6 +24,8 @@
 //! buffer serves an item at most a quarter smaller than itself (what is charged is the
 //! buffer's length, so that bounds the waste), and the pool holds at most `POOL_SHARE`-th of
 //! the limit (≤ `POOL_MAX`), dropping its oldest buffers first; like the spare, uncharged.
+//! A buffer whose pages were lent to the kernel (a zero-copy send, buf.rs) gets fresh pages
+//! on its way back, in `release`, the one door every retired buffer goes through.
 
 use core::sync::atomic::{AtomicUsize, Ordering};
 
@@ -118,8 +120,14 @@ impl Budget {
 
     /// A retired buffer leaves the count; a regular one is kept as the spare if the slot is
     /// free, a large one goes to the pool.
-    pub fn release(&self, buf: SegBuf) {
+    pub fn release(&self, mut buf: SegBuf) {
         self.sub(buf.len());
+        // A large item's buffer whose pages the kernel may still reference gets fresh ones
+        // before anything can write it again (buf.rs, "Lent pages").
+        buf.reclaim();
+        if buf.lost() {
+            return;
+        }
         if buf.len() == self.regular {
             let mut spare = self.spare.lock();
             if spare.is_none() {
@@ -144,18 +152,21 @@ impl Budget {
             .min_by_key(|(_, b)| b.len())
             .map(|(i, _)| i);
         if let Some(i) = best {
-            let b = pool.bufs.remove(i);
+            let mut b = pool.bufs.remove(i);
             pool.bytes -= b.len();
+            drop(pool);
+            b.prefault();
             return b;
         }
         drop(pool);
-        SegBuf::zeroed(want)
+        SegBuf::pages(want)
     }
 
     /// An uncharged large buffer back to the pool (the oldest go if it is full).
-    pub fn give_large(&self, buf: SegBuf) {
+    pub fn give_large(&self, mut buf: SegBuf) {
         let max = (self.limit() / POOL_SHARE).min(POOL_MAX);
-        if buf.is_empty() || buf.len() > max || !buf.len().is_multiple_of(PAGE) {
+        buf.reclaim();
+        if buf.lost() || buf.is_empty() || buf.len() > max || !buf.len().is_multiple_of(PAGE) {
             return;
         }
         let mut pool = self.pool.lock();

@@ -27,9 +27,24 @@
 //!   chunk (2 MiB, aligned, MADV_HUGEPAGE)
 //!   [ slot 0 (1 MiB) | slot 1 (1 MiB) ]     free slots: per size, LIFO
 //! ```
+//!
+//! Lent pages. A large item's buffer (`pages`, always a mapping of its own) may be lent to the
+//! kernel: the server hands its value to a socket by reference (vmsplice, then splice) instead
+//! of copying it, and the socket keeps referencing those physical pages until the client has
+//! read them, which nothing tells us. Item values are never rewritten in place (every write
+//! lands at a new location), so the only hazard is the buffer's reuse once the item is gone.
+//! Before that, `reclaim` drops the buffer's pages with `MADV_DONTNEED`: the kernel's
+//! references keep the old pages (and the bytes the client is owed) alive, and the buffer
+//! reads as fresh zero pages; `prefault` maps them again in one call before the next write.
+//! ```text
+//!   Normal --lend (a get spliced its value)--> Lent --reclaim (retired)--> Zapped --prefault--> Normal
+//! ```
+//! The price is a page fault and a zeroing per 4 KiB for a buffer that was lent, once per
+//! item lifetime; measured here (a VM) 27 µs per 100 KB, against a copy per get saved.
 
 use core::ops::{Deref, DerefMut};
 use core::ptr::NonNull;
+use core::sync::atomic::{AtomicU8, Ordering};
 
 /// Ask the CPU to pull the cache line at `p` toward L1 (a hint: never faults, whatever `p`).
 #[inline]
@@ -47,9 +62,36 @@ pub(crate) fn prefetch(p: *const u8) {
 /// Below this, heap allocation is cheaper and its retention is negligible.
 const MMAP_MIN: usize = 64 << 10;
 
+/// Lent-pages states of a mapping (module doc).
+const PAGES_NORMAL: u8 = 0;
+const PAGES_LENT: u8 = 1;
+const PAGES_ZAPPED: u8 = 2;
+const PAGES_LOST: u8 = 3;
+
+/// A large item's buffer, whose value a reader may hand to the kernel by reference.
+#[derive(Clone, Copy, Debug)]
+pub struct Pages<'a>(&'a AtomicU8);
+
+impl Pages<'_> {
+    /// Declares that the kernel may from now on reference this buffer's pages (vmsplice):
+    /// the store will swap them for fresh ones before it writes the buffer again. Call it
+    /// before handing them over.
+    pub fn lend(self) {
+        self.0.store(PAGES_LENT, Ordering::Relaxed);
+    }
+}
+
+impl PartialEq for Pages<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        core::ptr::eq(self.0, other.0)
+    }
+}
+impl Eq for Pages<'_> {}
+
 pub(crate) enum SegBuf {
     Heap(Box<[u8]>),
-    Mapped { ptr: NonNull<u8>, len: usize },
+    /// `lent`: the lent-pages state (module doc), one of the `PAGES_*` values.
+    Mapped { ptr: NonNull<u8>, len: usize, lent: AtomicU8 },
     /// A slot of a huge-page chunk, handed back to `huge` on drop.
     Huge { ptr: NonNull<u8>, len: usize },
 }
@@ -63,7 +105,18 @@ unsafe impl Sync for SegBuf {}
 impl SegBuf {
     /// `len` zero bytes.
     pub fn zeroed(len: usize) -> SegBuf {
-        if len >= MMAP_MIN {
+        SegBuf::zeroed_mapped_from(len, MMAP_MIN)
+    }
+
+    /// `len` zero bytes in a mapping of their own whatever the size, so that they can be
+    /// lent (module doc): a large item's buffer (whole pages).
+    pub fn pages(len: usize) -> SegBuf {
+        SegBuf::zeroed_mapped_from(len, 1)
+    }
+
+    /// A mapping for `len >= min` bytes, else (or if the OS refuses one) heap memory.
+    fn zeroed_mapped_from(len: usize, min: usize) -> SegBuf {
+        if len >= min {
             // SAFETY: anonymous private mapping with no address hint; the arguments are valid
             // for any len > 0 and the result is checked against MAP_FAILED.
             let p = unsafe {
@@ -78,12 +131,54 @@ impl SegBuf {
             };
             if p != libc::MAP_FAILED {
                 if let Some(ptr) = NonNull::new(p as *mut u8) {
-                    return SegBuf::Mapped { ptr, len };
+                    return SegBuf::Mapped { ptr, len, lent: AtomicU8::new(PAGES_NORMAL) };
                 }
             }
             // Mapping refused (e.g. map count limit): the heap may still have room.
         }
         SegBuf::Heap(vec![0u8; len].into_boxed_slice())
+    }
+
+    /// The handle a reader may lend this buffer's pages with: only mappings of their own
+    /// (module doc); None for heap memory and huge-page slots, whose memory is reused by
+    /// others.
+    pub fn lendable(&self) -> Option<Pages<'_>> {
+        match self {
+            SegBuf::Mapped { lent, .. } => Some(Pages(lent)),
+            _ => None,
+        }
+    }
+
+    /// Before the buffer is reused: if its pages were lent, swap them for fresh ones (module
+    /// doc). Costs nothing otherwise.
+    pub fn reclaim(&mut self) {
+        if let SegBuf::Mapped { ptr, len, lent } = self {
+            if *lent.get_mut() == PAGES_LENT {
+                // SAFETY: (ptr, len) is this buffer's own private anonymous mapping, and
+                // &mut self means no borrow of it is live; DONTNEED only drops its pages.
+                let rc = unsafe { libc::madvise(ptr.as_ptr().cast(), *len, libc::MADV_DONTNEED) };
+                // Should it ever fail, the buffer must not be written again: the caller drops it.
+                *lent.get_mut() = if rc == 0 { PAGES_ZAPPED } else { PAGES_LOST };
+            }
+        }
+    }
+
+    /// Whether `reclaim` could not take the buffer's pages back: it must be dropped, not reused.
+    pub fn lost(&self) -> bool {
+        matches!(self, SegBuf::Mapped { lent, .. } if lent.load(Ordering::Relaxed) == PAGES_LOST)
+    }
+
+    /// Before a reclaimed buffer is written: fault its fresh pages in with one call (the
+    /// writes would otherwise fault once per page). Costs nothing otherwise.
+    pub fn prefault(&mut self) {
+        if let SegBuf::Mapped { ptr, len, lent } = self {
+            if *lent.get_mut() == PAGES_ZAPPED {
+                // SAFETY: as in reclaim. MADV_POPULATE_WRITE (Linux 5.14) only faults pages
+                // in; where it is refused the writes fault them instead.
+                unsafe { libc::madvise(ptr.as_ptr().cast(), *len, libc::MADV_POPULATE_WRITE) };
+                *lent.get_mut() = PAGES_NORMAL;
+            }
+        }
     }
 
     /// `len` zero bytes for a regular segment: a huge-page slot when `huge` and the size
@@ -112,7 +207,7 @@ impl Deref for SegBuf {
             SegBuf::Heap(b) => b,
             // SAFETY: ptr is a live mapping of len readable bytes owned by self (see zeroed),
             // valid until Drop; the returned borrow is tied to &self.
-            SegBuf::Mapped { ptr, len } | SegBuf::Huge { ptr, len } => unsafe {
+            SegBuf::Mapped { ptr, len, .. } | SegBuf::Huge { ptr, len } => unsafe {
                 core::slice::from_raw_parts(ptr.as_ptr(), *len)
             },
         }
@@ -125,7 +220,7 @@ impl DerefMut for SegBuf {
         match self {
             SegBuf::Heap(b) => b,
             // SAFETY: as in deref, plus &mut self guarantees this is the only access.
-            SegBuf::Mapped { ptr, len } | SegBuf::Huge { ptr, len } => unsafe {
+            SegBuf::Mapped { ptr, len, .. } | SegBuf::Huge { ptr, len } => unsafe {
                 core::slice::from_raw_parts_mut(ptr.as_ptr(), *len)
             },
         }
@@ -135,7 +230,7 @@ impl DerefMut for SegBuf {
 impl Drop for SegBuf {
     fn drop(&mut self) {
         match *self {
-            SegBuf::Mapped { ptr, len } => {
+            SegBuf::Mapped { ptr, len, .. } => {
                 // SAFETY: (ptr, len) is exactly the mapping created in zeroed, unmapped only
                 // here, once; no borrow of it can outlive self.
                 let rc = unsafe { libc::munmap(ptr.as_ptr() as *mut libc::c_void, len) };
@@ -248,6 +343,43 @@ mod tests {
         }
         assert!(matches!(SegBuf::zeroed(MMAP_MIN), SegBuf::Mapped { .. }));
         assert_eq!(SegBuf::default().len(), 0);
+    }
+
+    /// The bytes the kernel was lent keep their content however the buffer is written after
+    /// `reclaim`, and the buffer reads as zeros again: a pipe stands in for a socket.
+    #[test]
+    fn lent_pages_keep_their_bytes_for_the_kernel_after_reclaim() {
+        let len = 8 * 4096;
+        let mut b = SegBuf::pages(len);
+        b.fill(b'a');
+        let mut fds = [0; 2];
+        // SAFETY: fds has room for two descriptors.
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        // SAFETY: F_SETPIPE_SZ on our own pipe; the default 64 KiB would do too.
+        unsafe { libc::fcntl(fds[1], libc::F_SETPIPE_SZ, 1 << 20) };
+        b.lendable().expect("a mapping of its own").lend();
+        let iov = libc::iovec { iov_base: b.as_ptr() as *mut libc::c_void, iov_len: len };
+        // SAFETY: iov describes the live buffer; the pipe references its pages.
+        assert_eq!(unsafe { libc::vmsplice(fds[1], &iov, 1, 0) }, len as isize);
+
+        b.reclaim();
+        b.prefault();
+        assert!(b.iter().all(|&x| x == 0), "reclaimed pages read as fresh zeros");
+        b.fill(b'b');
+
+        let mut got = vec![0u8; len];
+        // SAFETY: got is a live buffer of len bytes.
+        assert_eq!(unsafe { libc::read(fds[0], got.as_mut_ptr().cast(), len) }, len as isize);
+        assert!(got.iter().all(|&x| x == b'a'), "the kernel's bytes changed under it");
+        // SAFETY: our own descriptors, closed once.
+        unsafe { (libc::close(fds[0]), libc::close(fds[1])) };
+        // Not lent: reclaim keeps the pages (and the bytes).
+        b.reclaim();
+        assert!(b.iter().all(|&x| x == b'b'));
+        assert!(!b.lost());
+        // Only mappings of their own can be lent.
+        assert!(SegBuf::zeroed(100).lendable().is_none());
+        assert!(SegBuf::pages(100).lendable().is_some());
     }
 
     #[test]

@@ -29,7 +29,7 @@
 //! * flush_all is a pending time per shard; the first operation that sees it due retires every
 //!   segment of that shard (O(segments)).
 //!
-//! Module map: buf.rs (segment buffers, mmap, huge pages), budget.rs (memory accounting,
+//! Module map: buf.rs (segment buffers, mmap, huge pages, pages lent to the kernel), budget.rs (memory accounting,
 //! spare buffer), config.rs (sizes), item.rs (header codec), index.rs (hash index), segment.rs
 //! (segment table, FIFO, TTL groups), shard.rs (operations), prefetch.rs (multi-key lookahead),
 //! evict.rs (eviction, expiry, flush, sweep), incoming.rs (large values read from the socket
@@ -55,6 +55,7 @@ use core::sync::atomic::{AtomicU32, Ordering};
 use parking_lot::Mutex;
 
 pub use config::{StoreConfig, DEFAULT_SHARDS, MAX_SEGMENT_SIZE, MAX_SHARDS, MIN_SEGMENT_SIZE};
+pub use buf::Pages;
 pub use dump::{DumpCursor, DumpItem, DUMP_BATCH};
 pub use incoming::Incoming;
 pub use item::MAX_KEY_LEN;
@@ -107,6 +108,9 @@ pub struct Item<'a> {
     pub exp: Time,
     /// Read before this access (memcached's meta `h` flag); false on writes' results.
     pub fetched: bool,
+    /// Set for a large item in pages of its own: the reader may lend them to the kernel
+    /// rather than copy the value (`Pages::lend`).
+    pub pages: Option<Pages<'a>>,
 }
 
 /// Result of a read. `Expired` and `Flushed` mean the key was there but is dead (memcached's
@@ -204,14 +208,9 @@ impl Store {
         let h = Self::hash(key);
         self.with_shard(h, now, |s, env| match s.find(env, h, key, now) {
             shard::Found::Live { pos, seg, off, hdr } => {
-                let d = &s.segs.metas[seg as usize].data[off..];
-                Lookup::Hit(f(Item {
-                    flags: hdr.flags,
-                    value: &d[hdr.value_range()],
-                    cas: s.cas_of(env.geo, seg, off, &hdr),
-                    exp: hdr.exp,
-                    fetched: index::slot::fetched(s.index.get(pos)),
-                }))
+                let mut it = s.item_at(env.geo, seg, off, &hdr);
+                it.fetched = index::slot::fetched(s.index.get(pos));
+                Lookup::Hit(f(it))
             }
             shard::Found::Dead(segment::DeadReason::Expired) => Lookup::Expired,
             shard::Found::Dead(segment::DeadReason::Flushed) => Lookup::Flushed,

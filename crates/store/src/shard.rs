@@ -202,14 +202,17 @@ impl Shard {
         Found::Live { pos, seg, off, hdr }
     }
 
-    fn item_at(&self, geo: &Geometry, seg: u32, off: usize, hdr: &Header) -> Item<'_> {
-        let d = &self.segs.metas[seg as usize].data[off..];
+    pub(crate) fn item_at(&self, geo: &Geometry, seg: u32, off: usize, hdr: &Header) -> Item<'_> {
+        let m = &self.segs.metas[seg as usize];
+        let d = &m.data[off..];
         Item {
             flags: hdr.flags,
             value: &d[hdr.value_range()],
             cas: self.cas_of(geo, seg, off, hdr),
             exp: hdr.exp,
             fetched: false,
+            // Only a large item's buffer is never reused in place (segment.rs `reuse`).
+            pages: if m.large { m.data.lendable() } else { None },
         }
     }
 

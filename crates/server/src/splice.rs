@@ -1,0 +1,173 @@
+//! Zero-copy sends of large values: a value that sits in pages of its own (a large item,
+//! `mnemo_store::Pages`) goes to a TCP socket by reference instead of being copied into it.
+//!
+//! ```text
+//!   send(socket, output before the value, MSG_MORE)     small: copied as usual
+//!   vmsplice(pipe, [value, tail])   the pipe now references the item's pages
+//!   splice(pipe -> socket)          the socket's buffers take those references over
+//!   (socket full: what the pipe still holds goes to /dev/null; the caller copies the rest)
+//! ```
+//!
+//! Why: with 100 KB values (bench/throughput.sh workload d) the kernel's copy of each reply
+//! into socket buffers was 45% of mnemod's time (perf), and memcached pays the same copy, so
+//! nothing in user space could put mnemod ahead there. By reference, the bytes are read once
+//! more only by the receiver (on loopback) or by the NIC's DMA.
+//!
+//! Safety rests on the store: the socket reads the pages until the client has received them,
+//! which nothing reports, so the item's pages must never be written again. `Pages::lend`
+//! marks the buffer before the pages are handed over, and the store swaps a lent buffer's
+//! pages for fresh ones before it reuses it (mnemo-store buf.rs, "Lent pages"); the `tail`
+//! must be static for the same reason. TCP only: TLS encrypts a copy anyway, and the io_uring
+//! loop sends from its own buffers.
+//!
+//! One pipe per worker thread, created on first use and empty between calls, so no
+//! connection holds a pipe and no descriptor is spent per connection.
+
+use std::cell::RefCell;
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::OnceLock;
+
+use mnemo_store::Pages;
+
+/// The pipe's capacity asked for: a 100 KB value fits in one round, and 1 MiB is the most an
+/// unprivileged process may ask (/proc/sys/fs/pipe-max-size); refused, the default 64 KiB
+/// only means more rounds.
+const PIPE_SIZE: i32 = 1 << 20;
+
+struct Pipe {
+    rd: OwnedFd,
+    wr: OwnedFd,
+}
+
+thread_local! {
+    static PIPE: RefCell<Option<Pipe>> = const { RefCell::new(None) };
+}
+
+/// Where a partial send's leftovers go: /dev/null takes spliced pages without reading them.
+fn dev_null() -> Option<RawFd> {
+    static NULL: OnceLock<Option<File>> = OnceLock::new();
+    NULL.get_or_init(|| File::options().write(true).open("/dev/null").ok()).as_ref().map(|f| f.as_raw_fd())
+}
+
+fn new_pipe() -> io::Result<Pipe> {
+    let mut fds = [0; 2];
+    // SAFETY: fds has room for the two descriptors pipe2 writes.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: both descriptors were just created and are owned by nothing else.
+    let pipe = unsafe { Pipe { rd: OwnedFd::from_raw_fd(fds[0]), wr: OwnedFd::from_raw_fd(fds[1]) } };
+    // SAFETY: F_SETPIPE_SZ on our own pipe; failure leaves its default size (see PIPE_SIZE).
+    unsafe { libc::fcntl(pipe.wr.as_raw_fd(), libc::F_SETPIPE_SZ, PIPE_SIZE) };
+    Ok(pipe)
+}
+
+/// Sends `head` (copied), then `value` (its pages lent) and `tail` to the TCP socket `fd`, as
+/// far as the socket takes them without blocking, and returns how many bytes of
+/// head + value + tail it took (errors, WouldBlock included, count as 0: the caller's ordinary
+/// write reports them). None: this thread has no pipe (descriptors exhausted) and nothing was
+/// sent; the caller copies instead.
+pub fn send(fd: RawFd, head: &[u8], pages: Pages<'_>, value: &[u8], tail: &'static [u8]) -> Option<usize> {
+    let null = dev_null()?;
+    PIPE.with(|cell| {
+        let mut cell = cell.borrow_mut();
+        if cell.is_none() {
+            *cell = Some(new_pipe().ok()?);
+        }
+        let pipe = cell.as_ref()?;
+        let mut sent = 0;
+        if !head.is_empty() {
+            // MSG_MORE: the value follows at once, in the same TCP segments.
+            // SAFETY: head is a live slice; send reads at most its length.
+            let n = unsafe {
+                libc::send(fd, head.as_ptr().cast(), head.len(), libc::MSG_MORE | libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL)
+            };
+            sent = n.max(0) as usize;
+            if sent < head.len() {
+                return Some(sent);
+            }
+        }
+        pages.lend();
+        let (n, clean) = send_pages(pipe, null, fd, value, tail);
+        if !clean {
+            // Bytes that could not be drained would go out with the next reply.
+            *cell = None;
+        }
+        Some(sent + n)
+    })
+}
+
+/// The vmsplice/splice rounds of `send`: value and tail, as far as the socket takes them.
+/// Returns the bytes sent and whether the pipe was left empty.
+fn send_pages(pipe: &Pipe, null: RawFd, fd: RawFd, value: &[u8], tail: &'static [u8]) -> (usize, bool) {
+    let mut parts = [value, tail];
+    let total = value.len() + tail.len();
+    let mut sent = 0;
+    while sent < total {
+        let (iov, n) = iovecs(&parts);
+        // SAFETY: iov describes live slices; vmsplice only takes references to their pages,
+        // which the store keeps unwritten (Pages::lend, module doc).
+        let queued = unsafe { libc::vmsplice(pipe.wr.as_raw_fd(), iov.as_ptr(), n, libc::SPLICE_F_NONBLOCK) };
+        if queued <= 0 {
+            break;
+        }
+        let queued = queued as usize;
+        let more = if sent + queued < total { libc::SPLICE_F_MORE } else { 0 };
+        let moved = splice_all(pipe.rd.as_raw_fd(), fd, queued, libc::SPLICE_F_NONBLOCK | more);
+        sent += moved;
+        if moved < queued {
+            // The socket is full: the pipe must be empty for the next call.
+            return (sent, drain(pipe, null, queued - moved));
+        }
+        let mut left = queued;
+        for p in &mut parts {
+            let k = left.min(p.len());
+            *p = &p[k..];
+            left -= k;
+        }
+    }
+    (sent, true)
+}
+
+/// The non-empty parts as vmsplice's iovecs, and how many there are.
+fn iovecs(parts: &[&[u8]; 2]) -> ([libc::iovec; 2], usize) {
+    let mut iov = [libc::iovec { iov_base: core::ptr::null_mut(), iov_len: 0 }; 2];
+    let mut n = 0;
+    for p in parts.iter().filter(|p| !p.is_empty()) {
+        iov[n] = libc::iovec { iov_base: p.as_ptr() as *mut libc::c_void, iov_len: p.len() };
+        n += 1;
+    }
+    (iov, n)
+}
+
+/// Moves up to `len` bytes from the pipe to `to`, stopping early when `to` takes no more.
+fn splice_all(from: RawFd, to: RawFd, len: usize, flags: libc::c_uint) -> usize {
+    let mut moved = 0;
+    while moved < len {
+        // SAFETY: plain descriptors and no offsets (both ends are a pipe or a socket/device).
+        let n = unsafe { libc::splice(from, core::ptr::null_mut(), to, core::ptr::null_mut(), len - moved, flags) };
+        if n <= 0 {
+            break;
+        }
+        moved += n as usize;
+    }
+    moved
+}
+
+/// Empties `len` bytes from the pipe: into /dev/null, or read out should that refuse.
+/// Returns whether the pipe is empty.
+fn drain(pipe: &Pipe, null: RawFd, len: usize) -> bool {
+    let mut left = len - splice_all(pipe.rd.as_raw_fd(), null, len, libc::SPLICE_F_NONBLOCK);
+    let mut scratch = [0u8; 4096];
+    while left > 0 {
+        // SAFETY: scratch is a live buffer of the length given.
+        let n = unsafe { libc::read(pipe.rd.as_raw_fd(), scratch.as_mut_ptr().cast(), scratch.len().min(left)) };
+        if n <= 0 {
+            return false;
+        }
+        left -= n as usize;
+    }
+    true
+}
