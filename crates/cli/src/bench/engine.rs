@@ -35,6 +35,14 @@ use super::Config;
 
 /// Per-connection read buffer: large values (100 KB) arrive in few reads.
 const RBUF: usize = 256 * 1024;
+/// Value bodies this long or longer are dropped inside the kernel (recv with MSG_TRUNC)
+/// instead of copied out: the generator never looks at them, and with 100 KB values that copy
+/// cost the load core as much as the server's whole reply, so the generator, not the server,
+/// set the pace (workload d).
+const TRUNC_MIN: usize = 16 * 1024;
+/// With values that long, a read takes at most this much: the reply's line and the body's
+/// first bytes; the rest of the body is dropped as above.
+const HEAD_READ: usize = 4096;
 const TIMER: Token = Token(usize::MAX);
 /// Histograms hold nanoseconds up to a minute, 3 significant digits.
 const HIST_MAX_NS: u64 = 60_000_000_000;
@@ -362,10 +370,31 @@ impl<'a> Loop<'a> {
     /// Reads everything the socket has, scanning replies as they come.
     fn read(&mut self, i: usize, now: u64) -> io::Result<()> {
         let (from, until) = (self.measure_from, self.measure_until);
+        let large = self.cfg.value_max >= TRUNC_MIN;
         let c = &mut self.conns[i];
         loop {
-            let space = c.rbuf.len() - c.rend;
-            let got = match c.sock.read(&mut c.rbuf[c.rend..]) {
+            let skip = c.scanner.skipping();
+            if large && skip >= TRUNC_MIN && c.rstart == c.rend {
+                match drop_bytes(&c.sock, skip) {
+                    Ok(0) => {
+                        return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "server closed the connection"))
+                    }
+                    Ok(n) => {
+                        c.scanner.skipped(n);
+                        self.last_progress = now;
+                        if n < skip {
+                            return Ok(()); // short: the socket is drained
+                        }
+                        continue;
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(e) => return Err(e),
+                }
+            }
+            let end = if large { c.rbuf.len().min(c.rend + HEAD_READ) } else { c.rbuf.len() };
+            let space = end - c.rend;
+            let got = match c.sock.read(&mut c.rbuf[c.rend..end]) {
                 Ok(0) => {
                     return Err(io::Error::new(
                         io::ErrorKind::UnexpectedEof,
@@ -559,4 +588,18 @@ fn flush(c: &mut Conn) -> io::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Reads and discards up to `len` bytes of `sock` without copying them (TCP's MSG_TRUNC).
+fn drop_bytes(sock: &TcpStream, len: usize) -> io::Result<usize> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: with MSG_TRUNC a TCP socket discards the bytes and writes nothing to the buffer.
+    let n = unsafe {
+        libc::recv(sock.as_raw_fd(), std::ptr::null_mut(), len, libc::MSG_TRUNC | libc::MSG_DONTWAIT)
+    };
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
 }

@@ -62,6 +62,17 @@ impl Scanner {
         Scanner::default()
     }
 
+    /// Bytes of a value body (and its \r\n) still to come, which the caller may drop unread.
+    pub fn skipping(&self) -> usize {
+        self.skip
+    }
+
+    /// The caller dropped `n <= skipping()` of those bytes itself.
+    pub fn skipped(&mut self, n: usize) {
+        debug_assert!(n <= self.skip);
+        self.skip -= n;
+    }
+
     /// True when no reply is partly scanned (no value body pending, no VALUE seen without END).
     #[cfg(test)]
     pub fn idle(&self) -> bool {

@@ -1,7 +1,7 @@
 //! The whole generator against a tiny in-process memcached stand-in on 127.0.0.1 port 0:
 //! every request sent is answered and counted once, in every mode.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
 use std::sync::{Arc, Mutex};
@@ -15,7 +15,7 @@ use super::*;
 fn fake_server() -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
-    let store = Arc::new(Mutex::new(HashSet::<Vec<u8>>::new()));
+    let store = Arc::new(Mutex::new(HashMap::<Vec<u8>, usize>::new()));
     std::thread::spawn(move || {
         for sock in listener.incoming() {
             let Ok(sock) = sock else { return };
@@ -26,7 +26,8 @@ fn fake_server() -> SocketAddr {
     addr
 }
 
-fn serve(sock: std::net::TcpStream, store: &Mutex<HashSet<Vec<u8>>>) {
+/// Answers set and get; a get returns a value of the length last set for the key.
+fn serve(sock: std::net::TcpStream, store: &Mutex<HashMap<Vec<u8>, usize>>) {
     // One write per reply: without NODELAY, Nagle holds each next reply for a delayed ACK.
     sock.set_nodelay(true).unwrap();
     let mut out = sock.try_clone().unwrap();
@@ -44,16 +45,16 @@ fn serve(sock: std::net::TcpStream, store: &Mutex<HashSet<Vec<u8>>>) {
                 let len: usize = std::str::from_utf8(words[4]).unwrap().parse().unwrap();
                 let mut data = vec![0u8; len + 2];
                 r.read_exact(&mut data).unwrap();
-                store.lock().unwrap().insert(words[1].to_vec());
+                store.lock().unwrap().insert(words[1].to_vec(), len);
                 reply.extend_from_slice(b"STORED\r\n");
             }
             b"get" => {
                 let store = store.lock().unwrap();
                 for k in &words[1..] {
-                    if store.contains(*k) {
-                        reply.extend_from_slice(b"VALUE ");
-                        reply.extend_from_slice(k);
-                        reply.extend_from_slice(b" 0 3\r\nabc\r\n");
+                    if let Some(&len) = store.get(*k) {
+                        reply.extend_from_slice(format!("VALUE {} 0 {len}\r\n", String::from_utf8_lossy(k)).as_bytes());
+                        reply.resize(reply.len() + len, b'v');
+                        reply.extend_from_slice(b"\r\n");
                     }
                 }
                 reply.extend_from_slice(b"END\r\n");
@@ -114,6 +115,26 @@ fn closed_loop_request_bound_counts_every_reply() {
         s.sets,
         s.gets
     );
+}
+
+/// Values of 16 KB and more are dropped unread (MSG_TRUNC) after a short read of their line:
+/// every reply must still be counted, with its hits, across pipelines and multi-gets.
+#[test]
+fn large_values_dropped_unread_are_counted_like_any_other() {
+    let addr = fake_server();
+    let cfg = config(
+        addr,
+        &[
+            "-c", "3", "-k", "20", "-n", "150", "-r", "0:1", "-m", "3", "--refill", "-p", "2",
+            "--value-size", "100k",
+        ],
+    );
+    let stride = cfg.connections as u64;
+    let pre = run_phase(&cfg, |_| Plan::Prefill { next: 0, stride }, 4, true, |_| None, None).unwrap();
+    assert_eq!(pre.sets, 20);
+    let s = mixed(&cfg);
+    assert_eq!((s.ops, s.errors), (150, 0));
+    assert_eq!((s.get_keys, s.hits), (450, 450));
 }
 
 #[test]
