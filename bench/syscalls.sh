@@ -5,7 +5,9 @@
 # Seed 004's sequence on one TCP_NODELAY connection: 2,500 deletes, 2,500 sets (32 B) and 2,500
 # gets, each sent and answered before the next; then one get_multi of the 2,500 keys; then 500
 # batches of 16 gets, each batch in one write. For every phase, `strace -c -f` is attached to the
-# server (all threads) and detached after, so each phase is counted alone.
+# server (all threads) and detached after, so each phase is counted alone. A last phase sets one
+# 100 KB value and gets it 500 times, one at a time: mnemod sends large values by reference
+# (README, `--zero-copy`), so vmsplice and splice count as writes there.
 #
 # Under the io_uring loop (SERVERS="... mnemod-uring") a reply leaves as a SEND submission, not
 # a write system call: `perf stat` counts the server's SEND submissions (tracepoint
@@ -19,7 +21,7 @@ set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
 SERVERS=${SERVERS:-memcached mnemod}
-TRACE=write,writev,sendmsg,sendto,sendmmsg,read,recvfrom,readv,recvmsg,epoll_wait,epoll_pwait,epoll_pwait2,io_uring_enter
+TRACE=write,writev,sendmsg,sendto,sendmmsg,vmsplice,splice,read,recvfrom,readv,recvmsg,epoll_wait,epoll_pwait,epoll_pwait2,io_uring_enter
 
 need_tools memcached:memcached strace:strace python3:python3
 build_release
@@ -76,6 +78,14 @@ elif phase == "pipeline":
         s.sendall(batch)
         until(b"END\r\n", DEPTH)
     n = BATCHES
+elif phase == "large":
+    big = b"L" * 102400
+    s.sendall(b"set seed004:large 0 0 %d\r\n" % len(big) + big + b"\r\n")
+    until(b"\r\n", 1)
+    for _ in range(BATCHES):
+        s.sendall(b"get seed004:large\r\n")
+        until(b"\r\nEND\r\n", 1)
+    n = BATCHES + 1
 else:
     sys.exit("unknown phase " + phase)
 s.close()
@@ -115,7 +125,7 @@ for line in open(sys.argv[1]):
     # % time, seconds, usecs/call, calls, [errors], syscall
     if len(f) >= 5 and f[0][0].isdigit() and f[-1] != "total":
         calls[f[-1]] = int(f[3])
-w = sum(calls.get(c, 0) for c in ("write", "writev", "sendmsg", "sendto", "sendmmsg"))
+w = sum(calls.get(c, 0) for c in ("write", "writev", "sendmsg", "sendto", "sendmmsg", "vmsplice", "splice"))
 r = sum(calls.get(c, 0) for c in ("read", "readv", "recvfrom", "recvmsg"))
 e = sum(calls.get(c, 0) for c in ("epoll_wait", "epoll_pwait", "epoll_pwait2"))
 if sys.argv[3]:
@@ -128,7 +138,7 @@ print(sys.argv[2], w, r, e, calls.get("io_uring_enter", 0))
 PY
 }
 
-PHASES="delete set get get_multi pipeline"
+PHASES="delete set get get_multi pipeline large"
 for s in $SERVERS; do
     port=$(free_port)
     server_argv "$s" "$port"
@@ -158,6 +168,7 @@ label = {
     "get": "get (hit), one at a time",
     "get_multi": "get_multi of 2,500 keys",
     "pipeline": "16-deep get pipeline (per batch)",
+    "large": "one set of 100 KB, then 500 gets of it, one at a time",
 }
 head = ["phase", "requests"]
 for s in servers:

@@ -226,10 +226,9 @@ struct DirectSend<'a> {
 }
 
 impl exec::Direct for DirectSend<'_> {
-    fn send_value(&mut self, out: &mut Vec<u8>, it: &mnemo_store::Item<'_>, tail: &'static [u8]) -> bool {
-        let value = it.value;
+    fn send_value(&mut self, out: &mut Vec<u8>, value: &[u8], pages: Option<mnemo_store::Pages<'_>>, tail: &'static [u8]) -> bool {
         let pending = out.len() - *self.wpos;
-        let spliced = match (&*self.stream, it.pages) {
+        let spliced = match (&*self.stream, pages) {
             (Stream::Tcp(s), Some(pages)) if self.zero_copy => {
                 use std::os::fd::AsRawFd;
                 crate::splice::send(s.as_raw_fd(), &out[*self.wpos..], pages, value, tail)

@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use mnemo_proto::reply::{line, number_line, value_header};
 use mnemo_proto::text::{Keys, Request, ShutdownMode, StoreKind};
 use mnemo_proto::ErrorReply;
-use mnemo_store::{DeltaError, Lookup, Mode, StoreError, StoreOutcome};
+use mnemo_store::{DeltaError, Lookup, Mode, Pages, StoreError, StoreOutcome};
 
 use crate::detail::Event;
 use crate::stats::{self, bump, Counters};
@@ -76,9 +76,9 @@ pub trait Direct {
     /// Appends `value` and `tail` to the logical output `out` (whose first bytes may already
     /// be written), writing as much as the socket takes now. Returns true if everything in
     /// `out` before the value was written (so `out` was emptied).
-    /// `it.value`'s pages may be lent to the kernel instead (splice.rs); `tail` is static so
-    /// that its pages can be too.
-    fn send_value(&mut self, out: &mut Vec<u8>, it: &mnemo_store::Item<'_>, tail: &'static [u8]) -> bool;
+    /// `pages` (the item's, when it has pages of its own) may be lent to the kernel instead of
+    /// copying `value` (splice.rs); `tail` is static so that its pages can be too.
+    fn send_value(&mut self, out: &mut Vec<u8>, value: &[u8], pages: Option<Pages<'_>>, tail: &'static [u8]) -> bool;
 }
 
 /// Keys whose values sit in this connection's unsent output. memcached's replies hold a
@@ -391,7 +391,7 @@ fn get(
             match direct.as_deref_mut() {
                 Some(d) if it.value.len() >= DIRECT_MIN => {
                     let tail: &'static [u8] = if last { b"\r\nEND\r\n" } else { b"\r\n" };
-                    flushed = d.send_value(out, &it, tail);
+                    flushed = d.send_value(out, it.value, it.pages, tail);
                     ended = last;
                 }
                 _ => {

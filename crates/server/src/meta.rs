@@ -149,7 +149,7 @@ fn get(m: &Meta<'_>, sh: &Shared, c: &Counters, out: &mut Vec<u8>, mut direct: O
             // As text get: a large value leaves in one writev of [pending output, value,
             // "\r\n"] while the shard still holds it, instead of being copied into `out`.
             Some(d) if it.value.len() >= DIRECT_MIN => {
-                d.send_value(out, &it, b"\r\n");
+                d.send_value(out, it.value, it.pages, b"\r\n");
             }
             _ => {
                 out.extend_from_slice(it.value);

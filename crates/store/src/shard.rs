@@ -202,6 +202,7 @@ impl Shard {
         Found::Live { pos, seg, off, hdr }
     }
 
+    #[inline(always)]
     pub(crate) fn item_at(&self, geo: &Geometry, seg: u32, off: usize, hdr: &Header) -> Item<'_> {
         let m = &self.segs.metas[seg as usize];
         let d = &m.data[off..];
@@ -216,8 +217,8 @@ impl Shard {
         }
     }
 
-    /// Hints for a lookup of `h` coming soon: its index bucket (`deep` false), or, once that
-    /// is cached, the first bytes of its candidate items (`deep` true).
+    /// Reads the live item under `key` (hash `h`) and marks it read.
+    #[inline(always)]
     pub fn get<R>(
         &mut self,
         env: &Env<'_>,

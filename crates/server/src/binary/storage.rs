@@ -46,7 +46,7 @@ pub(super) fn get(
             // As text get: a large value leaves in one writev with the output before it,
             // while the shard still holds it, instead of being copied into `out`.
             Some(d) if it.value.len() >= crate::exec::DIRECT_MIN => {
-                d.send_value(out, &it, &[]);
+                d.send_value(out, it.value, it.pages, &[]);
             }
             _ => out.extend_from_slice(it.value),
         }
