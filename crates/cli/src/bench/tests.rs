@@ -95,6 +95,12 @@ fn mixed(cfg: &Config) -> Stats {
     .unwrap()
 }
 
+/// Sets every key once, `depth` requests in flight per connection.
+fn prefill(cfg: &Config, depth: usize) -> Stats {
+    let stride = cfg.connections as u64;
+    run_phase(cfg, |_| Plan::Prefill { next: 0, stride }, depth, true, |_| None, None).unwrap()
+}
+
 #[test]
 fn closed_loop_request_bound_counts_every_reply() {
     let addr = fake_server();
@@ -117,51 +123,37 @@ fn closed_loop_request_bound_counts_every_reply() {
     );
 }
 
-/// Values of 16 KB and more are dropped unread (MSG_TRUNC) after a short read of their line:
-/// every reply must still be counted, with its hits, across pipelines and multi-gets.
-#[test]
-fn large_values_dropped_unread_are_counted_like_any_other() {
-    let addr = fake_server();
-    let cfg = config(
-        addr,
-        &[
-            "-c", "3", "-k", "20", "-n", "150", "-r", "0:1", "-m", "3", "--refill", "-p", "2",
-            "--value-size", "100k",
-        ],
-    );
-    let stride = cfg.connections as u64;
-    let pre = run_phase(&cfg, |_| Plan::Prefill { next: 0, stride }, 4, true, |_| None, None).unwrap();
-    assert_eq!(pre.sets, 20);
-    let s = mixed(&cfg);
-    assert_eq!((s.ops, s.errors), (150, 0));
-    assert_eq!((s.get_keys, s.hits), (450, 450));
+/// A fake server, every key set once (`depth` in flight per connection), then the mixed run:
+/// the two phases' counts.
+fn prefill_then_mix(args: &[&str], depth: usize) -> (Stats, Stats) {
+    let cfg = config(fake_server(), args);
+    (prefill(&cfg, depth), mixed(&cfg))
 }
 
 #[test]
 fn prefill_sets_every_key_then_gets_hit() {
-    let addr = fake_server();
-    let cfg = config(
-        addr,
-        &[
-            "-c", "3", "-k", "100", "-n", "200", "-r", "0:1", "-m", "5", "--refill", "-p", "3",
-        ],
-    );
-    let stride = cfg.connections as u64;
-    let pre = run_phase(
-        &cfg,
-        |_| Plan::Prefill { next: 0, stride },
+    let (pre, s) = prefill_then_mix(
+        &["-c", "3", "-k", "100", "-n", "200", "-r", "0:1", "-m", "5", "--refill", "-p", "3"],
         8,
-        true,
-        |_| None,
-        None,
-    )
-    .unwrap();
+    );
     assert_eq!(pre.ops, 100);
     assert_eq!(pre.sets, 100);
-    let s = mixed(&cfg);
     assert_eq!(s.ops, 200);
     assert_eq!(s.get_keys, 1000);
     assert_eq!(s.hits, 1000);
+}
+
+/// Values of 16 KB and more are dropped unread (MSG_TRUNC) after a short read of their line:
+/// every reply must still be counted, with its hits, across pipelines and multi-gets.
+#[test]
+fn large_values_dropped_unread_are_counted_like_any_other() {
+    let (pre, s) = prefill_then_mix(
+        &["-c", "3", "-k", "20", "-n", "150", "-r", "0:1", "-m", "3", "--refill", "-p", "2", "--value-size", "100k"],
+        4,
+    );
+    assert_eq!(pre.sets, 20);
+    assert_eq!((s.ops, s.errors), (150, 0));
+    assert_eq!((s.get_keys, s.hits), (450, 450));
 }
 
 #[test]
