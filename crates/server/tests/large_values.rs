@@ -236,5 +236,19 @@ fn unread_replies_keep_their_bytes_when_the_item_is_overwritten_and_its_buffer_r
         // Replies are answered in order: the old value, then (once the sockets drained) the new.
         assert!(seen.windows(2).all(|w| w[0] <= w[1]), "{seen:?}");
         assert_eq!(seen[0], b'1');
+
+        // Several large values and a small one in one multi-get, each value sent on its own.
+        talk(&mut writer, b"set s 0 0 2\r\nhi\r\n", b"STORED\r\n");
+        let want = [
+            format!("VALUE k 0 {N}\r\n").as_bytes(),
+            &[b'2'; N],
+            format!("\r\nVALUE s 0 2\r\nhi\r\nVALUE j 0 {N}\r\n").as_bytes(),
+            &[b'3'; N],
+            format!("\r\nVALUE i 0 {N}\r\n").as_bytes(),
+            &[b'4'; N],
+            b"\r\nEND\r\n",
+        ]
+        .concat();
+        talk(&mut reader, b"get k s j i\r\n", &want);
     }
 }
