@@ -18,8 +18,8 @@ use crate::stats::{bump, Counters};
 use crate::Shared;
 
 pub const WAKER: Token = Token(usize::MAX);
-/// Fewer gets than this in one poll's read-ahead are not prefetched: the second pass would
-/// follow the first too closely for the index buckets to have arrived.
+/// Polls with fewer events than this, or read-aheads that bring fewer keys, prefetch nothing:
+/// each pass would follow the one before too closely for its lines to have arrived.
 const READ_AHEAD_MIN: usize = 4;
 
 /// How the accept thread tells a worker that sockets wait in its channel.
@@ -182,6 +182,10 @@ impl Worker {
     /// connection. Costs no system call: each read is one the turn would have made.
     fn read_ahead(&mut self, events: &Events) {
         self.keys.clear();
+        // Too few to prefetch for: the turns read for themselves (no instruction spent here).
+        if events.iter().take(READ_AHEAD_MIN).count() < READ_AHEAD_MIN {
+            return;
+        }
         for ev in events.iter() {
             let i = ev.token().0;
             if ev.token() == WAKER || !ev.is_readable() {
