@@ -437,6 +437,20 @@ pub struct StoreHead<'a> {
     pub len: usize,
 }
 
+/// Commands whose first argument is a key that they look up (see [`lookup_key`]).
+const KEY_FIRST: [&[u8]; 7] = [b"get ", b"gets ", b"mg ", b"set ", b"ms ", b"delete ", b"md "];
+
+/// Where the key that the request at the start of `buf` looks up first sits in `buf`, without
+/// parsing the request: a hint for prefetching its lookup before [`parse`] runs (the request
+/// may still turn out invalid). None for other commands, a key not yet whole, or one longer
+/// than [`KEY_MAX`].
+pub fn lookup_key(buf: &[u8]) -> Option<core::ops::Range<usize>> {
+    let rest = KEY_FIRST.iter().find_map(|cmd| buf.strip_prefix(*cmd))?;
+    let len = rest.iter().take(KEY_MAX + 1).position(|&b| b == b' ' || b == b'\r' || b == b'\n')?;
+    let start = buf.len() - rest.len();
+    Some(start..start + len)
+}
+
 /// The buffer holds a valid storage command's whole line but not all of its data block (what
 /// [`parse`] answers with `Incomplete`): the line's fields, so that a server can read a large
 /// block straight to where it will be stored instead of buffering it. None in every other

@@ -27,8 +27,6 @@ use crate::exec::{self, Next};
 use crate::stats::{bump, regauge, Counters};
 use crate::Shared;
 
-/// Commands whose first argument is a key that they look up: what `read_ahead` reports.
-const KEY_FIRST: [&[u8]; 7] = [b"get ", b"gets ", b"mg ", b"set ", b"ms ", b"delete ", b"md "];
 /// Smallest read; the input buffer starts at this size.
 const READ_CHUNK: usize = 16 * 1024;
 /// Stop producing replies beyond this much unwritten output.
@@ -291,8 +289,8 @@ impl Conn {
 
     /// The read its turn would start with, done before the worker serves this poll's events
     /// (worker.rs, "read-ahead"): only when nothing is buffered or pending, so it is exactly
-    /// that read, moved earlier. Returns where the first request's key sits if it names one
-    /// first (`KEY_FIRST`), for the worker to prefetch its lookup.
+    /// that read, moved earlier. Returns where the first request's key sits
+    /// (`text::lookup_key`), for the worker to prefetch its lookup.
     pub fn read_ahead(&mut self, sh: &Shared, c: &Counters) -> Option<core::ops::Range<usize>> {
         let plain = matches!(self.stream, Stream::Tcp(_) | Stream::Unix(_));
         let idle = self.rpos == self.rend && self.wpos == self.wbuf.len() && self.swallow == 0;
@@ -304,11 +302,8 @@ impl Conn {
             return None;
         }
         self.set_last_active(sh.clock.now());
-        let input = &self.rbuf[self.rpos..self.rend];
-        let rest = KEY_FIRST.iter().find_map(|cmd| input.strip_prefix(*cmd))?;
-        let len = rest.iter().position(|&b| b == b' ' || b == b'\r' || b == b'\n')?;
-        let start = self.rpos + (input.len() - rest.len());
-        Some(start..start + len)
+        let key = text::lookup_key(&self.rbuf[self.rpos..self.rend])?;
+        Some(self.rpos + key.start..self.rpos + key.end)
     }
 
     /// The connection's buffered input (for the key ranges `read_ahead` returns).

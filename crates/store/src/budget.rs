@@ -122,13 +122,11 @@ impl Budget {
     /// free, a large one goes to the pool.
     pub fn release(&self, mut buf: SegBuf) {
         self.sub(buf.len());
-        // A large item's buffer whose pages the kernel may still reference gets fresh ones
-        // before anything can write it again (buf.rs, "Lent pages").
-        buf.reclaim();
-        if buf.lost() {
-            return;
-        }
         if buf.len() == self.regular {
+            // A large buffer may be this long too: its pages may be lent (buf.rs), as in give_large.
+            if !buf.reclaim() {
+                return;
+            }
             let mut spare = self.spare.lock();
             if spare.is_none() {
                 *spare = Some(buf);
@@ -165,8 +163,9 @@ impl Budget {
     /// An uncharged large buffer back to the pool (the oldest go if it is full).
     pub fn give_large(&self, mut buf: SegBuf) {
         let max = (self.limit() / POOL_SHARE).min(POOL_MAX);
-        buf.reclaim();
-        if buf.lost() || buf.is_empty() || buf.len() > max || !buf.len().is_multiple_of(PAGE) {
+        // A large item's buffer whose pages the kernel may still reference gets fresh ones
+        // before anything can write it again (buf.rs, "Lent pages").
+        if !buf.reclaim() || buf.is_empty() || buf.len() > max || !buf.len().is_multiple_of(PAGE) {
             return;
         }
         let mut pool = self.pool.lock();

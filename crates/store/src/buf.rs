@@ -66,7 +66,6 @@ const MMAP_MIN: usize = 64 << 10;
 const PAGES_NORMAL: u8 = 0;
 const PAGES_LENT: u8 = 1;
 const PAGES_ZAPPED: u8 = 2;
-const PAGES_LOST: u8 = 3;
 
 /// A large item's buffer, whose value a reader may hand to the kernel by reference.
 #[derive(Clone, Copy, Debug)]
@@ -150,22 +149,22 @@ impl SegBuf {
     }
 
     /// Before the buffer is reused: if its pages were lent, swap them for fresh ones (module
-    /// doc). Costs nothing otherwise.
-    pub fn reclaim(&mut self) {
+    /// doc). Costs nothing otherwise. False: the pages could not be taken back, and the buffer
+    /// must be dropped (unmapped), never written again.
+    #[must_use]
+    pub fn reclaim(&mut self) -> bool {
         if let SegBuf::Mapped { ptr, len, lent } = self {
             if *lent.get_mut() == PAGES_LENT {
                 // SAFETY: (ptr, len) is this buffer's own private anonymous mapping, and
                 // &mut self means no borrow of it is live; DONTNEED only drops its pages.
                 let rc = unsafe { libc::madvise(ptr.as_ptr().cast(), *len, libc::MADV_DONTNEED) };
-                // Should it ever fail, the buffer must not be written again: the caller drops it.
-                *lent.get_mut() = if rc == 0 { PAGES_ZAPPED } else { PAGES_LOST };
+                if rc != 0 {
+                    return false;
+                }
+                *lent.get_mut() = PAGES_ZAPPED;
             }
         }
-    }
-
-    /// Whether `reclaim` could not take the buffer's pages back: it must be dropped, not reused.
-    pub fn lost(&self) -> bool {
-        matches!(self, SegBuf::Mapped { lent, .. } if lent.load(Ordering::Relaxed) == PAGES_LOST)
+        true
     }
 
     /// Before a reclaimed buffer is written: fault its fresh pages in with one call (the
@@ -362,7 +361,7 @@ mod tests {
         // SAFETY: iov describes the live buffer; the pipe references its pages.
         assert_eq!(unsafe { libc::vmsplice(fds[1], &iov, 1, 0) }, len as isize);
 
-        b.reclaim();
+        assert!(b.reclaim());
         b.prefault();
         assert!(b.iter().all(|&x| x == 0), "reclaimed pages read as fresh zeros");
         b.fill(b'b');
@@ -374,9 +373,8 @@ mod tests {
         // SAFETY: our own descriptors, closed once.
         unsafe { (libc::close(fds[0]), libc::close(fds[1])) };
         // Not lent: reclaim keeps the pages (and the bytes).
-        b.reclaim();
+        assert!(b.reclaim());
         assert!(b.iter().all(|&x| x == b'b'));
-        assert!(!b.lost());
         // Only mappings of their own can be lent.
         assert!(SegBuf::zeroed(100).lendable().is_none());
         assert!(SegBuf::pages(100).lendable().is_some());

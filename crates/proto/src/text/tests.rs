@@ -321,3 +321,21 @@ proptest::proptest! {
         }
     }
 }
+
+#[test]
+fn lookup_key_finds_the_first_key_of_key_first_commands_only() {
+    let at = |buf: &[u8]| lookup_key(buf).map(|r| buf[r].to_vec());
+    assert_eq!(at(b"get foo\r\n"), Some(b"foo".to_vec()));
+    assert_eq!(at(b"gets a b c\r\n"), Some(b"a".to_vec()));
+    assert_eq!(at(b"set k 0 0 1\r\nx\r\n"), Some(b"k".to_vec()));
+    assert_eq!(at(b"mg key v\n"), Some(b"key".to_vec()));
+    assert_eq!(at(b"delete gone\r\n"), Some(b"gone".to_vec()));
+    // Not yet whole, other commands, binary, a key past KEY_MAX.
+    assert_eq!(at(b"get fo"), None);
+    assert_eq!(at(b"incr k 1\r\n"), None);
+    assert_eq!(at(b"\x80\x00"), None);
+    let long = [b"get ".as_slice(), &[b'k'; KEY_MAX + 1], b"\r\n"].concat();
+    assert_eq!(at(&long), None);
+    let max = [b"get ".as_slice(), &[b'k'; KEY_MAX], b"\r\n"].concat();
+    assert_eq!(at(&max).map(|k| k.len()), Some(KEY_MAX));
+}
