@@ -217,23 +217,47 @@ if "a" in workloads and os.path.exists(os.path.join(res, f"a.{ceiling[0]}.1.json
 caslap = [wl for wl in workloads if os.path.exists(os.path.join(res, f"{wl}.{servers[0]}.1.memcaslap"))]
 if caslap:
     print()
-    print("memcaslap cross-check (`memcaslap -T 1 -c 50`, same key/value sizes and set:get share; TPS):")
+    print("memcaslap cross-check (`memcaslap -T 1 -c 50`, same key/value sizes and set:get share): TPS counts")
+    print("a get that misses as one transaction, like a hit. Where the servers evict (d), the one that keeps")
+    print("more of the data answers more gets with a value, and each such get moves 100 KB more than a miss:")
+    print("hits/s and memcaslap's Net_rate (bytes both ways) measure the same work on both servers.")
     print()
-    head = ["workload"] + [f"{s} TPS" for s in servers] + ([f"{servers[1]}/{servers[0]}"] if len(servers) == 2 else [])
+
+    def caslap_runs(wl, s):
+        runs = []
+        for rep in range(1, reps + 1):
+            text = open(os.path.join(res, f"{wl}.{s}.{rep}.memcaslap")).read()
+            tps = re.findall(r"TPS:\s*(\d+)", text)
+            net = re.findall(r"Net_rate:\s*([\d.]+)M", text)
+            gets = re.findall(r"cmd_get:\s*(\d+)", text)
+            misses = re.findall(r"get_misses:\s*(\d+)", text)
+            secs = re.findall(r"Run time:\s*([\d.]+)s", text)
+            if not tps:
+                continue
+            r = {"tps": float(tps[-1]), "net": float(net[-1]) if net else float("nan")}
+            if gets and misses and secs and int(gets[-1]):
+                g, m = int(gets[-1]), int(misses[-1])
+                r["hit"], r["hits"] = 1 - m / g, (g - m) / float(secs[-1])
+            runs.append(r)
+        return runs
+
+    head = ["workload"]
+    for s in servers:
+        head += [f"{s} TPS", f"{s} hit ratio", f"{s} hits/s", f"{s} Net_rate"]
+    if len(servers) == 2:
+        head += [f"{servers[1]}/{servers[0]}: TPS", "hits/s", "Net_rate"]
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
     for wl in caslap:
-        row, medians = [wl], []
+        row, cols = [wl], []
         for s in servers:
-            tps = []
-            for rep in range(1, reps + 1):
-                text = open(os.path.join(res, f"{wl}.{s}.{rep}.memcaslap")).read()
-                m = re.findall(r"TPS:\s*(\d+)", text)
-                if m:
-                    tps.append(float(m[-1]))
-            medians.append(med(tps))
-            row.append(f"{k(med(tps))} ({k(min(tps))}-{k(max(tps))})" if tps else "n/a")
+            runs = caslap_runs(wl, s)
+            col = {key: med([r[key] for r in runs if key in r]) for key in ("tps", "net", "hit", "hits")}
+            cols.append(col)
+            tps = [r["tps"] for r in runs]
+            row.append(f"{k(col['tps'])} ({k(min(tps))}-{k(max(tps))})" if tps else "n/a")
+            row += [f"{col['hit']:.0%}", k(col["hits"]), f"{col['net']:,.0f} MB/s"]
         if len(servers) == 2:
-            row.append(f"{medians[1] / medians[0]:.2f}" if medians[0] else "n/a")
+            row += [f"**{cols[1][key] / cols[0][key]:.2f}**" if cols[0][key] else "n/a" for key in ("tps", "hits", "net")]
         print("| " + " | ".join(row) + " |")
 PY
