@@ -19,7 +19,7 @@ use mnemo_proto::reply::{line, value_header};
 use mnemo_proto::text::Keys;
 use mnemo_proto::ErrorReply;
 
-use mnemo_store::Prefetch;
+use mnemo_store::{Prefetch, PREFETCH_VALUE};
 
 use crate::detail::Event;
 use crate::exec::Next;
@@ -47,12 +47,12 @@ pub fn execute(filter: &[u8], args: &[u8], keys: Keys<'_>, sh: &Shared, out: &mu
         let stages = [Prefetch::Bucket, Prefetch::Home, Prefetch::Chain];
         let mut ahead = [keys.iter(), keys.iter(), keys.iter()];
         for (i, it) in ahead.iter_mut().enumerate() {
-            it.by_ref().take((stages.len() - i) * AHEAD).for_each(|k| sh.store.prefetch(k, stages[i]));
+            it.by_ref().take((stages.len() - i) * AHEAD).for_each(|k| sh.store.prefetch(k, stages[i], PREFETCH_VALUE));
         }
         for key in keys.iter() {
             for (it, &stage) in ahead.iter_mut().zip(&stages) {
                 if let Some(k) = it.next() {
-                    sh.store.prefetch(k, stage);
+                    sh.store.prefetch(k, stage, PREFETCH_VALUE);
                 }
             }
             let found = sh.store.get(key, now, |it| sink.value(it.flags, it.value));

@@ -59,7 +59,7 @@ pub use buf::Pages;
 pub use dump::{DumpCursor, DumpItem, DUMP_BATCH};
 pub use incoming::Incoming;
 pub use item::MAX_KEY_LEN;
-pub use prefetch::Prefetch;
+pub use prefetch::{Prefetch, PREFETCH_HEAD, PREFETCH_VALUE};
 pub use snapshot::{Frozen, RestoreReport, SnapshotError, SnapshotStats};
 pub use stats::StoreStats;
 
@@ -221,14 +221,15 @@ impl Store {
     /// A hint that `key` will be read soon, for a multi-key read that walks ahead of itself
     /// in stages ([`Prefetch`]: the index bucket, then the items and the overflow bucket it
     /// names, then that bucket's items), so a batch of lookups overlaps its memory misses
-    /// instead of taking them one after another. Skipped when the shard is busy.
-    pub fn prefetch(&self, key: &[u8], stage: Prefetch) {
+    /// instead of taking them one after another; `bytes` of each candidate item are pulled
+    /// (PREFETCH_VALUE, PREFETCH_HEAD). Skipped when the shard is busy.
+    pub fn prefetch(&self, key: &[u8], stage: Prefetch, bytes: usize) {
         if !Self::valid_key(key) {
             return;
         }
         let h = Self::hash(key);
         if let Some(shard) = self.shards[self.geo.shard_of(h)].try_lock() {
-            shard.prefetch(h, stage);
+            shard.prefetch(h, stage, bytes);
         }
     }
 

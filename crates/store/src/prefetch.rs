@@ -6,8 +6,16 @@ use crate::index::slot;
 use crate::segment::SegState;
 use crate::shard::Shard;
 
-/// How much of a candidate item a prefetch pulls in (seed 001's 720-byte values whole).
-const PREFETCH_BYTES: usize = 1024;
+/// How much of each candidate item a prefetch pulls in, for a read that goes on to the value:
+/// seed 001's 720-byte values whole (fget).
+pub const PREFETCH_VALUE: usize = 1024;
+
+/// ... for a lookup by a get or set of small values (mnemod's read-ahead): the header, the key
+/// and what follows them. Two lines, as an item may straddle a line boundary. Pulling
+/// PREFETCH_VALUE's 16 lines for each key there made the prefetch itself 2% of the worker's
+/// time on bench/throughput.sh's workload a (32-byte values): lines never read, which took
+/// the load queue's slots from the lines that were.
+pub const PREFETCH_HEAD: usize = 128;
 
 /// The stages of a lookup's prefetch, each run some keys after the one before, when what it
 /// reads has arrived:
@@ -29,7 +37,9 @@ pub enum Prefetch {
 }
 
 impl Shard {
-    pub fn prefetch(&self, h: u64, stage: Prefetch) {
+    /// Runs `stage` of the lookup of hash `h`, pulling in up to `bytes` of each candidate item
+    /// (PREFETCH_VALUE, PREFETCH_HEAD).
+    pub fn prefetch(&self, h: u64, stage: Prefetch, bytes: usize) {
         if stage == Prefetch::Bucket {
             return self.index.prefetch(h);
         }
@@ -40,7 +50,7 @@ impl Shard {
                 // whole right after (a get's copy), and the CPU's own prefetcher takes over
                 // along a large one.
                 if let Some(d) = m.data.get(slot::off(s) as usize..) {
-                    for line in (0..d.len().min(PREFETCH_BYTES)).step_by(64) {
+                    for line in (0..d.len().min(bytes)).step_by(64) {
                         crate::buf::prefetch(d[line..].as_ptr());
                     }
                 }
