@@ -117,7 +117,7 @@ fn main() {
                         x ^= x >> 7;
                         x ^= x << 17;
                         let k = x % a.keys;
-                        let is_set = n % (a.ratio + 1) == 0;
+                        let is_set = n.is_multiple_of(a.ratio + 1);
                         let req = if is_set { set(k) } else { format!("get key:{k:010}\r\n").into_bytes() };
                         let t0 = Instant::now();
                         if !request(&mut s, &req, !is_set, &mut line, &mut v) {

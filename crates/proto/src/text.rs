@@ -95,6 +95,9 @@ impl<'a> Keys<'a> {
     }
 }
 
+// Meta's flags make that variant the large one. A Request lives on the stack for one
+// command; boxing it would cost every meta command an allocation.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Request<'a> {
     /// get / gets; gat / gats carry `touch` with the raw exptime.
@@ -157,6 +160,8 @@ pub enum Automove {
     Ratio(u64),
 }
 
+// As for Request: returned by value from the parser, never stored.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Parsed<'a> {
     Request(Request<'a>, usize),

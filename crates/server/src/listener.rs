@@ -81,9 +81,9 @@ pub fn bind(config: &Config) -> Result<Vec<Listener>, BindError> {
             None => (host.clone(), config.tls.is_some()),
         };
         let host = &host;
-        let addr = if host.contains(':') && !host.starts_with('[') && host.matches(':').count() == 1 {
-            host.clone() // host:port
-        } else if host.starts_with('[') && host.contains("]:") {
+        let with_port = host.contains(':') && !host.starts_with('[') && host.matches(':').count() == 1 // host:port
+            || host.starts_with('[') && host.contains("]:"); // [v6]:port
+        let addr = if with_port {
             host.clone()
         } else if host.contains(':') {
             format!("[{}]:{}", host.trim_matches(|c| c == '[' || c == ']'), config.port)

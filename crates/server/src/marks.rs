@@ -20,9 +20,12 @@ pub struct Mark {
     pub win_sent: bool,
 }
 
+/// One shard: key -> (the CAS of the item the mark belongs to, the mark).
+type MarkShard = Mutex<HashMap<Vec<u8>, (u64, Mark)>>;
+
 #[derive(Default)]
 pub struct Marks {
-    shards: [Mutex<HashMap<Vec<u8>, (u64, Mark)>>; SHARDS],
+    shards: [MarkShard; SHARDS],
 }
 
 fn shard_of(key: &[u8]) -> usize {

@@ -17,7 +17,7 @@ fn key(i: u64) -> Vec<u8> {
 fn value(i: u64, ver: u64) -> Vec<u8> {
     let mut v = format!("{i}/{ver}/").into_bytes();
     // Sizes from 0 to ~3 KB, and a few large items that get segments of their own.
-    let len = if i % 997 == 0 { 300_000 } else { (i * 37 % 3000) as usize };
+    let len = if i.is_multiple_of(997) { 300_000 } else { (i * 37 % 3000) as usize };
     v.resize(len.max(v.len()), (i % 251) as u8);
     v
 }
@@ -40,7 +40,7 @@ fn write_one(n: u64, cfg: StoreConfig) -> Written {
     for i in 0..n {
         // exp: never, long after the restart, or during the downtime (relative times).
         let exp: Time = match i % 5 {
-            0 | 1 | 2 => 0,
+            0..=2 => 0,
             3 => 10_000,
             _ => now + 20,
         };

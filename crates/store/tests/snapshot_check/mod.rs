@@ -22,9 +22,12 @@ fn store() -> Store {
     Store::new(StoreConfig { mem_limit: 16 << 20, huge_pages: false, ..Default::default() })
 }
 
+/// What a snapshot must bring back: key -> (flags, value).
+type Items = HashMap<Vec<u8>, (u32, Vec<u8>)>;
+
 /// A snapshot of 300 items of 0..600 bytes (a few blocks are not needed: the damage can hit the
 /// header, a block header, a payload and the end record all the same).
-fn original() -> (Vec<u8>, HashMap<Vec<u8>, (u32, Vec<u8>)>) {
+fn original() -> (Vec<u8>, Items) {
     let s = store();
     let mut want = HashMap::new();
     for i in 0..300u32 {
