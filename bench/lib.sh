@@ -69,6 +69,10 @@ server_argv() {
         mnemod-epoll | mnemod-uring)
             SERVER_ARGV=("$MNEMOD" -p "$port" -l 127.0.0.1 -U 0 -m 1024 -c "${CONN_LIMIT:-4096}" -t 1 --io-loop="${name#mnemod-}")
             ;;
+        # The same, with --zero-copy named: large values lent always (on) or never (off).
+        mnemod-zc-on | mnemod-zc-off)
+            SERVER_ARGV=("$MNEMOD" -p "$port" -l 127.0.0.1 -U 0 -m 1024 -c "${CONN_LIMIT:-4096}" -t 1 --zero-copy="${name#mnemod-zc-}")
+            ;;
         *)
             echo "unknown server $name" >&2
             return 1

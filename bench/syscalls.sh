@@ -6,8 +6,10 @@
 # gets, each sent and answered before the next; then one get_multi of the 2,500 keys; then 500
 # batches of 16 gets, each batch in one write. For every phase, `strace -c -f` is attached to the
 # server (all threads) and detached after, so each phase is counted alone. A last phase sets one
-# 100 KB value and gets it 500 times, one at a time: mnemod sends large values by reference
-# (README, `--zero-copy`), so vmsplice and splice count as writes there.
+# 100 KB value and gets it 500 times, one at a time. mnemod sends large values by reference
+# while its worker is busy (README, `--zero-copy auto`); one request at a time leaves it time to
+# spare, so it copies here, one write per get. With `--zero-copy on` (server mnemod-zc-on) the
+# get is write + vmsplice + splice, three writes.
 #
 # Under the io_uring loop (SERVERS="... mnemod-uring") a reply leaves as a SEND submission, not
 # a write system call: `perf stat` counts the server's SEND submissions (tracepoint
@@ -17,6 +19,7 @@
 #   bash bench/syscalls.sh
 #   SERVERS=memcached bash bench/syscalls.sh
 #   SERVERS="memcached mnemod-epoll mnemod-uring" bash bench/syscalls.sh
+#   SERVERS="memcached mnemod mnemod-zc-on" bash bench/syscalls.sh
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 

@@ -27,8 +27,21 @@ pub const DEFAULT_FILTER_MAX_KEYS: usize = 10_000;
 /// measured faster on small requests (workload a: +6 to +12%) but slower on 100 KB values
 /// (workload d: 0.44-0.77 of epoll in the final runs), where its SEND copies each value.
 pub const DEFAULT_IO_LOOP: IoLoop = IoLoop::Epoll;
-/// Large values leave by reference (splice.rs) unless `--zero-copy off`.
-pub const DEFAULT_ZERO_COPY: bool = true;
+/// Large values leave by reference while the worker is busy and are copied while it has time
+/// to spare (splice.rs, "When"), unless `--zero-copy on` or `off` says always or never.
+pub const DEFAULT_ZERO_COPY: ZeroCopy = ZeroCopy::Auto;
+
+/// `--zero-copy`: when values in pages of their own (32 KiB and more) go to a TCP socket by
+/// reference (vmsplice + splice) instead of being copied into it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ZeroCopy {
+    /// By reference while the worker is busy; copied while it has time to spare.
+    Auto,
+    /// Always by reference.
+    On,
+    /// Never: copied, as memcached does.
+    Off,
+}
 /// What `version`, `stats` and the binary VERSION opcode report: the memcached release whose
 /// behaviour mnemo reproduces, exactly as memcached prints it. Clients parse this as a version
 /// number (Perl's `version->parse` dies on "1.6.18-mnemo-0.1.0"), so nothing may be appended.
@@ -171,8 +184,8 @@ struct Args {
     #[arg(long = "io-loop", env = "MNEMO_IO_LOOP", value_parser = ["uring", "epoll"])]
     io_loop: Option<String>,
     /// send values of 32 KiB and more to TCP clients by reference (vmsplice + splice) instead
-    /// of copying them: on (the default) or off
-    #[arg(long = "zero-copy", value_name = "on|off", value_parser = ["on", "off"])]
+    /// of copying them: auto (the default: while the worker is busy), on (always) or off
+    #[arg(long = "zero-copy", value_name = "auto|on|off", value_parser = ["auto", "on", "off"])]
     zero_copy: Option<String>,
 }
 
@@ -226,8 +239,8 @@ pub struct Config {
     pub metrics: Option<String>,
     /// --io-loop: which event loop the workers run (worker.rs, uring.rs).
     pub io_loop: IoLoop,
-    /// --zero-copy: large values leave by reference (splice.rs).
-    pub zero_copy: bool,
+    /// --zero-copy: when large values leave by reference (splice.rs).
+    pub zero_copy: ZeroCopy,
 }
 
 /// The workers' event loop.
@@ -444,7 +457,12 @@ impl Config {
                 Some("epoll") => IoLoop::Epoll,
                 _ => DEFAULT_IO_LOOP,
             },
-            zero_copy: a.zero_copy.map_or(DEFAULT_ZERO_COPY, |z| z == "on"),
+            zero_copy: match a.zero_copy.as_deref() {
+                Some("on") => ZeroCopy::On,
+                Some("off") => ZeroCopy::Off,
+                Some("auto") => ZeroCopy::Auto,
+                _ => DEFAULT_ZERO_COPY,
+            },
             user: a.user,
             pidfile: a.pidfile,
             memory_file: a.memory_file,

@@ -221,15 +221,15 @@ struct DirectSend<'a> {
     stream: &'a mut Stream,
     wpos: &'a mut usize,
     c: &'a Counters,
-    /// `--zero-copy`: values in pages of their own go by reference (splice.rs).
-    zero_copy: bool,
+    /// `--zero-copy`: when values in pages of their own go by reference (splice.rs).
+    zero_copy: crate::config::ZeroCopy,
 }
 
 impl exec::Direct for DirectSend<'_> {
     fn send_value(&mut self, out: &mut Vec<u8>, value: &[u8], pages: Option<mnemo_store::Pages<'_>>, tail: &'static [u8]) -> bool {
         let pending = out.len() - *self.wpos;
         let spliced = match (&*self.stream, pages) {
-            (Stream::Tcp(s), Some(pages)) if self.zero_copy => {
+            (Stream::Tcp(s), Some(pages)) if crate::splice::by_reference(self.zero_copy) => {
                 use std::os::fd::AsRawFd;
                 crate::splice::send(s.as_raw_fd(), &out[*self.wpos..], pages, value, tail)
             }

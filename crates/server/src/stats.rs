@@ -355,7 +355,13 @@ pub fn settings(sh: &Shared, out: &mut Vec<u8>) {
     stat(out, "segment_size", sh.store.stats().segment_size);
     // mnemo's own release: `version` and `stats` must read exactly as memcached's.
     stat(out, "mnemo_version", crate::config::VERSION);
-    stat(out, "zero_copy", if sh.config.zero_copy { "yes" } else { "no" });
+    use crate::config::ZeroCopy;
+    let zero_copy = match sh.config.zero_copy {
+        ZeroCopy::Auto => "auto",
+        ZeroCopy::On => "yes",
+        ZeroCopy::Off => "no",
+    };
+    stat(out, "zero_copy", zero_copy);
     if !ext.ignored.is_empty() {
         stat(out, "extended_options_ignored", ext.ignored.join(","));
     }

@@ -98,7 +98,11 @@ impl Worker {
             } else {
                 None
             };
-            if let Err(e) = self.poll.poll(&mut events, timeout) {
+            // `--zero-copy auto` times the poll's wait (splice.rs, "When").
+            let start = crate::splice::polling();
+            let polled = self.poll.poll(&mut events, timeout);
+            crate::splice::polled(start);
+            if let Err(e) = polled {
                 if e.kind() == std::io::ErrorKind::Interrupted {
                     continue;
                 }

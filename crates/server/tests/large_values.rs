@@ -187,16 +187,16 @@ fn binary_get_of_a_large_value_carries_the_same_bytes() {
 
 /// Zero-copy sends (splice.rs) hand the socket references to an item's pages. Replies the
 /// client has not read yet when the item is overwritten, and its buffer reused for another
-/// value, must still carry the bytes they were answered with; with `--zero-copy off` too.
+/// value, must still carry the bytes they were answered with; with `--zero-copy off` and the
+/// default `auto` too.
 #[test]
 fn unread_replies_keep_their_bytes_when_the_item_is_overwritten_and_its_buffer_reused() {
     const N: usize = 500_000;
     const GETS: usize = 16;
-    for mode in ["on", "off"] {
+    for (mode, want) in [("on", "yes"), ("off", "no"), ("auto", "auto")] {
         let srv = Server::start(&["--zero-copy", mode, "-m", "64"]);
         let mut reader = srv.connect();
         let mut writer = srv.connect();
-        let want = if mode == "on" { "yes" } else { "no" };
         writer.write_all(b"stats settings\r\n").unwrap();
         let mut settings = Vec::new();
         while !settings.ends_with(b"END\r\n") {
