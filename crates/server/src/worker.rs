@@ -98,11 +98,7 @@ impl Worker {
             } else {
                 None
             };
-            // `--zero-copy auto` times the poll's wait (splice.rs, "When").
-            let start = crate::splice::polling();
-            let polled = self.poll.poll(&mut events, timeout);
-            crate::splice::polled(start);
-            if let Err(e) = polled {
+            if let Err(e) = self.poll.poll(&mut events, timeout) {
                 if e.kind() == std::io::ErrorKind::Interrupted {
                     continue;
                 }

@@ -145,6 +145,14 @@ impl RingStream {
         !self.eof && self.err.is_none()
     }
 
+    /// Whether a write straight to `sock` now keeps the byte order: nothing queued or in
+    /// flight comes before it, and no failure is waiting to be reported. conn.rs sends large
+    /// values this way (one copy by the kernel, or by reference) instead of copying them into
+    /// `out` first.
+    pub fn direct(&self) -> bool {
+        !self.send_in_flight && self.sent == self.sending.len() && self.out.is_empty() && self.err.is_none()
+    }
+
     /// Replies not yet sent (memcached's conn_mwrite; idle_timeout leaves such connections).
     pub fn sending(&self) -> bool {
         self.sent < self.sending.len() || !self.out.is_empty()
