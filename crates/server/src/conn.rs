@@ -299,7 +299,7 @@ impl Conn {
     /// that read, moved earlier. Returns where the first request's key sits
     /// (`text::lookup_key`), for the worker to prefetch its lookup.
     pub fn read_ahead(&mut self, sh: &Shared, c: &Counters) -> Option<core::ops::Range<usize>> {
-        let plain = matches!(self.stream, Stream::Tcp(_) | Stream::Unix(_));
+        let plain = matches!(self.stream, Stream::Tcp(_) | Stream::Unix(_) | Stream::Ring(_));
         let idle = self.rpos == self.rend && self.wpos == self.wbuf.len() && self.swallow == 0;
         if !plain || !idle || self.drained || self.closing || self.large.is_some() || self.dump.is_some() {
             return None;

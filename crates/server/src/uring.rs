@@ -183,6 +183,7 @@ impl Setup {
             marked: Vec::new(),
             ready: Vec::new(),
             cqes: Vec::with_capacity(256),
+            ahead: Default::default(),
         }
     }
 }
@@ -204,6 +205,7 @@ pub struct Worker {
     /// Connections that spent their -R budget with work left.
     ready: Vec<usize>,
     cqes: Vec<(u64, i32, u32)>,
+    ahead: crate::worker::ReadAhead,
 }
 
 impl Worker {
@@ -225,6 +227,7 @@ impl Worker {
             };
             self.enter(wait);
             self.reap();
+            self.read_ahead();
             for k in 0..self.marked.len() {
                 let i = self.marked[k];
                 self.slots[i].marked = false;
@@ -242,6 +245,23 @@ impl Worker {
                 }
             }
         }
+    }
+
+    /// The read-ahead (worker.rs, `ReadAhead`) of the connections this iteration's
+    /// completions marked: their input is in the ring's buffers already.
+    fn read_ahead(&mut self) {
+        self.ahead.clear();
+        if self.marked.len() < crate::worker::READ_AHEAD_MIN {
+            return;
+        }
+        for &i in &self.marked {
+            let slot = &mut self.slots[i];
+            if let (Some(conn), false) = (slot.conn.as_mut(), slot.draining) {
+                self.ahead.read(&self.sh, &self.counters, i, conn);
+            }
+        }
+        let slots = &self.slots;
+        self.ahead.prefetch(&self.sh, |i| slots[i].conn.as_ref());
     }
 
     /// Submit what is queued and wait for completions (or for `wait` at most).

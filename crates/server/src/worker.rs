@@ -20,7 +20,7 @@ use crate::Shared;
 pub const WAKER: Token = Token(usize::MAX);
 /// Polls with fewer events than this, or read-aheads that bring fewer keys, prefetch nothing:
 /// each pass would follow the one before too closely for its lines to have arrived.
-const READ_AHEAD_MIN: usize = 4;
+pub const READ_AHEAD_MIN: usize = 4;
 
 /// How the accept thread tells a worker that sockets wait in its channel.
 pub enum Wake {
@@ -74,8 +74,51 @@ pub struct Worker {
     free: Vec<usize>,
     /// Connections that spent their request budget with work left (memcached's -R yield).
     ready: VecDeque<usize>,
-    /// Read-ahead's gets: (connection, where its key sits in the connection's input).
+    ahead: ReadAhead,
+}
+
+/// Read-ahead, on either loop: the reads that a poll's readable connections would start their
+/// turns with, all done first, each followed by the prefetch of its key's index bucket; then
+/// two passes over the keys prefetch the items and overflow buckets those buckets name, then
+/// the overflow buckets' items (mnemo_store::Prefetch), so that each turn finds its lines in
+/// cache instead of taking a lookup's misses one after another, connection after connection.
+/// Costs no system call: each read is one the turn would have made (on io_uring, a copy out
+/// of the ring's buffers).
+#[derive(Default)]
+pub struct ReadAhead {
+    /// The gets read ahead: (connection, where its key sits in the connection's input).
     keys: Vec<(usize, core::ops::Range<usize>)>,
+}
+
+impl ReadAhead {
+    pub fn clear(&mut self) {
+        self.keys.clear();
+    }
+
+    /// Connection `i`'s read, and the prefetch of its key's bucket.
+    pub fn read(&mut self, sh: &Shared, c: &Counters, i: usize, conn: &mut Conn) {
+        if let Some(key) = conn.read_ahead(sh, c) {
+            // The bucket's miss overlaps the next connections' reads: issued after all of
+            // them, it had not arrived by the next pass, which then waited for it (perf: half
+            // of the prefetch's time on that load).
+            sh.store.prefetch(&conn.input()[key.clone()], Prefetch::Bucket, PREFETCH_HEAD);
+            self.keys.push((i, key));
+        }
+    }
+
+    /// The passes after the reads, given each connection by its index.
+    pub fn prefetch<'a>(&self, sh: &Shared, conn: impl Fn(usize) -> Option<&'a Conn>) {
+        if self.keys.len() < READ_AHEAD_MIN {
+            return;
+        }
+        for stage in [Prefetch::Home, Prefetch::Chain] {
+            for (i, key) in &self.keys {
+                if let Some(conn) = conn(*i) {
+                    sh.store.prefetch(&conn.input()[key.clone()], stage, PREFETCH_HEAD);
+                }
+            }
+        }
+    }
 }
 
 impl Worker {
@@ -83,7 +126,7 @@ impl Worker {
     pub fn new(sh: Arc<Shared>, counters: Arc<Counters>, incoming: Receiver<Stream>) -> std::io::Result<(Worker, Waker)> {
         let poll = Poll::new()?;
         let waker = Waker::new(poll.registry(), WAKER)?;
-        Ok((Worker { poll, incoming, sh, counters, conns: Vec::new(), free: Vec::new(), ready: VecDeque::new(), keys: Vec::new() }, waker))
+        Ok((Worker { poll, incoming, sh, counters, conns: Vec::new(), free: Vec::new(), ready: VecDeque::new(), ahead: ReadAhead::default() }, waker))
     }
 
     pub fn run(mut self) {
@@ -174,14 +217,9 @@ impl Worker {
         }
     }
 
-    /// Read-ahead: the reads that this poll's readable connections would start their turns
-    /// with, all done first, each followed by the prefetch of its key's index bucket; then two
-    /// passes over the keys prefetch the items and overflow buckets those buckets name, then
-    /// the overflow buckets' items (mnemo_store::Prefetch), so that each turn finds its lines
-    /// in cache instead of taking a lookup's misses one after another, connection after
-    /// connection. Costs no system call: each read is one the turn would have made.
+    /// The read-ahead (`ReadAhead`) of this poll's readable connections.
     fn read_ahead(&mut self, events: &Events) {
-        self.keys.clear();
+        self.ahead.clear();
         // Too few to prefetch for: the turns read for themselves (no instruction spent here).
         if events.iter().take(READ_AHEAD_MIN).count() < READ_AHEAD_MIN {
             return;
@@ -192,25 +230,11 @@ impl Worker {
                 continue;
             }
             if let Some(conn) = self.conns.get_mut(i).and_then(|c| c.as_mut()) {
-                if let Some(key) = conn.read_ahead(&self.sh, &self.counters) {
-                    // The bucket's miss overlaps the next connections' reads: issued after all
-                    // of them, it had not arrived by the next pass, which then waited for it
-                    // (perf: half of the prefetch's time on that load).
-                    self.sh.store.prefetch(&conn.input()[key.clone()], Prefetch::Bucket, PREFETCH_HEAD);
-                    self.keys.push((i, key));
-                }
+                self.ahead.read(&self.sh, &self.counters, i, conn);
             }
         }
-        if self.keys.len() < READ_AHEAD_MIN {
-            return;
-        }
-        for stage in [Prefetch::Home, Prefetch::Chain] {
-            for (i, key) in &self.keys {
-                if let Some(conn) = &self.conns[*i] {
-                    self.sh.store.prefetch(&conn.input()[key.clone()], stage, PREFETCH_HEAD);
-                }
-            }
-        }
+        let conns = &self.conns;
+        self.ahead.prefetch(&self.sh, |i| conns[i].as_ref());
     }
 
     fn drive(&mut self, i: usize) {
