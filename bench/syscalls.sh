@@ -11,14 +11,16 @@
 # spare, so it copies here, one write per get. With `--zero-copy on` (server mnemod-zc-on) the
 # get is write + vmsplice + splice, three writes.
 #
-# Under the io_uring loop (SERVERS="... mnemod-uring") a reply leaves as a SEND submission, not
-# a write system call: `perf stat` counts the server's SEND submissions (tracepoint
-# io_uring:io_uring_submit_req, opcode 26) as its writes, and io_uring_enter calls appear in the
-# enter column (the one system call that carries all of an iteration's sends and receives).
+# Under the io_uring loop (mnemod's default; mnemod-epoll names the other) a reply leaves as a
+# SEND submission, not a write system call: `perf stat` counts each mnemod server's SEND
+# submissions (tracepoint io_uring:io_uring_submit_req, opcode 26) as its writes, beside the
+# write system calls it makes (a large value with nothing queued before it goes straight to
+# the socket), and io_uring_enter calls appear in the enter column (the one system call that
+# carries all of an iteration's sends and receives).
 #
 #   bash bench/syscalls.sh
 #   SERVERS=memcached bash bench/syscalls.sh
-#   SERVERS="memcached mnemod-epoll mnemod-uring" bash bench/syscalls.sh
+#   SERVERS="memcached mnemod mnemod-epoll" bash bench/syscalls.sh
 #   SERVERS="memcached mnemod mnemod-zc-on" bash bench/syscalls.sh
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -26,7 +28,7 @@ source "$(dirname "$0")/lib.sh"
 SERVERS=${SERVERS:-memcached mnemod}
 TRACE=write,writev,sendmsg,sendto,sendmmsg,vmsplice,splice,read,recvfrom,readv,recvmsg,epoll_wait,epoll_pwait,epoll_pwait2,io_uring_enter
 
-need_tools memcached:memcached strace:strace python3:python3
+need_tools memcached:memcached strace:strace python3:python3 perf:linux-perf
 build_release
 
 CLIENT=$BENCH_TMP/client.py
@@ -95,11 +97,11 @@ s.close()
 print(n)
 PY
 
-# Runs phase $3 against server pid $1 on port $2 with strace attached (and, for a uring server
-# $4, perf counting its SEND submissions); prints "requests writes reads epolls enters".
+# Runs phase $3 against server pid $1 on port $2 with strace attached (and, for a mnemod server
+# $4, perf counting its io_uring SEND submissions); prints "requests writes reads epolls enters".
 traced_phase() {
     local pid=$1 port=$2 phase=$3 name=$4 out=$BENCH_TMP/strace.$1.$3 n pf=""
-    case $name in *uring*)
+    case $name in mnemod*)
         pf=$BENCH_TMP/perf.$1.$3
         spawn perf stat -x, -e io_uring:io_uring_submit_req --filter 'opcode == 26' -p "$pid" -o "$pf"
         local perf_pid=$SPAWNED
@@ -176,7 +178,7 @@ label = {
 head = ["phase", "requests"]
 for s in servers:
     head += [f"{s} writes/req", f"{s} reads/req", f"{s} epoll/req"]
-    if "uring" in s:
+    if s.startswith("mnemod"):
         head += [f"{s} io_uring_enter/req"]
 print("| " + " | ".join(head) + " |")
 print("|" + "---|" * len(head))
@@ -186,7 +188,7 @@ for phase in label:
     for s in servers:
         _, w, r, e, u = rows[(s, phase)]
         row += [f"{w / n:.2f}" + (f" ({w:,})" if n == 1 or phase == "pipeline" else ""), f"{r / n:.2f}", f"{e / n:.2f}"]
-        if "uring" in s:
+        if s.startswith("mnemod"):
             row += [f"{u / n:.2f}"]
     print("| " + " | ".join(row) + " |")
 PY

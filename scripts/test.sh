@@ -71,10 +71,10 @@ cargo test --locked --workspace
 export MNEMOD_BIN="$root/target/debug/mnemod"
 # The black-box suites (memccapable, pytest) run once per worker event loop; mnemod reads
 # MNEMO_IO_LOOP (README "Event loops"). The Rust black-box tests ran above on the default loop
-# (epoll) and run again here on the other one (uring).
-for io_loop in epoll uring; do
+# (uring) and run again here on the other one (epoll).
+for io_loop in uring epoll; do
     export MNEMO_IO_LOOP=$io_loop
-    if [ "$io_loop" = uring ]; then
+    if [ "$io_loop" = epoll ]; then
         echo "== cargo test -p mnemo-server, io loop $io_loop"
         cargo test --locked -p mnemo-server --tests
     fi

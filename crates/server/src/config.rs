@@ -23,10 +23,11 @@ pub const DEFAULT_BACKLOG: i32 = 1024;
 pub const DEFAULT_UNIX_MASK: u32 = 0o700;
 /// Keys one `fget` may name.
 pub const DEFAULT_FILTER_MAX_KEYS: usize = 10_000;
-/// The workers' event loop when `--io-loop` is not given (README "Event loops"): epoll. io_uring
-/// measured faster on small requests (workload a: +6 to +12%) but slower on 100 KB values
-/// (workload d: 0.44-0.77 of epoll in the final runs), where its SEND copies each value.
-pub const DEFAULT_IO_LOOP: IoLoop = IoLoop::Epoll;
+/// The workers' event loop when `--io-loop` is not given (README "Event loops"): io_uring,
+/// epoll where the kernel refuses it. Since large values leave straight from their items on
+/// both loops, io_uring measured ahead or level on every workload of bench/throughput.sh
+/// (a: 1.19 of epoll by medians, d: 1.10).
+pub const DEFAULT_IO_LOOP: IoLoop = IoLoop::Uring;
 /// Large values leave by reference while the worker is busy and are copied while it has time
 /// to spare (splice.rs, "When"), unless `--zero-copy on` or `off` says always or never.
 pub const DEFAULT_ZERO_COPY: ZeroCopy = ZeroCopy::Auto;
@@ -179,8 +180,8 @@ struct Args {
     /// serve Prometheus metrics at http://ADDR/metrics (a bare port means 127.0.0.1:PORT; off by default)
     #[arg(long = "metrics", value_name = "ADDR", value_parser = parse_metrics_addr)]
     metrics: Option<String>,
-    /// the workers' event loop: epoll (the default) or uring (io_uring where the kernel
-    /// allows it, else epoll); the MNEMO_IO_LOOP environment variable sets it too
+    /// the workers' event loop: uring (the default: io_uring where the kernel allows it,
+    /// else epoll) or epoll; the MNEMO_IO_LOOP environment variable sets it too
     #[arg(long = "io-loop", env = "MNEMO_IO_LOOP", value_parser = ["uring", "epoll"])]
     io_loop: Option<String>,
     /// send values of 32 KiB and more to TCP clients by reference (vmsplice + splice) instead

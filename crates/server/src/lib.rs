@@ -13,9 +13,10 @@
 //!                                                                                            across I/O)
 //! ```
 //!
-//! Which loop a worker runs is chosen at start-up (`--io-loop`, README "Event loops"): epoll by
-//! default; io_uring when asked, unless the kernel refuses it or with -Z. A connection never moves between workers; a request is parsed, executed and answered on
-//! the worker that read it, and all replies of a batch leave in one write.
+//! Which loop a worker runs is chosen at start-up (`--io-loop`, README "Event loops"):
+//! io_uring by default, epoll when asked, when the kernel refuses io_uring, or with -Z. A
+//! connection never moves between workers; a request is parsed, executed and answered on the
+//! worker that read it, and all replies of a batch leave in one write.
 
 pub mod auth;
 pub mod binary;

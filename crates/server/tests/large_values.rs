@@ -54,6 +54,27 @@ fn a_large_set_in_pieces_or_pipelined_is_stored_whole() {
     talk(&mut c, &quiet, &get_reply("k", 5, &v));
 }
 
+/// A value that trickles in, in small writes, reaches its item over many reads (and on the
+/// io_uring loop over many receive buffers): it must still be stored whole, followed by the
+/// requests behind it.
+#[test]
+fn a_large_value_trickling_in_is_stored_whole() {
+    let srv = Server::start(&[]);
+    let mut c = srv.connect();
+    c.set_nodelay(true).unwrap();
+    let v = value(300_000, 7);
+    let req = [set_cmd("set", "t", 9, &v, b"\r\n").as_slice(), b"get t\r\n"].concat();
+    for piece in req.chunks(997) {
+        c.write_all(piece).unwrap();
+    }
+    let mut got = vec![0; b"STORED\r\n".len() + get_reply("t", 9, &v).len()];
+    c.read_exact(&mut got).unwrap();
+    assert!(got == [b"STORED\r\n".to_vec(), get_reply("t", 9, &v)].concat(), "the trickled value came back different");
+    // And a second one on the same connection, the stream still in step.
+    talk(&mut c, &set_cmd("set", "t", 1, &v[..50_000], b"\r\n"), b"STORED\r\n");
+    talk(&mut c, b"get t\r\n", &get_reply("t", 1, &v[..50_000]));
+}
+
 #[test]
 fn a_bad_data_chunk_stores_nothing_and_keeps_the_stream_in_step() {
     let srv = Server::start(&[]);
