@@ -153,6 +153,9 @@ import json, os, re, statistics, sys
 res, reps, servers, workloads = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(), sys.argv[4].split()
 ceiling = sys.argv[5].split()
 target = {"a": 1.3, "b": 3.5, "c": 1.5, "d": 1.1}
+# The server the ratio columns and the ceiling table are about: mnemod when it runs, else the
+# second (or only) one; compared with the first.
+mine = "mnemod" if "mnemod" in servers[1:] else servers[min(1, len(servers) - 1)]
 
 def load(wl, s):
     runs = []
@@ -170,11 +173,11 @@ def k(x):
 head = ["workload"]
 for s in servers:
     head += [f"{s} ops/s", f"{s} p50 / p99 µs", f"{s} spread"]
-if len(servers) == 2:
-    # Paired: each repetition's two runs are adjacent, so their ratio cancels host-wide
-    # slow phases (memory bandwidth on a shared host) that a ratio of medians can catch on
-    # one side only.
-    head += [f"{servers[1]}/{servers[0]}", "paired ratios: median (range)", "target"]
+if len(servers) >= 2:
+    # Paired: each repetition's runs are adjacent, so their ratio cancels host-wide slow
+    # phases (memory bandwidth on a shared host) that a ratio of medians can catch on one
+    # side only.
+    head += [f"{mine}/{servers[0]}", "paired ratios: median (range)", "target"]
 print("| " + " | ".join(head) + " |")
 print("|" + "---|" * len(head))
 for wl in workloads:
@@ -192,10 +195,11 @@ for wl in workloads:
         row += [f"{k(m)}{extra}", f"{p50:,.0f} / {p99:,.0f}", f"{k(min(ops))}-{k(max(ops))}"]
         if hit < 0.99:
             row[-3] += f" (hit {hit:.0%})"
-    if len(servers) == 2:
-        ratio = medians[1] / medians[0] if medians[0] else float("nan")
-        ok = ratio >= target.get(wl, 0) and p99s[1] <= p99s[0]
-        pairs = [b["ops_per_sec"] / a["ops_per_sec"] for a, b in zip(load(wl, servers[0]), load(wl, servers[1])) if a["ops_per_sec"]]
+    if len(servers) >= 2:
+        j = servers.index(mine)
+        ratio = medians[j] / medians[0] if medians[0] else float("nan")
+        ok = ratio >= target.get(wl, 0) and p99s[j] <= p99s[0]
+        pairs = [b["ops_per_sec"] / a["ops_per_sec"] for a, b in zip(load(wl, servers[0]), load(wl, mine)) if a["ops_per_sec"]]
         row += [f"**{ratio:.2f}**", f"{med(pairs):.2f} ({min(pairs):.2f}-{max(pairs):.2f})", f"ratio ≥ {target.get(wl, '-')} and p99 ≤ {servers[0]}'s: {'met' if ok else 'not met'}"]
     print("| " + " | ".join(row) + " |")
 
@@ -206,25 +210,25 @@ if "a" in workloads and os.path.exists(os.path.join(res, f"a.{ceiling[0]}.1.json
     print()
     # mnemod/x paired: each repetition runs every server back to back, so the ratio within a
     # repetition cancels the host's slow phases, which on a shared VM move single runs by 20-30%.
-    paired_to = servers[-1]
+    paired_to = mine
     print(f"| server | ops/s | p50 / p99 µs | spread | x/memcached | {paired_to}/x, paired: median (range) |")
     print("|---|---|---|---|---|---|")
     base = med([r["ops_per_sec"] for r in load("a", "memcached")]) if "memcached" in servers else float("nan")
-    mine = [r["ops_per_sec"] for r in load("a", paired_to)]
+    mine_ops = [r["ops_per_sec"] for r in load("a", paired_to)]
     for s in servers + ceiling:
         runs = load("a", s)
         ops = [r["ops_per_sec"] for r in runs]
         p50 = med([r["latency_us"]["all"]["p50"] for r in runs])
         p99 = med([r["latency_us"]["all"]["p99"] for r in runs])
-        pairs = [m / o for m, o in zip(mine, ops) if o]
+        pairs = [m / o for m, o in zip(mine_ops, ops) if o]
         paired = f"{med(pairs):.2f} ({min(pairs):.2f}-{max(pairs):.2f})" if s != paired_to and pairs else "-"
         print(f"| {s} | {k(med(ops))} | {p50:,.0f} / {p99:,.0f} | {k(min(ops))}-{k(max(ops))} | {med(ops) / base:.2f} | {paired} |")
     best = [max(r["ops_per_sec"] for r in rs) for rs in zip(*(load("a", c) for c in ceiling))]
-    pairs = [m / b for m, b in zip(mine, best) if b]
+    pairs = [m / b for m, b in zip(mine_ops, best) if b]
     print()
     print(f"{paired_to} against the best null server of each repetition: {med(pairs):.2f} (range {min(pairs):.2f}-{max(pairs):.2f});")
     print(f"against the best median ({k(max(med([r['ops_per_sec'] for r in load('a', c)]) for c in ceiling))}): "
-          f"{med(mine) / max(med([r['ops_per_sec'] for r in load('a', c)]) for c in ceiling):.2f}.")
+          f"{med(mine_ops) / max(med([r['ops_per_sec'] for r in load('a', c)]) for c in ceiling):.2f}.")
 
 caslap = [wl for wl in workloads if os.path.exists(os.path.join(res, f"{wl}.{servers[0]}.1.memcaslap"))]
 if caslap:
@@ -256,8 +260,8 @@ if caslap:
     head = ["workload"]
     for s in servers:
         head += [f"{s} TPS", f"{s} hit ratio", f"{s} hits/s", f"{s} Net_rate"]
-    if len(servers) == 2:
-        head += [f"{servers[1]}/{servers[0]}: TPS", "hits/s", "Net_rate"]
+    if len(servers) >= 2:
+        head += [f"{mine}/{servers[0]}: TPS", "hits/s", "Net_rate"]
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
     for wl in caslap:
@@ -269,7 +273,8 @@ if caslap:
             tps = [r["tps"] for r in runs]
             row.append(f"{k(col['tps'])} ({k(min(tps))}-{k(max(tps))})" if tps else "n/a")
             row += [f"{col['hit']:.0%}", k(col["hits"]), f"{col['net']:,.0f} MB/s"]
-        if len(servers) == 2:
-            row += [f"**{cols[1][key] / cols[0][key]:.2f}**" if cols[0][key] else "n/a" for key in ("tps", "hits", "net")]
+        if len(servers) >= 2:
+            j = servers.index(mine)
+            row += [f"**{cols[j][key] / cols[0][key]:.2f}**" if cols[0][key] else "n/a" for key in ("tps", "hits", "net")]
         print("| " + " | ".join(row) + " |")
 PY

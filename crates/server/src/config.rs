@@ -24,9 +24,8 @@ pub const DEFAULT_UNIX_MASK: u32 = 0o700;
 /// Keys one `fget` may name.
 pub const DEFAULT_FILTER_MAX_KEYS: usize = 10_000;
 /// The workers' event loop when `--io-loop` is not given (README "Event loops"): io_uring,
-/// epoll where the kernel refuses it. Since large values leave straight from their items on
-/// both loops, io_uring measured ahead or level on every workload of bench/throughput.sh
-/// (a: 1.19 of epoll by medians, d: 1.10).
+/// epoll where the kernel refuses it. Measured in paired alternations: 1.08 of epoll on small
+/// requests (workload a), level by medians on 100 KB values (d; 0.95 paired).
 pub const DEFAULT_IO_LOOP: IoLoop = IoLoop::Uring;
 /// Large values leave by reference while the worker is busy and are copied while it has time
 /// to spare (splice.rs, "When"), unless `--zero-copy on` or `off` says always or never.
@@ -240,6 +239,10 @@ pub struct Config {
     pub metrics: Option<String>,
     /// --io-loop: which event loop the workers run (worker.rs, uring.rs).
     pub io_loop: IoLoop,
+    /// Whether --io-loop (or MNEMO_IO_LOOP) named it: a fallback from io_uring to epoll is
+    /// reported on stderr only then, or with -v, so that the default stays as quiet as
+    /// memcached where io_uring is refused (a container's seccomp profile, an old kernel).
+    pub io_loop_named: bool,
     /// --zero-copy: when large values leave by reference (splice.rs).
     pub zero_copy: ZeroCopy,
 }
@@ -337,6 +340,7 @@ impl Default for Config {
             filter_max_keys: DEFAULT_FILTER_MAX_KEYS,
             metrics: None,
             io_loop: DEFAULT_IO_LOOP,
+            io_loop_named: false,
             zero_copy: DEFAULT_ZERO_COPY,
         }
     }
@@ -458,6 +462,7 @@ impl Config {
                 Some("epoll") => IoLoop::Epoll,
                 _ => DEFAULT_IO_LOOP,
             },
+            io_loop_named: a.io_loop.is_some(),
             zero_copy: match a.zero_copy.as_deref() {
                 Some("on") => ZeroCopy::On,
                 Some("off") => ZeroCopy::Off,

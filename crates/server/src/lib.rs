@@ -225,7 +225,8 @@ pub fn run(config: Config) -> Result<(), ServerError> {
     let mut fallback_logged = false;
     for i in 0..sh.config.threads {
         let (run, handoff, fallback) = worker::start(&sh, i, uring)?;
-        if let (Some(why), false) = (fallback, fallback_logged) {
+        let report = sh.config.io_loop_named || sh.verbosity.load(Relaxed) > 0;
+        if let (Some(why), false, true) = (fallback, fallback_logged, report) {
             // One line, however many workers: the server runs on epoll just the same.
             eprintln!("mnemod: io_uring unavailable ({why}); using epoll");
             fallback_logged = true;
