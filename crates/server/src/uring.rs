@@ -218,8 +218,8 @@ pub struct Worker {
     ahead: crate::worker::ReadAhead,
     /// Loop iterations (enters) so far: when each receive was armed (`RingStream::settled`).
     epoch: u64,
-    /// The queue was submitted since the last enter in a way that may have let a receive
-    /// complete (`push`, `submit_early`): no stream reads its socket directly until the next.
+    /// The queue was submitted since the last enter in a way that may have let an earlier
+    /// receive complete (`submit_now`): no stream reads its socket directly until the next.
     submitted_mid_turn: bool,
     /// `bytes_written` when the queue was last submitted (SUBMIT_EARLY_BYTES).
     written_at_submit: u64,
@@ -309,15 +309,8 @@ impl Worker {
         // ring, send bytes to a stream kept until the send completes, the eventfd buffer to
         // the worker.
         while unsafe { self.ring.submission().push(&e) }.is_err() {
-            // A full queue goes to the kernel now; nothing waits for it. A receive in it may
-            // complete at once, so no stream reads its socket directly until the next enter.
-            self.submitted_mid_turn = true;
-            if let Err(e) = self.ring.submit() {
-                if e.raw_os_error() != Some(libc::EBUSY) {
-                    eprintln!("mnemod: worker io_uring submit failed: {e}");
-                    std::process::exit(1);
-                }
-            }
+            // A full queue goes to the kernel now; nothing waits for it.
+            self.submit_now();
         }
     }
 
@@ -462,15 +455,17 @@ impl Worker {
         self.after_turn(i);
         if written.wrapping_sub(self.written_at_submit) >= SUBMIT_EARLY_BYTES {
             self.written_at_submit = written;
-            self.submit_early();
+            self.submit_now();
         }
     }
 
-    /// Hand the kernel what is queued now, without waiting for completions (SUBMIT_EARLY_BYTES).
+    /// Hand the kernel what is queued now, without waiting for completions: a full queue
+    /// (`push`), or SUBMIT_EARLY_BYTES of replies. Receives it arms may complete at once, but
+    /// they were armed in this iteration and so are not `settled`. Receives armed before are
+    /// untouched unless the completion queue has overflowed: the submission then also runs the
+    /// ring's deferred work (the io-uring crate asks for events), which may complete them.
     #[cold]
-    fn submit_early(&mut self) {
-        // With its completion queue overflowed, a submission also runs the ring's deferred work
-        // (the io-uring crate then asks for events), which may complete receives.
+    fn submit_now(&mut self) {
         if self.ring.submission().cq_overflow() {
             self.submitted_mid_turn = true;
         }
