@@ -24,8 +24,9 @@ pub const DEFAULT_UNIX_MASK: u32 = 0o700;
 /// Keys one `fget` may name.
 pub const DEFAULT_FILTER_MAX_KEYS: usize = 10_000;
 /// The workers' event loop when `--io-loop` is not given (README "Event loops"): io_uring,
-/// epoll where the kernel refuses it. Measured in paired alternations: 1.08 of epoll on small
-/// requests (workload a), level by medians on 100 KB values (d; 0.95 paired).
+/// epoll where the kernel refuses it. A close choice (README "Event loops" has the figures):
+/// io_uring is level with the null servers on small one-at-a-time requests (workload a), epoll
+/// a few percent behind them; epoll is ahead on 100 KB values (d).
 pub const DEFAULT_IO_LOOP: IoLoop = IoLoop::Uring;
 /// Large values leave by reference while the worker is busy and are copied while it has time
 /// to spare (splice.rs, "When"), unless `--zero-copy on` or `off` says always or never.
