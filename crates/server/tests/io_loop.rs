@@ -2,7 +2,8 @@
 //! replies larger than what a loop queues before saying "full" (backpressure), input far
 //! beyond what it receives before pausing, peers that reset mid-reply, and connection counts
 //! coming back down afterwards. Every other black-box test runs under either loop through
-//! MNEMO_IO_LOOP (scripts/test.sh runs them under both).
+//! MNEMO_IO_LOOP (scripts/test.sh runs them under both). And a kernel without io_uring (a
+//! seccomp filter): the fallback to epoll, and when it is reported.
 
 mod common;
 
@@ -127,5 +128,76 @@ fn linger_zero(s: &std::net::TcpStream) -> bool {
             (&l as *const libc::linger).cast(),
             std::mem::size_of::<libc::linger>() as u32,
         ) == 0
+    }
+}
+
+/// A kernel without io_uring, as a seccomp filter makes one: io_uring_setup fails with
+/// ENOSYS in the server (the filter is installed in the child, before exec).
+#[cfg(target_arch = "x86_64")]
+fn without_io_uring(cmd: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: between fork and exec only async-signal-safe calls (two prctl), on data that
+    // lives in the closure.
+    unsafe {
+        cmd.pre_exec(|| {
+            const IO_URING_SETUP: u32 = 425;
+            const RET_ERRNO: u32 = 0x0005_0000;
+            const RET_ALLOW: u32 = 0x7fff_0000;
+            // A = syscall number; A == io_uring_setup ? ERRNO(ENOSYS) : ALLOW.
+            let filter = [
+                libc::sock_filter { code: 0x20, jt: 0, jf: 0, k: 0 },
+                libc::sock_filter { code: 0x15, jt: 0, jf: 1, k: IO_URING_SETUP },
+                libc::sock_filter { code: 0x06, jt: 0, jf: 0, k: RET_ERRNO | libc::ENOSYS as u32 },
+                libc::sock_filter { code: 0x06, jt: 0, jf: 0, k: RET_ALLOW },
+            ];
+            let prog = libc::sock_fprog { len: filter.len() as u16, filter: filter.as_ptr() as *mut _ };
+            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
+                || libc::prctl(libc::PR_SET_SECCOMP, 2 /* SECCOMP_MODE_FILTER */, &prog as *const libc::sock_fprog) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Where io_uring is missing, the server serves on epoll. It says so in one line (however
+/// many workers) only when asked for io_uring by name or run with -v: a server on its defaults
+/// keeps stderr as memcached would.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn without_io_uring_the_server_serves_on_epoll_and_says_so_only_when_asked() {
+    use std::process::Stdio;
+    let cases: [(&[&str], &[&str]); 3] = [
+        (&["-t", "4"], &[]),
+        (&["-t", "4", "--io-loop=uring"], &["mnemod: io_uring unavailable (io_uring setup: "]),
+        (&["-t", "2", "-v"], &["mnemod: io_uring unavailable (", "mnemod: workers run the epoll event loop"]),
+    ];
+    for (args, want) in cases {
+        let mut srv = Server::start_with(args, |cmd| {
+            cmd.env_remove("MNEMO_IO_LOOP").stderr(Stdio::piped());
+            without_io_uring(cmd);
+        });
+        let mut s = srv.connect();
+        let mut set = b"set big 0 0 100000\r\n".to_vec();
+        set.extend_from_slice(&vec![b'b'; 100_000]);
+        set.extend_from_slice(b"\r\n");
+        assert_eq!(roundtrip(&mut s, &set, b"\r\n"), b"STORED\r\n", "{args:?}");
+        let reply = roundtrip(&mut s, b"get big\r\n", b"END\r\n");
+        assert_eq!(reply.len(), "VALUE big 0 100000\r\n".len() + 100_000 + 7, "{args:?}");
+        srv.child.kill().unwrap();
+        srv.child.wait().unwrap();
+        let mut err = String::new();
+        srv.child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+        let fallback = err.lines().filter(|l| l.contains("io_uring unavailable")).collect::<Vec<_>>();
+        if want.is_empty() {
+            assert_eq!(err, "", "{args:?}: a server on its defaults says nothing");
+            continue;
+        }
+        assert_eq!(fallback.len(), 1, "{args:?}: one line however many workers:\n{err}");
+        assert!(fallback[0].ends_with("; using epoll"), "{err}");
+        for w in want {
+            assert!(err.lines().any(|l| l.starts_with(w)), "{args:?}: no line starting {w:?} in:\n{err}");
+        }
     }
 }

@@ -13,16 +13,19 @@ pub struct Server {
 
 impl Server {
     pub fn start(extra: &[&str]) -> Server {
+        Server::start_with(extra, |_| {})
+    }
+
+    /// As `start`, with the command adjusted first (environment, stderr, pre_exec).
+    pub fn start_with(extra: &[&str], adjust: impl Fn(&mut Command)) -> Server {
         // The free port can be taken before mnemod binds it (another connection's ephemeral
         // port, or our own probe self-connecting): mnemod then exits, and we try a new port.
         for _ in 0..5 {
             let port = free_port();
-            let mut child = Command::new(env!("CARGO_BIN_EXE_mnemod"))
-                .args(["-p", &port.to_string(), "-l", "127.0.0.1", "-U", "0"])
-                .args(extra)
-                .stdout(Stdio::null())
-                .spawn()
-                .expect("start mnemod");
+            let mut cmd = Command::new(env!("CARGO_BIN_EXE_mnemod"));
+            cmd.args(["-p", &port.to_string(), "-l", "127.0.0.1", "-U", "0"]).args(extra).stdout(Stdio::null());
+            adjust(&mut cmd);
+            let mut child = cmd.spawn().expect("start mnemod");
             let deadline = Instant::now() + Duration::from_secs(10);
             loop {
                 // Listening, and by our child: another test binary running at the same time
