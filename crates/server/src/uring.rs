@@ -277,11 +277,10 @@ impl Worker {
         for &i in &self.marked {
             let slot = &mut self.slots[i];
             if let (Some(conn), false) = (slot.conn.as_mut(), slot.draining) {
-                self.ahead.read(&self.sh, &self.counters, i, conn);
+                self.ahead.read(&self.sh, &self.counters, conn);
             }
         }
-        let slots = &self.slots;
-        self.ahead.prefetch(&self.sh, |i| slots[i].conn.as_ref());
+        self.ahead.prefetch(&self.sh);
     }
 
     /// Submit what is queued and wait for completions (or for `wait` at most).

@@ -86,8 +86,8 @@ pub struct Worker {
 /// of the ring's buffers).
 #[derive(Default)]
 pub struct ReadAhead {
-    /// The gets read ahead: (connection, where its key sits in the connection's input).
-    keys: Vec<(usize, core::ops::Range<usize>)>,
+    /// The keys of the gets read ahead, hashed once for all the passes.
+    keys: Vec<mnemo_store::KeyHash>,
 }
 
 impl ReadAhead {
@@ -96,26 +96,25 @@ impl ReadAhead {
     }
 
     /// Connection `i`'s read, and the prefetch of its key's bucket.
-    pub fn read(&mut self, sh: &Shared, c: &Counters, i: usize, conn: &mut Conn) {
-        if let Some(key) = conn.read_ahead(sh, c) {
+    pub fn read(&mut self, sh: &Shared, c: &Counters, conn: &mut Conn) {
+        let Some(key) = conn.read_ahead(sh, c) else { return };
+        if let Some(h) = mnemo_store::Store::key_hash(&conn.input()[key]) {
             // The bucket's miss overlaps the next connections' reads: issued after all of
             // them, it had not arrived by the next pass, which then waited for it (perf: half
             // of the prefetch's time on that load).
-            sh.store.prefetch(&conn.input()[key.clone()], Prefetch::Bucket, PREFETCH_HEAD);
-            self.keys.push((i, key));
+            sh.store.prefetch_hashed(h, Prefetch::Bucket, PREFETCH_HEAD);
+            self.keys.push(h);
         }
     }
 
-    /// The passes after the reads, given each connection by its index.
-    pub fn prefetch<'a>(&self, sh: &Shared, conn: impl Fn(usize) -> Option<&'a Conn>) {
+    /// The passes after the reads.
+    pub fn prefetch(&self, sh: &Shared) {
         if self.keys.len() < READ_AHEAD_MIN {
             return;
         }
         for stage in [Prefetch::Home, Prefetch::Chain] {
-            for (i, key) in &self.keys {
-                if let Some(conn) = conn(*i) {
-                    sh.store.prefetch(&conn.input()[key.clone()], stage, PREFETCH_HEAD);
-                }
+            for &h in &self.keys {
+                sh.store.prefetch_hashed(h, stage, PREFETCH_HEAD);
             }
         }
     }
@@ -230,11 +229,10 @@ impl Worker {
                 continue;
             }
             if let Some(conn) = self.conns.get_mut(i).and_then(|c| c.as_mut()) {
-                self.ahead.read(&self.sh, &self.counters, i, conn);
+                self.ahead.read(&self.sh, &self.counters, conn);
             }
         }
-        let conns = &self.conns;
-        self.ahead.prefetch(&self.sh, |i| conns[i].as_ref());
+        self.ahead.prefetch(&self.sh);
     }
 
     fn drive(&mut self, i: usize) {

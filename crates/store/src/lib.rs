@@ -70,6 +70,10 @@ use shard::{Env, Shard};
 /// Seconds on the server's relative clock.
 pub type Time = u32;
 
+/// A key's hash, as `Store::key_hash` gives it for `Store::prefetch_hashed`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KeyHash(u64);
+
 /// How `store` treats an existing item (memcached's storage commands).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mode {
@@ -224,12 +228,21 @@ impl Store {
     /// instead of taking them one after another; `bytes` of each candidate item are pulled
     /// (PREFETCH_VALUE, PREFETCH_HEAD). Skipped when the shard is busy.
     pub fn prefetch(&self, key: &[u8], stage: Prefetch, bytes: usize) {
-        if !Self::valid_key(key) {
-            return;
+        if let Some(h) = Self::key_hash(key) {
+            self.prefetch_hashed(h, stage, bytes);
         }
-        let h = Self::hash(key);
-        if let Some(shard) = self.shards[self.geo.shard_of(h)].try_lock() {
-            shard.prefetch(h, stage, bytes);
+    }
+
+    /// A key's hash for `prefetch_hashed`, so that a walk of several stages hashes each key
+    /// once; None for a key no operation would find.
+    pub fn key_hash(key: &[u8]) -> Option<KeyHash> {
+        Self::valid_key(key).then(|| KeyHash(Self::hash(key)))
+    }
+
+    /// `prefetch`, for a key hashed before.
+    pub fn prefetch_hashed(&self, h: KeyHash, stage: Prefetch, bytes: usize) {
+        if let Some(shard) = self.shards[self.geo.shard_of(h.0)].try_lock() {
+            shard.prefetch(h.0, stage, bytes);
         }
     }
 
