@@ -136,3 +136,54 @@ import sys, statistics
 v = [float(x) for x in sys.stdin.read().split()]
 print(statistics.median(v), min(v), max(v)) if v else print("nan nan nan")'
 }
+
+# The load generator's flags for workload a, b, c or d (bench/throughput.sh's header); the
+# generator busy-polls unless BUSY_POLL=0.
+workload_args() {
+    local common=(--connections 50 --key-size 16 --prefill)
+    [ "${BUSY_POLL:-1}" = 1 ] && common+=(--busy-poll)
+    case $1 in
+        a) echo "${common[*]} --keys 100000 --value-size 32 --ratio 1:10" ;;
+        b) echo "${common[*]} --keys 100000 --value-size 32 --ratio 1:10 --pipeline 16" ;;
+        c) echo "${common[*]} --keys 100000 --value-size 32 --ratio 0:1 --multiget 100" ;;
+        d) echo "${common[*]} --keys 5000 --value-size 100k --ratio 1:10" ;;
+        *) echo "unknown workload $1" >&2; return 1 ;;
+    esac
+}
+
+# Sets LOAD_PREFIX and CASLAP_PREFIX: the load on core LOAD_CPU (default 1), under SCHED_FIFO
+# when this user may ask for it. memcaslap gets SCHED_RR instead: its timer thread shares the
+# core with a worker that never blocks, and under FIFO at equal priority it would never run
+# again to end the test.
+pin_load() {
+    LOAD_PREFIX=(taskset -c "${LOAD_CPU:-1}")
+    CASLAP_PREFIX=(taskset -c "${LOAD_CPU:-1}")
+    if chrt -f 1 true 2>/dev/null; then
+        LOAD_PREFIX+=(chrt -f 1)
+        CASLAP_PREFIX+=(chrt -r 1)
+    else
+        note "warning: chrt -f refused (no privilege): the load runs SCHED_OTHER"
+    fi
+}
+
+# Starts each named server (server_argv) pinned to core SERVER_CPU (default 0) under
+# SCHED_FIFO for all its threads; PORT[name] and PID[name] say where and which.
+declare -A PORT PID
+start_servers() { # servers...
+    local s port
+    for s in "$@"; do
+        port=$(free_port)
+        server_argv "$s" "$port"
+        spawn taskset -c "${SERVER_CPU:-0}" "${SERVER_ARGV[@]}"
+        PORT[$s]=$port PID[$s]=$SPAWNED
+        wait_port "$port" "$SPAWNED"
+        # After the server accepts, so every thread it starts at boot exists and is covered.
+        if ! chrt -a -f -p 1 "$SPAWNED" 2>/dev/null; then
+            note "warning: chrt -a -f -p 1 $s failed (no privilege?): it runs SCHED_OTHER"
+        fi
+    done
+}
+stop_servers() { # servers...
+    local s
+    for s in "$@"; do stop_pid "${PID[$s]}"; done
+}

@@ -47,17 +47,6 @@ need_tools memcached:memcached memcaslap:libmemcached-tools taskset:util-linux c
 build_release
 [ "$CEILING" = 1 ] && build_ceiling
 
-workload_args() {
-    local common=(--connections 50 --key-size 16 --prefill)
-    [ "$BUSY_POLL" = 1 ] && common+=(--busy-poll)
-    case $1 in
-        a) echo "${common[*]} --keys 100000 --value-size 32 --ratio 1:10" ;;
-        b) echo "${common[*]} --keys 100000 --value-size 32 --ratio 1:10 --pipeline 16" ;;
-        c) echo "${common[*]} --keys 100000 --value-size 32 --ratio 0:1 --multiget 100" ;;
-        d) echo "${common[*]} --keys 5000 --value-size 100k --ratio 1:10" ;;
-        *) echo "unknown workload $1" >&2; return 1 ;;
-    esac
-}
 
 # memcaslap's matching configuration: key and value sizes, then set (0) and get (1) shares.
 # Its key space is concurrency x window and the window takes only a k/m suffix: 100k keys for
@@ -73,38 +62,7 @@ memcaslap_args() {
     echo "-F $cfg -T 1 -c 50 -w $window -t ${DUR}s"
 }
 
-# The load runs under SCHED_FIFO when this user may ask for it.
-# memcaslap gets SCHED_RR instead: its timer thread shares the core with a worker that never
-# blocks, and under FIFO at equal priority it would never run again to end the test.
-LOAD_PREFIX=(taskset -c "$LOAD_CPU")
-CASLAP_PREFIX=(taskset -c "$LOAD_CPU")
-if chrt -f 1 true 2>/dev/null; then
-    LOAD_PREFIX+=(chrt -f 1)
-    CASLAP_PREFIX+=(chrt -r 1)
-else
-    note "warning: chrt -f refused (no privilege): the load runs SCHED_OTHER"
-fi
-
-declare -A PORT PID
-start_servers() { # servers...
-    local s port
-    for s in "$@"; do
-        port=$(free_port)
-        server_argv "$s" "$port"
-        spawn taskset -c "$SERVER_CPU" "${SERVER_ARGV[@]}"
-        PORT[$s]=$port PID[$s]=$SPAWNED
-        wait_port "$port" "$SPAWNED"
-        # After the server accepts, so every thread it starts at boot exists and is covered.
-        if ! chrt -a -f -p 1 "$SPAWNED" 2>/dev/null; then
-            note "warning: chrt -a -f -p 1 $s failed (no privilege?): it runs SCHED_OTHER"
-        fi
-    done
-}
-stop_servers() { # servers...
-    local s
-    for s in "$@"; do stop_pid "${PID[$s]}"; done
-}
-
+pin_load
 ordered_servers() { # rep servers... -> the servers in this repetition's order
     local rep=$1
     shift
