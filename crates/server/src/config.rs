@@ -28,15 +28,16 @@ pub const DEFAULT_FILTER_MAX_KEYS: usize = 10_000;
 /// io_uring is level with the null servers on small one-at-a-time requests (workload a), epoll
 /// a few percent behind them; epoll is ahead on 100 KB values (d).
 pub const DEFAULT_IO_LOOP: IoLoop = IoLoop::Uring;
-/// Large values leave by reference while the worker is busy and are copied while it has time
-/// to spare (splice.rs, "When"), unless `--zero-copy on` or `off` says always or never.
+/// Large values leave by reference or are copied, whichever serves them faster, as each worker
+/// measures every second (splice.rs, "When"), unless `--zero-copy on` or `off` says always or
+/// never.
 pub const DEFAULT_ZERO_COPY: ZeroCopy = ZeroCopy::Auto;
 
 /// `--zero-copy`: when values in pages of their own (32 KiB and more) go to a TCP socket by
 /// reference (vmsplice + splice) instead of being copied into it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ZeroCopy {
-    /// By reference while the worker is busy; copied while it has time to spare.
+    /// By reference or copied, whichever the worker measures to serve large values faster.
     Auto,
     /// Always by reference.
     On,

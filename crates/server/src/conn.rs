@@ -236,7 +236,7 @@ impl exec::Direct for DirectSend<'_> {
             s => s,
         };
         let spliced = match (&*stream, pages) {
-            (Stream::Tcp(s), Some(pages)) if crate::splice::by_reference(self.zero_copy) => {
+            (Stream::Tcp(s), Some(pages)) if crate::splice::by_reference(self.zero_copy, value.len()) => {
                 use std::os::fd::AsRawFd;
                 crate::splice::send(s.as_raw_fd(), &out[*self.wpos..], pages, value, tail)
             }

@@ -72,7 +72,7 @@ pub const DIRECT_MIN: usize = 32 * 1024;
 /// pipelined batch of ordinary gets is still one write. The bytes that follow the value (its
 /// `\r\n`, and `END\r\n` after the last key) go in the same writev: sent later on their own they
 /// cost a second syscall and a second TCP segment per get (measured: 1.9 writes per 100 KB get).
-/// With `--zero-copy` (`auto`, the default, while the worker is busy) a TCP connection skips
+/// With `--zero-copy` (`auto`, the default, when the worker measures it faster) a TCP connection skips
 /// even the kernel's copy: the value's pages are lent to the socket (splice.rs), still as one
 /// reply into the socket.
 pub trait Direct {

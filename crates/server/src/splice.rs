@@ -30,29 +30,30 @@
 //! call and a fresh pipe page of its own for some 30 bytes, 4.3% of the server's time on
 //! workload d (perf); a 256 KiB run of head pages is renewed once per thousands of replies.
 //!
-//! When (`--zero-copy`, `auto` by default): by reference saves the server the copy, but it
-//! costs elsewhere. The store must give a lent buffer fresh pages before reusing it (17% of
-//! the server's time on workload d), and a client on the same host reads the value from the
-//! item's pages in DRAM, not from socket pages the server has just written, still in cache.
-//! So `auto` lends pages only while the worker is busy:
+//! When (`--zero-copy`, `auto` by default): by reference saves the server a copy per reply,
+//! but it costs elsewhere, and where it costs more depends on the client, which the server
+//! cannot see. The store must give a lent buffer fresh pages before reusing it (~60 µs per
+//! 100 KB on this host, against ~12 µs for the copy saved per get). A client on the same host
+//! reads a lent value from the item's pages in DRAM, not from socket pages the server has
+//! just written, still in cache: under memcaslap d (a client that reads every byte and sets
+//! the pace) lending always gave 9.4k TPS against 17.5k copying. Under `mnemo bench` d (the
+//! server sets the pace) lending gave 26.1k ops/s against 23.6k. Whether the worker is busy
+//! does not tell these apart: both keep it busy (the rule `auto` had until now lent half of
+//! memcaslap's values and lost 30% to copying). So `auto` measures instead, per worker:
 //!
 //! ```text
-//!   a large value, SPARE_WINDOW after the last verdict: the thread's CPU time since then
-//!   off the CPU >= SPARE_SHARE of the window?  yes: copy until the next verdict (time to spare)
-//!                                              no:  lend (the worker sets the pace)
+//!   probe: copy, lend, copy, lend   PROBE each; large-value bytes served per second in each
+//!   settle for SETTLE on the mode   that served more (copy, lend pairs summed, so a drift
+//!                                   in the load favours neither); within TIE_PCT of each
+//!                                   other, or too few values to tell, on the one that cost
+//!                                   the thread less CPU time per byte
+//!   then probe again                (the load may have changed)
 //! ```
 //!
-//! Copying takes back the time that was spare, so a worker whose client sets the pace settles
-//! near SPARE_SHARE off the CPU, and one that sets the pace itself always lends. The thread's
-//! CPU time, not the time spent in its polls, is what tells: an `io_uring_enter` also runs
-//! the receives' copies (deferred task work), so on the io_uring loop a busy worker "waits" in
-//! it for a third of its time and timing the wait made it copy under load (memcaslap d: the
-//! worker at 96% of its core, 35% of it the copies). Time taken by other threads on the core
-//! counts as spare; the servers this is for own their cores. Measured, bench/throughput.sh d:
-//! under memcaslap (a client on the same host that reads every byte and sets the pace against
-//! `on`) `auto` moved 5-28% (median 12%) more bytes per second than `on`; under `mnemo bench`
-//! (the server sets the pace) the same as `on`. `on` always lends (a client across a network:
-//! the NIC reads the pages), `off` never does.
+//! A mode's bytes per second is the throughput the whole loop (server and client) reaches
+//! in it; when neither is the bottleneck the rates tie and the server's own cost decides.
+//! The probes cost about (4 PROBE / SETTLE) / 2 of the difference between the modes. `on`
+//! always lends (a client across a network: the NIC reads the pages), `off` never does.
 
 use std::cell::{Cell, RefCell};
 use std::fs::File;
@@ -144,38 +145,90 @@ impl Drop for Heads {
 thread_local! {
     static PIPE: RefCell<Option<Pipe>> = const { RefCell::new(None) };
     static HEADS: RefCell<Option<Heads>> = const { RefCell::new(None) };
-    static SPARE: Cell<Spare> = Cell::new(Spare { since: Instant::now(), cpu: thread_cpu(), spare: false });
+    static TUNER: Cell<Tuner> = Cell::new(Tuner::new(Instant::now(), thread_cpu()));
 }
 
-/// How often `auto` decides again whether the worker has time to spare: long enough to hold
-/// many requests, short enough to follow a load that changes. Between verdicts a large value
-/// costs a clock read (vDSO); a verdict costs one clock_gettime system call.
-const SPARE_WINDOW: Duration = Duration::from_millis(2);
+/// How long each probe of `auto` serves in one mode (module doc, "When"): long enough for
+/// hundreds of 100 KB values, and for the replies queued in the other mode to drain.
+const PROBE: Duration = Duration::from_millis(25);
+/// How long `auto` keeps the mode its probes chose before it probes again.
+const SETTLE: Duration = Duration::from_secs(1);
+/// Rates closer than this (percent of the larger) tie: the cheaper mode wins.
+const TIE_PCT: u64 = 3;
+/// A probe with fewer large values than this tells nothing about the rates.
+const PROBE_MIN_VALUES: u32 = 16;
+/// Copy, lend, copy, lend.
+const PROBES: u8 = 4;
 
-/// The share of a window (percent) the worker spent off the CPU above which it has time to
-/// spare and `auto` copies. Copying then takes that time back until the share falls under
-/// it, so the worker settles about here.
-const SPARE_SHARE: u32 = 5;
+/// What `auto` measured in one mode's probes.
+#[derive(Clone, Copy, Default)]
+struct Probed {
+    bytes: u64,
+    values: u32,
+    wall: Duration,
+    cpu: Duration,
+}
 
-/// The last verdict, when it was made, and the thread's CPU time then.
+/// `auto`'s state on one worker thread (module doc, "When").
 #[derive(Clone, Copy)]
-struct Spare {
+struct Tuner {
+    /// 0..PROBES: the probe under way (even: copy, odd: lend); PROBES: settled.
+    step: u8,
     since: Instant,
     cpu: Duration,
-    spare: bool,
+    /// The current probe's large-value bytes and values.
+    bytes: u64,
+    values: u32,
+    /// Copy's probes, then lend's, summed.
+    probed: [Probed; 2],
+    lend: bool,
 }
 
-impl Spare {
-    /// The verdict for the window that ends at `now`, with the thread's CPU time `cpu`.
-    fn closed(self, now: Instant, cpu: Duration) -> Spare {
-        let span = now - self.since;
-        let off_cpu = span.saturating_sub(cpu.saturating_sub(self.cpu));
-        Spare { since: now, cpu, spare: off_cpu * 100 >= span * SPARE_SHARE }
+impl Tuner {
+    fn new(now: Instant, cpu: Duration) -> Tuner {
+        Tuner { step: 0, since: now, cpu, bytes: 0, values: 0, probed: [Probed::default(); 2], lend: false }
+    }
+
+    /// Whether a value of `len` bytes is lent at `now`; `cpu` reads the thread's CPU time,
+    /// asked for only where a probe or a settled stretch ends.
+    fn next(&mut self, now: Instant, len: usize, cpu: impl FnOnce() -> Duration) -> bool {
+        let span = if self.step < PROBES { PROBE } else { SETTLE };
+        if now.saturating_duration_since(self.since) >= span {
+            let cpu = cpu();
+            if self.step < PROBES {
+                let p = &mut self.probed[usize::from(self.step % 2)];
+                p.bytes += self.bytes;
+                p.values += self.values;
+                p.wall += now.saturating_duration_since(self.since);
+                p.cpu += cpu.saturating_sub(self.cpu);
+            }
+            self.step = if self.step == PROBES { 0 } else { self.step + 1 };
+            if self.step == 0 {
+                self.probed = [Probed::default(); 2];
+            }
+            self.lend = if self.step == PROBES { self.verdict() } else { self.step % 2 == 1 };
+            (self.since, self.cpu, self.bytes, self.values) = (now, cpu, 0, 0);
+        }
+        self.bytes += len as u64;
+        self.values += 1;
+        self.lend
+    }
+
+    /// The probes' verdict: lend? (module doc, "When").
+    fn verdict(&self) -> bool {
+        let [copy, lend] = self.probed;
+        let per_sec = |p: Probed| (p.bytes as u128 * 1_000_000_000) / p.wall.as_nanos().max(1);
+        let (rc, rl) = (per_sec(copy), per_sec(lend));
+        let enough = copy.values >= PROBE_MIN_VALUES && lend.values >= PROBE_MIN_VALUES;
+        if enough && rc.abs_diff(rl) * 100 > rc.max(rl) * u128::from(TIE_PCT) {
+            return rl > rc;
+        }
+        // A tie: the mode that cost less CPU time per byte (cpu / bytes, cross-multiplied).
+        lend.cpu.as_nanos() * u128::from(copy.bytes.max(1)) <= copy.cpu.as_nanos() * u128::from(lend.bytes.max(1))
     }
 }
 
-/// The calling thread's CPU time (CLOCK_THREAD_CPUTIME_ID; zero should the clock fail, which
-/// then reads as a worker that never runs: copy, the safe side).
+/// The calling thread's CPU time (CLOCK_THREAD_CPUTIME_ID; zero should the clock fail).
 fn thread_cpu() -> Duration {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: ts is a live timespec for clock_gettime to fill.
@@ -185,20 +238,17 @@ fn thread_cpu() -> Duration {
     Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
-/// Whether a large value should go by reference now (module doc, "When"). Only large values
-/// ask, so small-value traffic pays nothing for `auto`.
-pub fn by_reference(mode: ZeroCopy) -> bool {
+/// Whether a large value of `len` bytes should go by reference now (module doc, "When").
+/// Only large values ask, so small-value traffic pays nothing for `auto`.
+pub fn by_reference(mode: ZeroCopy, len: usize) -> bool {
     match mode {
         ZeroCopy::On => true,
         ZeroCopy::Off => false,
-        ZeroCopy::Auto => SPARE.with(|cell| {
-            let mut s = cell.get();
-            let now = Instant::now();
-            if now - s.since >= SPARE_WINDOW {
-                s = s.closed(now, thread_cpu());
-                cell.set(s);
-            }
-            !s.spare
+        ZeroCopy::Auto => TUNER.with(|cell| {
+            let mut t = cell.get();
+            let lend = t.next(Instant::now(), len, thread_cpu);
+            cell.set(t);
+            lend
         }),
     }
 }
@@ -356,24 +406,86 @@ mod tests {
         Duration::from_micros(n)
     }
 
-    #[test]
-    fn a_window_off_the_cpu_over_the_share_gives_time_to_spare() {
+    /// A worker serving 100 KB values for `span` under a load that takes `gap(lend)` between
+    /// values and costs `cost(lend)` of the thread's CPU per value; returns how many values
+    /// were lent.
+    fn serve(t: &mut Tuner, clock: &mut (Instant, Duration), span: Duration, gap: impl Fn(bool) -> Duration, cost: impl Fn(bool) -> Duration) -> u32 {
+        let end = clock.0 + span;
+        let mut lent = 0;
+        while clock.0 < end {
+            let cpu = clock.1;
+            let lend = t.next(clock.0, 100_000, || cpu);
+            lent += u32::from(lend);
+            clock.0 += gap(lend);
+            clock.1 += cost(lend);
+        }
+        lent
+    }
+
+    /// Serves until the probes have settled on a mode; returns the modes of the values.
+    fn probe(t: &mut Tuner, clock: &mut (Instant, Duration), gap: impl Fn(bool) -> Duration, cost: impl Fn(bool) -> Duration) -> Vec<bool> {
+        let mut modes = Vec::new();
+        while t.step < PROBES || modes.is_empty() {
+            let cpu = clock.1;
+            let lend = t.next(clock.0, 100_000, || cpu);
+            modes.push(lend);
+            clock.0 += gap(lend);
+            clock.1 += cost(lend);
+        }
+        modes.pop();
+        modes
+    }
+
+    fn fresh() -> (Tuner, (Instant, Duration)) {
         let t0 = Instant::now();
-        let s = Spare { since: t0, cpu: us(7000), spare: true };
-        // 2 ms, of which 1,950 µs on the CPU (2.5% off it): busy, lend.
-        let s = s.closed(t0 + us(2000), us(8950));
-        assert!(!s.spare);
-        assert_eq!((s.since, s.cpu), (t0 + us(2000), us(8950)));
-        // The next 2 ms, 1,800 µs on the CPU (10% off): spare, copy.
-        let s = s.closed(t0 + us(4000), us(10750));
-        assert!(s.spare);
-        // At the share exactly (100 µs of 2 ms): spare; just under it: busy.
-        assert!(s.closed(t0 + us(6000), us(12650)).spare);
-        assert!(!s.closed(t0 + us(6000), us(12651)).spare);
-        // A long idle stretch before the window: spare.
-        assert!(s.closed(t0 + us(900_000), us(10800)).spare);
-        // CPU time past the wall clock (its own granularity): busy, never an underflow.
-        assert!(!s.closed(t0 + us(6000), us(20000)).spare);
+        (Tuner::new(t0, us(5000)), (t0, us(5000)))
+    }
+
+    #[test]
+    fn auto_probes_copy_then_lend_twice_and_settles_on_the_mode_that_serves_more() {
+        // The client reads lent values slower (memcaslap d): 40 µs between values copying,
+        // 60 µs lending, although lending costs the worker less.
+        let (mut t, mut clock) = fresh();
+        let gap = |lend| if lend { us(60) } else { us(40) };
+        let cost = |lend| if lend { us(20) } else { us(35) };
+        let mut modes = probe(&mut t, &mut clock, gap, cost);
+        modes.dedup();
+        assert_eq!(modes, [false, true, false, true], "probes: copy, lend, copy, lend");
+        assert_eq!(serve(&mut t, &mut clock, SETTLE - us(100), gap, cost), 0, "settled on copying");
+        // The server sets the pace (mnemo bench d): lending is faster, so the next round lends.
+        let gap = |lend| if lend { us(38) } else { us(42) };
+        serve(&mut t, &mut clock, us(200), gap, cost);
+        probe(&mut t, &mut clock, gap, cost);
+        let values = (SETTLE.as_micros() / 2 / 38) as u32;
+        assert!(serve(&mut t, &mut clock, SETTLE / 2, gap, cost) >= values, "settled on lending");
+    }
+
+    #[test]
+    fn auto_breaks_a_tie_on_the_workers_cpu_time_per_byte() {
+        // The same pace either way (an open loop, or a client across a network).
+        let settle = |copy_cost: u64, lend_cost: u64| {
+            let (mut t, mut clock) = fresh();
+            let cost = |lend| us(if lend { lend_cost } else { copy_cost });
+            probe(&mut t, &mut clock, |_| us(100), cost);
+            serve(&mut t, &mut clock, SETTLE / 2, |_| us(100), cost) > 0
+        };
+        assert!(settle(30, 20), "lending costs the worker less: lend");
+        assert!(!settle(20, 30), "copying costs the worker less: copy");
+        // Rates 2% apart (under TIE_PCT) are a tie too.
+        let (mut t, mut clock) = fresh();
+        let gap = |lend| if lend { us(102) } else { us(100) };
+        probe(&mut t, &mut clock, gap, |lend| us(if lend { 20 } else { 30 }));
+        assert!(serve(&mut t, &mut clock, SETTLE / 2, gap, |_| us(1)) > 0, "a 2% slower lend that costs less is kept");
+    }
+
+    #[test]
+    fn auto_with_too_few_values_to_compare_goes_by_cost() {
+        // A value every 5-10 ms: a handful per probe, below PROBE_MIN_VALUES, and lending
+        // looks twice as fast by chance; copying costs less, so copy.
+        let (mut t, mut clock) = fresh();
+        let gap = |lend| if lend { us(5_000) } else { us(10_000) };
+        probe(&mut t, &mut clock, gap, |lend| us(if lend { 40 } else { 20 }));
+        assert_eq!(serve(&mut t, &mut clock, SETTLE / 2, gap, |_| us(1)), 0);
     }
 
     #[test]
@@ -413,33 +525,11 @@ mod tests {
     }
 
     #[test]
-    fn modes_on_and_off_ignore_the_workers_time() {
-        let spare = |spare| SPARE.with(|c| c.set(Spare { since: Instant::now(), cpu: thread_cpu(), spare }));
-        spare(true);
-        assert!(by_reference(ZeroCopy::On));
-        assert!(!by_reference(ZeroCopy::Off));
-        assert!(!by_reference(ZeroCopy::Auto));
-        spare(false);
-        assert!(by_reference(ZeroCopy::Auto));
-    }
-
-    #[test]
-    fn a_thread_that_spins_is_busy_and_one_that_sleeps_has_time_to_spare() {
-        let verdict = |work: &dyn Fn()| {
-            SPARE.with(|c| c.set(Spare { since: Instant::now(), cpu: thread_cpu(), spare: false }));
-            work();
-            by_reference(ZeroCopy::Auto)
-        };
-        let sleep = || std::thread::sleep(SPARE_WINDOW * 2);
-        assert!(!verdict(&sleep), "a sleeping worker copies");
-        // Spinning counts as busy only if the scheduler lets this thread run, so allow the
-        // machine a few tries (a test host can be loaded).
-        let spin = || {
-            let t = Instant::now();
-            while t.elapsed() < SPARE_WINDOW * 5 {
-                std::hint::spin_loop();
-            }
-        };
-        assert!((0..20).any(|_| verdict(&spin)), "a spinning worker lends");
+    fn modes_on_and_off_ignore_the_tuner() {
+        TUNER.with(|c| c.set(Tuner::new(Instant::now(), thread_cpu())));
+        assert!(by_reference(ZeroCopy::On, 100_000));
+        assert!(!by_reference(ZeroCopy::Off, 100_000));
+        // auto's first probe copies.
+        assert!(!by_reference(ZeroCopy::Auto, 100_000));
     }
 }
