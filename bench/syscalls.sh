@@ -6,10 +6,11 @@
 # gets, each sent and answered before the next; then one get_multi of the 2,500 keys; then 500
 # batches of 16 gets, each batch in one write. For every phase, `strace -c -f` is attached to the
 # server (all threads) and detached after, so each phase is counted alone. A last phase sets one
-# 100 KB value and gets it 500 times, one at a time. mnemod sends large values by reference
-# while its worker is busy (README, `--zero-copy auto`); one request at a time leaves it time to
-# spare, so it copies here, one write per get. With `--zero-copy on` (server mnemod-zc-on) the
-# get is write + vmsplice + splice, three writes.
+# 100 KB value and gets it 500 times, one at a time. mnemod's `--zero-copy auto` (README) probes
+# both ways of sending a large value and keeps the faster: copied, a get is one write; lent, it
+# is vmsplice + splice, two (the reply's head goes with the value). One request at a time, the
+# two modes serve at about the same rate and the cheaper one for the worker is kept, so this
+# phase may show either, or a mix. `--zero-copy on` (server mnemod-zc-on) always lends.
 #
 # Under the io_uring loop (mnemod's default; mnemod-epoll names the other) a reply leaves as a
 # SEND submission, not a write system call: `perf stat` counts each mnemod server's SEND

@@ -15,8 +15,8 @@ SIZES = [32 * 1024 + 1, 100_000, 900_000]
 
 @pytest.fixture(scope="module")
 def both():
-    # --zero-copy on: every large reply lends its item's pages. The default (auto) copies while
-    # the server has time to spare, as it has here, and would leave the lending untested.
+    # --zero-copy on: every large reply lends its item's pages. The default (auto) lends or
+    # copies as its probes find faster, and could leave the lending untested here.
     with Server("mnemod", "-m", "64", "--zero-copy", "on") as m, Server("memcached", "-m", "64") as c:
         yield {"mnemod": m, "memcached": c}
 

@@ -186,7 +186,8 @@ struct Args {
     #[arg(long = "io-loop", env = "MNEMO_IO_LOOP", value_parser = ["uring", "epoll"])]
     io_loop: Option<String>,
     /// send values of 32 KiB and more to TCP clients by reference (vmsplice + splice) instead
-    /// of copying them: auto (the default: while the worker is busy), on (always) or off
+    /// of copying them: auto (the default: whichever the worker measures faster), on
+    /// (always) or off
     #[arg(long = "zero-copy", value_name = "auto|on|off", value_parser = ["auto", "on", "off"])]
     zero_copy: Option<String>,
 }
