@@ -235,8 +235,11 @@ impl exec::Direct for DirectSend<'_> {
             Stream::Ring(r) if r.direct() => &mut r.sock,
             s => s,
         };
+        // Asked for every large value, so that `auto` counts each in its current mode's rate
+        // (splice.rs, "When"), also those that cannot be lent from here.
+        let lend = pages.is_some() && crate::splice::by_reference(self.zero_copy, value.len());
         let spliced = match (&*stream, pages) {
-            (Stream::Tcp(s), Some(pages)) if crate::splice::by_reference(self.zero_copy, value.len()) => {
+            (Stream::Tcp(s), Some(pages)) if lend => {
                 use std::os::fd::AsRawFd;
                 crate::splice::send(s.as_raw_fd(), &out[*self.wpos..], pages, value, tail)
             }
