@@ -52,6 +52,9 @@ pub struct RingStream {
     pub(super) recv_armed: bool,
     /// A cancel of the receive was submitted (backpressure or close).
     pub(super) recv_cancelling: bool,
+    /// The armed receive carries the worker's cap (uring.rs `recv_multi`): a kernel that
+    /// refuses it says EINVAL, which then means "receive uncapped", not a failed socket.
+    pub(super) recv_capped: bool,
     /// The worker's iteration that submitted the receive (uring.rs `epoch`).
     pub(super) armed_epoch: u64,
     /// Set by the worker for the length of a turn when the ring takes nothing from the socket
@@ -76,6 +79,7 @@ impl RingStream {
             blocked: false,
             recv_armed: false,
             recv_cancelling: false,
+            recv_capped: false,
             armed_epoch: 0,
             settled: false,
         }
@@ -171,9 +175,10 @@ impl io::Read for RingStream {
     /// it in one call, and takes a short total to mean "nothing left"). Only a large value's
     /// rest is read this way (conn.rs `fill`): once the ring's buffers are empty, and while
     /// the ring takes nothing from the socket (`settled`), the rest is read from the socket
-    /// itself, as on epoll. Waiting for the ring instead cost each 100 KB set a loop
-    /// iteration per segment that arrived after the turn began (`mnemo bench` d: sets' p50
-    /// 1.5 ms against 1.0 on epoll).
+    /// itself, as on epoll: the ring's receive ends after one buffer (uring.rs `RECV_CAP`),
+    /// so most of a large value is still in the socket, and is copied once. Waiting for the
+    /// ring instead cost each 100 KB set a loop iteration per segment that arrived after the
+    /// turn began (`mnemo bench` d: sets' p50 1.5 ms against 1.0 on epoll).
     fn read_vectored(&mut self, bufs: &mut [io::IoSliceMut<'_>]) -> io::Result<usize> {
         let mut n = 0;
         // Where the ring's bytes ran out: buffer j, at offset `at`.
