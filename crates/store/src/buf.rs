@@ -384,6 +384,26 @@ mod tests {
         assert!(SegBuf::pages(100).lendable().is_some());
     }
 
+    /// Pages of `b` the kernel has mapped in (mincore).
+    fn resident(b: &SegBuf) -> usize {
+        let pages = b.len().div_ceil(4096);
+        let mut vec = vec![0u8; pages];
+        // SAFETY: (ptr, len) is b's own page-aligned mapping; vec has a byte per page.
+        assert_eq!(unsafe { libc::mincore(b.as_ptr() as *mut libc::c_void, b.len(), vec.as_mut_ptr()) }, 0);
+        vec.iter().filter(|&&v| v & 1 == 1).count()
+    }
+
+    /// A large item's value is written whole at once: its buffer comes with its pages mapped,
+    /// so the write (the kernel's receive into it) faults none. Other mappings stay lazy.
+    #[test]
+    fn a_large_items_buffer_is_resident_from_the_start() {
+        let b = SegBuf::pages(25 * 4096);
+        assert_eq!(resident(&b), 25);
+        let lazy = SegBuf::zeroed(2 * MMAP_MIN);
+        assert!(matches!(lazy, SegBuf::Mapped { .. }));
+        assert_eq!(resident(&lazy), 0, "an untouched segment tail costs no memory");
+    }
+
     #[test]
     fn huge_slots_are_aligned_zeroed_again_and_reused() {
         // Whole chunks: no store geometry uses this size, so no other test takes the slot.
