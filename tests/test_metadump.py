@@ -224,4 +224,9 @@ def test_other_subcommands_reply_like_memcached(server):
             while server.kind == "memcached" and got == BUSY != want and time.monotonic() < deadline:
                 time.sleep(0.01)
                 got = roundtrip(s, req + b"\r\n", b"\r\n")
+            if server.kind == "memcached" and got == BUSY != want:
+                # The reference itself could not be read (a CI run saw memcached's crawl of
+                # all classes outlast the 30 s): reported as such, never as a pass. mnemo's
+                # side of the table is asserted in full by the mnemod parameter.
+                pytest.xfail(f"memcached's crawler stayed BUSY for 30 s after {req!r}")
             assert got == want, req
