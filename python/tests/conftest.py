@@ -81,7 +81,7 @@ class Server:
 
     def _wait(self):
         argv = self.argv
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 60  # liveness, not timing: a debug mnemod compiles its filters first
         while True:
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:

@@ -61,7 +61,9 @@ impl Server {
             .spawn()
             .unwrap_or_else(|e| panic!("start {name}: {e}"));
         let s = Server { child, port, name };
-        let deadline = Instant::now() + Duration::from_secs(10);
+        // A liveness check, not a timing (see mnemo-server's tests/common: a debug mnemod
+        // compiles its filters before it listens).
+        let deadline = Instant::now() + Duration::from_secs(60);
         while !listening(port) {
             assert!(
                 Instant::now() < deadline,

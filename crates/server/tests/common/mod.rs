@@ -26,7 +26,11 @@ impl Server {
             cmd.args(["-p", &port.to_string(), "-l", "127.0.0.1", "-U", "0"]).args(extra).stdout(Stdio::null());
             adjust(&mut cmd);
             let mut child = cmd.spawn().expect("start mnemod");
-            let deadline = Instant::now() + Duration::from_secs(10);
+            // Generous: a liveness check, not a timing. A debug mnemod compiles each WebAssembly
+            // filter with an unoptimized cranelift before it listens (about 0.9 s per example
+            // filter here, 5 s for filter.rs's six), and the other tests of the binary compete
+            // for the same cores; CI's machine once went past 10 s.
+            let deadline = Instant::now() + Duration::from_secs(60);
             loop {
                 // Listening, and by our child: another test binary running at the same time
                 // can pick the same free port and its mnemod can win the bind; ours then exits.
