@@ -81,6 +81,12 @@ pub(crate) mod slot {
         let f = freq(s).saturating_sub(1) as u64;
         (s & !(FREQ_MASK << FREQ_SHIFT)) | (f << FREQ_SHIFT)
     }
+    /// A large item spared (evict.rs): read count back to 0, fetched bit kept, so that it
+    /// survives the next pass only if it is read again (CLOCK's reference bit).
+    #[inline]
+    pub fn cleared(s: u64) -> u64 {
+        s & !(FREQ_MASK << FREQ_SHIFT)
+    }
     /// Same tag and access bits, new location.
     #[inline]
     pub fn moved(s: u64, seg: u32, off: u32) -> u64 {
