@@ -105,8 +105,12 @@ def test_binary_garbage(server, seed):
             s.sendall(junk)
             s.shutdown(socket.SHUT_WR)
             read_until_close(s)
+        except socket.timeout:
+            # After the client's FIN the server must close. mnemod's epoll loop once left such
+            # a connection open when the FIN came with the data's own event.
+            pytest.fail("the server did not close the connection within 10 s of the client's FIN")
         except OSError:
-            pass  # the server closed first: fine
+            pass  # the server closed first (reset, or not connected by the shutdown): fine
     assert server.alive()
     served(server)
 

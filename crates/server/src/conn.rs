@@ -207,6 +207,10 @@ pub struct Conn {
     /// The last read returned less than it had room for: the socket was empty then, and
     /// edge-triggered epoll reports any later arrival, so the EAGAIN read can be skipped.
     drained: bool,
+    /// The worker saw the peer's FIN (EPOLLRDHUP). A short read no longer says "drained":
+    /// the FIN may have come with the data whose event was already taken, so no later event
+    /// would report it, and the end of input must be met by a read (`peer_closed`).
+    read_closed: bool,
     /// Its descriptor (the key of `stats conns`).
     pub fd: i32,
     /// When input last arrived and whether replies wait, for `-o idle_timeout` and
@@ -292,6 +296,7 @@ impl Conn {
             closing: false,
             shutdown: false,
             drained: false,
+            read_closed: false,
             info: Default::default(),
             accounted: None,
         }
@@ -314,6 +319,14 @@ impl Conn {
         self.set_last_active(sh.clock.now());
         let key = text::lookup_key(&self.rbuf[self.rpos..self.rend])?;
         Some(self.rpos + key.start..self.rpos + key.end)
+    }
+
+    /// The worker's poll reported the peer's half-close: read on to the end of input even
+    /// after a short read (`read_closed`), so the connection is closed, not left waiting for
+    /// an event that will not come.
+    pub fn peer_closed(&mut self) {
+        self.read_closed = true;
+        self.drained = false;
     }
 
     /// The connection's buffered input (for the key ranges `read_ahead` returns).
@@ -639,7 +652,7 @@ impl Conn {
             };
             large.received(n.min(want));
             (self.rpos, self.rend) = (0, n.saturating_sub(want));
-            self.drained = n > 0 && n < room && self.stream.short_read_drains();
+            self.drained = n > 0 && n < room && !self.read_closed && self.stream.short_read_drains();
             bump(&c.bytes_read, n as u64);
             return Ok(n);
         }
@@ -661,7 +674,7 @@ impl Conn {
         }
         let room = self.rbuf.len() - self.rend;
         let n = self.stream.read(&mut self.rbuf[self.rend..])?;
-        self.drained = n > 0 && n < room && self.stream.short_read_drains();
+        self.drained = n > 0 && n < room && !self.read_closed && self.stream.short_read_drains();
         self.rend += n;
         bump(&c.bytes_read, n as u64);
         Ok(n)

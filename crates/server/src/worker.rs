@@ -152,6 +152,11 @@ impl Worker {
                 if ev.token() == WAKER {
                     self.adopt();
                 } else {
+                    if ev.is_read_closed() {
+                        if let Some(conn) = self.conns.get_mut(ev.token().0).and_then(|c| c.as_mut()) {
+                            conn.peer_closed();
+                        }
+                    }
                     self.drive(ev.token().0);
                 }
             }
