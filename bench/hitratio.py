@@ -12,6 +12,11 @@ The trace is a pure function of the seed and the sizes, so every server sees the
 
 Workloads:
   zipf       no TTLs.
+  zipf-shift the popular keys change all at once: the first half of the trace draws from one
+             KEYS keys, the second half from KEYS others (same Zipf, new ranks), and only the
+             second half is counted. The first half's hot keys are never read again: how soon
+             a policy lets them go is what this measures (LRU at once; a read count that decays
+             by one per eviction pass keeps them for as many passes as it counted reads).
   zipf-ttl   40% of the keys (chosen per key) are set with a TTL of 2, 3, 5 or 8 seconds, the
              rest without. Requests are paced at --rate per second on a fixed schedule, so
              "seconds" mean the same thing for every server (and the trace spans tens of seconds,
@@ -120,7 +125,7 @@ class Conn:
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("port", type=int)
-    ap.add_argument("workload", choices=["zipf", "zipf-ttl"])
+    ap.add_argument("workload", choices=["zipf", "zipf-shift", "zipf-ttl"])
     ap.add_argument("--keys", type=int, default=440_000)
     ap.add_argument("--requests", type=int, default=3_000_000)
     ap.add_argument("--seed", type=int, default=42)
@@ -129,10 +134,17 @@ def main():
     a = ap.parse_args()
 
     ttl = a.workload == "zipf-ttl"
-    sizes, ttls, ids = build_keys(a.keys, a.seed, ttl)
-    trace = build_trace(a.keys, a.requests, a.seed, ids)
-    key = [b"k:%d" % i for i in range(a.keys)]
-    warm = int(a.requests * a.warmup)
+    shift = a.workload == "zipf-shift"
+    sizes, ttls, ids = build_keys(2 * a.keys if shift else a.keys, a.seed, ttl)
+    if shift:
+        half = a.requests // 2
+        trace = build_trace(a.keys, half, a.seed, ids[: a.keys])
+        trace += build_trace(a.keys, a.requests - half, a.seed + 1, ids[a.keys :])
+        warm = half
+    else:
+        trace = build_trace(a.keys, a.requests, a.seed, ids)
+        warm = int(a.requests * a.warmup)
+    key = [b"k:%d" % i for i in range(len(sizes))]
 
     c = Conn(a.port)
     hits = counted = 0
@@ -165,7 +177,7 @@ def main():
     # Drain: a final round trip proves the server consumed everything.
     c.s.sendall(b"".join(pending) + b"version\r\n")
     c.line()
-    data = sum(len(key[i]) + sizes[i] for i in range(a.keys))
+    data = sum(len(key[i]) + sizes[i] for i in ids[: a.keys])  # one population's
     print(hits, counted, f"{hits / counted:.4f}", f"{max_lag:.2f}", data)
     print(f"# {a.workload}: {time.monotonic() - t0:.1f}s replay", file=sys.stderr)
 
