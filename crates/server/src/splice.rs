@@ -47,7 +47,8 @@
 //!                                   instant, so a load that rises or falls favours neither)
 //!   settle for SETTLE on the mode   that served more; within TIE_PCT of each other, or too
 //!                                   few values to tell, on the one that cost the thread
-//!                                   less CPU time per byte (copy if equal)
+//!                                   less CPU time per byte (copy if equal); a mode that won
+//!                                   by DECISIVE_PCT again settles twice as long (up to 8x)
 //!   then probe again                (the load may have changed)
 //!   a pause of PROBE or more between large values during the probes: start them again
 //!                                   (the probe's rate would measure the pause, not its mode)
@@ -58,7 +59,8 @@
 //! Every large value counts, whichever way it leaves (a TLS connection's, or one queued in
 //! the io_uring loop's send buffer, is copied in either mode). Large values further apart
 //! than PROBE keep the probes starting over, on copy: at that rate the choice costs nothing.
-//! Time in the slower mode is 2 PROBE of every SETTLE + 4 PROBE (4.5%). `on` always lends
+//! Time in the slower mode is 2 PROBE of every SETTLE + 4 PROBE (4.5%), or of 8 SETTLE +
+//! 4 PROBE (0.6%) once the same mode has won clearly four times in a row. `on` always lends
 //! (a client across a network: the NIC reads the pages), `off` never does.
 
 use std::cell::{Cell, RefCell};
@@ -157,8 +159,17 @@ thread_local! {
 /// How long each probe of `auto` serves in one mode (module doc, "When"): long enough for
 /// hundreds of 100 KB values, and for the replies queued in the other mode to drain.
 const PROBE: Duration = Duration::from_millis(25);
-/// How long `auto` keeps the mode its probes chose before it probes again.
+/// How long `auto` keeps the mode its probes chose before it probes again ...
 const SETTLE: Duration = Duration::from_secs(1);
+/// ... doubled each time the probes pick the same mode again by more than DECISIVE_PCT, up
+/// to this many times (8 SETTLE). Why: a probe in the losing mode costs what the two modes
+/// differ by, and lent values are given fresh pages later on top (buf.rs, ~60 µs per 100 KB
+/// here). Under memcaslap d lending serves half as much, and probing every second cost
+/// mnemod 4-9% against `--zero-copy off` (median of 5 alternated pairs 0.91); at 8 s the
+/// losing probes are 0.6% of the time. A load that changes is met within 8 s.
+const SETTLE_DOUBLINGS: u8 = 3;
+/// Rates further apart than this (percent of the larger) make a decisive verdict.
+const DECISIVE_PCT: u64 = 20;
 /// Rates within this (percent of the larger) tie: the cheaper mode wins.
 const TIE_PCT: u64 = 3;
 /// A mode with fewer large values than this in its two probes tells nothing about the rates.
@@ -195,19 +206,35 @@ struct Tuner {
     /// Copy's probes, then lend's, summed.
     probed: [Probed; 2],
     lend: bool,
+    /// The last verdict, if it was decisive (DECISIVE_PCT), and how many times in a row
+    /// since it has been confirmed: the settled stretch is SETTLE << streak.
+    decided: Option<bool>,
+    streak: u8,
 }
 
 impl Tuner {
     fn new(now: Instant, cpu: Duration) -> Tuner {
-        Tuner { step: 0, since: now, last: now, cpu, bytes: 0, values: 0, probed: [Probed::default(); 2], lend: false }
+        Tuner {
+            step: 0,
+            since: now,
+            last: now,
+            cpu,
+            bytes: 0,
+            values: 0,
+            probed: [Probed::default(); 2],
+            lend: false,
+            decided: None,
+            streak: 0,
+        }
     }
 
     /// Whether a value of `len` bytes is lent at `now`; `cpu` reads the thread's CPU time,
     /// asked for only where a probe or a settled stretch ends.
     fn next(&mut self, now: Instant, len: usize, cpu: impl FnOnce() -> Duration) -> bool {
-        let span = if self.step < PROBES { PROBE } else { SETTLE };
+        let span = if self.step < PROBES { PROBE } else { SETTLE * (1 << self.streak) };
         if self.step < PROBES && now.saturating_duration_since(self.last) >= PROBE {
-            // A pause during the probes: start them again (module doc).
+            // A pause during the probes: start them again (module doc), and settle for SETTLE
+            // next time (the load changed).
             *self = Tuner::new(now, cpu());
         } else if now.saturating_duration_since(self.since) >= span {
             let cpu = cpu();
@@ -222,7 +249,7 @@ impl Tuner {
             if self.step == 0 {
                 self.probed = [Probed::default(); 2];
             }
-            self.lend = if self.step == PROBES { self.verdict() } else { probe_lends(self.step) };
+            self.lend = if self.step == PROBES { self.settle() } else { probe_lends(self.step) };
             (self.since, self.cpu, self.bytes, self.values) = (now, cpu, 0, 0);
         }
         self.last = now;
@@ -231,18 +258,30 @@ impl Tuner {
         self.lend
     }
 
-    /// The probes' verdict: lend? (module doc, "When").
-    fn verdict(&self) -> bool {
+    /// The probes' verdict, and how long it is kept (`streak`, SETTLE_DOUBLINGS).
+    fn settle(&mut self) -> bool {
+        let (lend, decisive) = self.verdict();
+        self.streak = match (decisive, self.decided) {
+            (true, Some(last)) if last == lend => (self.streak + 1).min(SETTLE_DOUBLINGS),
+            _ => 0,
+        };
+        self.decided = decisive.then_some(lend);
+        lend
+    }
+
+    /// The probes' verdict: lend? And was it decisive (DECISIVE_PCT)? (module doc, "When").
+    fn verdict(&self) -> (bool, bool) {
         let [copy, lend] = self.probed;
         let per_sec = |p: Probed| (p.bytes as u128 * 1_000_000_000) / p.wall.as_nanos().max(1);
         let (rc, rl) = (per_sec(copy), per_sec(lend));
         let enough = copy.values >= PROBE_MIN_VALUES && lend.values >= PROBE_MIN_VALUES;
-        if enough && rc.abs_diff(rl) * 100 > rc.max(rl) * u128::from(TIE_PCT) {
-            return rl > rc;
+        let apart = |pct: u64| enough && rc.abs_diff(rl) * 100 > rc.max(rl) * u128::from(pct);
+        if apart(TIE_PCT) {
+            return (rl > rc, apart(DECISIVE_PCT));
         }
         // A tie: the mode that cost less CPU time per byte (cpu / bytes, cross-multiplied);
         // copy if equal (a thread CPU clock that fails reads zero for both).
-        lend.cpu.as_nanos() * u128::from(copy.bytes.max(1)) < copy.cpu.as_nanos() * u128::from(lend.bytes.max(1))
+        (lend.cpu.as_nanos() * u128::from(copy.bytes.max(1)) < copy.cpu.as_nanos() * u128::from(lend.bytes.max(1)), false)
     }
 }
 
@@ -575,6 +614,52 @@ mod tests {
             clock.1 += us(if lend { 30 } else { 20 });
         }
         assert!(!t.lend, "a rising load read as a faster lend");
+    }
+
+    /// Serves in the settled mode until the next probes begin; returns how long that was.
+    fn settled_for(t: &mut Tuner, clock: &mut (Instant, Duration), gap: impl Fn(bool) -> Duration) -> Duration {
+        assert_eq!(t.step, PROBES, "settled");
+        let start = clock.0;
+        while t.step == PROBES {
+            let cpu = clock.1;
+            let lend = t.next(clock.0, 100_000, || cpu);
+            clock.0 += gap(lend);
+            clock.1 += us(20);
+        }
+        clock.0 - start
+    }
+
+    /// To the nearest millisecond: a settled stretch ends with the first value past it.
+    fn ms(d: Duration) -> u128 {
+        (d.as_micros() + 500) / 1000
+    }
+
+    #[test]
+    fn a_clear_winner_settles_twice_as_long_each_time_up_to_eight_settles() {
+        // memcaslap d: lent values are read half as fast, so lending's probes cost the most.
+        let (mut t, mut clock) = fresh();
+        let gap_copy_wins: fn(bool) -> Duration = |lend| if lend { us(80) } else { us(40) };
+        let gap = gap_copy_wins;
+        let mut settled = Vec::new();
+        for _ in 0..6 {
+            probe(&mut t, &mut clock, gap, |_| us(20));
+            assert!(!t.lend, "copy wins");
+            settled.push(ms(settled_for(&mut t, &mut clock, gap)));
+        }
+        // In ms, each within one value's gap of SETTLE << streak.
+        assert_eq!(settled, [1000, 2000, 4000, 8000, 8000, 8000]);
+        // Rates 10% apart (a winner, not a clear one): back to SETTLE.
+        let gap = |lend| if lend { us(44) } else { us(40) };
+        probe(&mut t, &mut clock, gap, |_| us(20));
+        assert!(!t.lend);
+        assert_eq!(ms(settled_for(&mut t, &mut clock, gap)), 1000);
+        // A clear winner that changes sides starts over at SETTLE too.
+        let lend_wins: fn(bool) -> Duration = |lend| if lend { us(40) } else { us(80) };
+        for (gap, lend, want) in [(gap_copy_wins, false, 1000), (gap_copy_wins, false, 2000), (lend_wins, true, 1000), (lend_wins, true, 2000)] {
+            probe(&mut t, &mut clock, gap, |_| us(20));
+            assert_eq!(t.lend, lend);
+            assert_eq!(ms(settled_for(&mut t, &mut clock, gap)), want);
+        }
     }
 
     #[test]
