@@ -639,12 +639,11 @@ mod tests {
         // memcaslap d: lent values are read half as fast, so lending's probes cost the most.
         let (mut t, mut clock) = fresh();
         let gap_copy_wins: fn(bool) -> Duration = |lend| if lend { us(80) } else { us(40) };
-        let gap = gap_copy_wins;
         let mut settled = Vec::new();
         for _ in 0..6 {
-            probe(&mut t, &mut clock, gap, |_| us(20));
+            probe(&mut t, &mut clock, gap_copy_wins, |_| us(20));
             assert!(!t.lend, "copy wins");
-            settled.push(ms(settled_for(&mut t, &mut clock, gap)));
+            settled.push(ms(settled_for(&mut t, &mut clock, gap_copy_wins)));
         }
         // In ms, each within one value's gap of SETTLE << streak.
         assert_eq!(settled, [1000, 2000, 4000, 8000, 8000, 8000]);
