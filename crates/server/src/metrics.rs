@@ -446,6 +446,8 @@ fn store(p: &mut Page, s: &mnemo_store::StoreStats) {
         ("mnemo_segments_limit", Gauge, "Segments -m holds (limit / segment size).", s.segments_total),
         ("mnemo_large_items", Gauge, "Items too big for a segment, each in a buffer of its own.", s.large_items),
         ("mnemo_large_items_bytes", Gauge, "Bytes of those buffers.", s.large_bytes),
+        ("mnemo_large_chunks", Gauge, "Huge-page chunks large items' buffers are cut from.", s.large_chunks),
+        ("mnemo_large_slack_bytes", Gauge, "Resident chunk bytes holding no item, given back before any eviction.", s.large_slack_bytes),
         ("mnemo_dead_bytes", Gauge, "Segment bytes overwritten or deleted, awaiting reuse.", s.dead_bytes),
         ("mnemo_unwritten_bytes", Gauge, "Segment bytes not yet written.", s.unwritten_bytes),
         ("mnemo_compactions_total", Counter, "Segments compacted (live items moved so the segment is reused).", s.compactions),

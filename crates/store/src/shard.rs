@@ -117,6 +117,9 @@ impl Shard {
         if !env.geo.evict {
             return;
         }
+        if let Some(over) = env.budget.used().checked_sub(env.budget.limit()) {
+            env.budget.shed(over);
+        }
         while env.budget.used() > env.budget.limit() {
             // A shard with no segment of its own (e.g. all flushed) takes one from a shard that
             // holds more than its share, so the overshoot does not last until the next write.
@@ -309,7 +312,7 @@ impl Shard {
             if crate::budget::large_len(size) > env.budget.limit() {
                 return Err(StoreError::OutOfMemory);
             }
-            let buf = env.budget.take_large(size);
+            let buf = env.budget.take_large(env.me, size);
             if env.budget.try_add(buf.len()) {
                 let Some(id) = self.segs.alloc_id() else {
                     env.budget.release(buf);
