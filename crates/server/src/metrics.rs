@@ -447,6 +447,7 @@ fn store(p: &mut Page, s: &mnemo_store::StoreStats) {
         ("mnemo_large_items", Gauge, "Items too big for a segment, each in a buffer of its own.", s.large_items),
         ("mnemo_large_items_bytes", Gauge, "Bytes of those buffers.", s.large_bytes),
         ("mnemo_large_chunks", Gauge, "Huge-page chunks large items' buffers are cut from.", s.large_chunks),
+        ("mnemo_large_items_moved_total", Counter, "Large items moved out of mostly dead chunks, so those are renewed whole.", s.large_moved),
         ("mnemo_large_slack_bytes", Gauge, "Resident chunk bytes holding no item, given back before any eviction.", s.large_slack_bytes),
         ("mnemo_dead_bytes", Gauge, "Segment bytes overwritten or deleted, awaiting reuse.", s.dead_bytes),
         ("mnemo_unwritten_bytes", Gauge, "Segment bytes not yet written.", s.unwritten_bytes),

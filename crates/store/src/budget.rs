@@ -127,6 +127,21 @@ impl Budget {
         freed
     }
 
+    /// Shard `shard`'s chunk worth emptying before a `size`-byte large item is placed
+    /// (chunks.rs, "Compaction"), if any and if the budget has room for the moves.
+    pub fn chunk_victim(&self, shard: usize, size: usize) -> Option<usize> {
+        let len = large_len(size);
+        if !self.huge || !chunks::fits(len) || self.used() + chunks::CHUNK > self.limit() {
+            return None;
+        }
+        self.arenas[shard].lock().victim(len)
+    }
+
+    /// An uncharged slot of `len` bytes in shard `shard`'s chunks, outside chunk `skip`.
+    pub fn take_slot_outside(&self, shard: usize, len: usize, skip: usize) -> Option<SegBuf> {
+        self.arenas[shard].lock().take_outside(self, len, skip)
+    }
+
     /// The arenas' counters, summed.
     pub fn chunk_stats(&self) -> chunks::ArenaStats {
         let mut t = chunks::ArenaStats::default();

@@ -157,6 +157,14 @@ impl SegBuf {
         }
     }
 
+    /// The chunk a slot buffer was cut from (its index in its shard's arena), None for others.
+    pub fn chunk(&self) -> Option<usize> {
+        match self {
+            SegBuf::Slot { chunk, .. } => Some(*chunk as usize),
+            _ => None,
+        }
+    }
+
     /// Before the buffer is reused: if its pages were lent, swap them for fresh ones (module
     /// doc). Costs nothing otherwise. False: the pages could not be taken back, and the buffer
     /// must be dropped (unmapped), never written again.

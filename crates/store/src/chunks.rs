@@ -29,9 +29,18 @@
 //! (`Budget::try_add`), and only then does the store evict. A Dirty slot is never handed
 //! out: only Clean slots (never lent) and Zapped ones (fresh pages) are.
 //!
-//! What it does not do yet: move live items out of mostly dead chunks (compaction), so a
-//! chunk is renewed whole only once its last item dies; until then its dead slots are
-//! slack, and under memory pressure they are shed one by one at the old cost.
+//! Compaction. Items die in random order, so a chunk would wait for the last of its ~20 items
+//! (several item lifetimes) while its dead slots hold memory. When the arena's slack passes
+//! half its live bytes and no Clean slot of the length is free, the shard (which holds its
+//! lock, and owns every item in its chunks) moves the few live items of a chunk that is at
+//! most half live and has a Dirty slot into other slots, and the chunk is renewed whole:
+//! copying 100 KB costs less than renewing 100 KB of small pages, and the chunk comes back as
+//! a huge page. A moved item keeps its segment (id, FIFO place, CAS); only the segment's
+//! buffer changes. Only while the budget has room for a chunk: past that, slack is shed.
+//! ```text
+//!   victim [ L D D L D D ... ]   L -> copied into a slot elsewhere;  victim: no L left,
+//!                                                                   a D in it -> renewed whole
+//! ```
 
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicU64, AtomicU8, Ordering};
@@ -262,12 +271,17 @@ impl Arena {
     /// (populated), in a chunk of that slot length, or in a wholly zapped chunk, or a new one.
     /// None if no chunk can be mapped.
     pub fn take(&mut self, charge: &dyn Charge, len: usize) -> Option<SegBuf> {
+        self.take_outside(charge, len, usize::MAX)
+    }
+
+    /// `take`, in any chunk but `skip` (compaction's victim).
+    pub fn take_outside(&mut self, charge: &dyn Charge, len: usize, skip: usize) -> Option<SegBuf> {
         debug_assert!(fits(len));
         self.adopt_orphans(charge);
         // A Clean slot, from the chunk with the most live items: the emptier chunks are left
         // to drain, so that they can be renewed whole.
         let clean = (self.chunks.iter().enumerate())
-            .filter(|(_, c)| c.slot_len == len && c.slots.contains(&Slot::Clean))
+            .filter(|(i, c)| *i != skip && c.slot_len == len && c.slots.contains(&Slot::Clean))
             .max_by_key(|(_, c)| c.live)
             .map(|(i, _)| i);
         if let Some(i) = clean {
@@ -279,13 +293,13 @@ impl Arena {
             return Some(self.hand_out(i, k));
         }
         // A Zapped slot in a chunk of this length that is in use, else a wholly zapped chunk.
-        let partial = (self.chunks.iter())
-            .position(|c| c.slot_len == len && !c.all_zapped() && c.slots.contains(&Slot::Zapped));
+        let find = |f: &dyn Fn(&Chunk) -> bool| (self.chunks.iter().enumerate()).position(|(i, c)| i != skip && f(c));
+        let partial = find(&|c| c.slot_len == len && !c.all_zapped() && c.slots.contains(&Slot::Zapped));
         let i = match partial {
             Some(i) => i,
-            None => match self.chunks.iter().position(|c| c.slot_len == len && c.all_zapped()) {
+            None => match find(&|c| c.slot_len == len && c.all_zapped()) {
                 Some(i) => i,
-                None => match self.chunks.iter().position(Chunk::all_zapped) {
+                None => match find(&Chunk::all_zapped) {
                     Some(i) => {
                         self.chunks[i].assign(len);
                         i
@@ -350,6 +364,29 @@ impl Arena {
             shard,
             map: c.map.clone(),
         }
+    }
+
+    /// Bytes of the Live slots.
+    pub fn live_bytes(&self) -> usize {
+        self.chunks.iter().map(|c| c.live * c.slot_len).sum()
+    }
+
+    /// The chunk of `len`-byte slots worth emptying by moving its items elsewhere, if any
+    /// (module doc, "Compaction"): dead space over half the live bytes, and a chunk with a
+    /// Dirty slot and at most half its slots live, the fewest there are; None while a Clean
+    /// slot of that length is free (taking it costs nothing).
+    pub fn victim(&self, len: usize) -> Option<usize> {
+        if self.slack * 2 <= self.live_bytes() {
+            return None;
+        }
+        let ok = |c: &Chunk| c.slot_len == len;
+        if self.chunks.iter().any(|c| ok(c) && c.slots.contains(&Slot::Clean)) {
+            return None;
+        }
+        (self.chunks.iter().enumerate())
+            .filter(|(_, c)| ok(c) && c.live > 0 && c.live * 2 <= c.slots.len() && c.slots.contains(&Slot::Dirty))
+            .min_by_key(|(_, c)| c.live)
+            .map(|(i, _)| i)
     }
 
     /// A slot buffer comes back: Dirty if its pages were lent, else Clean. `charged`: the

@@ -92,6 +92,7 @@ impl Store {
             let mut key = [0u8; crate::MAX_KEY_LEN];
             key[..inc.key_len].copy_from_slice(&inc.buf[key_at..inc.value_at]);
             let key = &key[..inc.key_len];
+            let total = inc.total;
             let r = s.link_incoming(env, inc, mode, now, key);
             if r.is_err() && mode == Mode::Set {
                 // memcached: a failed set must not leave the old value readable.
@@ -99,6 +100,7 @@ impl Store {
             }
             s.sync_overhead(env);
             s.trim(env, now);
+            s.compact_chunks(env, total);
             r
         })
     }

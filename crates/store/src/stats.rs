@@ -17,6 +17,8 @@ pub(crate) struct Counters {
     pub flushed: u64,
     /// Segments compacted (live items moved) instead of taking new memory.
     pub compactions: u64,
+    /// Large items moved out of a mostly dead huge-page chunk (chunks.rs).
+    pub chunk_moves: u64,
 }
 
 impl Counters {
@@ -67,6 +69,8 @@ pub struct StoreStats {
     /// Resident chunk bytes holding no item (free slots, slots lent to the kernel that wait
     /// for their chunk to empty, tails): charged to mem_limit, given back before any eviction.
     pub large_slack_bytes: u64,
+    /// Large items moved out of mostly dead chunks, so that those are renewed whole.
+    pub large_moved: u64,
     /// Bytes of segment buffers written but no longer live (overwritten, deleted), waiting for
     /// their segment to be evicted or emptied.
     pub dead_bytes: u64,
