@@ -110,6 +110,7 @@ impl Shared {
             item_size_max: config.item_size_max,
             evict: config.evict,
             use_cas: config.use_cas,
+            large_chunks: config.large_chunks,
             ..StoreConfig::default()
         });
         let ext = config.ext.clone();

@@ -70,8 +70,8 @@ pub(crate) struct Budget {
     spare: Mutex<Option<SegBuf>>,
     /// Retired large-item buffers, uncharged (module doc). A leaf lock.
     pool: Mutex<Pool>,
-    /// Large items' slots in huge-page chunks, one arena per shard (chunks.rs). Leaf locks,
-    /// one at a time.
+    /// Large items' slots in huge-page chunks, one arena per shard (chunks.rs); none unless
+    /// `StoreConfig::large_chunks`. Leaf locks, one at a time.
     arenas: Box<[Mutex<Arena>]>,
 }
 
@@ -89,7 +89,8 @@ impl Charge for Budget {
 }
 
 impl Budget {
-    pub fn new(limit: usize, regular: usize, huge: bool, shards: usize) -> Budget {
+    /// `arenas`: shards with chunk arenas (0: large buffers never come from chunks).
+    pub fn new(limit: usize, regular: usize, huge: bool, arenas: usize) -> Budget {
         Budget {
             limit: AtomicUsize::new(limit),
             used: AtomicUsize::new(0),
@@ -97,7 +98,7 @@ impl Budget {
             huge,
             spare: Mutex::new(None),
             pool: Mutex::new(Pool::default()),
-            arenas: (0..shards).map(|i| Mutex::new(Arena::new(i as u16))).collect(),
+            arenas: (0..arenas).map(|i| Mutex::new(Arena::new(i as u16))).collect(),
         }
     }
     pub fn limit(&self) -> usize {
@@ -128,13 +129,14 @@ impl Budget {
     }
 
     /// Shard `shard`'s chunk worth emptying before a `size`-byte large item is placed
-    /// (chunks.rs, "Compaction"), if any and if the budget has room for the moves.
+    /// (chunks.rs, "Compaction"), if any and if there is room for the moves.
     pub fn chunk_victim(&self, shard: usize, size: usize) -> Option<usize> {
         let len = large_len(size);
-        if !self.huge || !chunks::fits(len) || self.used() + chunks::CHUNK > self.limit() {
+        if self.arenas.is_empty() || !chunks::fits(len) {
             return None;
         }
-        self.arenas[shard].lock().victim(len)
+        let room = self.used() + chunks::CHUNK <= self.limit();
+        self.arenas[shard].lock().victim(len, room)
     }
 
     /// An uncharged slot of `len` bytes in shard `shard`'s chunks, outside chunk `skip`.
@@ -217,7 +219,7 @@ impl Budget {
     /// of `large_len(size)`. The caller charges `len()` or gives it back.
     pub fn take_large(&self, shard: usize, size: usize) -> SegBuf {
         let want = large_len(size);
-        if self.huge && chunks::fits(want) && self.limit() >= CHUNKED_MIN_LIMIT {
+        if !self.arenas.is_empty() && chunks::fits(want) && self.limit() >= CHUNKED_MIN_LIMIT {
             if let Some(b) = self.arenas[shard].lock().take(self, want) {
                 return b;
             }
@@ -276,7 +278,7 @@ mod tests {
 
     #[test]
     fn budget_refuses_past_limit() {
-        let b = Budget::new(100, 10, false, 1);
+        let b = Budget::new(100, 10, false, 0);
         assert!(b.try_add(60));
         assert!(!b.try_add(41));
         assert!(b.try_add(40));
@@ -288,7 +290,7 @@ mod tests {
 
     #[test]
     fn spare_is_reused_and_never_charged() {
-        let b = Budget::new(100, 40, false, 1);
+        let b = Budget::new(100, 40, false, 0);
         let x = b.regular_buffer(false).unwrap();
         let mut y = b.regular_buffer(false).unwrap();
         assert_eq!(b.used(), 80);
@@ -321,7 +323,7 @@ mod tests {
     #[test]
     fn large_buffers_are_recycled_within_a_quarter_and_bounded() {
         // limit / 64 = 1 MiB of pool.
-        let b = Budget::new(64 << 20, 1 << 20, false, 1);
+        let b = Budget::new(64 << 20, 1 << 20, false, 0);
         let x = b.take_large(0, 100_000);
         assert_eq!(x.len(), large_len(100_000));
         assert_eq!(x.len() % PAGE, 0);

@@ -31,12 +31,13 @@
 //!
 //! Compaction. Items die in random order, so a chunk would wait for the last of its ~20 items
 //! (several item lifetimes) while its dead slots hold memory. When the arena's slack passes
-//! half its live bytes and no Clean slot of the length is free, the shard (which holds its
-//! lock, and owns every item in its chunks) moves the few live items of a chunk that is at
-//! most half live and has a Dirty slot into other slots, and the chunk is renewed whole:
+//! half its live bytes, the shard (which holds its lock, and owns every item in its chunks)
+//! moves the few live items of a chunk that is at most half live and has a Dirty slot into
+//! other slots (a few per large write), and the chunk is renewed whole:
 //! copying 100 KB costs less than renewing 100 KB of small pages, and the chunk comes back as
 //! a huge page. A moved item keeps its segment (id, FIFO place, CAS); only the segment's
-//! buffer changes. Only while the budget has room for a chunk: past that, slack is shed.
+//! buffer changes. Only while the budget has room for a chunk, or Clean slots elsewhere for
+//! the moves: past that, slack is shed.
 //! ```text
 //!   victim [ L D D L D D ... ]   L -> copied into a slot elsewhere;  victim: no L left,
 //!                                                                   a D in it -> renewed whole
@@ -51,6 +52,11 @@ use crate::buf::SegBuf;
 
 /// A chunk: one transparent huge page on x86-64.
 pub(crate) const CHUNK: usize = 2 << 20;
+
+/// Compaction starts once the slack passes the live bytes divided by this ...
+const SLACK_SHARE: usize = 2;
+/// ... and empties chunks at most 1 / VICTIM_LIVE live.
+const VICTIM_LIVE: usize = 2;
 
 /// Fewest slots a chunk is cut into; larger buffers keep mappings of their own.
 const MIN_SLOTS: usize = 4;
@@ -372,21 +378,19 @@ impl Arena {
     }
 
     /// The chunk of `len`-byte slots worth emptying by moving its items elsewhere, if any
-    /// (module doc, "Compaction"): dead space over half the live bytes, and a chunk with a
-    /// Dirty slot and at most half its slots live, the fewest there are; None while a Clean
-    /// slot of that length is free (taking it costs nothing).
-    pub fn victim(&self, len: usize) -> Option<usize> {
-        if self.slack * 2 <= self.live_bytes() {
+    /// (module doc, "Compaction"): while dead space is over half the live bytes, the chunk
+    /// with a Dirty slot and at most half its slots live that has the fewest. `room`: the
+    /// budget can take a new chunk for the moves; without it, only if Clean slots elsewhere
+    /// can take them all.
+    pub fn victim(&self, len: usize, room: bool) -> Option<usize> {
+        if self.slack <= self.live_bytes() / SLACK_SHARE {
             return None;
         }
-        let ok = |c: &Chunk| c.slot_len == len;
-        if self.chunks.iter().any(|c| ok(c) && c.slots.contains(&Slot::Clean)) {
-            return None;
-        }
-        (self.chunks.iter().enumerate())
-            .filter(|(_, c)| ok(c) && c.live > 0 && c.live * 2 <= c.slots.len() && c.slots.contains(&Slot::Dirty))
-            .min_by_key(|(_, c)| c.live)
-            .map(|(i, _)| i)
+        let (i, c) = (self.chunks.iter().enumerate())
+            .filter(|(_, c)| c.slot_len == len && c.live > 0 && c.live * VICTIM_LIVE <= c.slots.len() && c.slots.contains(&Slot::Dirty))
+            .min_by_key(|(_, c)| c.live)?;
+        let clean = |(j, d): (usize, &Chunk)| if j == i || d.slot_len != len { 0 } else { d.slots.iter().filter(|s| **s == Slot::Clean).count() };
+        (room || self.chunks.iter().enumerate().map(clean).sum::<usize>() >= c.live).then_some(i)
     }
 
     /// A slot buffer comes back: Dirty if its pages were lent, else Clean. `charged`: the

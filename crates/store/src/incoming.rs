@@ -220,34 +220,32 @@ mod tests {
 
     #[test]
     fn nothing_is_visible_before_finish_and_abandon_leaves_the_old_value() {
-        let s = store(64);
-        s.store(Mode::Set, b"k", 1, 0, b"old", 1).unwrap();
-        // What is charged beyond the chunks' slack (chunks.rs: a buffer's chunk is resident
-        // whole, and its other slots are charged as slack).
-        let items = |s: &Store| s.stats().mem_used - s.stats().large_slack_bytes;
-        let used = items(&s);
-        let mut inc = s.begin_value(b"k", 2, 0, 50_000).unwrap();
-        inc.value_mut().fill(b'n');
-        assert_eq!(read(&s, b"k").map(|r| r.1), Some(b"old".to_vec()));
-        assert_eq!(items(&s), used, "not charged while it is received");
-        s.abandon(inc);
-        assert_eq!(read(&s, b"k").map(|r| r.1), Some(b"old".to_vec()));
-        // Dropped without abandon (the connection went away): the same, and the slot is
-        // taken back (as slack) by the next take.
-        let dropped = s.begin_value(b"k", 2, 0, 50_000).unwrap();
-        let at = dropped.value().as_ptr() as usize;
-        drop(dropped);
-        assert_eq!(read(&s, b"k").map(|r| r.1), Some(b"old".to_vec()));
-        assert_eq!(items(&s), used);
-        let again = s.begin_value(b"k", 2, 0, 50_000).unwrap();
-        assert_eq!(items(&s), used);
-        s.abandon(again);
-        assert_eq!(s.budget.chunk_stats().live_slots, 0, "the dropped slot was taken back");
-        s.budget.shed(usize::MAX);
-        assert_eq!(s.stats().large_slack_bytes, 0);
-        let third = s.begin_value(b"k", 2, 0, 50_000).unwrap();
-        assert_eq!(third.value().as_ptr() as usize & !(crate::chunks::CHUNK - 1), at & !(crate::chunks::CHUNK - 1));
-        s.abandon(third);
+        for large_chunks in [false, true] {
+            let s = Store::new(StoreConfig { mem_limit: 64 << 20, shards: 4, large_chunks, ..Default::default() });
+            s.store(Mode::Set, b"k", 1, 0, b"old", 1).unwrap();
+            // What is charged beyond the chunks' slack (chunks.rs: a buffer's chunk is resident
+            // whole, and its other slots are charged as slack).
+            let items = |s: &Store| s.stats().mem_used - s.stats().large_slack_bytes;
+            let used = items(&s);
+            let mut inc = s.begin_value(b"k", 2, 0, 50_000).unwrap();
+            inc.value_mut().fill(b'n');
+            assert_eq!(read(&s, b"k").map(|r| r.1), Some(b"old".to_vec()));
+            assert_eq!(items(&s), used, "not charged while it is received");
+            s.abandon(inc);
+            assert_eq!(read(&s, b"k").map(|r| r.1), Some(b"old".to_vec()));
+            // Dropped without abandon (the connection went away): the same, and a chunk's
+            // slot is taken back (as slack) by the next take.
+            drop(s.begin_value(b"k", 2, 0, 50_000).unwrap());
+            assert_eq!(read(&s, b"k").map(|r| r.1), Some(b"old".to_vec()));
+            assert_eq!(items(&s), used);
+            let again = s.begin_value(b"k", 2, 0, 50_000).unwrap();
+            assert_eq!(items(&s), used);
+            s.abandon(again);
+            assert_eq!(s.budget.chunk_stats().live_slots, 0, "the dropped slot was taken back");
+            assert_eq!(s.stats().large_chunks > 0, large_chunks);
+            s.budget.shed(usize::MAX);
+            assert_eq!(s.stats().large_slack_bytes, 0);
+        }
     }
 
     #[test]

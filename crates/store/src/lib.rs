@@ -159,7 +159,7 @@ pub struct Store {
 impl Store {
     pub fn new(cfg: StoreConfig) -> Store {
         let geo = Geometry::new(&cfg);
-        let budget = Budget::new(geo.limit, geo.seg_size, geo.huge_pages, geo.shards);
+        let budget = Budget::new(geo.limit, geo.seg_size, geo.huge_pages, if geo.large_chunks { geo.shards } else { 0 });
         let shards: Box<[Mutex<Shard>]> =
             (0..geo.shards).map(|i| Mutex::new(Shard::new(i as u64, &geo, &budget))).collect();
         Store { shards, geo, budget, seen: AtomicU32::new(0) }

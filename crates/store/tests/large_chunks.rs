@@ -73,7 +73,7 @@ impl Drop for Pipe {
 #[test]
 fn lent_values_keep_their_bytes_and_reads_their_own_through_churn() {
     let limit = 64usize << 20;
-    let store = Store::new(StoreConfig { mem_limit: limit, item_size_max: 1 << 20, ..StoreConfig::default() });
+    let store = Store::new(StoreConfig { mem_limit: limit, item_size_max: 1 << 20, large_chunks: true, ..StoreConfig::default() });
     let sizes = [40_000usize, 100_000, 200_000];
     let pipe = Pipe::new();
     let mut x: u64 = 7;
@@ -135,7 +135,7 @@ fn lent_values_keep_their_bytes_and_reads_their_own_through_churn() {
 #[test]
 fn slack_never_evicts_an_item() {
     let limit = 64usize << 20;
-    let store = Store::new(StoreConfig { mem_limit: limit, item_size_max: 1 << 20, ..StoreConfig::default() });
+    let store = Store::new(StoreConfig { mem_limit: limit, item_size_max: 1 << 20, large_chunks: true, ..StoreConfig::default() });
     let keys = 400u64; // 40 MB of 100 KB values in 64 MiB
     let mut x: u64 = 3;
     for round in 0..12u64 {
