@@ -184,7 +184,12 @@ fn kind(o: &StoreOutcome) -> StoreOutcome {
     }
 }
 
+/// Every read of a large item declares its pages lent, as a zero-copy send does, so the
+/// store's renewal of lent buffers (and of huge-page chunks, and their compaction) runs.
 fn read_item(it: Item<'_>) -> MItem {
+    if let Some(p) = it.pages {
+        p.lend();
+    }
     MItem { value: it.value.to_vec(), flags: it.flags, exp: it.exp, cas: it.cas }
 }
 
