@@ -73,10 +73,6 @@ server_argv() {
         mnemod-zc-on | mnemod-zc-off)
             SERVER_ARGV=("$MNEMOD" -p "$port" -l 127.0.0.1 -U 0 -m 1024 -c "${CONN_LIMIT:-4096}" -t 1 --zero-copy="${name#mnemod-zc-}")
             ;;
-        # The same, with large items' buffers cut from huge-page chunks (--large-chunks).
-        mnemod-chunks)
-            SERVER_ARGV=("$MNEMOD" -p "$port" -l 127.0.0.1 -U 0 -m 1024 -c "${CONN_LIMIT:-4096}" -t 1 --large-chunks)
-            ;;
         *)
             echo "unknown server $name" >&2
             return 1

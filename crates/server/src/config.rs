@@ -32,9 +32,6 @@ pub const DEFAULT_IO_LOOP: IoLoop = IoLoop::Uring;
 /// measures every second (splice.rs, "When"), unless `--zero-copy on` or `off` says always or
 /// never.
 pub const DEFAULT_ZERO_COPY: ZeroCopy = ZeroCopy::Auto;
-/// Large items' buffers from huge-page chunks (mnemo_store::StoreConfig::large_chunks): off,
-/// because it costs tail latency and memory for its throughput (README, "Zero-copy sends").
-pub const DEFAULT_LARGE_CHUNKS: bool = false;
 
 /// `--zero-copy`: when values in pages of their own (32 KiB and more) go to a TCP socket by
 /// reference (vmsplice + splice) instead of being copied into it.
@@ -193,11 +190,6 @@ struct Args {
     /// (always) or off
     #[arg(long = "zero-copy", value_name = "auto|on|off", value_parser = ["auto", "on", "off"])]
     zero_copy: Option<String>,
-    /// cut large items' buffers from 2 MiB huge-page chunks, renewed a chunk at a time after
-    /// zero-copy sends: more throughput with large values, a longer latency tail and more
-    /// resident memory (off by default)
-    #[arg(long = "large-chunks")]
-    large_chunks: bool,
 }
 
 /// Everything the server reads from its flags.
@@ -256,8 +248,6 @@ pub struct Config {
     pub io_loop_named: bool,
     /// --zero-copy: when large values leave by reference (splice.rs).
     pub zero_copy: ZeroCopy,
-    /// --large-chunks: large items' buffers from huge-page chunks.
-    pub large_chunks: bool,
 }
 
 /// The workers' event loop.
@@ -355,7 +345,6 @@ impl Default for Config {
             io_loop: DEFAULT_IO_LOOP,
             io_loop_named: false,
             zero_copy: DEFAULT_ZERO_COPY,
-            large_chunks: DEFAULT_LARGE_CHUNKS,
         }
     }
 }
@@ -483,7 +472,6 @@ impl Config {
                 Some("auto") => ZeroCopy::Auto,
                 _ => DEFAULT_ZERO_COPY,
             },
-            large_chunks: a.large_chunks || DEFAULT_LARGE_CHUNKS,
             user: a.user,
             pidfile: a.pidfile,
             memory_file: a.memory_file,

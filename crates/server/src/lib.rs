@@ -110,7 +110,6 @@ impl Shared {
             item_size_max: config.item_size_max,
             evict: config.evict,
             use_cas: config.use_cas,
-            large_chunks: config.large_chunks,
             ..StoreConfig::default()
         });
         let ext = config.ext.clone();

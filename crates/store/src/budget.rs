@@ -32,7 +32,6 @@ use core::sync::atomic::{AtomicUsize, Ordering};
 use parking_lot::Mutex;
 
 use crate::buf::SegBuf;
-use crate::chunks::{self, Arena, Charge};
 
 /// The large-buffer pool holds at most limit / POOL_SHARE bytes ...
 const POOL_SHARE: usize = 64;
@@ -42,9 +41,6 @@ const POOL_ENTRIES: usize = 128;
 /// Large buffers are whole pages: what the OS hands out anyway, and it lets a buffer serve
 /// items of slightly different sizes.
 pub(crate) const PAGE: usize = 4096;
-/// Below this limit large buffers never come from chunks: a shard's first chunk is resident
-/// whole (2 MiB), which a small cache cannot spare for one item.
-const CHUNKED_MIN_LIMIT: usize = 64 << 20;
 
 /// A large item's buffer length for `size` bytes.
 pub(crate) fn large_len(size: usize) -> usize {
@@ -70,27 +66,10 @@ pub(crate) struct Budget {
     spare: Mutex<Option<SegBuf>>,
     /// Retired large-item buffers, uncharged (module doc). A leaf lock.
     pool: Mutex<Pool>,
-    /// Large items' slots in huge-page chunks, one arena per shard (chunks.rs); none unless
-    /// `StoreConfig::large_chunks`. Leaf locks, one at a time.
-    arenas: Box<[Mutex<Arena>]>,
-}
-
-/// The arenas charge through the budget without shedding (they hold their own lock then).
-impl Charge for Budget {
-    fn reserve(&self, n: usize) -> bool {
-        self.try_add_raw(n)
-    }
-    fn force(&self, n: usize) {
-        self.force_add(n);
-    }
-    fn refund(&self, n: usize) {
-        self.sub(n);
-    }
 }
 
 impl Budget {
-    /// `arenas`: shards with chunk arenas (0: large buffers never come from chunks).
-    pub fn new(limit: usize, regular: usize, huge: bool, arenas: usize) -> Budget {
+    pub fn new(limit: usize, regular: usize, huge: bool) -> Budget {
         Budget {
             limit: AtomicUsize::new(limit),
             used: AtomicUsize::new(0),
@@ -98,7 +77,6 @@ impl Budget {
             huge,
             spare: Mutex::new(None),
             pool: Mutex::new(Pool::default()),
-            arenas: (0..arenas).map(|i| Mutex::new(Arena::new(i as u16))).collect(),
         }
     }
     pub fn limit(&self) -> usize {
@@ -107,57 +85,7 @@ impl Budget {
     pub fn set_limit(&self, limit: usize) {
         self.limit.store(limit, Ordering::Relaxed);
     }
-    /// Charges `n` bytes if the limit allows, after giving back the chunks' slack if that
-    /// is what it takes (chunks.rs: slack never costs an item).
     pub fn try_add(&self, n: usize) -> bool {
-        self.try_add_raw(n) || (self.shed(n) > 0 && self.try_add_raw(n))
-    }
-
-    /// Gives back up to `want` bytes (at least one slot's worth if any) of the arenas' slack.
-    pub fn shed(&self, want: usize) -> usize {
-        let mut freed = 0;
-        for a in self.arenas.iter() {
-            if freed >= want {
-                break;
-            }
-            let mut a = a.lock();
-            if a.slack() > 0 {
-                freed += a.shed(self, want - freed);
-            }
-        }
-        freed
-    }
-
-    /// Shard `shard`'s chunk worth emptying before a `size`-byte large item is placed
-    /// (chunks.rs, "Compaction"), if any and if there is room for the moves.
-    pub fn chunk_victim(&self, shard: usize, size: usize) -> Option<usize> {
-        let len = large_len(size);
-        if self.arenas.is_empty() || !chunks::fits(len) {
-            return None;
-        }
-        let room = self.used() + chunks::CHUNK <= self.limit();
-        self.arenas[shard].lock().victim(len, room)
-    }
-
-    /// An uncharged slot of `len` bytes in shard `shard`'s chunks, outside chunk `skip`.
-    pub fn take_slot_outside(&self, shard: usize, len: usize, skip: usize) -> Option<SegBuf> {
-        self.arenas[shard].lock().take_outside(self, len, skip)
-    }
-
-    /// The arenas' counters, summed.
-    pub fn chunk_stats(&self) -> chunks::ArenaStats {
-        let mut t = chunks::ArenaStats::default();
-        for a in self.arenas.iter() {
-            let s = a.lock().stats();
-            t.chunks += s.chunks;
-            t.slack += s.slack;
-            t.live_slots += s.live_slots;
-            t.dirty_slots += s.dirty_slots;
-        }
-        t
-    }
-
-    fn try_add_raw(&self, n: usize) -> bool {
         self.used
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| {
                 u.checked_add(n).filter(|&t| t <= self.limit())
@@ -191,13 +119,8 @@ impl Budget {
     }
 
     /// A retired buffer leaves the count; a regular one is kept as the spare if the slot is
-    /// free, a large one goes to the pool, or to its arena (still charged, as slack).
+    /// free, a large one goes to the pool.
     pub fn release(&self, mut buf: SegBuf) {
-        if let SegBuf::Slot { shard, .. } = buf {
-            let ok = self.arenas[usize::from(shard)].lock().give(self, buf, true);
-            debug_assert!(ok, "a slot buffer goes back to the arena it came from");
-            return;
-        }
         self.sub(buf.len());
         if buf.len() == self.regular {
             // A large buffer may be this long too: its pages may be lent (buf.rs), as in give_large.
@@ -213,17 +136,11 @@ impl Budget {
         self.give_large(buf);
     }
 
-    /// An uncharged buffer for a large item of `size` bytes (`size <= len`) in shard `shard`:
-    /// a slot of the shard's chunks where the length allows (chunks.rs), else the pool's
+    /// An uncharged buffer for a large item of `size` bytes (`size <= len`): the pool's
     /// smallest that fits without wasting more than a quarter of itself, else fresh memory
     /// of `large_len(size)`. The caller charges `len()` or gives it back.
-    pub fn take_large(&self, shard: usize, size: usize) -> SegBuf {
+    pub fn take_large(&self, size: usize) -> SegBuf {
         let want = large_len(size);
-        if !self.arenas.is_empty() && chunks::fits(want) && self.limit() >= CHUNKED_MIN_LIMIT {
-            if let Some(b) = self.arenas[shard].lock().take(self, want) {
-                return b;
-            }
-        }
         let mut pool = self.pool.lock();
         let best = pool
             .bufs
@@ -243,14 +160,8 @@ impl Budget {
         SegBuf::pages(want)
     }
 
-    /// An uncharged large buffer back to the pool (the oldest go if it is full), or to its
-    /// arena (which charges it as slack).
+    /// An uncharged large buffer back to the pool (the oldest go if it is full).
     pub fn give_large(&self, mut buf: SegBuf) {
-        if let SegBuf::Slot { shard, .. } = buf {
-            let ok = self.arenas[usize::from(shard)].lock().give(self, buf, false);
-            debug_assert!(ok, "a slot buffer goes back to the arena it came from");
-            return;
-        }
         let max = (self.limit() / POOL_SHARE).min(POOL_MAX);
         // A large item's buffer whose pages the kernel may still reference gets fresh ones
         // before anything can write it again (buf.rs, "Lent pages").
@@ -278,7 +189,7 @@ mod tests {
 
     #[test]
     fn budget_refuses_past_limit() {
-        let b = Budget::new(100, 10, false, 0);
+        let b = Budget::new(100, 10, false);
         assert!(b.try_add(60));
         assert!(!b.try_add(41));
         assert!(b.try_add(40));
@@ -290,7 +201,7 @@ mod tests {
 
     #[test]
     fn spare_is_reused_and_never_charged() {
-        let b = Budget::new(100, 40, false, 0);
+        let b = Budget::new(100, 40, false);
         let x = b.regular_buffer(false).unwrap();
         let mut y = b.regular_buffer(false).unwrap();
         assert_eq!(b.used(), 80);
@@ -323,18 +234,18 @@ mod tests {
     #[test]
     fn large_buffers_are_recycled_within_a_quarter_and_bounded() {
         // limit / 64 = 1 MiB of pool.
-        let b = Budget::new(64 << 20, 1 << 20, false, 0);
-        let x = b.take_large(0, 100_000);
+        let b = Budget::new(64 << 20, 1 << 20, false);
+        let x = b.take_large(100_000);
         assert_eq!(x.len(), large_len(100_000));
         assert_eq!(x.len() % PAGE, 0);
         let addr = x.as_ptr() as usize;
         b.give_large(x);
         assert_eq!(b.used(), 0, "the pool is not charged");
         // Too small to be worth that buffer (over a quarter wasted): fresh memory.
-        let small = b.take_large(0, 60_000);
+        let small = b.take_large(60_000);
         assert_ne!(small.as_ptr() as usize, addr);
         // Close enough: the pooled buffer comes back, as it was left.
-        let again = b.take_large(0, 90_000);
+        let again = b.take_large(90_000);
         assert_eq!((again.as_ptr() as usize, again.len()), (addr, large_len(100_000)));
         // Released (charged) buffers join the pool too; past its bound the oldest go.
         b.force_add(again.len() + small.len());

@@ -63,11 +63,9 @@ pub(crate) fn prefetch(p: *const u8) {
 const MMAP_MIN: usize = 64 << 10;
 
 /// Lent-pages states of a mapping (module doc).
-pub(crate) const PAGES_NORMAL: u8 = 0;
+const PAGES_NORMAL: u8 = 0;
 const PAGES_LENT: u8 = 1;
 const PAGES_ZAPPED: u8 = 2;
-/// A chunk slot's buffer on its way back to its arena (chunks.rs): its drop is not an orphan's.
-pub(crate) const PAGES_RETURNED: u8 = 3;
 
 /// A large item's buffer, whose value a reader may hand to the kernel by reference.
 #[derive(Clone, Copy, Debug)]
@@ -95,10 +93,6 @@ pub(crate) enum SegBuf {
     Mapped { ptr: NonNull<u8>, len: usize, lent: AtomicU8 },
     /// A slot of a huge-page chunk, handed back to `huge` on drop.
     Huge { ptr: NonNull<u8>, len: usize },
-    /// A large item's slot in a shard's chunk (chunks.rs), lendable like `Mapped`; given
-    /// back through the budget (`Budget::release` / `give_large`), never on drop: `shard`,
-    /// `chunk` and `slot` say where; `map` keeps the chunk mapped while the buffer exists.
-    Slot { ptr: NonNull<u8>, len: usize, lent: AtomicU8, chunk: u32, slot: u16, shard: u16, map: std::sync::Arc<crate::chunks::Map> },
 }
 
 // SAFETY: a Mapped buffer is uniquely owned memory, exactly like a Box<[u8]>: it is only
@@ -152,15 +146,7 @@ impl SegBuf {
     /// others.
     pub fn lendable(&self) -> Option<Pages<'_>> {
         match self {
-            SegBuf::Mapped { lent, .. } | SegBuf::Slot { lent, .. } => Some(Pages(lent)),
-            _ => None,
-        }
-    }
-
-    /// The chunk a slot buffer was cut from (its index in its shard's arena), None for others.
-    pub fn chunk(&self) -> Option<usize> {
-        match self {
-            SegBuf::Slot { chunk, .. } => Some(*chunk as usize),
+            SegBuf::Mapped { lent, .. } => Some(Pages(lent)),
             _ => None,
         }
     }
@@ -222,10 +208,8 @@ impl Deref for SegBuf {
         match self {
             SegBuf::Heap(b) => b,
             // SAFETY: ptr is a live mapping of len readable bytes owned by self (see zeroed),
-            // valid until Drop (a Slot's chunk stays mapped while its Arc is held here, and
-            // its arena hands the slot to no one else while it is Live); the returned borrow
-            // is tied to &self.
-            SegBuf::Mapped { ptr, len, .. } | SegBuf::Huge { ptr, len } | SegBuf::Slot { ptr, len, .. } => unsafe {
+            // valid until Drop; the returned borrow is tied to &self.
+            SegBuf::Mapped { ptr, len, .. } | SegBuf::Huge { ptr, len } => unsafe {
                 core::slice::from_raw_parts(ptr.as_ptr(), *len)
             },
         }
@@ -238,7 +222,7 @@ impl DerefMut for SegBuf {
         match self {
             SegBuf::Heap(b) => b,
             // SAFETY: as in deref, plus &mut self guarantees this is the only access.
-            SegBuf::Mapped { ptr, len, .. } | SegBuf::Huge { ptr, len } | SegBuf::Slot { ptr, len, .. } => unsafe {
+            SegBuf::Mapped { ptr, len, .. } | SegBuf::Huge { ptr, len } => unsafe {
                 core::slice::from_raw_parts_mut(ptr.as_ptr(), *len)
             },
         }
@@ -255,13 +239,6 @@ impl Drop for SegBuf {
                 debug_assert_eq!(rc, 0);
             }
             SegBuf::Huge { ptr, len } => huge::give(ptr, len),
-            // Dropped without going back through the budget (a value being received whose
-            // connection went away): its arena takes the slot back later (chunks.rs).
-            SegBuf::Slot { ref lent, slot, ref map, .. } => {
-                if lent.load(Ordering::Relaxed) != PAGES_RETURNED {
-                    map.orphan(slot);
-                }
-            }
             SegBuf::Heap(_) => {}
         }
     }

@@ -34,11 +34,6 @@ pub struct StoreConfig {
     /// Regular segments on 2 MiB huge pages (buf.rs says why); memcached's `-L`, but on by
     /// default: without it a large cache read at random misses the TLB on every item.
     pub huge_pages: bool,
-    /// Large items' buffers cut from 2 MiB huge-page chunks (chunks.rs), so that buffers lent
-    /// to the kernel are renewed a chunk at a time. Off by default: it trades tail latency
-    /// (a chunk's 2 MiB are zeroed at once, on the request path) and memory (dead slots wait
-    /// for their chunk) for throughput; see chunks.rs.
-    pub large_chunks: bool,
 }
 
 impl Default for StoreConfig {
@@ -50,7 +45,6 @@ impl Default for StoreConfig {
             use_cas: true,
             shards: DEFAULT_SHARDS,
             huge_pages: true,
-            large_chunks: false,
         }
     }
 }
@@ -63,7 +57,6 @@ pub(crate) struct Geometry {
     pub evict: bool,
     pub use_cas: bool,
     pub huge_pages: bool,
-    pub large_chunks: bool,
     pub shards: usize,
     pub shard_bits: u32,
     pub seg_size: usize,
@@ -102,7 +95,6 @@ impl Geometry {
             evict: cfg.evict,
             use_cas: cfg.use_cas,
             huge_pages: cfg.huge_pages,
-            large_chunks: cfg.large_chunks && cfg.huge_pages,
             shards,
             shard_bits: shards.trailing_zeros(),
             seg_size: seg,

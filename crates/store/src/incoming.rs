@@ -71,11 +71,10 @@ impl Store {
         if total <= self.geo.large_min || crate::budget::large_len(total) > self.budget.limit() {
             return None;
         }
-        let h = Self::hash(key);
-        let mut buf = self.budget.take_large(self.geo.shard_of(h), total);
+        let mut buf = self.budget.take_large(total);
         let at = nh.encode(&mut buf[..total]);
         buf[at..at + key.len()].copy_from_slice(key);
-        Some(Incoming { buf, h, key_len: key.len(), value_at: at + key.len(), len, total, exp })
+        Some(Incoming { buf, h: Self::hash(key), key_len: key.len(), value_at: at + key.len(), len, total, exp })
     }
 
     /// Links a received item in, by `mode`'s rules (set, add, replace or cas; the others are
@@ -92,7 +91,6 @@ impl Store {
             let mut key = [0u8; crate::MAX_KEY_LEN];
             key[..inc.key_len].copy_from_slice(&inc.buf[key_at..inc.value_at]);
             let key = &key[..inc.key_len];
-            let total = inc.total;
             let r = s.link_incoming(env, inc, mode, now, key);
             if r.is_err() && mode == Mode::Set {
                 // memcached: a failed set must not leave the old value readable.
@@ -100,7 +98,6 @@ impl Store {
             }
             s.sync_overhead(env);
             s.trim(env, now);
-            s.compact_chunks(env, total);
             r
         })
     }
@@ -220,32 +217,19 @@ mod tests {
 
     #[test]
     fn nothing_is_visible_before_finish_and_abandon_leaves_the_old_value() {
-        for large_chunks in [false, true] {
-            let s = Store::new(StoreConfig { mem_limit: 64 << 20, shards: 4, large_chunks, ..Default::default() });
-            s.store(Mode::Set, b"k", 1, 0, b"old", 1).unwrap();
-            // What is charged beyond the chunks' slack (chunks.rs: a buffer's chunk is resident
-            // whole, and its other slots are charged as slack).
-            let items = |s: &Store| s.stats().mem_used - s.stats().large_slack_bytes;
-            let used = items(&s);
-            let mut inc = s.begin_value(b"k", 2, 0, 50_000).unwrap();
-            inc.value_mut().fill(b'n');
-            assert_eq!(read(&s, b"k").map(|r| r.1), Some(b"old".to_vec()));
-            assert_eq!(items(&s), used, "not charged while it is received");
-            s.abandon(inc);
-            assert_eq!(read(&s, b"k").map(|r| r.1), Some(b"old".to_vec()));
-            // Dropped without abandon (the connection went away): the same, and a chunk's
-            // slot is taken back (as slack) by the next take.
-            drop(s.begin_value(b"k", 2, 0, 50_000).unwrap());
-            assert_eq!(read(&s, b"k").map(|r| r.1), Some(b"old".to_vec()));
-            assert_eq!(items(&s), used);
-            let again = s.begin_value(b"k", 2, 0, 50_000).unwrap();
-            assert_eq!(items(&s), used);
-            s.abandon(again);
-            assert_eq!(s.budget.chunk_stats().live_slots, 0, "the dropped slot was taken back");
-            assert_eq!(s.stats().large_chunks > 0, large_chunks);
-            s.budget.shed(usize::MAX);
-            assert_eq!(s.stats().large_slack_bytes, 0);
-        }
+        let s = store(64);
+        s.store(Mode::Set, b"k", 1, 0, b"old", 1).unwrap();
+        let used = s.stats().mem_used;
+        let mut inc = s.begin_value(b"k", 2, 0, 50_000).unwrap();
+        inc.value_mut().fill(b'n');
+        assert_eq!(read(&s, b"k").map(|r| r.1), Some(b"old".to_vec()));
+        assert_eq!(s.stats().mem_used, used, "not charged while it is received");
+        s.abandon(inc);
+        assert_eq!(read(&s, b"k").map(|r| r.1), Some(b"old".to_vec()));
+        // Dropped without abandon (the connection went away): the same.
+        drop(s.begin_value(b"k", 2, 0, 50_000).unwrap());
+        assert_eq!(read(&s, b"k").map(|r| r.1), Some(b"old".to_vec()));
+        assert_eq!(s.stats().mem_used, used);
     }
 
     #[test]

@@ -38,7 +38,6 @@
 
 mod budget;
 mod buf;
-mod chunks;
 mod config;
 mod dump;
 mod evict;
@@ -159,7 +158,7 @@ pub struct Store {
 impl Store {
     pub fn new(cfg: StoreConfig) -> Store {
         let geo = Geometry::new(&cfg);
-        let budget = Budget::new(geo.limit, geo.seg_size, geo.huge_pages, if geo.large_chunks { geo.shards } else { 0 });
+        let budget = Budget::new(geo.limit, geo.seg_size, geo.huge_pages);
         let shards: Box<[Mutex<Shard>]> =
             (0..geo.shards).map(|i| Mutex::new(Shard::new(i as u64, &geo, &budget))).collect();
         Store { shards, geo, budget, seen: AtomicU32::new(0) }
@@ -309,9 +308,6 @@ impl Store {
         // Lowering: each shard gives back its oldest segments down to its share of the new
         // limit now, so the very next write does not have to free many segments at once.
         let share = bytes / self.shards.len();
-        if let Some(over) = self.budget.used().checked_sub(bytes) {
-            self.budget.shed(over);
-        }
         let now = self.seen.load(Ordering::Relaxed);
         for (me, shard) in self.shards.iter().enumerate() {
             let env = Env { geo: &self.geo, budget: &self.budget, shards: &self.shards, me };
@@ -381,8 +377,6 @@ impl Store {
             s.lock().add_stats(&mut st);
         }
         st.mem_used = self.budget.used() as u64;
-        let ch = self.budget.chunk_stats();
-        (st.large_chunks, st.large_slack_bytes) = (ch.chunks as u64, ch.slack as u64);
         st.segments_total = (self.budget.limit() / self.geo.seg_size) as u64;
         st.segments_free =
             (self.budget.limit().saturating_sub(self.budget.used()) / self.geo.seg_size) as u64;

@@ -19,10 +19,6 @@ use crate::stats::{Counters, StoreStats};
 use crate::{DeltaError, Item, Lookup, Mode, StoreError, StoreOutcome, Time};
 
 /// What an operation needs besides its own shard.
-/// Large items moved per write by chunk compaction (`Shard::compact_chunks`): 4 x 100 KB is
-/// about 40 µs of copying.
-const CHUNK_MOVES: usize = 4;
-
 pub(crate) struct Env<'a> {
     pub geo: &'a Geometry,
     pub budget: &'a Budget,
@@ -120,9 +116,6 @@ impl Shard {
     pub fn trim(&mut self, env: &Env<'_>, now: Time) {
         if !env.geo.evict {
             return;
-        }
-        if let Some(over) = env.budget.used().checked_sub(env.budget.limit()) {
-            env.budget.shed(over);
         }
         while env.budget.used() > env.budget.limit() {
             // A shard with no segment of its own (e.g. all flushed) takes one from a shard that
@@ -316,8 +309,7 @@ impl Shard {
             if crate::budget::large_len(size) > env.budget.limit() {
                 return Err(StoreError::OutOfMemory);
             }
-            self.compact_chunks(env, size);
-            let buf = env.budget.take_large(env.me, size);
+            let buf = env.budget.take_large(size);
             if env.budget.try_add(buf.len()) {
                 let Some(id) = self.segs.alloc_id() else {
                     env.budget.release(buf);
@@ -358,39 +350,6 @@ impl Shard {
         }
         self.make_room(env, now, Some((ttl, size)))?;
         Ok(Reserve::Retry)
-    }
-
-    /// Moves the live items of this shard's mostly dead huge-page chunk of `size`-byte
-    /// slots, if one is worth it (chunks.rs, "Compaction"), into other slots, so that the
-    /// chunk is renewed whole. An item keeps its segment (id, FIFO place, CAS): only the
-    /// segment's buffer changes, under the shard lock, like any write.
-    pub fn compact_chunks(&mut self, env: &Env<'_>, size: usize) {
-        let Some(victim) = env.budget.chunk_victim(env.me, size) else {
-            return;
-        };
-        // At most a few per call: the request that pays for them waits, and so does every
-        // request queued behind it on this worker; the next large write takes up the same
-        // victim (it is still the sparsest).
-        let mut moves = 0;
-        let mut id = self.segs.head();
-        while id != 0 && moves < CHUNK_MOVES {
-            let next = self.segs.next_of(id);
-            let m = &self.segs.metas[id as usize];
-            if m.large && m.data.chunk() == Some(victim) {
-                let len = m.data.len();
-                let Some(mut buf) = env.budget.take_slot_outside(env.me, len, victim) else {
-                    return;
-                };
-                debug_assert_eq!(buf.len(), len);
-                buf[..m.write].copy_from_slice(&m.data[..m.write]);
-                env.budget.force_add(len);
-                let old = core::mem::replace(&mut self.segs.metas[id as usize].data, buf);
-                env.budget.release(old);
-                self.stats.chunk_moves += 1;
-                moves += 1;
-            }
-            id = next;
-        }
     }
 
     /// The segment to compact before opening a new one, if any: only while the budget still
@@ -782,7 +741,6 @@ impl Shard {
         st.evicted_unfetched += c.evicted_unfetched;
         st.evictions_relocated += c.relocated;
         st.compactions += c.compactions;
-        st.large_moved += c.chunk_moves;
         st.flushed += c.flushed;
         st.index_bytes += self.index.bytes() as u64;
         st.index_slots += self.index.slots() as u64;

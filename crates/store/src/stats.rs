@@ -17,8 +17,6 @@ pub(crate) struct Counters {
     pub flushed: u64,
     /// Segments compacted (live items moved) instead of taking new memory.
     pub compactions: u64,
-    /// Large items moved out of a mostly dead huge-page chunk (chunks.rs).
-    pub chunk_moves: u64,
 }
 
 impl Counters {
@@ -64,13 +62,6 @@ pub struct StoreStats {
     /// Large items (more than 32 KiB, or a quarter segment), each in a buffer of its own.
     pub large_items: u64,
     pub large_bytes: u64,
-    /// Huge-page chunks large items' buffers are cut from (chunks.rs), mapped (resident or not).
-    pub large_chunks: u64,
-    /// Resident chunk bytes holding no item (free slots, slots lent to the kernel that wait
-    /// for their chunk to empty, tails): charged to mem_limit, given back before any eviction.
-    pub large_slack_bytes: u64,
-    /// Large items moved out of mostly dead chunks, so that those are renewed whole.
-    pub large_moved: u64,
     /// Bytes of segment buffers written but no longer live (overwritten, deleted), waiting for
     /// their segment to be evicted or emptied.
     pub dead_bytes: u64,

@@ -33,28 +33,14 @@ fn value_strategy(big: bool) -> BoxedStrategy<Vec<u8>> {
     .boxed()
 }
 
-/// Large values (own buffers or huge-page chunk slots) of a few sizes, cheap to generate.
-fn large_value_strategy() -> BoxedStrategy<Vec<u8>> {
-    prop_oneof![
-        1 => proptest::collection::vec(any::<u8>(), 0..24),
-        4 => (any::<u8>(), prop_oneof![Just(40_000usize), Just(100_000), Just(150_000)], 0usize..3000)
-            .prop_map(|(b, len, extra)| vec![b; len + extra]),
-    ]
-    .boxed()
-}
-
 fn op_strategy(keys: u16, big: bool) -> impl Strategy<Value = Op> {
-    op_strategy_with(keys, big, value_strategy(big))
-}
-
-fn op_strategy_with(keys: u16, big: bool, values: BoxedStrategy<Vec<u8>>) -> impl Strategy<Value = Op> {
     let k = 0..keys;
     let ttl = prop_oneof![4 => Just(0i8), 3 => 1i8..8, 1 => -3i8..=0].prop_map(i32::from);
     let flush_weight = if big { 0 } else { 1 };
     prop_oneof![
-        12 => (0u8..5, k.clone(), values.clone(), prop_oneof![Just(0u32), any::<u32>()], ttl.clone())
+        12 => (0u8..5, k.clone(), value_strategy(big), prop_oneof![Just(0u32), any::<u32>()], ttl.clone())
             .prop_map(|(mode, key, value, flags, ttl)| Op::Store { mode, key, value, flags, ttl }),
-        3 => (k.clone(), values, any::<u32>(), ttl.clone(), any::<bool>())
+        3 => (k.clone(), value_strategy(big), any::<u32>(), ttl.clone(), any::<bool>())
             .prop_map(|(key, value, flags, ttl, right)| Op::Cas { key, value, flags, ttl, right }),
         10 => k.clone().prop_map(Op::Get),
         2 => (k.clone(), ttl.clone()).prop_map(|(a, b)| Op::Gat(a, b)),
@@ -85,17 +71,5 @@ proptest! {
     fn eviction_regime(ops in proptest::collection::vec(op_strategy(300, true), 300..900)) {
         let cfg = StoreConfig { mem_limit: 64 << 10, shards: 2, ..Default::default() };
         run(cfg, &ops, true);
-    }
-}
-
-proptest! {
-    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
-
-    /// Large values in huge-page chunks (`large_chunks`), every read lent: overwrites leave
-    /// dirty slots, chunks are renewed whole and compacted, and every answer still matches.
-    #[test]
-    fn chunks_regime(ops in proptest::collection::vec(op_strategy_with(40, false, large_value_strategy()), 200..600)) {
-        let cfg = StoreConfig { mem_limit: 64 << 20, shards: 2, large_chunks: true, ..Default::default() };
-        run(cfg, &ops, false);
     }
 }

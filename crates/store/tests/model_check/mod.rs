@@ -185,7 +185,7 @@ fn kind(o: &StoreOutcome) -> StoreOutcome {
 }
 
 /// Every read of a large item declares its pages lent, as a zero-copy send does, so the
-/// store's renewal of lent buffers (and of huge-page chunks, and their compaction) runs.
+/// store's renewal of lent buffers (before they are written again) runs in every regime.
 fn read_item(it: Item<'_>) -> MItem {
     if let Some(p) = it.pages {
         p.lend();
