@@ -13,6 +13,7 @@
 #   MEMCASLAP=0 bash bench/throughput.sh          # skip the memcaslap cross-check
 #   CEILING=1 bash bench/throughput.sh            # also run bench/ceiling's null servers on a
 #   BUSY_POLL=0 bash bench/throughput.sh          # the generator sleeps in epoll_wait
+#   CASLAP_FRESH=1 bash bench/throughput.sh       # each memcaslap run against a server started afresh
 #
 # The generator busy-polls (`mnemo bench --busy-poll`): with both sides sleeping in epoll_wait,
 # every request and every reply is a wake-up (an IPI and a halt exit on a VM) that costs the
@@ -42,6 +43,7 @@ MEMCASLAP=${MEMCASLAP:-1}
 CEILING=${CEILING:-0}
 BUSY_POLL=${BUSY_POLL:-1}
 CEILING_SERVERS=${CEILING_SERVERS:-null-epoll null-uring}
+CASLAP_FRESH=${CASLAP_FRESH:-0}
 
 need_tools memcached:memcached memcaslap:libmemcached-tools taskset:util-linux chrt:util-linux python3:python3
 build_release
@@ -51,6 +53,10 @@ build_release
 # memcaslap's matching configuration: key and value sizes, then set (0) and get (1) shares.
 # Its key space is concurrency x window and the window takes only a k/m suffix: 100k keys for
 # a as in ours, but 50k (not 5k) for d, so memcached and mnemod evict there (both alike).
+# memcaslap reads every byte of every hit, so on d its core copying replies sets the pace and
+# both servers deliver about the same bytes/s: TPS then follows the hit ratio, and memcached's
+# falls with each run against a full cache (99% on a fresh one, 73-93% later). CASLAP_FRESH=1
+# starts each server afresh before each memcaslap run, so both are measured from the same state.
 memcaslap_args() {
     local cfg=$BENCH_TMP/memcaslap.$1.cfg value window
     case $1 in
@@ -92,6 +98,7 @@ for wl in $WORKLOADS; do
         for rep in $(seq 1 "$REPS"); do
             for s in $(ordered_servers "$rep" $SERVERS); do
                 note "workload $wl, $s, memcaslap run $rep/$REPS"
+                if [ "$CASLAP_FRESH" = 1 ]; then stop_servers "$s" && start_servers "$s"; fi
                 # shellcheck disable=SC2086
                 timeout $((DUR + 30)) "${CASLAP_PREFIX[@]}" memcaslap -s "127.0.0.1:${PORT[$s]}" $margs >"$RES/$wl.$s.$rep.memcaslap" 2>&1 ||
                     { cat "$RES/$wl.$s.$rep.memcaslap" >&2; exit 1; }
