@@ -76,22 +76,68 @@ pub enum ShutdownMode {
 }
 
 /// Space-separated keys of a get-family command, borrowed from the line.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Keys<'a>(&'a [u8]);
+#[derive(Debug, Clone, Copy)]
+pub struct Keys<'a> {
+    bytes: &'a [u8],
+    /// The parse saw no space in `bytes`: they are one key, and iterating skips the scan
+    /// (a plain one-key `get`, the common request, is then scanned once instead of twice).
+    one: bool,
+}
 
 impl<'a> Keys<'a> {
-    pub fn iter(&self) -> impl Iterator<Item = &'a [u8]> + 'a {
-        let s = self.0;
-        let mut start = 0;
-        memchr::memchr_iter(b' ', s).chain(std::iter::once(s.len())).filter_map(move |end| {
-            let k = &s[start..end];
-            start = end + 1;
-            (!k.is_empty()).then_some(k)
-        })
+    /// The words of `bytes`, split at spaces (runs of them give no empty key).
+    pub fn new(bytes: &'a [u8]) -> Self {
+        Keys { bytes, one: false }
+    }
+
+    pub fn iter(&self) -> KeyIter<'a> {
+        KeyIter { rest: self.bytes, one: self.one, done: false }
     }
 
     pub fn is_empty(&self) -> bool {
         self.iter().next().is_none()
+    }
+}
+
+/// Equal when the bytes are: `one` only says what a scan of them would find.
+impl PartialEq for Keys<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.bytes == other.bytes
+    }
+}
+
+impl Eq for Keys<'_> {}
+
+/// The keys of a [`Keys`], in order.
+#[derive(Debug, Clone)]
+pub struct KeyIter<'a> {
+    rest: &'a [u8],
+    one: bool,
+    done: bool,
+}
+
+impl<'a> Iterator for KeyIter<'a> {
+    type Item = &'a [u8];
+
+    fn next(&mut self) -> Option<&'a [u8]> {
+        while !self.done {
+            let split = if self.one { None } else { memchr::memchr(b' ', self.rest) };
+            let key = match split {
+                Some(i) => {
+                    let key = &self.rest[..i];
+                    self.rest = &self.rest[i + 1..];
+                    key
+                }
+                None => {
+                    self.done = true;
+                    self.rest
+                }
+            };
+            if !key.is_empty() {
+                return Some(key);
+            }
+        }
+        None
     }
 }
 
@@ -341,11 +387,11 @@ fn command<'a>(line: &'a [u8], after: usize, buf: &'a [u8], limits: &Limits) -> 
         }
         b"stats" => {
             let rest = skip_token(line, cmd);
-            req(Request::Stats { args: Keys(rest) }, after)
+            req(Request::Stats { args: Keys::new(rest) }, after)
         }
         b"lru_crawler" => {
             let rest = skip_token(line, cmd);
-            req(Request::LruCrawler { args: Keys(rest) }, after)
+            req(Request::LruCrawler { args: Keys::new(rest) }, after)
         }
         b"slabs" => slabs(&t, after),
         b"fget" => {
@@ -373,24 +419,30 @@ fn fast_get(line: &[u8], after: usize) -> Option<Parsed<'_>> {
     } else {
         (line.strip_prefix(b"gets ")?, true)
     };
-    if memchr::memchr(0, rest).is_some() {
-        return None;
-    }
-    let mut any = false;
+    // One pass finds both the spaces and any NUL (which sends the line the general way, even
+    // after a key too long: the answer must not depend on which comes first).
+    let (mut any, mut too_long, mut spaced) = (false, false, false);
     let mut start = 0;
-    for end in memchr::memchr_iter(b' ', rest).chain(std::iter::once(rest.len())) {
-        let len = end - start;
-        if len > KEY_MAX {
-            return Some(err(ErrorReply::BadFormat, after, false));
+    for end in memchr::memchr2_iter(0, b' ', rest).chain(std::iter::once(rest.len())) {
+        if end < rest.len() {
+            if rest[end] == 0 {
+                return None;
+            }
+            spaced = true;
         }
+        let len = end - start;
+        too_long |= len > KEY_MAX;
         any |= len > 0;
         start = end + 1;
+    }
+    if too_long {
+        return Some(err(ErrorReply::BadFormat, after, false));
     }
     if !any {
         // memcached: a get needs a key (WANT_TOKENS_MIN 3).
         return Some(err(ErrorReply::Error, after, false));
     }
-    Some(req(Request::Get { keys: Keys(rest), cas, touch: None }, after))
+    Some(req(Request::Get { keys: Keys { bytes: rest, one: !spaced }, cas, touch: None }, after))
 }
 
 /// The line after its first token (the command), NUL-truncated like memcached's C string.
@@ -419,7 +471,7 @@ fn get_family<'a>(cmd: &'a [u8], line: &'a [u8], after: usize) -> Parsed<'a> {
     } else {
         None
     };
-    let keys = Keys(rest);
+    let keys = Keys::new(rest);
     if keys.iter().any(|k| k.len() > KEY_MAX) {
         return err(ErrorReply::BadFormat, after, false);
     }
@@ -607,7 +659,7 @@ fn fget<'a>(line: &'a [u8], after: usize, buf: &'a [u8]) -> Parsed<'a> {
     if &buf[end - 2..end] != b"\r\n" {
         return err(ErrorReply::BadDataChunk, end, false);
     }
-    let keys = Keys(rest);
+    let keys = Keys::new(rest);
     if filter.len() > KEY_MAX || keys.iter().any(|k| k.len() > KEY_MAX) {
         return err(ErrorReply::BadFormat, end, false);
     }
