@@ -45,17 +45,22 @@
 //!   probe: copy, lend, lend, copy   PROBE each; large-value bytes served per second in each
 //!                                   (a mode's two probes summed, centred on the same
 //!                                   instant, so a load that rises or falls favours neither)
-//!   settle for SETTLE on the mode   that served more; within TIE_PCT of each other, or too
-//!                                   few values to tell, on the one that cost the thread
-//!                                   less CPU time per byte (copy if equal); a mode that won
-//!                                   by DECISIVE_PCT again settles twice as long (up to 8x)
+//!   settle for SETTLE on lending    if it served DECISIVE_PCT more; on copying otherwise
+//!                                   (a smaller lead, a tie, or too few values to tell); a
+//!                                   mode that won by DECISIVE_PCT again settles twice as
+//!                                   long (up to 8x)
 //!   then probe again                (the load may have changed)
 //!   a pause of PROBE or more between large values during the probes: start them again
 //!                                   (the probe's rate would measure the pause, not its mode)
 //! ```
 //!
 //! A mode's bytes per second is the throughput the whole loop (server and client) reaches
-//! in it; when neither is the bottleneck the rates tie and the server's own cost decides.
+//! in it. Lending must lead clearly because part of its cost comes later than its probes: a
+//! lent buffer gets fresh pages when its space is reused, which in a full cache is seconds
+//! later, in whichever mode runs then. Copy's probes pay for the lending before them: under
+//! memcaslap d with the cache full, lending won every verdict by 7-15% (the copy probes'
+//! thread at 100% CPU) and `auto` lent 94% of values, moving 12% fewer bytes per second than
+//! `off` (2026-11-27); under `mnemo bench` d lending leads by some 40%.
 //! Every large value counts, whichever way it leaves (a TLS connection's, or one queued in
 //! the io_uring loop's send buffer, is copied in either mode). Large values further apart
 //! than PROBE keep the probes starting over, on copy: at that rate the choice costs nothing.
@@ -153,7 +158,7 @@ impl Drop for Heads {
 thread_local! {
     static PIPE: RefCell<Option<Pipe>> = const { RefCell::new(None) };
     static HEADS: RefCell<Option<Heads>> = const { RefCell::new(None) };
-    static TUNER: Cell<Tuner> = Cell::new(Tuner::new(Instant::now(), thread_cpu()));
+    static TUNER: Cell<Tuner> = Cell::new(Tuner::new(Instant::now()));
 }
 
 /// How long each probe of `auto` serves in one mode (module doc, "When"): long enough for
@@ -168,10 +173,9 @@ const SETTLE: Duration = Duration::from_secs(1);
 /// mnemod 4-9% against `--zero-copy off` (median of 5 alternated pairs 0.91); at 8 s the
 /// losing probes are 0.6% of the time. A load that changes is met within 8 s.
 const SETTLE_DOUBLINGS: u8 = 3;
-/// Rates further apart than this (percent of the larger) make a decisive verdict.
+/// Rates further apart than this (percent of the larger) make a decisive verdict; lending
+/// is chosen only by one (module doc, "When").
 const DECISIVE_PCT: u64 = 20;
-/// Rates within this (percent of the larger) tie: the cheaper mode wins.
-const TIE_PCT: u64 = 3;
 /// A mode with fewer large values than this in its two probes tells nothing about the rates.
 const PROBE_MIN_VALUES: u32 = 16;
 /// Copy, lend, lend, copy.
@@ -188,7 +192,6 @@ struct Probed {
     bytes: u64,
     values: u32,
     wall: Duration,
-    cpu: Duration,
 }
 
 /// `auto`'s state on one worker thread (module doc, "When").
@@ -199,7 +202,6 @@ struct Tuner {
     since: Instant,
     /// When the last large value was served.
     last: Instant,
-    cpu: Duration,
     /// The current probe's large-value bytes and values.
     bytes: u64,
     values: u32,
@@ -213,12 +215,11 @@ struct Tuner {
 }
 
 impl Tuner {
-    fn new(now: Instant, cpu: Duration) -> Tuner {
+    fn new(now: Instant) -> Tuner {
         Tuner {
             step: 0,
             since: now,
             last: now,
-            cpu,
             bytes: 0,
             values: 0,
             probed: [Probed::default(); 2],
@@ -228,29 +229,26 @@ impl Tuner {
         }
     }
 
-    /// Whether a value of `len` bytes is lent at `now`; `cpu` reads the thread's CPU time,
-    /// asked for only where a probe or a settled stretch ends.
-    fn next(&mut self, now: Instant, len: usize, cpu: impl FnOnce() -> Duration) -> bool {
+    /// Whether a value of `len` bytes is lent at `now`.
+    fn next(&mut self, now: Instant, len: usize) -> bool {
         let span = if self.step < PROBES { PROBE } else { SETTLE * (1 << self.streak) };
         if self.step < PROBES && now.saturating_duration_since(self.last) >= PROBE {
             // A pause during the probes: start them again (module doc), and settle for SETTLE
             // next time (the load changed).
-            *self = Tuner::new(now, cpu());
+            *self = Tuner::new(now);
         } else if now.saturating_duration_since(self.since) >= span {
-            let cpu = cpu();
             if self.step < PROBES {
                 let p = &mut self.probed[usize::from(probe_lends(self.step))];
                 p.bytes += self.bytes;
                 p.values += self.values;
                 p.wall += now.saturating_duration_since(self.since);
-                p.cpu += cpu.saturating_sub(self.cpu);
             }
             self.step = if self.step == PROBES { 0 } else { self.step + 1 };
             if self.step == 0 {
                 self.probed = [Probed::default(); 2];
             }
             self.lend = if self.step == PROBES { self.settle() } else { probe_lends(self.step) };
-            (self.since, self.cpu, self.bytes, self.values) = (now, cpu, 0, 0);
+            (self.since, self.bytes, self.values) = (now, 0, 0);
         }
         self.last = now;
         self.bytes += len as u64;
@@ -275,24 +273,10 @@ impl Tuner {
         let per_sec = |p: Probed| (p.bytes as u128 * 1_000_000_000) / p.wall.as_nanos().max(1);
         let (rc, rl) = (per_sec(copy), per_sec(lend));
         let enough = copy.values >= PROBE_MIN_VALUES && lend.values >= PROBE_MIN_VALUES;
-        let apart = |pct: u64| enough && rc.abs_diff(rl) * 100 > rc.max(rl) * u128::from(pct);
-        if apart(TIE_PCT) {
-            return (rl > rc, apart(DECISIVE_PCT));
-        }
-        // A tie: the mode that cost less CPU time per byte (cpu / bytes, cross-multiplied);
-        // copy if equal (a thread CPU clock that fails reads zero for both).
-        (lend.cpu.as_nanos() * u128::from(copy.bytes.max(1)) < copy.cpu.as_nanos() * u128::from(lend.bytes.max(1)), false)
+        let decisive = enough && rc.abs_diff(rl) * 100 > rc.max(rl) * u128::from(DECISIVE_PCT);
+        // Lending only on a clear lead (module doc, "When"); a tie copies.
+        (decisive && rl > rc, decisive)
     }
-}
-
-/// The calling thread's CPU time (CLOCK_THREAD_CPUTIME_ID; zero should the clock fail).
-fn thread_cpu() -> Duration {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: ts is a live timespec for clock_gettime to fill.
-    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } != 0 {
-        return Duration::ZERO;
-    }
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
 /// Whether a large value of `len` bytes should go by reference now (module doc, "When").
@@ -304,7 +288,7 @@ pub fn by_reference(mode: ZeroCopy, len: usize) -> bool {
         ZeroCopy::Off => false,
         ZeroCopy::Auto => TUNER.with(|cell| {
             let mut t = cell.get();
-            let lend = t.next(Instant::now(), len, thread_cpu);
+            let lend = t.next(Instant::now(), len);
             cell.set(t);
             lend
         }),
@@ -465,85 +449,78 @@ mod tests {
     }
 
     /// A worker serving 100 KB values for `span` under a load that takes `gap(lend)` between
-    /// values and costs `cost(lend)` of the thread's CPU per value; returns how many values
-    /// were lent.
-    fn serve(t: &mut Tuner, clock: &mut (Instant, Duration), span: Duration, gap: impl Fn(bool) -> Duration, cost: impl Fn(bool) -> Duration) -> u32 {
-        let end = clock.0 + span;
+    /// values; returns how many values were lent.
+    fn serve(t: &mut Tuner, clock: &mut Instant, span: Duration, gap: impl Fn(bool) -> Duration) -> u32 {
+        let end = *clock + span;
         let mut lent = 0;
-        while clock.0 < end {
-            let cpu = clock.1;
-            let lend = t.next(clock.0, 100_000, || cpu);
+        while *clock < end {
+            let lend = t.next(*clock, 100_000);
             lent += u32::from(lend);
-            clock.0 += gap(lend);
-            clock.1 += cost(lend);
+            *clock += gap(lend);
         }
         lent
     }
 
     /// Serves until the probes have settled on a mode; returns the modes of the values.
-    fn probe(t: &mut Tuner, clock: &mut (Instant, Duration), gap: impl Fn(bool) -> Duration, cost: impl Fn(bool) -> Duration) -> Vec<bool> {
+    fn probe(t: &mut Tuner, clock: &mut Instant, gap: impl Fn(bool) -> Duration) -> Vec<bool> {
         let mut modes = Vec::new();
         while t.step < PROBES || modes.is_empty() {
-            let cpu = clock.1;
-            let lend = t.next(clock.0, 100_000, || cpu);
+            let lend = t.next(*clock, 100_000);
             modes.push(lend);
-            clock.0 += gap(lend);
-            clock.1 += cost(lend);
+            *clock += gap(lend);
         }
         modes.pop();
         modes
     }
 
-    fn fresh() -> (Tuner, (Instant, Duration)) {
+    fn fresh() -> (Tuner, Instant) {
         let t0 = Instant::now();
-        (Tuner::new(t0, us(5000)), (t0, us(5000)))
+        (Tuner::new(t0), t0)
     }
 
     #[test]
     fn auto_probes_copy_lend_lend_copy_and_settles_on_the_mode_that_serves_more() {
         // The client reads lent values slower (memcaslap d): 40 µs between values copying,
-        // 60 µs lending, although lending costs the worker less.
+        // 60 µs lending.
         let (mut t, mut clock) = fresh();
         let gap = |lend| if lend { us(60) } else { us(40) };
-        let cost = |lend| if lend { us(20) } else { us(35) };
-        let mut modes = probe(&mut t, &mut clock, gap, cost);
+        let mut modes = probe(&mut t, &mut clock, gap);
         modes.dedup();
         assert_eq!(modes, [false, true, false], "probes: copy, lend, lend, copy");
-        assert_eq!(serve(&mut t, &mut clock, SETTLE - us(100), gap, cost), 0, "settled on copying");
-        // The server sets the pace (mnemo bench d): lending is faster, so the next round lends.
-        let gap = |lend| if lend { us(38) } else { us(42) };
-        serve(&mut t, &mut clock, us(200), gap, cost);
-        probe(&mut t, &mut clock, gap, cost);
-        let values = (SETTLE.as_micros() / 2 / 38) as u32;
-        assert!(serve(&mut t, &mut clock, SETTLE / 2, gap, cost) >= values, "settled on lending");
+        assert_eq!(serve(&mut t, &mut clock, SETTLE - us(100), gap), 0, "settled on copying");
+        // The server sets the pace (mnemo bench d): lending is 40% faster, so the next round lends.
+        let gap = |lend| if lend { us(30) } else { us(42) };
+        serve(&mut t, &mut clock, us(200), gap);
+        probe(&mut t, &mut clock, gap);
+        let values = (SETTLE.as_micros() / 2 / 30) as u32;
+        assert!(serve(&mut t, &mut clock, SETTLE / 2, gap) >= values, "settled on lending");
     }
 
     #[test]
-    fn auto_breaks_a_tie_on_the_workers_cpu_time_per_byte() {
-        // The same pace either way (an open loop, or a client across a network).
-        let settle = |copy_cost: u64, lend_cost: u64| {
+    fn auto_lends_only_on_a_clear_lead() {
+        // Copy's probes pay for the lending before them (module doc, "When"), so a lead of
+        // DECISIVE_PCT or less, or a tie, is no reason to lend.
+        let settle = |copy_gap: u64, lend_gap: u64| {
             let (mut t, mut clock) = fresh();
-            let cost = |lend| us(if lend { lend_cost } else { copy_cost });
-            probe(&mut t, &mut clock, |_| us(100), cost);
-            serve(&mut t, &mut clock, SETTLE / 2, |_| us(100), cost) > 0
+            let gap = |lend| us(if lend { lend_gap } else { copy_gap });
+            probe(&mut t, &mut clock, gap);
+            serve(&mut t, &mut clock, SETTLE / 2, gap) > 0
         };
-        assert!(settle(30, 20), "lending costs the worker less: lend");
-        assert!(!settle(20, 30), "copying costs the worker less: copy");
-        // Rates 2% apart (under TIE_PCT) are a tie too.
-        let (mut t, mut clock) = fresh();
-        let gap = |lend| if lend { us(102) } else { us(100) };
-        probe(&mut t, &mut clock, gap, |lend| us(if lend { 20 } else { 30 }));
-        assert!(serve(&mut t, &mut clock, SETTLE / 2, gap, |_| us(1)) > 0, "a 2% slower lend that costs less is kept");
+        assert!(!settle(100, 100), "the same pace either way: copy");
+        assert!(!settle(100, 90), "lending 10% faster: copy");
+        assert!(!settle(100, 81), "lending 19% faster: copy");
+        assert!(settle(100, 75), "lending 25% faster: lend");
+        assert!(!settle(75, 100), "copying 25% faster: copy");
     }
 
     #[test]
-    fn auto_with_too_few_values_to_compare_goes_by_cost() {
+    fn auto_with_too_few_values_to_compare_copies() {
         // A value every 5-10 ms: a handful per probe, below PROBE_MIN_VALUES, and lending
-        // looks twice as fast by chance; copying costs less, so copy.
+        // looks twice as fast by chance: copy.
         let (mut t, mut clock) = fresh();
         let gap = |lend| if lend { us(5_000) } else { us(10_000) };
-        probe(&mut t, &mut clock, gap, |lend| us(if lend { 40 } else { 20 }));
-        assert_eq!(serve(&mut t, &mut clock, SETTLE / 2, gap, |_| us(1)), 0);
+        probe(&mut t, &mut clock, gap);
+        assert_eq!(serve(&mut t, &mut clock, SETTLE / 2, gap), 0);
     }
 
     #[test]
@@ -586,15 +563,14 @@ mod tests {
     fn a_pause_during_the_probes_starts_them_again_on_copy() {
         let (mut t, mut clock) = fresh();
         let gap = |lend| if lend { us(60) } else { us(40) };
-        let cost = |_| us(20);
-        serve(&mut t, &mut clock, PROBE + us(500), gap, cost);
-        assert!(t.next(clock.0, 100_000, || clock.1), "second probe: lend");
+        serve(&mut t, &mut clock, PROBE + us(500), gap);
+        assert!(t.next(clock, 100_000), "second probe: lend");
         // 30 ms without a large value, then the load comes back: copy, from the first probe.
-        clock.0 += PROBE + us(5_000);
-        assert!(!t.next(clock.0, 100_000, || clock.1));
+        clock += PROBE + us(5_000);
+        assert!(!t.next(clock, 100_000));
         assert_eq!((t.step, t.values, t.probed[0].values, t.probed[1].values), (0, 1, 0, 0));
-        // A steady load, the same pace in both modes: the probes tie, so the pause did not count.
-        let mut modes = probe(&mut t, &mut clock, |_| us(50), cost);
+        // A steady load, the same pace in both modes: the probes run in order, none restarted.
+        let mut modes = probe(&mut t, &mut clock, |_| us(50));
         modes.dedup();
         assert_eq!(modes, [false, true, false]);
     }
@@ -603,30 +579,31 @@ mod tests {
     fn a_load_that_speeds_up_during_the_probes_favours_neither_mode() {
         // Values come ever faster, lending and copying alike: 5,000 a second at first, twice
         // that 100 ms later. Probed copy, lend, copy, lend, lending would look 18% faster;
-        // copy, lend, lend, copy sees a tie, decided by cost (copy, the cheaper here).
+        // copy, lend, lend, copy measures both modes at the same rate (within 3%).
         let (mut t, mut clock) = fresh();
-        let t0 = clock.0;
+        let t0 = clock;
+        let mut probed = t.probed;
         while t.step < PROBES {
-            let cpu = clock.1;
-            let lend = t.next(clock.0, 100_000, || cpu);
-            let rate = 5_000.0 + 50_000.0 * (clock.0 - t0).as_secs_f64();
-            clock.0 += Duration::from_secs_f64(1.0 / rate);
-            clock.1 += us(if lend { 30 } else { 20 });
+            t.next(clock, 100_000);
+            probed = t.probed;
+            let rate = 5_000.0 + 50_000.0 * (clock - t0).as_secs_f64();
+            clock += Duration::from_secs_f64(1.0 / rate);
         }
-        assert!(!t.lend, "a rising load read as a faster lend");
+        let per_sec = |p: Probed| p.bytes as f64 / p.wall.as_secs_f64();
+        let (copy, lend) = (per_sec(probed[0]), per_sec(probed[1]));
+        assert!((lend - copy).abs() < 0.03 * copy.max(lend), "a rising load read as a faster mode: copy {copy:.0} B/s, lend {lend:.0} B/s");
+        assert!(!t.lend);
     }
 
     /// Serves in the settled mode until the next probes begin; returns how long that was.
-    fn settled_for(t: &mut Tuner, clock: &mut (Instant, Duration), gap: impl Fn(bool) -> Duration) -> Duration {
+    fn settled_for(t: &mut Tuner, clock: &mut Instant, gap: impl Fn(bool) -> Duration) -> Duration {
         assert_eq!(t.step, PROBES, "settled");
-        let start = clock.0;
+        let start = *clock;
         while t.step == PROBES {
-            let cpu = clock.1;
-            let lend = t.next(clock.0, 100_000, || cpu);
-            clock.0 += gap(lend);
-            clock.1 += us(20);
+            let lend = t.next(*clock, 100_000);
+            *clock += gap(lend);
         }
-        clock.0 - start
+        *clock - start
     }
 
     /// To the nearest millisecond: a settled stretch ends with the first value past it.
@@ -641,7 +618,7 @@ mod tests {
         let gap_copy_wins: fn(bool) -> Duration = |lend| if lend { us(80) } else { us(40) };
         let mut settled = Vec::new();
         for _ in 0..6 {
-            probe(&mut t, &mut clock, gap_copy_wins, |_| us(20));
+            probe(&mut t, &mut clock, gap_copy_wins);
             assert!(!t.lend, "copy wins");
             settled.push(ms(settled_for(&mut t, &mut clock, gap_copy_wins)));
         }
@@ -649,13 +626,13 @@ mod tests {
         assert_eq!(settled, [1000, 2000, 4000, 8000, 8000, 8000]);
         // Rates 10% apart (a winner, not a clear one): back to SETTLE.
         let gap = |lend| if lend { us(44) } else { us(40) };
-        probe(&mut t, &mut clock, gap, |_| us(20));
+        probe(&mut t, &mut clock, gap);
         assert!(!t.lend);
         assert_eq!(ms(settled_for(&mut t, &mut clock, gap)), 1000);
         // A clear winner that changes sides starts over at SETTLE too.
         let lend_wins: fn(bool) -> Duration = |lend| if lend { us(40) } else { us(80) };
         for (gap, lend, want) in [(gap_copy_wins, false, 1000), (gap_copy_wins, false, 2000), (lend_wins, true, 1000), (lend_wins, true, 2000)] {
-            probe(&mut t, &mut clock, gap, |_| us(20));
+            probe(&mut t, &mut clock, gap);
             assert_eq!(t.lend, lend);
             assert_eq!(ms(settled_for(&mut t, &mut clock, gap)), want);
         }
