@@ -53,10 +53,10 @@ build_release
 # memcaslap's matching configuration: key and value sizes, then set (0) and get (1) shares.
 # Its key space is concurrency x window and the window takes only a k/m suffix: 100k keys for
 # a as in ours, but 50k (not 5k) for d, so memcached and mnemod evict there (both alike).
-# memcaslap reads every byte of every hit, so on d its core copying replies sets the pace and
-# both servers deliver about the same bytes/s: TPS then follows the hit ratio, and memcached's
-# falls with each run against a full cache (99% on a fresh one, 73-93% later). CASLAP_FRESH=1
-# starts each server afresh before each memcaslap run, so both are measured from the same state.
+# A get that misses is one transaction like a hit but moves no value, so on d TPS follows the
+# hit ratio, and memcached's falls with each run against a full cache (99% on a fresh one,
+# 73-97% later). CASLAP_FRESH=1 starts each server afresh before each memcaslap run, so both
+# are measured from the same state.
 memcaslap_args() {
     local cfg=$BENCH_TMP/memcaslap.$1.cfg value window
     case $1 in
