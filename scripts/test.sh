@@ -68,6 +68,41 @@ cargo build --locked --workspace --all-targets
 echo "== cargo test"
 cargo test --locked --workspace
 
+# --- fuzz, part 1: cargo-fuzz and the instrumented build, in the background ----------------------
+# Needs nightly and cargo-fuzz (installed here only when nightly exists). Without them the fuzz
+# step is skipped: `cargo test` above already ran the same checkers on seeded inputs
+# (fuzz_replay). The build starts now, at the lowest priority, so that it overlaps the black-box
+# suites below, which leave a core mostly idle: run after them it was about 300 s of the fuzz
+# step's 467 s, and the whole run 1,146 s on 2 cores (the aim is under 20 minutes).
+# --dev: fuzz/Cargo.toml's dev profile optimizes mnemo's crates, the checkers and libFuzzer,
+# not wasmtime and cranelift: 13 minutes from nothing in release on 2 cores, about 4.5 in this.
+fuzz_seconds=${FUZZ_SECONDS:-20}
+fuzz_skip=""
+fuzz_pid=""
+fuzz_log=$(mktemp)
+if ! cargo +nightly --version >/dev/null 2>&1; then
+    fuzz_skip="no nightly toolchain (rustup toolchain install nightly)"
+else
+    echo "== fuzz, part 1: the instrumented build starts in the background"
+    # Its own session (setsid), so that an early exit stops cargo and its children with it.
+    setsid nice -n 19 bash -c '
+        if ! cargo fuzz --version >/dev/null 2>&1; then
+            echo "installing cargo-fuzz"
+            cargo install --locked --quiet cargo-fuzz || true
+            cargo fuzz --version >/dev/null 2>&1 || exit 3
+        fi
+        cd fuzz && exec cargo +nightly fuzz build --dev' >"$fuzz_log" 2>&1 &
+    fuzz_pid=$!
+fi
+# Whatever exits early stops the background build and any server started below.
+mpid=""
+stop_background() {
+    [ -n "$mpid" ] && kill "$mpid" 2>/dev/null
+    [ -n "$fuzz_pid" ] && kill -- "-$fuzz_pid" 2>/dev/null
+    return 0
+}
+trap stop_background EXIT
+
 export MNEMOD_BIN="$root/target/debug/mnemod"
 # The black-box suites (memccapable, pytest) run once per worker event loop; mnemod reads
 # MNEMO_IO_LOOP (README "Event loops"). The Rust black-box tests ran above on the default loop
@@ -87,13 +122,12 @@ for io_loop in uring epoll; do
     port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
     "$MNEMOD_BIN" -p "$port" -l 127.0.0.1 -U 0 &
     mpid=$!
-    trap 'kill $mpid 2>/dev/null || true' EXIT
     for _ in $(seq 1 500); do (exec 3<>/dev/tcp/127.0.0.1/"$port") 2>/dev/null && break; sleep 0.02; done
     out=$(memccapable -h 127.0.0.1 -p "$port" 2>&1) || { echo "$out"; echo "memccapable failed"; exit 1; }
     echo "$out" | tail -n 1
     echo "$out" | grep -q "All tests passed" || { echo "$out"; exit 1; }
     kill $mpid; wait $mpid 2>/dev/null || true
-    trap - EXIT
+    mpid=""
 
     if [ -d tests ] && ls tests/test_*.py tests/*/test_*.py >/dev/null 2>&1; then
         echo "== pytest, io loop $io_loop"
@@ -115,30 +149,25 @@ PATH="$root/.venv/bin:$PATH" MATURIN_NO_INSTALL_RUST=1 MATURIN_PEP517_ARGS="--pr
 .venv/bin/python -m pytest -q -rfE -p no:cacheprovider python/tests
 echo "   python package step took $((SECONDS - py_start))s"
 
-# --- fuzz: every cargo-fuzz target for a bounded time ---------------------------------------------
-# Needs nightly and cargo-fuzz (installed here only when nightly exists). Without them the step
-# is skipped: `cargo test` above already ran the same checkers on seeded inputs (fuzz_replay).
+# --- fuzz, part 2: every cargo-fuzz target for a bounded time -------------------------------------
 # Each run starts from fuzz/corpus/<target> (kept between runs, gitignored) and fuzz/seeds/.
-fuzz_seconds=${FUZZ_SECONDS:-20}
-fuzz_skip=""
-if ! cargo +nightly --version >/dev/null 2>&1; then
-    fuzz_skip="no nightly toolchain (rustup toolchain install nightly)"
-elif ! cargo fuzz --version >/dev/null 2>&1; then
-    echo "== installing cargo-fuzz"
-    cargo install --locked --quiet cargo-fuzz >/dev/null 2>&1 || true
-    cargo fuzz --version >/dev/null 2>&1 || fuzz_skip="cargo-fuzz is missing and 'cargo install cargo-fuzz' failed"
-fi
 if [ -n "$fuzz_skip" ]; then
     echo "== fuzz: NOT RUN: $fuzz_skip; the stable fuzz_replay tests ran the same checkers"
 else
     echo "== fuzz: every target for ${fuzz_seconds}s (FUZZ_SECONDS)"
     fuzz_start=$SECONDS
-    fuzz_log=$(mktemp)
-    # --dev: fuzz/Cargo.toml's dev profile optimizes mnemo's crates, the checkers and libFuzzer,
-    # not wasmtime and cranelift: 13 minutes from nothing in release on 2 cores, about 4.5 in this.
-    if ! (cd fuzz && cargo +nightly fuzz build --dev) >"$fuzz_log" 2>&1; then
+    fuzz_rc=0
+    wait "$fuzz_pid" || fuzz_rc=$?
+    fuzz_pid=""
+    echo "   waited $((SECONDS - fuzz_start))s for the instrumented build (part 1)"
+    if [ "$fuzz_rc" -eq 3 ]; then
+        echo "== fuzz: NOT RUN: cargo-fuzz is missing and 'cargo install cargo-fuzz' failed; the stable fuzz_replay tests ran the same checkers"
+        fuzz_skip=yes
+    elif [ "$fuzz_rc" -ne 0 ]; then
         tail -n 40 "$fuzz_log"; echo "fuzz: build failed"; exit 1
     fi
+fi
+if [ -z "$fuzz_skip" ]; then
     # "target[:STORE_MODEL_REGIME]"
     for run in store_model:exact store_model:evict text_parse binary_parse client_reply filter_result snapshot_restore; do
         target=${run%%:*}
