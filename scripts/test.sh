@@ -79,17 +79,19 @@ cargo test --locked --workspace
 fuzz_seconds=${FUZZ_SECONDS:-20}
 fuzz_skip=""
 fuzz_pid=""
-fuzz_log=$(mktemp)
+# The background job's exit status when cargo-fuzz is missing and cannot be installed.
+no_cargo_fuzz=3
 if ! cargo +nightly --version >/dev/null 2>&1; then
     fuzz_skip="no nightly toolchain (rustup toolchain install nightly)"
 else
     echo "== fuzz, part 1: the instrumented build starts in the background"
+    fuzz_log=$(mktemp)
     # Its own session (setsid), so that an early exit stops cargo and its children with it.
     setsid nice -n 19 bash -c '
         if ! cargo fuzz --version >/dev/null 2>&1; then
             echo "installing cargo-fuzz"
             cargo install --locked --quiet cargo-fuzz || true
-            cargo fuzz --version >/dev/null 2>&1 || exit 3
+            cargo fuzz --version >/dev/null 2>&1 || exit '"$no_cargo_fuzz"'
         fi
         cd fuzz && exec cargo +nightly fuzz build --dev' >"$fuzz_log" 2>&1 &
     fuzz_pid=$!
@@ -160,7 +162,7 @@ else
     wait "$fuzz_pid" || fuzz_rc=$?
     fuzz_pid=""
     echo "   waited $((SECONDS - fuzz_start))s for the instrumented build (part 1)"
-    if [ "$fuzz_rc" -eq 3 ]; then
+    if [ "$fuzz_rc" -eq "$no_cargo_fuzz" ]; then
         echo "== fuzz: NOT RUN: cargo-fuzz is missing and 'cargo install cargo-fuzz' failed; the stable fuzz_replay tests ran the same checkers"
         fuzz_skip=yes
     elif [ "$fuzz_rc" -ne 0 ]; then
