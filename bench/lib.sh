@@ -143,7 +143,7 @@ workload_args() {
     local common=(--connections 50 --key-size 16 --prefill)
     [ "${BUSY_POLL:-1}" = 1 ] && common+=(--busy-poll)
     case $1 in
-        a) echo "${common[*]} --keys 100000 --value-size 32 --ratio 1:10" ;;
+        a) echo "${common[*]} --keys ${A_KEYS:-100000} --value-size 32 --ratio 1:10" ;;
         b) echo "${common[*]} --keys 100000 --value-size 32 --ratio 1:10 --pipeline 16" ;;
         c) echo "${common[*]} --keys 100000 --value-size 32 --ratio 0:1 --multiget 100" ;;
         d) echo "${common[*]} --keys 5000 --value-size 100k --ratio 1:10" ;;

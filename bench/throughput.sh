@@ -14,6 +14,10 @@
 #   CEILING=1 bash bench/throughput.sh            # also run bench/ceiling's null servers on a
 #   BUSY_POLL=0 bash bench/throughput.sh          # the generator sleeps in epoll_wait
 #   CASLAP_FRESH=1 bash bench/throughput.sh       # each memcaslap run against a server started afresh
+#   A_KEYS=1000 WORKLOADS=a CEILING=1 MEMCASLAP=0 bash bench/throughput.sh
+#                                                 # a over 1,000 keys (every lookup's lines in cache):
+#                                                 # how much of the gap to the null servers is the
+#                                                 # store's memory, which a null server does not have
 #
 # The generator busy-polls (`mnemo bench --busy-poll`): with both sides sleeping in epoll_wait,
 # every request and every reply is a wake-up (an IPI and a halt exit on a VM) that costs the
@@ -25,7 +29,7 @@
 # pace for memcached and mnemod alike. memcaslap (below) still reads every byte.
 #
 # Workloads (50 connections each, keys of 16 bytes, every key set before the run):
-#   a  32 B values, 100k keys, 1:10 set:get
+#   a  32 B values, 100k keys (A_KEYS), 1:10 set:get
 #   b  as a, pipeline depth 16 (a batch of 16 in one write, the next when all 16 are answered)
 #   c  multi-get of 100 keys (gets only; ops/s counts requests, keys/s = 100 x ops/s)
 #   d  100 KB values, 5k keys (500 MB: fits -m 1024 on both servers), 1:10 set:get
