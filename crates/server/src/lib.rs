@@ -201,13 +201,16 @@ const WORKER_STACK: usize = 2 * 1024 * 1024 + config::MAX_FILTER_STACK;
 
 /// Bind, start every thread, and serve until shutdown.
 pub fn run(config: Config) -> Result<(), ServerError> {
+    // Before the listeners are bound: a client may connect as soon as they are, and a SIGHUP
+    // sent then (a test's reload right after the port answered, an operator's config push)
+    // met the default action and killed the server.
+    auth::install_sighup();
     let credentials = auth::Credentials::from_config(&config)?;
     // Filters load (and compile) before anything is bound: a bad one stops the start-up.
     let filters = mnemo_filter::FilterHost::new(config.filter_limits, config.filters.clone())?;
     let listeners = listener::bind(&config)?;
     let metrics_listener = config.metrics.as_deref().map(metrics::bind).transpose()?;
     process_setup(&config)?;
-    auth::install_sighup();
     for opt in &config.ext.ignored {
         eprintln!("mnemod: -o {opt}: accepted for compatibility; mnemo has nothing it tunes (README)");
     }
