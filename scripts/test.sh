@@ -153,23 +153,23 @@ echo "   python package step took $((SECONDS - py_start))s"
 
 # --- fuzz, part 2: every cargo-fuzz target for a bounded time -------------------------------------
 # Each run starts from fuzz/corpus/<target> (kept between runs, gitignored) and fuzz/seeds/.
-if [ -n "$fuzz_skip" ]; then
-    echo "== fuzz: NOT RUN: $fuzz_skip; the stable fuzz_replay tests ran the same checkers"
-else
-    echo "== fuzz: every target for ${fuzz_seconds}s (FUZZ_SECONDS)"
+if [ -z "$fuzz_skip" ]; then
     fuzz_start=$SECONDS
     fuzz_rc=0
     wait "$fuzz_pid" || fuzz_rc=$?
     fuzz_pid=""
-    echo "   waited $((SECONDS - fuzz_start))s for the instrumented build (part 1)"
     if [ "$fuzz_rc" -eq "$no_cargo_fuzz" ]; then
-        echo "== fuzz: NOT RUN: cargo-fuzz is missing and 'cargo install cargo-fuzz' failed; the stable fuzz_replay tests ran the same checkers"
-        fuzz_skip=yes
+        fuzz_skip="cargo-fuzz is missing and 'cargo install cargo-fuzz' failed"
+        rm -f "$fuzz_log"
     elif [ "$fuzz_rc" -ne 0 ]; then
         tail -n 40 "$fuzz_log"; echo "fuzz: build failed"; exit 1
     fi
 fi
-if [ -z "$fuzz_skip" ]; then
+if [ -n "$fuzz_skip" ]; then
+    echo "== fuzz: NOT RUN: $fuzz_skip; the stable fuzz_replay tests ran the same checkers"
+else
+    echo "== fuzz: every target for ${fuzz_seconds}s (FUZZ_SECONDS)"
+    echo "   waited $((SECONDS - fuzz_start))s for the instrumented build (part 1)"
     # "target[:STORE_MODEL_REGIME]"
     for run in store_model:exact store_model:evict text_parse binary_parse client_reply filter_result snapshot_restore; do
         target=${run%%:*}
