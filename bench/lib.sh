@@ -51,7 +51,7 @@ wait_port() {
     done
 }
 
-# SERVER_ARGV := the command line of server NAME (memcached | mnemod | mnemod-epoll | mnemod-uring) on PORT, one worker
+# SERVER_ARGV := the command line of server NAME (memcached | mnemod | mnemod-epoll | mnemod-uring | mnemod-base) on PORT, one worker
 # thread, the same flags for both (connection limit $CONN_LIMIT, default 4096). Extra arguments
 # are appended. null-epoll and null-uring are the ceiling servers of bench/ceiling (built by
 # build_ceiling), which take only the port.
@@ -72,6 +72,11 @@ server_argv() {
         # The same, with --zero-copy named: large values lent always (on) or never (off).
         mnemod-zc-on | mnemod-zc-off)
             SERVER_ARGV=("$MNEMOD" -p "$port" -l 127.0.0.1 -U 0 -m 1024 -c "${CONN_LIMIT:-4096}" -t 1 --zero-copy="${name#mnemod-zc-}")
+            ;;
+        # Another build of mnemod (MNEMOD_BASE=path, e.g. a copy of an earlier commit's
+        # target/release/mnemod) with mnemod's flags: before and after a change in one run.
+        mnemod-base)
+            SERVER_ARGV=("${MNEMOD_BASE:?MNEMOD_BASE names the other mnemod binary}" -p "$port" -l 127.0.0.1 -U 0 -m 1024 -c "${CONN_LIMIT:-4096}" -t 1)
             ;;
         *)
             echo "unknown server $name" >&2
