@@ -24,6 +24,10 @@ command -v saslpasswd2 >/dev/null 2>&1 || need+=(sasl2-bin)
 command -v nutcracker >/dev/null 2>&1 || need+=(nutcracker)
 command -v openssl >/dev/null 2>&1 || need+=(openssl)
 dpkg -s libsasl2-modules >/dev/null 2>&1 || need+=(libsasl2-modules)
+# The PHP and Perl memcached clients of crates/client/tests/profiles.rs (flag profiles).
+for p in php-cli php-memcached php-memcache libcache-memcached-perl libcache-memcached-fast-perl; do
+    dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
+done
 if [ ${#need[@]} -gt 0 ]; then
     echo "== installing: ${need[*]}"
     $sudo_cmd apt-get update -q
