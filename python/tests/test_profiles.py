@@ -1,0 +1,173 @@
+"""Flag profiles from Python: what the real PHP (php-memcached, php-memcache) and Perl
+(Cache::Memcached::Fast, Cache::Memcached) clients store, mnemo.Client(profile=...) reads as the
+same Python type, and the other way round, plain and compressed, on mnemod and on memcached.
+The PHP and Perl sides are crates/client/tests/profiles/values.{php,pl}, shared with the Rust
+client's test (crates/client/tests/profiles.rs)."""
+import math
+import pathlib
+import shutil
+import subprocess
+import tempfile
+
+import pytest
+
+import mnemo
+from conftest import raw_get
+
+SCRIPTS = pathlib.Path(__file__).resolve().parents[2] / "crates" / "client" / "tests" / "profiles"
+COMPRESSION_BITS = {"php": 0x10, "php-memcache": 2, "perl": 2}
+FAMILY = {"php-memcached": "php", "php-memcache": "php-memcache",
+          "perl-fast": "perl", "perl-classic": "perl"}
+
+
+def have(cmd, *args):
+    if shutil.which(cmd) is None:
+        return False
+    return subprocess.run([cmd, *args], capture_output=True).returncode == 0
+
+
+HAVE_PHP = have("php", "-r", "exit(class_exists('Memcached') && class_exists('Memcache') ? 0 : 1);")
+HAVE_PERL = have("perl", "-MCache::Memcached", "-MCache::Memcached::Fast", "-e1")
+SCRIPTS_HERE = [("php", "values.php")] * HAVE_PHP + [("perl", "values.pl")] * HAVE_PERL
+
+
+def run(cmd, script, *args):
+    p = subprocess.run([cmd, str(SCRIPTS / script), *args], capture_output=True, check=False)
+    assert p.returncode == 0, (script, args, p.stdout, p.stderr)
+    return [line.split("\t") for line in p.stdout.decode().splitlines()]
+
+
+def expected(kind, payload):
+    if kind == "bytes":
+        return payload
+    if kind == "text":
+        return payload.decode()
+    if kind == "int":
+        return int(payload)
+    if kind == "float":
+        return float(payload)
+    if kind == "bool":
+        return payload == b"1"
+    assert kind.startswith("ser:"), kind
+    return mnemo.Serialized(payload, kind[4:])
+
+
+@pytest.mark.skipif(not SCRIPTS_HERE, reason="neither PHP's nor Perl's memcached clients are installed")
+def test_php_and_perl_write_mnemo_reads(server):
+    clients = {}
+    n = 0
+    for cmd, script in SCRIPTS_HERE:
+        for key, who, kind, compressed, payload in run(cmd, script, "write", server.addr, "py:"):
+            profile = FAMILY[who]
+            c = clients.setdefault(profile, mnemo.Client(server.addr, profile=profile))
+            want = expected(kind, bytes.fromhex(payload))
+            got = c.get(key)
+            assert type(got) is type(want) and got == want, (who, key, got, want)
+            if isinstance(want, mnemo.Serialized):
+                assert got.format == want.format, (who, key)
+            flags, _ = raw_get(server.port, key)
+            assert bool(flags & COMPRESSION_BITS[profile]) == (compressed == "1"), (who, key, flags)
+            # get_many takes the same path as get for many keys.
+            assert c.get_many([key]) == {key: want}
+            n += 1
+    assert n == (31 if HAVE_PHP else 0) + (14 if HAVE_PERL else 0)
+
+
+LONG = "".join(f"wörd{i % 97} " for i in range(6000))
+VALUES = {
+    "bytes": b"\x00\x01bin\xff",
+    "text": "héllo wörld",
+    "int": -42,
+    "bigint": 1234567890123,
+    "float": 0.1,
+    "huge": -1e100,
+    "true": True,
+    "false": False,
+    "long": LONG,
+    "longbytes": LONG.encode() + b"\x00\xff",
+}
+
+
+def read_back(who, v, ty, p):
+    """Whether the family's client read v as the same type (PHP: gettype; Perl: bytes/text)."""
+    if who.startswith("php"):
+        if isinstance(v, bool):
+            return ty == "boolean" and p == (b"1" if v else b"0")
+        if isinstance(v, int):
+            return ty == "integer" and p == str(v).encode()
+        if isinstance(v, float):
+            return ty == "double" and float(p) == v
+        return ty == "string" and p == (v.encode() if isinstance(v, str) else v)
+    # Perl: numbers and booleans are their text; ::Fast (utf8 => 1) marks character strings.
+    if isinstance(v, bool):
+        return ty == "bytes" and p == (b"1" if v else b"")
+    if isinstance(v, (int, float)):
+        return ty == "bytes" and float(p) == v
+    if isinstance(v, str):
+        return ty == ("text" if who == "perl-fast" else "bytes") and p == v.encode()
+    return ty == "bytes" and p == v
+
+
+FAMILIES = ([("php", "php", "values.php", ["php-memcached"]),
+             ("php-memcache", "php", "values.php", ["php-memcache"])] * HAVE_PHP
+            + [("perl", "perl", "values.pl", ["perl-fast", "perl-classic"])] * HAVE_PERL)
+
+
+@pytest.mark.skipif(not FAMILIES, reason="neither PHP's nor Perl's memcached clients are installed")
+def test_mnemo_writes_php_and_perl_read(server):
+    for profile, cmd, script, readers in FAMILIES:
+        c = mnemo.Client(server.addr, profile=profile)
+        compressed = 0
+        for k, v in VALUES.items():
+            key = f"pyr:{profile}:{k}"
+            assert c.set(key, v)
+            assert type(c.get(key)) is type(v) or profile == "perl"
+            flags, _ = raw_get(server.port, key)
+            compressed += bool(flags & COMPRESSION_BITS[profile])
+        assert compressed == 2, profile
+        with tempfile.NamedTemporaryFile("w", suffix=".keys") as f:
+            f.write("\n".join(f"pyr:{profile}:{k}" for k in VALUES))
+            f.flush()
+            for who in readers:
+                rows = run(cmd, script, "read", server.addr, f.name, who)
+                assert len(rows) == len(VALUES)
+                for key, _, ty, p in rows:
+                    v = VALUES[key.rsplit(":", 1)[1]]
+                    assert read_back(who, v, ty, bytes.fromhex(p)), (who, key, ty, p, v)
+
+
+def test_profile_rules(mnemod):
+    php = mnemo.Client(mnemod.addr, profile="php")
+    # PHP's clients cannot read a pickle: refused, not stored as something they misread.
+    with pytest.raises(mnemo.IllegalInputError):
+        php.set("p:dict", {"a": 1})
+    with pytest.raises(mnemo.IllegalInputError):
+        php.set("p:nan", math.nan)
+    # Floats and bools are their own types here (the mnemo profile pickles them).
+    php.set("p:f", 2.5)
+    php.set("p:b", True)
+    assert raw_get(mnemod.port, "p:f") == (2, b"2.5")
+    assert raw_get(mnemod.port, "p:b") == (3, b"1")
+    assert php.get_many(["p:f", "p:b"]) == {"p:f": 2.5, "p:b": True}
+    # Seed 000's rules under the profile: threshold 2000, the per-call switch, already
+    # compressed data left alone.
+    php.set("p:short", "x" * 1999)
+    php.set("p:plain", "x" * 5000, compress=False)
+    php.set("p:png", b"\x89PNG" + b"x" * 5000)
+    php.set("p:long", "x" * 5000)
+    assert raw_get(mnemod.port, "p:short")[0] == 0
+    assert raw_get(mnemod.port, "p:plain")[0] == 0
+    assert raw_get(mnemod.port, "p:png")[0] == 0
+    assert raw_get(mnemod.port, "p:long")[0] == 0x30
+    assert php.get("p:long") == "x" * 5000
+    # Perl and Java combine; PHP collides with Python's flags.
+    mnemo.Client(mnemod.addr, profile="perl").set("p:gz", "y" * 5000)
+    mnemo.Client(mnemod.addr, profile="java").set("p:long7", 7)
+    both = mnemo.Client(mnemod.addr, profile="perl", also_read=["java"])
+    assert both.get_many(["p:gz", "p:long7"]) == {"p:gz": "y" * 5000, "p:long7": 7}
+    with pytest.raises(mnemo.ConfigurationError):
+        mnemo.Client(mnemod.addr, profile="php", also_read=["python"]).get("x")
+    with pytest.raises(mnemo.ConfigurationError):
+        mnemo.Client(mnemod.addr, profile="ruby")
+    with pytest.raises(mnemo.ConfigurationError):
+        mnemo.Client(mnemod.addr, profile="perl", compression="zstd").get("x")
