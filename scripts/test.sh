@@ -65,6 +65,12 @@ if [ ${#reqs[@]} -gt 0 ]; then
     .venv/bin/python -m pip install -q --disable-pip-version-check "${reqs[@]}"
 fi
 export MNEMO_PYTHON="$root/.venv/bin/python"
+# Java's xmemcached for crates/client/tests/profiles.rs, where a JDK and Maven are here (the test
+# prints why it skipped the Java side otherwise).
+if command -v java >/dev/null 2>&1 && command -v mvn >/dev/null 2>&1; then
+    mvn -q -B dependency:get -Dartifact=com.googlecode.xmemcached:xmemcached:2.4.8 \
+        || echo "   xmemcached not fetched: the profiles test skips its Java side"
+fi
 
 # --- build and test ------------------------------------------------------------------------------
 echo "== cargo build"

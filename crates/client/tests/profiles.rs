@@ -1,7 +1,8 @@
-//! Values cross between mnemo-client and the real PHP, Perl (and, where a JDK and the
-//! xmemcached jar are present, Java) clients, both ways, every type plain and compressed, on
-//! mnemod and on memcached: the families' clients write (tests/profiles/values.*), mnemo-client
-//! reads with that family's profile; mnemo-client writes with the profile, the clients read.
+//! Values cross between mnemo-client and the real PHP, Perl and (where a JDK and the
+//! xmemcached jar are present; skipped with the reason printed otherwise) Java clients, both
+//! ways, every type plain and compressed, on mnemod and on memcached: the families' clients
+//! write (tests/profiles/values.php, values.pl, Values.java), mnemo-client reads with that
+//! family's profile; mnemo-client writes with the profile, the clients read.
 //! Each test prints its part of the round-trip table (family x type x compressed, pass counts):
 //! `cargo test -p mnemo-client --test profiles -- --nocapture --test-threads 1`.
 
@@ -49,10 +50,61 @@ fn have_perl() -> bool {
     )
 }
 
+/// xmemcached's class path: $MNEMO_JAVA_CP, else xmemcached 2.4.8 and slf4j-api from the
+/// local Maven repository (scripts/test.sh fetches them with `mvn dependency:get` where Maven
+/// is installed). None, with the reason printed, without a JDK or the jars.
+fn java_classpath() -> Option<String> {
+    if let Ok(cp) = std::env::var("MNEMO_JAVA_CP") {
+        return Some(cp);
+    }
+    let m2 = PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".m2/repository");
+    let xm = m2.join("com/googlecode/xmemcached/xmemcached/2.4.8/xmemcached-2.4.8.jar");
+    let slf4j = std::fs::read_dir(m2.join("org/slf4j/slf4j-api"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|d| {
+            let v = d.file_name().into_string().ok()?;
+            let jar = d.path().join(format!("slf4j-api-{v}.jar"));
+            jar.exists().then_some(jar)
+        })
+        .max();
+    let java = Command::new("java")
+        .arg("-version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    let why = match (java, xm.exists(), slf4j) {
+        (true, true, Some(slf4j)) => return Some(format!("{}:{}", xm.display(), slf4j.display())),
+        (false, _, _) => "no JDK (java) here".to_owned(),
+        (_, false, _) => format!(
+            "no xmemcached jar at {} (mvn dependency:get \
+             -Dartifact=com.googlecode.xmemcached:xmemcached:2.4.8; scripts/test.sh does)",
+            xm.display()
+        ),
+        _ => "no slf4j-api jar in ~/.m2 (xmemcached needs it)".to_owned(),
+    };
+    eprintln!("\nSKIPPED (the Java side): {why}\n");
+    None
+}
+
+/// Run the Java side (the JDK's source-file mode) with the class path.
+fn run_java(cp: &str, args: &[&str]) -> String {
+    let src = script("Values.java");
+    let mut a = vec!["-cp", cp, src.to_str().unwrap()];
+    a.extend_from_slice(args);
+    run_cmd("java", &a, "Values.java")
+}
+
 /// Run a script; its stdout, or a panic with its stderr.
 fn run(cmd: &str, file: &str, args: &[&str]) -> String {
+    let path = script(file);
+    let mut a = vec![path.to_str().unwrap()];
+    a.extend_from_slice(args);
+    run_cmd(cmd, &a, file)
+}
+
+fn run_cmd(cmd: &str, args: &[&str], file: &str) -> String {
     let out = Command::new(cmd)
-        .arg(script(file))
         .args(args)
         .output()
         .unwrap_or_else(|e| panic!("run {cmd}: {e}"));
@@ -155,8 +207,8 @@ impl Table {
 }
 
 #[test]
-fn php_and_perl_clients_write_mnemo_client_reads() {
-    let (php, perl) = (have_php(), have_perl());
+fn php_perl_and_java_clients_write_mnemo_client_reads() {
+    let (php, perl, java) = (have_php(), have_perl(), java_classpath());
     let mut table = Table::default();
     let mut failures = Vec::new();
     for srv in Server::both(&[]) {
@@ -166,6 +218,9 @@ fn php_and_perl_clients_write_mnemo_client_reads() {
         }
         if perl {
             lines += &run("perl", "values.pl", &["write", &srv.addr(), "w:"]);
+        }
+        if let Some(cp) = &java {
+            lines += &run_java(cp, &["write", &srv.addr(), "w:"]);
         }
         for line in lines.lines() {
             let f: Vec<&str> = line.split('\t').collect();
@@ -188,6 +243,27 @@ fn php_and_perl_clients_write_mnemo_client_reads() {
                 ));
             }
             table.count(who, "client -> rust", kind, compressed, ok);
+            // Perl's and Java's values read the same by a client that reads both (its own
+            // family first: flag 0 is Perl's byte string, Java's String).
+            if profile == FlagProfile::Perl || profile == FlagProfile::Java {
+                let other = if profile == FlagProfile::Perl {
+                    FlagProfile::Java
+                } else {
+                    FlagProfile::Perl
+                };
+                let cfg = Config {
+                    also_read: vec![other],
+                    ..Config::for_profile(profile)
+                };
+                let both = blocking::Client::new(vec![ServerSpec::new("127.0.0.1", srv.port)], cfg)
+                    .unwrap();
+                let got2 = both.get(key);
+                if !matches!(&got2, Ok(Some(v)) if *v == want) {
+                    failures.push(format!(
+                        "{who} wrote {key}: read with {profile:?}+{other:?}: {got2:?}"
+                    ));
+                }
+            }
         }
     }
     table.finish(failures);
@@ -248,13 +324,21 @@ fn read_back(who: &str, v: &Value, ty: &str, p: &[u8]) -> bool {
             Value::Bool(b) => ty == "bytes" && p == if *b { &b"1"[..] } else { b"" },
             _ => false,
         },
+        "java" => match v {
+            Value::Bytes(b) => ty == "byte[]" && p == b.as_slice(),
+            Value::Text(s) => ty == "String" && p == s.as_bytes(),
+            Value::Int(i) => ty == "Long" && p == i.to_string().as_bytes(),
+            Value::Float(f) => ty == "Double" && float_is(*f),
+            Value::Bool(b) => ty == "Boolean" && p == if *b { b"1" } else { b"0" },
+            _ => false,
+        },
         _ => false,
     }
 }
 
 #[test]
-fn mnemo_client_writes_php_and_perl_clients_read() {
-    let (php, perl) = (have_php(), have_perl());
+fn mnemo_client_writes_php_perl_and_java_clients_read() {
+    let (php, perl, java) = (have_php(), have_perl(), java_classpath());
     let mut families: Vec<(FlagProfile, &str, &str, Vec<&str>)> = Vec::new();
     if php {
         families.push((
@@ -277,6 +361,9 @@ fn mnemo_client_writes_php_and_perl_clients_read() {
             "values.pl",
             vec!["perl-fast", "perl-classic"],
         ));
+    }
+    if java.is_some() {
+        families.push((FlagProfile::Java, "java", "Values.java", vec!["java"]));
     }
     let mut table = Table::default();
     let mut failures = Vec::new();
@@ -303,11 +390,11 @@ fn mnemo_client_writes_php_and_perl_clients_read() {
             )
             .unwrap();
             for who in readers {
-                let out = run(
-                    cmd,
-                    file,
-                    &["read", &srv.addr(), keyfile.to_str().unwrap(), who],
-                );
+                let args = ["read", &srv.addr(), keyfile.to_str().unwrap(), who];
+                let out = match &java {
+                    Some(cp) if *cmd == "java" => run_java(cp, &args[..3]),
+                    _ => run(cmd, file, &args),
+                };
                 let mut seen = 0;
                 for line in out.lines() {
                     let f: Vec<&str> = line.split('\t').collect();
