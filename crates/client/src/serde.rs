@@ -37,7 +37,7 @@ pub enum Value {
     Bytes(Vec<u8>),
     Text(String),
     Int(i64),
-    /// A PHP or Java double (or float), a PHP-written float in the Perl family's text aside.
+    /// A PHP double, a Java double or float (Perl's numbers are text: they read as bytes).
     Float(f64),
     /// A PHP or Java boolean.
     Bool(bool),
