@@ -188,8 +188,16 @@ impl Table {
         e.1 += 1;
     }
 
-    /// Print the table; panic with the failures if there are any.
+    /// Print the table; panic with the failures if there are any (each cut to a few lines:
+    /// the values are up to 100 KB).
     fn finish(self, failures: Vec<String>) {
+        let failures: Vec<String> = failures
+            .into_iter()
+            .map(|f| match f.char_indices().nth(400) {
+                Some((i, _)) => format!("{} ...", &f[..i]),
+                None => f,
+            })
+            .collect();
         println!("\nfamily          direction        type                compressed  passed/run (mnemod + memcached)");
         for ((fam, dir, kind, c), (ok, n)) in &self.0 {
             let c = if *c { "yes" } else { "no" };
