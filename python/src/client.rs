@@ -3,6 +3,7 @@
 //! `mnemo.aio.Client` (each call returns an asyncio future). Each method converts its arguments
 //! with the GIL held, builds one owned future, and [`Client::run`] drives it either way.
 
+use crate::settings::value_settings;
 use crate::values::{
     boolean, cas_token, counter, filter_part_class, from_raw, from_value, keys_of, none,
     stat_value, to_key, to_raw, to_servers, to_value, OwnedValue,
@@ -10,8 +11,7 @@ use crate::values::{
 use crate::{errors, new_state, spawn_asyncio, Convert, State};
 use bytes::Bytes;
 use mnemo_client::{
-    filter, Algorithm, Compression, Config, FlagProfile, ServerSpec, SetOptions, StoreCmd,
-    StoreOutcome, Value,
+    filter, Config, FlagProfile, ServerSpec, SetOptions, StoreCmd, StoreOutcome, Value,
 };
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
@@ -236,52 +236,21 @@ impl Client {
             Some(p) => p.extract::<Vec<u8>>()?,
         };
         let servers = to_servers(servers)?;
-        let name = |n: &str| FlagProfile::from_name(n).map_err(|e| errors::to_py(py, e));
-        let profile = name(&profile)?;
-        let also_read = also_read
-            .iter()
-            .map(|n| name(n))
-            .collect::<PyResult<Vec<_>>>()?;
-        let defaults = profile.default_compression();
-        // "default": the profile's algorithm; zlib under mnemo's (what the Python clients read).
-        let compression = match compression.as_deref() {
-            Some("default") => Some(match (profile, defaults.algorithm) {
-                (FlagProfile::Mnemo, _) | (_, Algorithm::Zlib { .. }) => "zlib",
-                (_, Algorithm::Gzip { .. }) => "gzip",
-                (_, Algorithm::Zstd { .. }) => "zstd",
-            }),
-            other => other,
-        };
-        let min_compress_saving = min_compress_saving.unwrap_or(defaults.min_saving);
-        let algorithm = match (compression, compress_level) {
-            (None | Some("zlib"), l) => Algorithm::Zlib {
-                level: l.map_or(Algorithm::ZLIB_DEFAULT_LEVEL, |l| l.clamp(0, 9) as u32),
-            },
-            (Some("gzip"), l) => Algorithm::Gzip {
-                level: l.map_or(Algorithm::ZLIB_DEFAULT_LEVEL, |l| l.clamp(0, 9) as u32),
-            },
-            (Some("zstd"), l) => Algorithm::Zstd {
-                level: l.unwrap_or(Algorithm::ZSTD_DEFAULT_LEVEL),
-            },
-            (Some(other), _) => {
-                return Err(errors::illegal(
-                    py,
-                    format!("compression is \"default\", \"zlib\", \"gzip\", \"zstd\" or None, not {other:?}"),
-                ))
-            }
-        };
+        let values = value_settings(
+            py,
+            &profile,
+            &also_read,
+            compression.as_deref(),
+            compress_level,
+            compress_threshold,
+            min_compress_saving,
+        )?;
         // A spin is for replies that come within microseconds; past MAX_REPLY_SPIN it would
         // only burn the CPU a sleeping read leaves free.
         if !(reply_spin.is_finite() && (0.0..=MAX_REPLY_SPIN).contains(&reply_spin)) {
             return Err(errors::illegal(
                 py,
                 format!("reply_spin is seconds in [0, {MAX_REPLY_SPIN}], not {reply_spin}"),
-            ));
-        }
-        if !(0.0..1.0).contains(&min_compress_saving) {
-            return Err(errors::illegal(
-                py,
-                format!("min_compress_saving is a fraction in [0, 1), not {min_compress_saving}"),
             ));
         }
         let cfg = Config {
@@ -292,16 +261,9 @@ impl Client {
             failure_limit,
             retry_interval: seconds(py, "retry_interval", Some(retry_interval))?,
             hash_tags,
-            // mnemo's profile reads zlib (8) and zstd (32) whatever this client writes.
-            profile,
-            also_read,
-            compression: Compression {
-                enabled: compression.is_some(),
-                algorithm,
-                threshold: compress_threshold.unwrap_or(defaults.threshold),
-                min_saving: min_compress_saving,
-                skip_compressed_formats: true,
-            },
+            profile: values.profile,
+            also_read: values.also_read,
+            compression: values.compression,
             max_inflated: Config::DEFAULT_MAX_INFLATED,
             // Set per face by new_state.
             blocking_io: false,

@@ -18,6 +18,7 @@
 
 mod client;
 mod errors;
+mod settings;
 mod values;
 
 use mnemo_client::{Config, ServerSpec};
