@@ -12,7 +12,7 @@
 use crate::errors;
 use mnemo_client::profile::reader_for;
 use mnemo_client::serde::{self, Kind};
-use mnemo_client::{FlagProfile, ServerSpec, Value, ValueRef};
+use mnemo_client::{FlagProfile, Serialization, ServerSpec, Value, ValueRef};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyBytes, PyFloat, PyInt, PyString, PyTuple};
@@ -25,6 +25,7 @@ pub(crate) enum OwnedValue {
     Float(f64),
     Bool(bool),
     Pickled(Vec<u8>),
+    Serialized(Serialization, Vec<u8>),
 }
 
 impl OwnedValue {
@@ -36,6 +37,10 @@ impl OwnedValue {
             OwnedValue::Float(f) => ValueRef::Float(*f),
             OwnedValue::Bool(b) => ValueRef::Bool(*b),
             OwnedValue::Pickled(b) => ValueRef::Pickled(b),
+            OwnedValue::Serialized(format, data) => ValueRef::Serialized {
+                format: *format,
+                data,
+            },
         }
     }
 }
@@ -70,6 +75,18 @@ pub(crate) fn to_value(
         }
         if let Ok(f) = obj.cast_exact::<PyFloat>() {
             return Ok(OwnedValue::Float(f.value()));
+        }
+        // An object read from this family, stored back as it came (the profile refuses a
+        // serialization its clients do not read).
+        if obj.is_instance(serialized_class(obj.py())?)? {
+            let name: String = obj.getattr("format")?.extract()?;
+            let format = Serialization::from_name(&name).ok_or_else(|| {
+                errors::illegal(obj.py(), format!("unknown serialization {name:?}"))
+            })?;
+            return Ok(OwnedValue::Serialized(
+                format,
+                obj.cast::<PyBytes>()?.as_bytes().to_vec(),
+            ));
         }
         return Err(errors::illegal(
             obj.py(),

@@ -88,8 +88,20 @@ VALUES = {
 }
 
 
+# An object as PHP's serialize([1, 2]) and Perl's nfreeze([1, 2]) make it: stored back as read.
+SERIALIZED = {
+    "php": mnemo.Serialized(b"a:2:{i:0;i:1;i:1;i:2;}", "php"),
+    "php-memcache": mnemo.Serialized(b"a:2:{i:0;i:1;i:1;i:2;}", "php"),
+    "perl": mnemo.Serialized(bytes.fromhex("050b020000000208810882"),
+                             "perl-storable"),
+}
+
+
 def read_back(who, v, ty, p):
     """Whether the family's client read v as the same type (PHP: gettype; Perl: bytes/text)."""
+    if isinstance(v, mnemo.Serialized):
+        # The scripts print an array or reference as serialize() / nfreeze() of it.
+        return ty == ("array" if who.startswith("php") else "ser:perl-storable") and p == v
     if who.startswith("php"):
         if isinstance(v, bool):
             return ty == "boolean" and p == (b"1" if v else b"0")
@@ -117,22 +129,25 @@ FAMILIES = ([("php", "php", "values.php", ["php-memcached"]),
 def test_mnemo_writes_php_and_perl_read(server):
     for profile, cmd, script, readers in FAMILIES:
         c = mnemo.Client(server.addr, profile=profile)
+        values = dict(VALUES, serialized=SERIALIZED[profile])
         compressed = 0
-        for k, v in VALUES.items():
+        for k, v in values.items():
             key = f"pyr:{profile}:{k}"
             assert c.set(key, v)
             assert type(c.get(key)) is type(v) or profile == "perl"
+            if isinstance(v, mnemo.Serialized):
+                assert c.get(key).format == v.format
             flags, _ = raw_get(server.port, key)
             compressed += bool(flags & COMPRESSION_BITS[profile])
         assert compressed == 2, profile
         with tempfile.NamedTemporaryFile("w", suffix=".keys") as f:
-            f.write("\n".join(f"pyr:{profile}:{k}" for k in VALUES))
+            f.write("\n".join(f"pyr:{profile}:{k}" for k in values))
             f.flush()
             for who in readers:
                 rows = run(cmd, script, "read", server.addr, f.name, who)
-                assert len(rows) == len(VALUES)
+                assert len(rows) == len(values)
                 for key, _, ty, p in rows:
-                    v = VALUES[key.rsplit(":", 1)[1]]
+                    v = values[key.rsplit(":", 1)[1]]
                     assert read_back(who, v, ty, bytes.fromhex(p)), (who, key, ty, p, v)
 
 
@@ -143,6 +158,8 @@ def test_profile_rules(mnemod):
         php.set("p:dict", {"a": 1})
     with pytest.raises(mnemo.IllegalInputError):
         php.set("p:nan", math.nan)
+    with pytest.raises(mnemo.IllegalInputError):
+        php.set("p:storable", mnemo.Serialized(b"\x05\x0b", "perl-storable"))
     # Floats and bools are their own types here (the mnemo profile pickles them).
     php.set("p:f", 2.5)
     php.set("p:b", True)

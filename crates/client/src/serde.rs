@@ -111,6 +111,20 @@ pub enum Serialization {
 }
 
 impl Serialization {
+    pub const ALL: [Serialization; 6] = [
+        Serialization::Php,
+        Serialization::Igbinary,
+        Serialization::Json,
+        Serialization::Msgpack,
+        Serialization::PerlStorable,
+        Serialization::Java,
+    ];
+
+    /// The serialization [`Self::name`] names.
+    pub fn from_name(name: &str) -> Option<Serialization> {
+        Self::ALL.into_iter().find(|s| s.name() == name)
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Serialization::Php => "php",
@@ -138,6 +152,13 @@ pub enum ValueRef<'a> {
     /// A pickle made by the caller (the Python client), stored with flag 1 so the Python
     /// clients unpickle it.
     Pickled(&'a [u8]),
+    /// An object serialized for another language (a [`Value::Serialized`] read back, say),
+    /// stored with the flags that family's clients deserialize it by; an error under a profile
+    /// whose clients do not read that serialization.
+    Serialized {
+        format: Serialization,
+        data: &'a [u8],
+    },
 }
 
 impl<'a> From<&'a [u8]> for ValueRef<'a> {
@@ -186,14 +207,17 @@ impl From<bool> for ValueRef<'_> {
     }
 }
 impl<'a> From<&'a Value> for ValueRef<'a> {
-    /// Pickled, serialized and unknown values are stored back as bytes (their flags are not
-    /// kept).
+    /// Pickled and unknown values are stored back as bytes (their flags are not kept);
+    /// serialized ones as what they are.
     fn from(v: &'a Value) -> Self {
         match v {
-            Value::Bytes(b)
-            | Value::Pickled(b)
-            | Value::Serialized { data: b, .. }
-            | Value::Other { data: b, .. } => ValueRef::Bytes(b),
+            Value::Bytes(b) | Value::Pickled(b) | Value::Other { data: b, .. } => {
+                ValueRef::Bytes(b)
+            }
+            Value::Serialized { format, data } => ValueRef::Serialized {
+                format: *format,
+                data,
+            },
             Value::Text(s) => ValueRef::Text(s),
             Value::Int(i) => ValueRef::Int(*i),
             Value::Float(f) => ValueRef::Float(*f),
@@ -270,6 +294,9 @@ impl Serde for FlagSerde {
                 "the mnemo and python profiles have no float or bool flag (Python pickles them)"
                     .to_owned(),
             )),
+            ValueRef::Serialized { format, .. } => {
+                return Err(crate::profile::unreadable(format, "mnemo and python"))
+            }
         })
     }
 

@@ -279,7 +279,30 @@ fn php_perl_and_java_clients_write_mnemo_client_reads() {
 
 /// What mnemo writes: (key, value). The long ones pass every family's threshold (Java: 16 KB,
 /// php-memcache: 20000 bytes) and compress.
-fn mnemo_cases() -> Vec<(&'static str, Value)> {
+/// An object serialized the family's way (what mnemo read from one of its clients, stored
+/// back): PHP's `serialize([1, 2])`, Perl's `nfreeze([1, 2])`, Java's `ArrayList` of "a", "b".
+fn serialized_case(profile: FlagProfile) -> (Serialization, Vec<u8>) {
+    match profile {
+        FlagProfile::PhpMemcached | FlagProfile::PhpMemcache => {
+            (Serialization::Php, b"a:2:{i:0;i:1;i:1;i:2;}".to_vec())
+        }
+        FlagProfile::Perl => (
+            Serialization::PerlStorable,
+            b"\x05\x0b\x02\x00\x00\x00\x02\x08\x81\x08\x82".to_vec(),
+        ),
+        FlagProfile::Java => (
+            Serialization::Java,
+            hex(
+                "aced0005737200136a6176612e7574696c2e41727261794c6973747881d21d99c7619d03000149\
+                 000473697a65787000000002770400000002740001617400016278",
+            ),
+        ),
+        p => panic!("{p:?}"),
+    }
+}
+
+fn mnemo_cases(profile: FlagProfile) -> Vec<(&'static str, Value)> {
+    let (format, data) = serialized_case(profile);
     let long: String = (0..6000).map(|i| format!("wörd{} ", i % 97)).collect();
     let mut long_bytes = long.clone().into_bytes();
     long_bytes.extend_from_slice(b"\x00\xff\xfe");
@@ -294,6 +317,7 @@ fn mnemo_cases() -> Vec<(&'static str, Value)> {
         ("false", Value::Bool(false)),
         ("long", Value::Text(long)),
         ("longbytes", Value::Bytes(long_bytes)),
+        ("serialized", Value::Serialized { format, data }),
     ]
 }
 
@@ -304,6 +328,12 @@ fn kind_of(v: &Value) -> &'static str {
         Value::Int(_) => "int",
         Value::Float(_) => "float",
         Value::Bool(_) => "bool",
+        Value::Serialized { format, .. } => match format {
+            Serialization::Php => "ser:php",
+            Serialization::PerlStorable => "ser:perl-storable",
+            Serialization::Java => "ser:java",
+            _ => "ser:other",
+        },
         _ => "other",
     }
 }
@@ -320,6 +350,8 @@ fn read_back(who: &str, v: &Value, ty: &str, p: &[u8]) -> bool {
             Value::Int(i) => ty == "integer" && p == i.to_string().as_bytes(),
             Value::Float(f) => ty == "double" && float_is(*f),
             Value::Bool(b) => ty == "boolean" && p == if *b { b"1" } else { b"0" },
+            // The script prints an array as serialize() of it.
+            Value::Serialized { data, .. } => ty == "array" && p == data.as_slice(),
             _ => false,
         },
         "perl-fast" | "perl-classic" => match v {
@@ -330,6 +362,8 @@ fn read_back(who: &str, v: &Value, ty: &str, p: &[u8]) -> bool {
             Value::Int(i) => ty == "bytes" && p == i.to_string().as_bytes(),
             Value::Float(f) => ty == "bytes" && float_is(*f),
             Value::Bool(b) => ty == "bytes" && p == if *b { &b"1"[..] } else { b"" },
+            // The script prints a reference as nfreeze() of it.
+            Value::Serialized { data, .. } => ty == "ser:perl-storable" && p == data.as_slice(),
             _ => false,
         },
         "java" => match v {
@@ -338,6 +372,7 @@ fn read_back(who: &str, v: &Value, ty: &str, p: &[u8]) -> bool {
             Value::Int(i) => ty == "Long" && p == i.to_string().as_bytes(),
             Value::Float(f) => ty == "Double" && float_is(*f),
             Value::Bool(b) => ty == "Boolean" && p == if *b { b"1" } else { b"0" },
+            Value::Serialized { .. } => ty == "ArrayList" && p == b"[a, b]",
             _ => false,
         },
         _ => false,
@@ -375,10 +410,10 @@ fn mnemo_client_writes_php_perl_and_java_clients_read() {
     }
     let mut table = Table::default();
     let mut failures = Vec::new();
-    let cases = mnemo_cases();
     for srv in Server::both(&[]) {
         for (profile, cmd, file, readers) in &families {
             let c = client(&srv, *profile);
+            let cases = mnemo_cases(*profile);
             let mut compressed = BTreeMap::new();
             for (k, v) in &cases {
                 let key = format!("r:{}:{k}", profile.name());

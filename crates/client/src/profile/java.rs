@@ -14,7 +14,7 @@
 use super::php::no_pickles;
 use super::serialized_format;
 use crate::error::{Error, Result};
-use crate::serde::{Value, ValueRef};
+use crate::serde::{Serialization, Value, ValueRef};
 use std::borrow::Cow;
 
 pub const SERIALIZED: u32 = 1;
@@ -87,6 +87,11 @@ pub fn encode(value: ValueRef<'_>) -> Result<(Cow<'_, [u8]>, u32)> {
         ValueRef::Float(f) => (Cow::Owned(packed(f.to_bits())), DOUBLE),
         ValueRef::Bool(b) => (Cow::Borrowed(if b { &b"1"[..] } else { b"0" }), BOOLEAN),
         ValueRef::Pickled(_) => return Err(no_pickles("Java")),
+        ValueRef::Serialized {
+            format: Serialization::Java,
+            data,
+        } => (Cow::Borrowed(data), SERIALIZED),
+        ValueRef::Serialized { format, .. } => return Err(super::unreadable(format, "Java")),
     })
 }
 

@@ -11,7 +11,7 @@
 use super::php::no_pickles;
 use super::serialized_format;
 use crate::error::Result;
-use crate::serde::{not_utf8, Value, ValueRef};
+use crate::serde::{not_utf8, Serialization, Value, ValueRef};
 use std::borrow::Cow;
 
 pub const STORABLE: u32 = 1;
@@ -47,6 +47,11 @@ pub fn encode(value: ValueRef<'_>) -> Result<(Cow<'_, [u8]>, u32)> {
         ValueRef::Float(f) => (Cow::Owned(perl_number(f).into_bytes()), 0),
         ValueRef::Bool(b) => (Cow::Borrowed(if b { &b"1"[..] } else { b"" }), 0),
         ValueRef::Pickled(_) => return Err(no_pickles("Perl")),
+        ValueRef::Serialized {
+            format: Serialization::PerlStorable,
+            data,
+        } => (Cow::Borrowed(data), STORABLE),
+        ValueRef::Serialized { format, .. } => return Err(super::unreadable(format, "Perl")),
     })
 }
 
@@ -64,7 +69,6 @@ fn perl_number(f: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::serde::Serialization;
 
     #[test]
     fn flags_perl_wrote() {

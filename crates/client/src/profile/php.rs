@@ -127,6 +127,16 @@ pub fn memcached_encode(value: ValueRef<'_>) -> Result<(Cow<'_, [u8]>, u32)> {
             MEMCACHED_BOOL,
         ),
         ValueRef::Pickled(_) => return Err(no_pickles("PHP")),
+        ValueRef::Serialized { format, data } => (
+            Cow::Borrowed(data),
+            match format {
+                Serialization::Php => MEMCACHED_SERIALIZED,
+                Serialization::Igbinary => MEMCACHED_IGBINARY,
+                Serialization::Json => MEMCACHED_JSON,
+                Serialization::Msgpack => MEMCACHED_MSGPACK,
+                f => return Err(super::unreadable(f, "php-memcached")),
+            },
+        ),
     })
 }
 
@@ -158,6 +168,13 @@ pub fn memcache_encode(value: ValueRef<'_>) -> Result<(Cow<'_, [u8]>, u32)> {
             MEMCACHE_BOOL,
         ),
         ValueRef::Pickled(_) => return Err(no_pickles("PHP")),
+        ValueRef::Serialized {
+            format: Serialization::Php,
+            data,
+        } => (Cow::Borrowed(data), MEMCACHE_SERIALIZED),
+        ValueRef::Serialized { format, .. } => {
+            return Err(super::unreadable(format, "php-memcache"))
+        }
     })
 }
 
@@ -230,5 +247,11 @@ mod tests {
         );
         let (d, f) = memcache_encode(ValueRef::Bool(false)).unwrap();
         assert_eq!((&d[..], f), (&b"0"[..], 0x100));
+        // Serialized objects go back with the flags they came with; others are refused.
+        let ser = |format| ValueRef::Serialized { format, data: b"x" };
+        assert_eq!(memcache_encode(ser(Serialization::Php)).unwrap().1, 1);
+        assert!(memcache_encode(ser(Serialization::Igbinary)).is_err());
+        assert_eq!(memcached_encode(ser(Serialization::Msgpack)).unwrap().1, 7);
+        assert!(memcached_encode(ser(Serialization::Java)).is_err());
     }
 }
