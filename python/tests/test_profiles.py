@@ -1,9 +1,11 @@
-"""Flag profiles from Python: what the real PHP (php-memcached, php-memcache) and Perl
-(Cache::Memcached::Fast, Cache::Memcached) clients store, mnemo.Client(profile=...) reads as the
-same Python type, and the other way round, plain and compressed, on mnemod and on memcached.
-The PHP and Perl sides are crates/client/tests/profiles/values.{php,pl}, shared with the Rust
+"""Flag profiles from Python: what the real PHP (php-memcached, php-memcache), Perl
+(Cache::Memcached::Fast, Cache::Memcached) and Java (xmemcached, where a JDK and its jar are
+here) clients store, mnemo.Client(profile=...) reads as the same Python type, and the other way
+round, plain and compressed, on mnemod and on memcached. The other languages' sides are
+crates/client/tests/profiles/values.php, values.pl and Values.java, shared with the Rust
 client's test (crates/client/tests/profiles.rs)."""
 import math
+import os
 import pathlib
 import shutil
 import subprocess
@@ -15,9 +17,9 @@ import mnemo
 from conftest import raw_get
 
 SCRIPTS = pathlib.Path(__file__).resolve().parents[2] / "crates" / "client" / "tests" / "profiles"
-COMPRESSION_BITS = {"php": 0x10, "php-memcache": 2, "perl": 2}
+COMPRESSION_BITS = {"php": 0x10, "php-memcache": 2, "perl": 2, "java": 2}
 FAMILY = {"php-memcached": "php", "php-memcache": "php-memcache",
-          "perl-fast": "perl", "perl-classic": "perl"}
+          "perl-fast": "perl", "perl-classic": "perl", "java": "java"}
 
 
 def have(cmd, *args):
@@ -28,12 +30,36 @@ def have(cmd, *args):
 
 HAVE_PHP = have("php", "-r", "exit(class_exists('Memcached') && class_exists('Memcache') ? 0 : 1);")
 HAVE_PERL = have("perl", "-MCache::Memcached", "-MCache::Memcached::Fast", "-e1")
-SCRIPTS_HERE = [("php", "values.php")] * HAVE_PHP + [("perl", "values.pl")] * HAVE_PERL
 
 
-def run(cmd, script, *args):
-    p = subprocess.run([cmd, str(SCRIPTS / script), *args], capture_output=True, check=False)
-    assert p.returncode == 0, (script, args, p.stdout, p.stderr)
+def java_classpath():
+    """xmemcached and slf4j-api: $MNEMO_JAVA_CP, else from ~/.m2 (scripts/test.sh fetches them
+    where Maven is here), as the Rust test finds them; None without a JDK or the jars."""
+    if os.environ.get("MNEMO_JAVA_CP"):
+        return os.environ["MNEMO_JAVA_CP"]
+    m2 = pathlib.Path.home() / ".m2" / "repository"
+    xm = m2 / "com/googlecode/xmemcached/xmemcached/2.4.8/xmemcached-2.4.8.jar"
+    slf4j = sorted(m2.glob("org/slf4j/slf4j-api/*/slf4j-api-*.jar"))
+    if shutil.which("java") and xm.exists() and slf4j:
+        return f"{xm}:{slf4j[-1]}"
+    return None
+
+
+JAVA_CP = java_classpath()
+# How each language's side is run here: the command line before its arguments.
+SIDE_OF = {}
+if HAVE_PHP:
+    SIDE_OF["php"] = ["php", str(SCRIPTS / "values.php")]
+if HAVE_PERL:
+    SIDE_OF["perl"] = ["perl", str(SCRIPTS / "values.pl")]
+if JAVA_CP:
+    SIDE_OF["java"] = ["java", "-cp", JAVA_CP, str(SCRIPTS / "Values.java")]
+SIDES = list(SIDE_OF.values())
+
+
+def run(side, *args):
+    p = subprocess.run([*side, *args], capture_output=True, check=False)
+    assert p.returncode == 0, (side, args, p.stdout, p.stderr)
     return [line.split("\t") for line in p.stdout.decode().splitlines()]
 
 
@@ -52,12 +78,12 @@ def expected(kind, payload):
     return mnemo.Serialized(payload, kind[4:])
 
 
-@pytest.mark.skipif(not SCRIPTS_HERE, reason="neither PHP's nor Perl's memcached clients are installed")
-def test_php_and_perl_write_mnemo_reads(server):
+@pytest.mark.skipif(not SIDES, reason="no PHP, Perl or Java memcached client is installed")
+def test_php_perl_and_java_write_mnemo_reads(server):
     clients = {}
     n = 0
-    for cmd, script in SCRIPTS_HERE:
-        for key, who, kind, compressed, payload in run(cmd, script, "write", server.addr, "py:"):
+    for side in SIDES:
+        for key, who, kind, compressed, payload in run(side, "write", server.addr, "py:"):
             profile = FAMILY[who]
             c = clients.setdefault(profile, mnemo.Client(server.addr, profile=profile))
             want = expected(kind, bytes.fromhex(payload))
@@ -70,7 +96,7 @@ def test_php_and_perl_write_mnemo_reads(server):
             # get_many takes the same path as get for many keys.
             assert c.get_many([key]) == {key: want}
             n += 1
-    assert n == (31 if HAVE_PHP else 0) + (14 if HAVE_PERL else 0)
+    assert n == 31 * HAVE_PHP + 14 * HAVE_PERL + 16 * bool(JAVA_CP)
 
 
 LONG = "".join(f"wörd{i % 97} " for i in range(6000))
@@ -94,11 +120,27 @@ SERIALIZED = {
     "php-memcache": mnemo.Serialized(b"a:2:{i:0;i:1;i:1;i:2;}", "php"),
     "perl": mnemo.Serialized(bytes.fromhex("050b020000000208810882"),
                              "perl-storable"),
+    # java.util.ArrayList of "a", "b", as xmemcached stored it.
+    "java": mnemo.Serialized(bytes.fromhex(
+        "aced0005737200136a6176612e7574696c2e41727261794c6973747881d21d99c7619d03000149"
+        "000473697a65787000000002770400000002740001617400016278"), "java"),
 }
 
 
 def read_back(who, v, ty, p):
     """Whether the family's client read v as the same type (PHP: gettype; Perl: bytes/text)."""
+    if who == "java":
+        if isinstance(v, mnemo.Serialized):
+            return ty == "ArrayList" and p == b"[a, b]"
+        if isinstance(v, bool):
+            return ty == "Boolean" and p == (b"1" if v else b"0")
+        if isinstance(v, int):
+            return ty == "Long" and p == str(v).encode()
+        if isinstance(v, float):
+            return ty == "Double" and float(p) == v
+        if isinstance(v, str):
+            return ty == "String" and p == v.encode()
+        return ty == "byte[]" and p == v
     if isinstance(v, mnemo.Serialized):
         # The scripts print an array or reference as serialize() / nfreeze() of it.
         return ty == ("array" if who.startswith("php") else "ser:perl-storable") and p == v
@@ -120,14 +162,15 @@ def read_back(who, v, ty, p):
     return ty == "bytes" and p == v
 
 
-FAMILIES = ([("php", "php", "values.php", ["php-memcached"]),
-             ("php-memcache", "php", "values.php", ["php-memcache"])] * HAVE_PHP
-            + [("perl", "perl", "values.pl", ["perl-fast", "perl-classic"])] * HAVE_PERL)
+FAMILIES = ([("php", "php", ["php-memcached"]),
+             ("php-memcache", "php", ["php-memcache"])] * HAVE_PHP
+            + [("perl", "perl", ["perl-fast", "perl-classic"])] * HAVE_PERL
+            + [("java", "java", ["java"])] * bool(JAVA_CP))
 
 
-@pytest.mark.skipif(not FAMILIES, reason="neither PHP's nor Perl's memcached clients are installed")
-def test_mnemo_writes_php_and_perl_read(server):
-    for profile, cmd, script, readers in FAMILIES:
+@pytest.mark.skipif(not FAMILIES, reason="no PHP, Perl or Java memcached client is installed")
+def test_mnemo_writes_php_perl_and_java_read(server):
+    for profile, side, readers in FAMILIES:
         c = mnemo.Client(server.addr, profile=profile)
         values = dict(VALUES, serialized=SERIALIZED[profile])
         compressed = 0
@@ -144,7 +187,7 @@ def test_mnemo_writes_php_and_perl_read(server):
             f.write("\n".join(f"pyr:{profile}:{k}" for k in values))
             f.flush()
             for who in readers:
-                rows = run(cmd, script, "read", server.addr, f.name, who)
+                rows = run(SIDE_OF[side], "read", server.addr, f.name, who)
                 assert len(rows) == len(values)
                 for key, _, ty, p in rows:
                     v = values[key.rsplit(":", 1)[1]]
