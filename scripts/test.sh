@@ -24,6 +24,10 @@ command -v saslpasswd2 >/dev/null 2>&1 || need+=(sasl2-bin)
 command -v nutcracker >/dev/null 2>&1 || need+=(nutcracker)
 command -v openssl >/dev/null 2>&1 || need+=(openssl)
 dpkg -s libsasl2-modules >/dev/null 2>&1 || need+=(libsasl2-modules)
+# The PHP and Perl memcached clients of crates/client/tests/profiles.rs (flag profiles).
+for p in php-cli php-memcached php-memcache libcache-memcached-perl libcache-memcached-fast-perl; do
+    dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
+done
 if [ ${#need[@]} -gt 0 ]; then
     echo "== installing: ${need[*]}"
     $sudo_cmd apt-get update -q
@@ -61,6 +65,12 @@ if [ ${#reqs[@]} -gt 0 ]; then
     .venv/bin/python -m pip install -q --disable-pip-version-check "${reqs[@]}"
 fi
 export MNEMO_PYTHON="$root/.venv/bin/python"
+# Java's xmemcached for crates/client/tests/profiles.rs, where a JDK and Maven are here (the test
+# prints why it skipped the Java side otherwise).
+if command -v java >/dev/null 2>&1 && command -v mvn >/dev/null 2>&1; then
+    mvn -q -B dependency:get -Dartifact=com.googlecode.xmemcached:xmemcached:2.4.8 \
+        || echo "   xmemcached not fetched: the profiles test skips its Java side"
+fi
 
 # --- build and test ------------------------------------------------------------------------------
 echo "== cargo build"

@@ -14,6 +14,9 @@ zstd compression, and mnemod's server-side filters (fget). The GIL is released d
 Values: bytes, str and int are stored as python-memcached, pymemcache (with pickle_serde) and
 pylibmc store them (flags 0, 16, 2); anything else is pickled (flag 1), so each of those clients
 reads what mnemo writes and the other way round. mnemo.aio.Client is the asyncio version.
+profile="php" (php-memcached), "php-memcache", "perl" or "java" reads and writes those
+families' flags instead (docs/client-profiles.md): float and bool are their own types there, and
+their serialized objects come back as mnemo.Serialized.
 """
 from collections import namedtuple
 
@@ -22,12 +25,26 @@ from ._mnemo import DEFAULT_COMPRESS_THRESHOLD, DEFAULT_MIN_COMPRESS_SAVING
 from ._mnemo import Client as _NativeClient
 from .exceptions import *  # noqa: F401,F403  (the exception classes are part of the API)
 
-__all__ = ["Client", "FilterPart", "exceptions", "DEFAULT_COMPRESS_THRESHOLD",
+__all__ = ["Client", "FilterPart", "Serialized", "exceptions", "DEFAULT_COMPRESS_THRESHOLD",
            "DEFAULT_MIN_COMPRESS_SAVING"] + [n for n in dir(exceptions) if n.endswith("Error")]
 
 FilterPart = namedtuple("FilterPart", "server flags data keys")
 FilterPart.__doc__ = """One server's result of an fget: the server ("host:port"), the flags the
 filter set, its output bytes and how many of the requested keys that server was given."""
+
+
+class Serialized(bytes):
+    """An object another language serialized (PHP serialize/igbinary/JSON/msgpack, Perl
+    Storable, Java serialization), as stored: its bytes, and `format` naming which ("php",
+    "igbinary", "json", "msgpack", "perl-storable", "java")."""
+
+    def __new__(cls, data, format):
+        self = super().__new__(cls, data)
+        self.format = format
+        return self
+
+    def __repr__(self):
+        return f"mnemo.Serialized({bytes(self)!r}, {self.format!r})"
 
 
 class Client(_NativeClient):
@@ -37,9 +54,16 @@ class Client(_NativeClient):
     servers: a list of "host:port[:weight]" strings or (host, port[, weight]) tuples; a single
         string or tuple is one server.
     connect_timeout, timeout: seconds (None: wait forever); defaults 1 and 5.
-    compression: "zlib" (default; what the other Python clients read), "zstd" (mnemo's clients
-        only) or None; compress_threshold (bytes, default 1024) and min_compress_saving (the
-        compressed form is kept only if it saves this fraction, default 0.2); compress_level.
+    profile: whose flags values are written and read with: "mnemo" (default; the Python
+        clients' flags plus zstd), "python", "php" (php-memcached), "php-memcache", "perl"
+        (Cache::Memcached, ::Fast) or "java" (spymemcached, xmemcached); also_read: further
+        profiles to read with, where their flags do not collide ("mnemo"+"python",
+        "perl"+"java"). See docs/client-profiles.md.
+    compression: "default" (the profile's: zlib, gzip for perl and java), "zlib", "gzip",
+        "zstd" (mnemo's clients only) or None; compress_threshold (bytes, default the profile's:
+        1024, 2000 for php, 20000 for php-memcache, 16384 for java) and min_compress_saving (the
+        compressed form is kept only if it saves this fraction, default 0.2, php 0.23);
+        compress_level.
         Already-compressed data (JPEG, PNG, GIF, gzip, zstd ...) is stored as it is. Values are
         decompressed on read by their flags, whatever these settings.
     hash_tags: route a key with a {tag} by the tag only (related keys on one server).

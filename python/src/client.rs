@@ -3,6 +3,7 @@
 //! `mnemo.aio.Client` (each call returns an asyncio future). Each method converts its arguments
 //! with the GIL held, builds one owned future, and [`Client::run`] drives it either way.
 
+use crate::settings::value_settings;
 use crate::values::{
     boolean, cas_token, counter, filter_part_class, from_raw, from_value, keys_of, none,
     stat_value, to_key, to_raw, to_servers, to_value, OwnedValue,
@@ -10,8 +11,7 @@ use crate::values::{
 use crate::{errors, new_state, spawn_asyncio, Convert, State};
 use bytes::Bytes;
 use mnemo_client::{
-    filter, Algorithm, Compression, Config, FlagProfile, ServerSpec, SetOptions, StoreCmd,
-    StoreOutcome, Value,
+    filter, Config, FlagProfile, ServerSpec, SetOptions, StoreCmd, StoreOutcome, Value,
 };
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
@@ -115,6 +115,13 @@ impl Client {
         }
     }
 
+    /// The profiles values are read with, the writing one first.
+    fn readers(&self) -> Vec<FlagProfile> {
+        std::iter::once(self.cfg.profile)
+            .chain(self.cfg.also_read.iter().copied())
+            .collect()
+    }
+
     fn opts(&self, expire: i64, noreply: Option<bool>, compress: Option<bool>) -> SetOptions {
         SetOptions {
             exptime: exptime(expire),
@@ -190,9 +197,9 @@ impl Client {
 impl Client {
     #[new]
     #[pyo3(signature = (servers, *, connect_timeout=Some(1.0), timeout=Some(5.0),
-        compression=Some("zlib".to_owned()), compress_level=None,
-        compress_threshold=Compression::DEFAULT_THRESHOLD,
-        min_compress_saving=Compression::DEFAULT_MIN_SAVING, hash_tags=false,
+        profile="mnemo".to_owned(), also_read=Vec::new(),
+        compression=Some("default".to_owned()), compress_level=None,
+        compress_threshold=None, min_compress_saving=None, hash_tags=false,
         failure_limit=Some(Config::DEFAULT_FAILURE_LIMIT), retry_interval=2.0,
         pool_size=Config::DEFAULT_POOL_SIZE, max_connections=Config::DEFAULT_MAX_CONNECTIONS,
         pickle_protocol=None, default_noreply=false, key_prefix=None, ignore_exc=false,
@@ -203,10 +210,12 @@ impl Client {
         servers: &Bound<'_, PyAny>,
         connect_timeout: Option<f64>,
         timeout: Option<f64>,
+        profile: String,
+        also_read: Vec<String>,
         compression: Option<String>,
         compress_level: Option<i32>,
-        compress_threshold: usize,
-        min_compress_saving: f64,
+        compress_threshold: Option<usize>,
+        min_compress_saving: Option<f64>,
         hash_tags: bool,
         failure_limit: Option<u32>,
         retry_interval: f64,
@@ -227,32 +236,21 @@ impl Client {
             Some(p) => p.extract::<Vec<u8>>()?,
         };
         let servers = to_servers(servers)?;
-        let algorithm = match (compression.as_deref(), compress_level) {
-            (None | Some("zlib"), l) => Algorithm::Zlib {
-                level: l.map_or(Algorithm::ZLIB_DEFAULT_LEVEL, |l| l.clamp(0, 9) as u32),
-            },
-            (Some("zstd"), l) => Algorithm::Zstd {
-                level: l.unwrap_or(Algorithm::ZSTD_DEFAULT_LEVEL),
-            },
-            (Some(other), _) => {
-                return Err(errors::illegal(
-                    py,
-                    format!("compression is \"zlib\", \"zstd\" or None, not {other:?}"),
-                ))
-            }
-        };
+        let values = value_settings(
+            py,
+            &profile,
+            &also_read,
+            compression.as_deref(),
+            compress_level,
+            compress_threshold,
+            min_compress_saving,
+        )?;
         // A spin is for replies that come within microseconds; past MAX_REPLY_SPIN it would
         // only burn the CPU a sleeping read leaves free.
         if !(reply_spin.is_finite() && (0.0..=MAX_REPLY_SPIN).contains(&reply_spin)) {
             return Err(errors::illegal(
                 py,
                 format!("reply_spin is seconds in [0, {MAX_REPLY_SPIN}], not {reply_spin}"),
-            ));
-        }
-        if !(0.0..1.0).contains(&min_compress_saving) {
-            return Err(errors::illegal(
-                py,
-                format!("min_compress_saving is a fraction in [0, 1), not {min_compress_saving}"),
             ));
         }
         let cfg = Config {
@@ -263,15 +261,9 @@ impl Client {
             failure_limit,
             retry_interval: seconds(py, "retry_interval", Some(retry_interval))?,
             hash_tags,
-            // mnemo's profile reads zlib (8) and zstd (32) whatever this client writes.
-            profile: FlagProfile::Mnemo,
-            compression: Compression {
-                enabled: compression.is_some(),
-                algorithm,
-                threshold: compress_threshold,
-                min_saving: min_compress_saving,
-                skip_compressed_formats: true,
-            },
+            profile: values.profile,
+            also_read: values.also_read,
+            compression: values.compression,
             max_inflated: Config::DEFAULT_MAX_INFLATED,
             // Set per face by new_state.
             blocking_io: false,
@@ -342,6 +334,7 @@ impl Client {
     ) -> PyResult<Py<PyAny>> {
         let k = to_key(&self.key_prefix, key)?;
         let ignore = self.ignore_exc;
+        let readers = self.readers();
         self.run(
             py,
             move |c| async move {
@@ -349,7 +342,7 @@ impl Client {
                 item.map(|item| c.decompress(item)).transpose()
             },
             Box::new(move |py, v: Option<(Bytes, u32)>| match v {
-                Some((data, flags)) => from_raw(py, &data, flags),
+                Some((data, flags)) => from_raw(py, &readers, &data, flags),
                 None => Ok(default.unwrap_or_else(|| none(py))),
             }),
         )
@@ -395,6 +388,7 @@ impl Client {
     fn get_many(&self, py: Python<'_>, keys: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
         let (raw, orig) = keys_of(&self.key_prefix, keys)?;
         let ignore = self.ignore_exc;
+        let readers = self.readers();
         self.run(
             py,
             // Decompressed here, without the GIL, in the order asked (a large compressed batch
@@ -408,7 +402,7 @@ impl Client {
                 let d = PyDict::new(py);
                 for (v, o) in values.into_iter().zip(orig) {
                     if let Some((data, flags)) = v {
-                        d.set_item(o, from_raw(py, &data, flags)?)?;
+                        d.set_item(o, from_raw(py, &readers, &data, flags)?)?;
                     }
                 }
                 Ok(d.into_any().unbind())
@@ -467,7 +461,7 @@ impl Client {
         noreply: Option<bool>,
         compress: Option<bool>,
     ) -> PyResult<Py<PyAny>> {
-        let v = to_value(value, self.pickle_protocol)?;
+        let v = to_value(value, self.pickle_protocol, self.cfg.profile)?;
         self.store(
             py,
             StoreCmd::Set,
@@ -489,7 +483,7 @@ impl Client {
         noreply: Option<bool>,
         compress: Option<bool>,
     ) -> PyResult<Py<PyAny>> {
-        let v = to_value(value, self.pickle_protocol)?;
+        let v = to_value(value, self.pickle_protocol, self.cfg.profile)?;
         self.store(
             py,
             StoreCmd::Add,
@@ -511,7 +505,7 @@ impl Client {
         noreply: Option<bool>,
         compress: Option<bool>,
     ) -> PyResult<Py<PyAny>> {
-        let v = to_value(value, self.pickle_protocol)?;
+        let v = to_value(value, self.pickle_protocol, self.cfg.profile)?;
         self.store(
             py,
             StoreCmd::Replace,
@@ -578,7 +572,7 @@ impl Client {
         compress: Option<bool>,
     ) -> PyResult<Py<PyAny>> {
         let token = cas_token(cas)?;
-        let v = to_value(value, self.pickle_protocol)?;
+        let v = to_value(value, self.pickle_protocol, self.cfg.profile)?;
         self.store(
             py,
             StoreCmd::Cas,
@@ -609,7 +603,7 @@ impl Client {
             let (k, v): (Bound<'_, PyAny>, Bound<'_, PyAny>) = pair?.extract()?;
             raw.push((
                 to_key(&self.key_prefix, &k)?,
-                to_value(&v, self.pickle_protocol)?,
+                to_value(&v, self.pickle_protocol, self.cfg.profile)?,
             ));
             orig.push(k.unbind());
         }

@@ -18,7 +18,7 @@ fn class<'py>(py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyType>> {
 /// Which `mnemo.exceptions` class an error is raised as.
 fn class_name(e: &Error) -> &'static str {
     match e {
-        Error::BadKey(_) | Error::BadFilter(_) => "IllegalInputError",
+        Error::BadKey(_) | Error::BadFilter(_) | Error::Unsupported(_) => "IllegalInputError",
         Error::Io { .. } => "NetworkError",
         Error::Timeout { .. } => "TimeoutError",
         Error::NoServers => "NoServersError",

@@ -18,13 +18,14 @@
 
 mod client;
 mod errors;
+mod settings;
 mod values;
 
 use mnemo_client::{Config, ServerSpec};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, Once};
 
 /// Bumped in the child of every fork (pthread_atfork): a client or runtime made in an earlier
@@ -118,6 +119,30 @@ pub(crate) fn new_state(
 /// Turns an operation's Rust output into a Python object (run with the GIL held).
 pub(crate) type Convert<T> = Box<dyn FnOnce(Python<'_>, T) -> PyResult<Py<PyAny>> + Send>;
 
+/// Results being handed to Python by the runtime's thread right now (each inside or about to
+/// enter `Python::attach`).
+static RESOLVING: AtomicUsize = AtomicUsize::new(0);
+/// Set at interpreter exit (atexit, [`_drain_aio`]): the runtime's thread no longer enters Python.
+static EXITING: AtomicBool = AtomicBool::new(false);
+
+/// Run at interpreter exit, before finalization: from here on the runtime's thread leaves Python
+/// alone, and the results it is handing over right now are let finish first (the GIL released
+/// meanwhile). Without this, a result handed over while `asyncio.run` returns could still be
+/// inside Python (its `call_soon_threadsafe` call gives the GIL up midway) when finalization
+/// starts; CPython then ends that thread in the middle of its Python frames, and the process
+/// aborts or crashes on exit (seen 6 times in 20 runs of a three-call script).
+#[pyfunction]
+fn _drain_aio(py: Python<'_>) {
+    EXITING.store(true, Ordering::SeqCst);
+    // A hand-over is a few Python calls; the deadline only guards against the unforeseen.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    py.detach(|| {
+        while RESOLVING.load(Ordering::SeqCst) > 0 && std::time::Instant::now() < deadline {
+            std::thread::yield_now();
+        }
+    });
+}
+
 /// Run `fut` on the asyncio side: returns an asyncio future of the running loop that is resolved
 /// (from the runtime's thread, through `loop.call_soon_threadsafe`) with `convert(output)` or the
 /// mapped error.
@@ -139,6 +164,15 @@ where
     let (event_loop, target) = (event_loop.unbind(), pyfut.clone().unbind());
     async_runtime().spawn(async move {
         let out = fut.await;
+        // Counted before the check, and the exit hook sets the flag before it reads the count
+        // (both SeqCst): either this sees the flag, or the hook waits for this.
+        RESOLVING.fetch_add(1, Ordering::SeqCst);
+        if EXITING.load(Ordering::SeqCst) {
+            RESOLVING.fetch_sub(1, Ordering::SeqCst);
+            // Nobody is left to wait for it; the Python objects are dropped without the GIL
+            // (pyo3 defers those).
+            return;
+        }
         Python::attach(|py| {
             let (ok, value) = match out
                 .map_err(|e| errors::to_py(py, e))
@@ -158,6 +192,7 @@ where
             let _ =
                 event_loop.call_method1(py, "call_soon_threadsafe", (resolve, target, ok, value));
         });
+        RESOLVING.fetch_sub(1, Ordering::SeqCst);
     });
     Ok(pyfut.unbind())
 }
@@ -180,6 +215,11 @@ fn _resolve(fut: &Bound<'_, PyAny>, ok: bool, value: &Bound<'_, PyAny>) -> PyRes
 fn _mnemo(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<client::Client>()?;
     m.add_function(wrap_pyfunction!(_resolve, m)?)?;
+    let drain = wrap_pyfunction!(_drain_aio, m)?;
+    m.py()
+        .import("atexit")?
+        .call_method1("register", (drain.clone(),))?;
+    m.add_function(drain)?;
     m.add(
         "DEFAULT_COMPRESS_THRESHOLD",
         mnemo_client::Compression::DEFAULT_THRESHOLD,

@@ -1,24 +1,31 @@
 //! Python objects <-> the Rust client's keys, values and server specs.
 //!
-//! Values follow the Python family's flags (see `mnemo_client::serde`): `bytes` as they are (0),
-//! `str` as UTF-8 (16), `int` that fits 64 bits as decimal text (2, so incr/decr work on it),
-//! anything else (bool, float, big int, containers, objects, subclasses of those) pickled (1).
-//! Reading gives back the same Python types; a pickle is unpickled here, unknown flags come back
-//! as bytes.
+//! Under the mnemo and python profiles values follow the Python family's flags (see
+//! `mnemo_client::serde`): `bytes` as they are (0), `str` as UTF-8 (16), `int` that fits 64 bits
+//! as decimal text (2, so incr/decr work on it), anything else (bool, float, big int, containers,
+//! objects, subclasses of those) pickled (1). Under the PHP, Perl and Java profiles `bool` and
+//! `float` are the family's own types and nothing is pickled (those clients could not read it).
+//! Reading gives back the same Python types; a pickle is unpickled here, another language's
+//! serialized object comes back as `mnemo.Serialized` (its bytes and `format`), unknown flags as
+//! bytes.
 
 use crate::errors;
+use mnemo_client::profile::reader_for;
 use mnemo_client::serde::{self, Kind};
-use mnemo_client::{ServerSpec, Value, ValueRef};
+use mnemo_client::{FlagProfile, Serialization, ServerSpec, Value, ValueRef};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyBytes, PyInt, PyString, PyTuple};
+use pyo3::types::{PyBool, PyBytes, PyFloat, PyInt, PyString, PyTuple};
 
 /// A value converted while the GIL is held, owned so the I/O can run without it.
 pub(crate) enum OwnedValue {
     Bytes(Vec<u8>),
     Text(String),
     Int(i64),
+    Float(f64),
+    Bool(bool),
     Pickled(Vec<u8>),
+    Serialized(Serialization, Vec<u8>),
 }
 
 impl OwnedValue {
@@ -27,7 +34,13 @@ impl OwnedValue {
             OwnedValue::Bytes(b) => ValueRef::Bytes(b),
             OwnedValue::Text(s) => ValueRef::Text(s),
             OwnedValue::Int(i) => ValueRef::Int(*i),
+            OwnedValue::Float(f) => ValueRef::Float(*f),
+            OwnedValue::Bool(b) => ValueRef::Bool(*b),
             OwnedValue::Pickled(b) => ValueRef::Pickled(b),
+            OwnedValue::Serialized(format, data) => ValueRef::Serialized {
+                format: *format,
+                data,
+            },
         }
     }
 }
@@ -38,7 +51,11 @@ fn pickle<'py>(py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyAny>> {
     m.bind(py).getattr(name)
 }
 
-pub(crate) fn to_value(obj: &Bound<'_, PyAny>, protocol: i32) -> PyResult<OwnedValue> {
+pub(crate) fn to_value(
+    obj: &Bound<'_, PyAny>,
+    protocol: i32,
+    profile: FlagProfile,
+) -> PyResult<OwnedValue> {
     // Exact types only, as pymemcache's pickle_serde: a subclass (Django's SafeString, bool,
     // an IntEnum) is pickled so it reads back as itself.
     if let Ok(b) = obj.cast_exact::<PyBytes>() {
@@ -51,6 +68,35 @@ pub(crate) fn to_value(obj: &Bound<'_, PyAny>, protocol: i32) -> PyResult<OwnedV
         if let Ok(i) = obj.extract::<i64>() {
             return Ok(OwnedValue::Int(i));
         }
+    }
+    if profile.has_own_types() {
+        if let Ok(b) = obj.cast_exact::<PyBool>() {
+            return Ok(OwnedValue::Bool(b.is_true()));
+        }
+        if let Ok(f) = obj.cast_exact::<PyFloat>() {
+            return Ok(OwnedValue::Float(f.value()));
+        }
+        // An object read from this family, stored back as it came (the profile refuses a
+        // serialization its clients do not read).
+        if obj.is_instance(serialized_class(obj.py())?)? {
+            let name: String = obj.getattr("format")?.extract()?;
+            let format = Serialization::from_name(&name).ok_or_else(|| {
+                errors::illegal(obj.py(), format!("unknown serialization {name:?}"))
+            })?;
+            return Ok(OwnedValue::Serialized(
+                format,
+                obj.cast::<PyBytes>()?.as_bytes().to_vec(),
+            ));
+        }
+        return Err(errors::illegal(
+            obj.py(),
+            format!(
+                "the {} profile stores bytes, str, int (64-bit), float and bool, not {}: \
+                 its clients cannot read a pickle",
+                profile.name(),
+                obj.get_type().name()?
+            ),
+        ));
     }
     let pickled = pickle(obj.py(), "dumps")?.call1((obj, protocol))?;
     Ok(OwnedValue::Pickled(
@@ -83,16 +129,44 @@ pub(crate) fn from_value(py: Python<'_>, v: Value) -> PyResult<Py<PyAny>> {
         Value::Bytes(b) | Value::Other { data: b, .. } => PyBytes::new(py, &b).into_any().unbind(),
         Value::Text(s) => PyString::new(py, &s).into_any().unbind(),
         Value::Int(i) => i.into_pyobject(py)?.into_any().unbind(),
+        Value::Float(f) => PyFloat::new(py, f).into_any().unbind(),
+        Value::Bool(b) => boolean(py, b)?,
         Value::Pickled(b) => pickle(py, "loads")?
             .call1((PyBytes::new(py, &b),))?
             .unbind(),
+        Value::Serialized { format, data } => serialized_class(py)?
+            .call1((PyBytes::new(py, &data), format.name()))?
+            .unbind(),
     })
+}
+
+fn serialized_class(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
+    static CLS: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    Ok(CLS
+        .get_or_try_init(py, || {
+            Ok::<_, PyErr>(py.import("mnemo")?.getattr("Serialized")?.unbind())
+        })?
+        .bind(py))
 }
 
 /// A stored value's object from its decompressed bytes and flags, as [`from_value`] would make
 /// it, with one pass over the bytes: text is checked as UTF-8 by Python while it builds the str
 /// (`from_value` gets a String the Rust side has checked already, and Python checks it again).
-pub(crate) fn from_raw(py: Python<'_>, data: &[u8], flags: u32) -> PyResult<Py<PyAny>> {
+/// `readers`: the client's profiles (writing one first); the PHP, Perl and Java families' types
+/// are decoded by the Rust client.
+pub(crate) fn from_raw(
+    py: Python<'_>,
+    readers: &[FlagProfile],
+    data: &[u8],
+    flags: u32,
+) -> PyResult<Py<PyAny>> {
+    let reader = reader_for(readers, flags);
+    if reader.has_own_types() {
+        let v = reader
+            .decode_plain(data.to_vec(), flags)
+            .map_err(|e| errors::to_py(py, e))?;
+        return from_value(py, v);
+    }
     Ok(match Kind::of(flags) {
         Kind::Bytes | Kind::Other => PyBytes::new(py, data).into_any().unbind(),
         Kind::Text => {

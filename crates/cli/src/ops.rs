@@ -6,7 +6,7 @@
 
 use crate::fget::{self, FgetArgs};
 use clap::{Args, Subcommand};
-use mnemo_client::{blocking, Config, PerServer, ServerSpec, SetOptions, Value};
+use mnemo_client::{blocking, Config, FlagProfile, PerServer, ServerSpec, SetOptions, Value};
 use std::io::{Read, Write};
 use std::process::ExitCode;
 
@@ -19,9 +19,11 @@ pub struct Target {
     /// Hash only the `{...}` part of keys that have one.
     #[arg(long, global = true)]
     pub hash_tags: bool,
-    /// Flag meanings and compression: `mnemo` (zstd) or `python` (zlib, what python-memcached,
-    /// pymemcache and pylibmc read).
-    #[arg(long, global = true, default_value = "mnemo", value_parser = ["mnemo", "python"])]
+    /// Flag meanings and compression: `mnemo` (zstd), `python` (zlib, what python-memcached,
+    /// pymemcache and pylibmc read), `php` (php-memcached), `php-memcache`, `perl`
+    /// (Cache::Memcached and ::Fast) or `java` (spymemcached, xmemcached).
+    #[arg(long, global = true, default_value = "mnemo",
+          value_parser = ["mnemo", "python", "php", "php-memcached", "php-memcache", "perl", "java"])]
     pub profile: String,
 }
 
@@ -104,11 +106,7 @@ pub fn run(target: &Target, op: Op) -> ExitCode {
 }
 
 fn client(t: &Target) -> Result<blocking::Client, mnemo_client::Error> {
-    let mut cfg = if t.profile == "python" {
-        Config::python()
-    } else {
-        Config::default()
-    };
+    let mut cfg = Config::for_profile(FlagProfile::from_name(&t.profile)?);
     cfg.hash_tags = t.hash_tags;
     // An operator's command should fail fast on a dead server, not eject it for the next one.
     cfg.failure_limit = None;

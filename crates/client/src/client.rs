@@ -2,7 +2,7 @@
 //! stale pooled connection, ejection) and the concurrent fan-out over servers.
 
 use crate::codec::{check_key, retrieve_lines, Encoder, Reply, Request};
-use crate::compress::{Algorithm, Compression};
+use crate::compress::Compression;
 use crate::conn::{Conn, ConnError};
 use crate::error::{Error, Result};
 use crate::ketama::{hashed_part, md5x4, Ketama, ServerSpec};
@@ -35,7 +35,11 @@ pub struct Config {
     pub retry_interval: Duration,
     /// Hash only the `{...}` part of keys that have one (see [`crate::ketama::hashed_part`]).
     pub hash_tags: bool,
+    /// The flag convention values are written with, and read with first.
     pub profile: FlagProfile,
+    /// Further profiles values are read with, where `profile` does not know a value's flags
+    /// (only profiles whose flags do not collide: [`FlagProfile::combines_with`]).
+    pub also_read: Vec<FlagProfile>,
     pub compression: Compression,
     /// Largest value a decompression may produce (a guard against compression bombs).
     pub max_inflated: usize,
@@ -65,12 +69,15 @@ impl Config {
     /// Values the Python clients (python-memcached, pymemcache, pylibmc) read and write:
     /// their flags, zlib compression.
     pub fn python() -> Self {
+        Self::for_profile(FlagProfile::Python)
+    }
+
+    /// Values a family's clients read and write: its flags, and its compression defaults
+    /// ([`FlagProfile::default_compression`]).
+    pub fn for_profile(profile: FlagProfile) -> Self {
         Config {
-            profile: FlagProfile::Python,
-            compression: Compression {
-                algorithm: Algorithm::zlib(),
-                ..Compression::default()
-            },
+            profile,
+            compression: profile.default_compression(),
             ..Config::default()
         }
     }
@@ -87,6 +94,7 @@ impl Default for Config {
             retry_interval: Self::DEFAULT_RETRY_INTERVAL,
             hash_tags: false,
             profile: FlagProfile::Mnemo,
+            also_read: Vec::new(),
             compression: Compression::default(),
             max_inflated: Self::DEFAULT_MAX_INFLATED,
             blocking_io: false,
@@ -132,7 +140,9 @@ impl Client {
         let values = ValueCodec {
             serde,
             compression: cfg.compression,
-            profile: cfg.profile,
+            readers: std::iter::once(cfg.profile)
+                .chain(cfg.also_read.iter().copied())
+                .collect(),
             max_inflated: cfg.max_inflated,
         };
         values.check()?;

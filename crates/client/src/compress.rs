@@ -17,6 +17,9 @@ pub enum Algorithm {
     /// zlib (RFC 1950, as Python's `zlib.compress`): what python-memcached, pymemcache and pylibmc
     /// read under flag 8.
     Zlib { level: u32 },
+    /// gzip (RFC 1952, zlib's deflate in gzip's wrapper): what Perl's Cache::Memcached(::Fast)
+    /// and Java's spymemcached/xmemcached read under their flag 2.
+    Gzip { level: u32 },
 }
 
 impl Algorithm {
@@ -31,6 +34,12 @@ impl Algorithm {
 
     pub fn zlib() -> Self {
         Algorithm::Zlib {
+            level: Self::ZLIB_DEFAULT_LEVEL,
+        }
+    }
+
+    pub fn gzip() -> Self {
+        Algorithm::Gzip {
             level: Self::ZLIB_DEFAULT_LEVEL,
         }
     }
@@ -112,6 +121,30 @@ pub fn zlib_compress(data: &[u8], level: u32) -> Vec<u8> {
     e.finish().expect("writing to a Vec")
 }
 
+pub fn gzip_compress(data: &[u8], level: u32) -> Vec<u8> {
+    let mut e = flate2::write::GzEncoder::new(
+        Vec::with_capacity(data.len() / 2 + 64),
+        flate2::Compression::new(level.min(9)),
+    );
+    e.write_all(data).expect("writing to a Vec");
+    e.finish().expect("writing to a Vec")
+}
+
+/// Undo gzip (one member, as Perl's and Java's clients write), refusing to inflate past `limit`
+/// bytes.
+pub fn gzip_decompress(data: &[u8], limit: usize) -> std::io::Result<Vec<u8>> {
+    let mut out = Vec::new();
+    flate2::read::GzDecoder::new(data)
+        .take(limit as u64 + 1)
+        .read_to_end(&mut out)?;
+    if out.len() > limit {
+        return Err(std::io::Error::other(
+            "decompressed value larger than the limit",
+        ));
+    }
+    Ok(out)
+}
+
 impl Compression {
     /// Compress if it is on (client-wide or by `force`), the value is long enough, not already
     /// compressed, and compression saves enough. Returns the data to store and whether it was
@@ -131,6 +164,7 @@ impl Compression {
         let packed = match self.algorithm {
             Algorithm::Zstd { level } => zstd_compress(&data, level)?,
             Algorithm::Zlib { level } => zlib_compress(&data, level),
+            Algorithm::Gzip { level } => gzip_compress(&data, level),
         };
         if (packed.len() as f64) <= data.len() as f64 * (1.0 - self.min_saving) {
             Ok((Cow::Owned(packed), Some(self.algorithm)))
@@ -175,11 +209,7 @@ pub fn zlib_decompress(data: &[u8], limit: usize) -> std::io::Result<Vec<u8>> {
     })
 }
 
-fn inflate_into(
-    d: &mut flate2::Decompress,
-    data: &[u8],
-    limit: usize,
-) -> std::io::Result<Vec<u8>> {
+fn inflate_into(d: &mut flate2::Decompress, data: &[u8], limit: usize) -> std::io::Result<Vec<u8>> {
     use flate2::{FlushDecompress, Status};
     let mut out = Vec::with_capacity(data.len().saturating_mul(3).min(limit + 1));
     loop {

@@ -29,6 +29,10 @@ pub enum Error {
     /// A stored value could not be turned back into a [`crate::Value`].
     #[error("cannot decode value with flags {flags}: {why}")]
     Decode { flags: u32, why: String },
+    /// A value the client's profile has no way to store (a float under the python profile,
+    /// a pickle for PHP clients, a NaN for PHP).
+    #[error("cannot store this value: {0}")]
+    Unsupported(String),
     #[error("configuration: {0}")]
     Config(String),
 }

@@ -49,7 +49,7 @@ impl Client {
     /// An item's bytes if they are compressed, else 0.
     fn compressed_len(&self, it: &Option<Item>) -> usize {
         match it {
-            Some(i) if i.flags & self.inner.values.profile.compression_bits() != 0 => i.data.len(),
+            Some(i) if i.flags & self.inner.values.compression_bits() != 0 => i.data.len(),
             _ => 0,
         }
     }
@@ -91,8 +91,8 @@ impl Client {
                 .unwrap_or_default()
         };
         let (front, back) = std::thread::scope(|s| {
-            let helper = std::thread::Builder::new()
-                .spawn_scoped(s, || self.decompress_in_order(take()));
+            let helper =
+                std::thread::Builder::new().spawn_scoped(s, || self.decompress_in_order(take()));
             let f = self.decompress_in_order(front);
             let b = match helper {
                 Ok(h) => h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)),
@@ -120,7 +120,11 @@ mod tests {
     }
 
     fn item(data: Vec<u8>, flags: u32) -> Option<Item> {
-        Some(Item { data: data.into(), flags, cas: None })
+        Some(Item {
+            data: data.into(),
+            flags,
+            cas: None,
+        })
     }
 
     fn text(i: usize) -> Vec<u8> {
@@ -158,7 +162,9 @@ mod tests {
     }
 
     fn owned(got: Vec<Option<(bytes::Bytes, u32)>>) -> Owned {
-        got.into_iter().map(|v| v.map(|(b, f)| (b.to_vec(), f))).collect()
+        got.into_iter()
+            .map(|v| v.map(|(b, f)| (b.to_vec(), f)))
+            .collect()
     }
 
     #[test]
@@ -183,7 +189,12 @@ mod tests {
         items[37] = item(good[..good.len() / 2].to_vec(), FLAG_ZLIB);
         let late = halves(&c, items.clone()).unwrap_err().to_string();
         assert!(late.contains("ends early"), "{late}");
-        assert_eq!(late, c.decompress_in_order(items.clone()).unwrap_err().to_string());
+        assert_eq!(
+            late,
+            c.decompress_in_order(items.clone())
+                .unwrap_err()
+                .to_string()
+        );
         // Early as well (the caller's half): not zlib at all. The earlier one is reported.
         items[2] = item(b"not zlib".to_vec(), FLAG_ZLIB);
         let early = halves(&c, items.clone()).unwrap_err().to_string();

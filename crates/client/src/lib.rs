@@ -4,7 +4,8 @@
 //! (libmemcached-compatible weighted ketama, optional `{hash tags}`), how requests hit the wire
 //! (one vectored write per batch, TCP_NODELAY, pipelined multi-key commands fanned out to all
 //! servers at once), and how values become bytes and flags (a pluggable serde, zstd or zlib
-//! compression with a threshold, a minimum saving and already-compressed detection).
+//! compression with a threshold, a minimum saving and already-compressed detection; flag
+//! profiles for the PHP, Perl, Java and Python client families, [`profile`]).
 //!
 //! ```text
 //!   Client::get_multi(keys)
@@ -33,6 +34,7 @@ mod inflate;
 pub mod ketama;
 mod node;
 mod ops;
+pub mod profile;
 pub mod serde;
 
 pub use admin::{KeyInfo, PerServer};
@@ -43,4 +45,4 @@ pub use error::{Error, Result};
 pub use filter::FilterPart;
 pub use ketama::ServerSpec;
 pub use ops::{Item, SetOptions, StoreOutcome};
-pub use serde::{FlagProfile, FlagSerde, Serde, Value, ValueRef};
+pub use serde::{FlagProfile, FlagSerde, Serde, Serialization, Value, ValueRef};

@@ -253,7 +253,7 @@ impl Client {
             (StoreCmd::Append | StoreCmd::Prepend, ValueRef::Text(s)) => {
                 (std::borrow::Cow::Borrowed(s.as_bytes()), 0)
             }
-            (StoreCmd::Append | StoreCmd::Prepend, v) => self.inner.values.serde.encode(v)?,
+            (StoreCmd::Append | StoreCmd::Prepend, v) => self.inner.values.encode_type(v)?,
             _ => self.inner.values.encode(value, opts.compress)?,
         };
         let req = Request::Store {

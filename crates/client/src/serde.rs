@@ -1,7 +1,8 @@
 //! Values and their flags: a pluggable [`Serde`] turns a value into bytes and flags and back;
 //! the compression layer ([`crate::compress`]) sits between it and the wire.
 //!
-//! Flag profiles, so other clients read what we write and we read theirs:
+//! The built-in serde's flags, those of the mnemo and python profiles (the PHP, Perl and Java
+//! families' types are their profiles' own: [`crate::profile`]):
 //!
 //! ```text
 //!   bit   value  Python family (python-memcached 1.62, pymemcache 4, pylibmc 1.6)   mnemo
@@ -16,9 +17,11 @@
 //!
 //! The bits were checked against each library's source and against values the real libraries
 //! stored (tests/interop). Integers are stored as decimal text, so incr/decr work on them.
+//! A custom [`Serde`] replaces these types under the mnemo and python profiles only.
 
-use crate::compress::{self, Algorithm, Compression};
+use crate::compress::Compression;
 use crate::error::{Error, Result};
+pub use crate::profile::FlagProfile;
 use std::borrow::Cow;
 
 pub const FLAG_PICKLE: u32 = 1;
@@ -29,13 +32,22 @@ pub const FLAG_TEXT: u32 = 16;
 pub const FLAG_ZSTD: u32 = 32;
 
 /// A value read back.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Value {
     Bytes(Vec<u8>),
     Text(String),
     Int(i64),
+    /// A PHP double, a Java double or float (Perl's numbers are text: they read as bytes).
+    Float(f64),
+    /// A PHP or Java boolean.
+    Bool(bool),
     /// A Python pickle (flag 1): the raw pickle bytes, for the caller to deal with.
     Pickled(Vec<u8>),
+    /// An object another language serialized: its raw bytes, and which serialization it is.
+    Serialized {
+        format: Serialization,
+        data: Vec<u8>,
+    },
     /// Flags no profile knows: the bytes (decompressed) as stored.
     Other {
         flags: u32,
@@ -44,12 +56,17 @@ pub enum Value {
 }
 
 impl Value {
-    /// The bytes, for any value (ints and text as their UTF-8 text).
+    /// The bytes, for any value (numbers, booleans and text as their UTF-8 text).
     pub fn into_bytes(self) -> Vec<u8> {
         match self {
-            Value::Bytes(b) | Value::Pickled(b) | Value::Other { data: b, .. } => b,
+            Value::Bytes(b)
+            | Value::Pickled(b)
+            | Value::Serialized { data: b, .. }
+            | Value::Other { data: b, .. } => b,
             Value::Text(s) => s.into_bytes(),
             Value::Int(i) => i.to_string().into_bytes(),
+            Value::Float(f) => f.to_string().into_bytes(),
+            Value::Bool(b) => b.to_string().into_bytes(),
         }
     }
 
@@ -75,15 +92,73 @@ impl Value {
     }
 }
 
+/// Which serialization a [`Value::Serialized`] is, by the flags (and for Perl's and Java's
+/// flag 1, the first bytes) it was stored with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Serialization {
+    /// PHP's `serialize()` (php-memcached type 4, php-memcache flag 1).
+    Php,
+    /// PHP's igbinary (php-memcached type 5).
+    Igbinary,
+    /// JSON (php-memcached type 6).
+    Json,
+    /// MessagePack (php-memcached type 7).
+    Msgpack,
+    /// Perl's `Storable::nfreeze` (Perl flag 1).
+    PerlStorable,
+    /// Java object serialization (Java flag 1; starts with 0xACED).
+    Java,
+}
+
+impl Serialization {
+    pub const ALL: [Serialization; 6] = [
+        Serialization::Php,
+        Serialization::Igbinary,
+        Serialization::Json,
+        Serialization::Msgpack,
+        Serialization::PerlStorable,
+        Serialization::Java,
+    ];
+
+    /// The serialization [`Self::name`] names.
+    pub fn from_name(name: &str) -> Option<Serialization> {
+        Self::ALL.into_iter().find(|s| s.name() == name)
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Serialization::Php => "php",
+            Serialization::Igbinary => "igbinary",
+            Serialization::Json => "json",
+            Serialization::Msgpack => "msgpack",
+            Serialization::PerlStorable => "perl-storable",
+            Serialization::Java => "java",
+        }
+    }
+}
+
 /// A value to store, borrowed (a 4 MB value is not copied to be sent).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub enum ValueRef<'a> {
     Bytes(&'a [u8]),
     Text(&'a str),
     Int(i64),
+    /// Stored as the profile's double (PHP, Java) or its decimal text (Perl); the mnemo and
+    /// python profiles have no float flag (Python pickles them): an error there.
+    Float(f64),
+    /// Stored as the profile's boolean (PHP, Java) or 1 / "" (Perl); an error under the mnemo
+    /// and python profiles, as floats.
+    Bool(bool),
     /// A pickle made by the caller (the Python client), stored with flag 1 so the Python
     /// clients unpickle it.
     Pickled(&'a [u8]),
+    /// An object serialized for another language (a [`Value::Serialized`] read back, say),
+    /// stored with the flags that family's clients deserialize it by; an error under a profile
+    /// whose clients do not read that serialization.
+    Serialized {
+        format: Serialization,
+        data: &'a [u8],
+    },
 }
 
 impl<'a> From<&'a [u8]> for ValueRef<'a> {
@@ -121,15 +196,32 @@ impl From<i32> for ValueRef<'_> {
         ValueRef::Int(i.into())
     }
 }
+impl From<f64> for ValueRef<'_> {
+    fn from(f: f64) -> Self {
+        ValueRef::Float(f)
+    }
+}
+impl From<bool> for ValueRef<'_> {
+    fn from(b: bool) -> Self {
+        ValueRef::Bool(b)
+    }
+}
 impl<'a> From<&'a Value> for ValueRef<'a> {
-    /// Pickled and unknown values are stored back as bytes (their flags are not kept).
+    /// Pickled and unknown values are stored back as bytes (their flags are not kept);
+    /// serialized ones as what they are.
     fn from(v: &'a Value) -> Self {
         match v {
             Value::Bytes(b) | Value::Pickled(b) | Value::Other { data: b, .. } => {
                 ValueRef::Bytes(b)
             }
+            Value::Serialized { format, data } => ValueRef::Serialized {
+                format: *format,
+                data,
+            },
             Value::Text(s) => ValueRef::Text(s),
             Value::Int(i) => ValueRef::Int(*i),
+            Value::Float(f) => ValueRef::Float(*f),
+            Value::Bool(b) => ValueRef::Bool(*b),
         }
     }
 }
@@ -184,32 +276,6 @@ pub fn parse_int(data: &[u8], flags: u32) -> Result<i64> {
     s.trim().parse().map_err(|_| bad("not a 64-bit integer"))
 }
 
-/// Which flag bits mean what.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FlagProfile {
-    /// mnemo's own: the Python family's type bits and zlib, plus zstd (32).
-    Mnemo,
-    /// python-memcached, pymemcache, pylibmc: type bits and zlib only; zstd cannot be used.
-    Python,
-}
-
-impl FlagProfile {
-    pub fn zstd_flag(self) -> Option<u32> {
-        match self {
-            FlagProfile::Mnemo => Some(FLAG_ZSTD),
-            FlagProfile::Python => None,
-        }
-    }
-
-    pub fn zlib_flag(self) -> u32 {
-        FLAG_ZLIB
-    }
-
-    pub fn compression_bits(self) -> u32 {
-        FLAG_ZLIB | self.zstd_flag().unwrap_or(0)
-    }
-}
-
 /// The built-in serde: bytes (0), text (16), integers (2, read also as 4), pickles read as raw.
 #[derive(Debug, Clone, Copy)]
 pub struct FlagSerde;
@@ -224,6 +290,13 @@ impl Serde for FlagSerde {
                 FLAG_INT,
             ),
             ValueRef::Pickled(b) => (Cow::Borrowed(b), FLAG_PICKLE),
+            ValueRef::Float(_) | ValueRef::Bool(_) => return Err(Error::Unsupported(
+                "the mnemo and python profiles have no float or bool flag (Python pickles them)"
+                    .to_owned(),
+            )),
+            ValueRef::Serialized { format, .. } => {
+                return Err(crate::profile::unreadable(format, "mnemo and python"))
+            }
         })
     }
 
@@ -242,39 +315,56 @@ impl Serde for FlagSerde {
 pub(crate) struct ValueCodec {
     pub serde: Box<dyn Serde>,
     pub compression: Compression,
-    pub profile: FlagProfile,
+    /// The writing profile first, then those also read ([`crate::Config::also_read`]).
+    pub readers: Vec<FlagProfile>,
     /// Largest value a decompression may produce.
     pub max_inflated: usize,
 }
 
 impl ValueCodec {
-    pub fn check(&self) -> Result<()> {
-        if matches!(self.compression.algorithm, Algorithm::Zstd { .. })
-            && self.profile.zstd_flag().is_none()
-        {
-            return Err(Error::Config(
-                "the Python flag profile has no zstd bit: use Algorithm::Zlib (Python clients read flag 8 = zlib)".into(),
-            ));
-        }
-        Ok(())
+    pub fn profile(&self) -> FlagProfile {
+        self.readers[0]
     }
 
+    pub fn check(&self) -> Result<()> {
+        crate::profile::check(
+            self.profile(),
+            &self.readers[1..],
+            self.compression.algorithm,
+        )
+    }
+
+    /// Any compression bit of any profile read.
+    pub fn compression_bits(&self) -> u32 {
+        self.readers.iter().fold(0, |b, p| b | p.compression_bits())
+    }
+
+    /// Bytes and flags for a value: the type by the serde (mnemo, python) or the family's
+    /// profile, then compression, framed as the family frames it.
     pub fn encode<'a>(
         &self,
         value: ValueRef<'a>,
         compress: Option<bool>,
     ) -> Result<(Cow<'a, [u8]>, u32)> {
-        let (data, flags) = self.serde.encode(value)?;
+        let (data, flags) = self.encode_type(value)?;
+        let original = data.len();
         let (data, algo) = self.compression.apply(data, compress)?;
-        let bit = match algo {
-            None => 0,
-            Some(Algorithm::Zlib { .. }) => self.profile.zlib_flag(),
-            Some(Algorithm::Zstd { .. }) => self
-                .profile
-                .zstd_flag()
-                .expect("checked by ValueCodec::check"),
-        };
-        Ok((data, flags | bit))
+        Ok(match algo {
+            None => (data, flags),
+            Some(algo) => {
+                let (framed, bits) = self.profile().frame(algo, original, data.into_owned());
+                (Cow::Owned(framed), flags | bits)
+            }
+        })
+    }
+
+    /// The value's bytes and type flags, uncompressed (append/prepend store these).
+    pub fn encode_type<'a>(&self, value: ValueRef<'a>) -> Result<(Cow<'a, [u8]>, u32)> {
+        if self.profile().has_own_types() {
+            self.profile().encode(value)
+        } else {
+            self.serde.encode(value)
+        }
     }
 
     /// Undo compression by the flags, whatever this client's settings.
@@ -293,29 +383,23 @@ impl ValueCodec {
 
     /// The inflated bytes and the flags without the compression bit; None: not compressed.
     fn inflate(&self, data: &[u8], flags: u32) -> Result<Option<(Vec<u8>, u32)>> {
-        let bad = |e: std::io::Error| Error::Decode {
-            flags,
-            why: e.to_string(),
-        };
-        let zstd = self.profile.zstd_flag().unwrap_or(0);
-        if zstd != 0 && flags & zstd != 0 {
-            Ok(Some((
-                compress::zstd_decompress(data, self.max_inflated).map_err(bad)?,
-                flags & !zstd,
-            )))
-        } else if flags & FLAG_ZLIB != 0 {
-            Ok(Some((
-                compress::zlib_decompress(data, self.max_inflated).map_err(bad)?,
-                flags & !FLAG_ZLIB,
-            )))
+        crate::profile::reader_for(&self.readers, flags).inflate(data, flags, self.max_inflated)
+    }
+
+    /// A decompressed value by its flags: the serde's types under mnemo and python, the
+    /// family's under the others.
+    pub fn decode_plain(&self, data: Vec<u8>, flags: u32) -> Result<Value> {
+        let p = crate::profile::reader_for(&self.readers, flags);
+        if p.has_own_types() {
+            p.decode_plain(data, flags)
         } else {
-            Ok(None)
+            self.serde.decode(data, flags)
         }
     }
 
     pub fn decode(&self, data: Vec<u8>, flags: u32) -> Result<Value> {
         let (data, flags) = self.decompress(data, flags)?;
-        self.serde.decode(data, flags)
+        self.decode_plain(data, flags)
     }
 }
 
@@ -323,11 +407,13 @@ impl ValueCodec {
 mod tests {
     use super::*;
 
+    use crate::compress::{self, Algorithm};
+
     fn codec(profile: FlagProfile, compression: Compression) -> ValueCodec {
         ValueCodec {
             serde: Box::new(FlagSerde),
             compression,
-            profile,
+            readers: vec![profile],
             max_inflated: 1 << 20,
         }
     }
