@@ -327,17 +327,28 @@ impl Frozen<'_> {
 
     /// Writes the snapshot to `path` safely: to `path.tmp` first, synced, then renamed over
     /// `path`, so a crash mid-write leaves the previous snapshot (or none), never half of one.
+    /// A write that fails removes `path.tmp`.
     pub fn write_snapshot_file(&mut self, path: &Path, now: Time, origin: u64) -> io::Result<SnapshotStats> {
         let mut tmp = path.as_os_str().to_owned();
         tmp.push(".tmp");
         let tmp = std::path::PathBuf::from(tmp);
-        let file = File::create(&tmp)?;
-        let mut out = BufWriter::with_capacity(1 << 20, file);
-        let stats = self.write_snapshot(&mut out, now, origin)?;
-        let file = out.into_inner().map_err(|e| e.into_error())?;
-        file.sync_all()?;
-        drop(file);
-        std::fs::rename(&tmp, path)?;
+        let written = File::create(&tmp).and_then(|file| {
+            let mut out = BufWriter::with_capacity(1 << 20, file);
+            let stats = self.write_snapshot(&mut out, now, origin)?;
+            let file = out.into_inner().map_err(|e| e.into_error())?;
+            file.sync_all()?;
+            drop(file);
+            std::fs::rename(&tmp, path)?;
+            Ok(stats)
+        });
+        let stats = match written {
+            Ok(s) => s,
+            Err(e) => {
+                // A full disk must not stay full of a snapshot that will never be used.
+                let _ = std::fs::remove_file(&tmp);
+                return Err(e);
+            }
+        };
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             // The rename itself is durable once the directory is synced.
             if let Ok(d) = File::open(dir) {
