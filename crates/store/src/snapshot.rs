@@ -363,15 +363,18 @@ impl Frozen<'_> {
 /// holds one block at most (whose length was checked against the file's) or a scan chunk.
 struct Window<R: Read> {
     input: R,
+    /// `buf[at..end]` is input not yet consumed; the rest of `buf` is room already
+    /// initialized, kept so that each block is not zeroed before it is read over.
     buf: Vec<u8>,
-    /// The cursor, in `buf` and in the file.
     at: usize,
+    end: usize,
+    /// The cursor's offset in the file.
     pos: u64,
 }
 
 impl<R: Read> Window<R> {
     fn avail(&self) -> &[u8] {
-        &self.buf[self.at..]
+        &self.buf[self.at..self.end]
     }
 
     fn advance(&mut self, n: usize) {
@@ -382,26 +385,24 @@ impl<R: Read> Window<R> {
     /// Makes `n` bytes available from the cursor; false when the input ends first (what it
     /// had is available all the same).
     fn fill(&mut self, n: usize) -> io::Result<bool> {
-        if self.buf.len() - self.at >= n {
+        if self.end - self.at >= n {
             return Ok(true);
         }
-        self.buf.drain(..self.at);
+        self.buf.copy_within(self.at..self.end, 0);
+        self.end -= self.at;
         self.at = 0;
-        let mut have = self.buf.len();
-        self.buf.resize(n, 0);
-        let r = loop {
-            if have >= n {
-                break Ok(true);
-            }
-            match self.input.read(&mut self.buf[have..]) {
-                Ok(0) => break Ok(false),
-                Ok(k) => have += k,
+        if self.buf.len() < n {
+            self.buf.resize(n, 0);
+        }
+        while self.end < n {
+            match self.input.read(&mut self.buf[self.end..n]) {
+                Ok(0) => return Ok(false),
+                Ok(k) => self.end += k,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => break Err(e),
+                Err(e) => return Err(e),
             }
-        };
-        self.buf.truncate(have);
-        r
+        }
+        Ok(true)
     }
 
     /// After damage at the cursor: moves to the next place past it where a block header or
@@ -440,7 +441,7 @@ impl Store {
     /// at start; items set meanwhile are overwritten by the file's). `len` is the input's
     /// length in bytes (a block claiming more is damage, not a reason to allocate).
     pub fn restore_snapshot(&self, input: impl Read, len: u64, now: Time, origin: u64) -> Result<RestoreReport, SnapshotError> {
-        let mut w = Window { input, buf: Vec::new(), at: 0, pos: 0 };
+        let mut w = Window { input, buf: Vec::new(), at: 0, end: 0, pos: 0 };
         if !w.fill(12)? || &w.avail()[0..8] != MAGIC {
             return Err(SnapshotError::BadMagic);
         }
