@@ -5,6 +5,7 @@ Where memcached's behaviour is the reference, the same test runs against memcach
 import os
 import random
 import socket
+import struct
 import threading
 import time
 
@@ -287,6 +288,122 @@ def test_many_clients_at_once(server):
     for t in threads:
         t.join(60)
     assert not errors, errors[:3]
+
+
+def test_ms_length_overflowing_an_int_is_answered_at_once(server):
+    # memcached refuses it before awaiting any data; mnemod used to wait to swallow 2 GiB.
+    with server.connect() as s:
+        s.settimeout(5)
+        for n in (b"2147483647", b"2147483646", b"6442450943"):
+            assert roundtrip(s, b"ms k " + n + b" T0\r\n") == b"CLIENT_ERROR bad command line format\r\n"
+        # Nothing swallowed: the next line is a command.
+        assert roundtrip(s, b"mn\r\n") == b"MN\r\n"
+    served(server)
+
+
+def test_ms_length_over_item_max_is_swallowed_not_buffered(server):
+    base = server.rss_kb()
+    with server.connect() as s:
+        s.sendall(b"ms k 2147483645\r\n" + b"x" * 100_000)
+        served(server)
+    assert server.rss_kb() < base + 50_000
+    served(server)
+
+
+def binary(opcode, extras=b"", key=b"", value=b"", bodylen=None):
+    body = len(extras) + len(key) + len(value) if bodylen is None else bodylen
+    return struct.pack(">BBHBBHIIQ", 0x80, opcode, len(key), len(extras), 0, 0, body, 0, 0) + extras + key + value
+
+
+def binary_reply(sock):
+    head = b""
+    while len(head) < 24:
+        d = sock.recv(24 - len(head))
+        assert d, "closed before a reply"
+        head += d
+    _, opcode, _, _, _, status, body = struct.unpack(">BBHBBHI", head[:12])
+    data = b""
+    while len(data) < body:
+        d = sock.recv(body - len(data))
+        assert d
+        data += d
+    return opcode, status, data
+
+
+def test_mnemod_binary_set_with_a_huge_body_is_answered_at_once(mnemod):
+    # Declared body past -I (and past what any buffer could hold): "Too large." before any of
+    # it arrives. memcached 1.6.18 answers the same bytes at once only while fresh: once a
+    # text `ms` has swallowed a refused value, its binary refusals wait for the body (seen
+    # here), so this is no differential case.
+    with mnemod.connect() as s:
+        s.settimeout(5)
+        s.sendall(binary(0x01, extras=bytes(8), key=b"k", bodylen=0xFFFFFFFF))
+        assert binary_reply(s) == (0x01, 0x03, b"Too large.")
+    served(mnemod)
+
+
+def test_binary_verbosity_without_extras_is_an_unknown_command(server):
+    # memcached 1.6.18 has no binary VERBOSITY: "Unknown command", and the connection goes on.
+    with server.connect() as s:
+        s.settimeout(5)
+        s.sendall(binary(0x1B) + binary(0x0A))
+        assert binary_reply(s) == (0x1B, 0x81, b"Unknown command")
+        assert binary_reply(s) == (0x0A, 0, b"")
+
+
+def test_metadump_after_a_get_is_served(server):
+    # get writes its reply, so memcached lets a metadump follow it; after `mg` it refuses
+    # (tests/tables/hostile.txt). memcached's crawler may still be busy with an earlier one.
+    deadline = time.monotonic() + 10
+    while True:
+        with server.connect() as s:
+            s.settimeout(5)
+            got = roundtrip(s, b"get nope\r\nlru_crawler metadump all\r\n", b"END\r\nEND\r\n"[-5:])
+            while got.count(b"END\r\n") < 2 and not got.endswith((b"request\r\n", b"<CLOSED>")):
+                got += roundtrip(s, b"", b"\r\n")
+        if b"BUSY" not in got or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)  # memcached's crawler thread finishing an earlier dump
+    assert got.startswith(b"END\r\n") and got.endswith(b"END\r\n") and b"ERROR" not in got, got
+
+
+@pytest.mark.parametrize("kind", ["mnemod", "memcached"])
+def test_total_connections_does_not_count_refused_ones(kind):
+    with Server(kind, "-c", "64") as srv:
+        with srv.connect() as a:
+            before = int(stats(a)["total_connections"])
+            kept, refused = [], 0
+            for _ in range(100):
+                c = srv.connect()
+                c.settimeout(5)
+                c.sendall(b"version\r\n")
+                try:
+                    reply = c.recv(100)
+                except (ConnectionResetError, BrokenPipeError):
+                    reply = b""
+                if reply.startswith(b"VERSION"):
+                    kept.append(c)
+                else:
+                    assert reply in (b"", b"ERROR Too many open connections\r\n"), reply
+                    refused += 1
+                    c.close()
+            st = stats(a)
+            assert refused > 0 and int(st["rejected_connections"]) == refused, (refused, st)
+            assert int(st["total_connections"]) - before == len(kept), (len(kept), refused, st)
+            for c in kept:
+                c.close()
+
+
+def test_mnemod_fget_line_of_many_keys_is_not_closed_at_2048(mnemod):
+    # A well-formed fget is mnemo's multi-get: its line may pass 2048 bytes before the newline
+    # arrives (a junk `fget ...` line closes there: tests/tables/hostile.txt).
+    keys = b"".join(b" user:%05d" % i for i in range(400))  # ~4 kB
+    with mnemod.connect() as s:
+        s.settimeout(5)
+        s.sendall(b"fget nofilter 0" + keys)
+        time.sleep(0.2)  # the line's end arrives later, as from a slow client
+        assert roundtrip(s, b"\r\n\r\n") == b"CLIENT_ERROR unknown filter\r\n"
+    served(mnemod)
 
 
 def test_server_survives_everything(server):

@@ -337,6 +337,9 @@ pub fn request<'a>(h: &Header, buf: &'a [u8], limits: &Limits) -> Parsed<'a> {
             done(Request::Flush { exptime: if ext == 4 { be32(extras) } else { 0 }, quiet })
         }
         VERBOSITY if ext == 4 && key_len == 0 && body == 4 => done(Request::Verbosity { level: be32(extras) }),
+        // memcached 1.6.18 knows no binary VERBOSITY: with nothing to skip, its "unknown
+        // command" leaves the stream in step, and the connection goes on.
+        VERBOSITY if no_body => Parsed::Unknown { consumed: head, skip: 0 },
         GET | GETQ | GETK | GETKQ if ext == 0 && key_len > 0 && body == key_len => {
             done(Request::Get { key, with_key: matches!(h.opcode, GETK | GETKQ), quiet, touch: None })
         }

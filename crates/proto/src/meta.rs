@@ -239,8 +239,9 @@ pub(crate) fn command<'a>(t: &Tokens<'a>, after: usize, buf: &'a [u8], limits: &
         }
         _ => return err(ErrorReply::Error, after),
     };
+    // No key: memcached's meta dispatch answers a plain ERROR for all four.
     if t.n < 2 {
-        return err(if kind == MetaKind::Get { ErrorReply::Error } else { ErrorReply::BadFormat }, after);
+        return err(ErrorReply::Error, after);
     }
     let raw_key = t.get(1);
     if raw_key.len() > KEY_MAX {
@@ -263,8 +264,10 @@ pub(crate) fn command<'a>(t: &Tokens<'a>, after: usize, buf: &'a [u8], limits: &
         };
         return Parsed::Request(Request::Meta(Meta { kind, raw_key, key, flags, data: &[] }), after);
     }
-    // ms <key> <datalen> <flags>*
-    let Some(vlen) = parse_i32(t.get(2)).filter(|&v| v >= 0 && t.n >= 3) else {
+    // ms <key> <datalen> <flags>*. memcached refuses a length whose +2 (the data's "\r\n")
+    // overflows its int at once, before any data is awaited: `ms k 2147483647` must not
+    // leave the client waiting on a 2 GiB swallow.
+    let Some(vlen) = parse_i32(t.get(2)).filter(|&v| (0..=i32::MAX - 2).contains(&v) && t.n >= 3) else {
         return err(ErrorReply::BadFormat, after);
     };
     let vlen = vlen as usize;

@@ -23,7 +23,7 @@ use crate::tokens::{Tokens, MAX_TOKENS};
 /// Longest key memcached accepts.
 pub const KEY_MAX: usize = 250;
 /// A command line longer than this without a newline closes the connection, unless it is a
-/// `get`/`gets` (multi-gets are unbounded in memcached).
+/// `get`/`gets` (multi-gets are unbounded in memcached) or a well-formed `fget`.
 pub const LINE_MAX: usize = 2048;
 /// mnemo's bound on a multi-get line (memcached has none); far above what clients send.
 pub const GET_LINE_MAX: usize = 2 * 1024 * 1024;
@@ -229,18 +229,31 @@ pub fn parse<'a>(buf: &'a [u8], limits: &Limits) -> Parsed<'a> {
 }
 
 /// memcached waits for more input unless 2048 bytes arrived without a newline; then only a
-/// multi-get (after at most 100 leading spaces) may keep growing.
+/// multi-get (after at most 100 leading spaces) may keep growing. mnemo's `fget` is a
+/// multi-key line too, but only while it still can be one (see [`could_be_fget`]); any
+/// other line closes there, as in memcached, which knows no `fget`.
 fn no_newline_yet(buf: &[u8]) -> Parsed<'_> {
     if buf.len() <= LINE_MAX {
         return Parsed::Incomplete(buf.len() + 1);
     }
     let spaces = buf.iter().take_while(|&&b| b == b' ').count();
     let rest = &buf[spaces..];
-    let is_get = rest.starts_with(b"get ") || rest.starts_with(b"gets ") || rest.starts_with(b"fget ");
+    let is_get = rest.starts_with(b"get ") || rest.starts_with(b"gets ") || could_be_fget(rest);
     if spaces > 100 || !is_get || buf.len() > GET_LINE_MAX {
         return Parsed::Close;
     }
     Parsed::Incomplete(buf.len() + 1)
+}
+
+/// The start of `fget <filter> <arglen> <key>*` with no word longer than a key and a
+/// numeric length: a line that is anything else cannot become a valid fget, so it is not
+/// held past LINE_MAX waiting for its newline.
+fn could_be_fget(line: &[u8]) -> bool {
+    let Some(rest) = line.strip_prefix(b"fget ") else { return false };
+    let mut words = rest.split(|&b| b == b' ').filter(|w| !w.is_empty());
+    let filter = words.next().is_none_or(|w| w.len() <= KEY_MAX);
+    let arglen = words.next().is_none_or(|w| w.len() <= 20 && w.iter().all(u8::is_ascii_digit));
+    filter && arglen && words.all(|w| w.len() <= KEY_MAX)
 }
 
 fn err<'a>(reply: ErrorReply, consumed: usize, noreply: bool) -> Parsed<'a> {

@@ -197,6 +197,9 @@ pub struct Conn {
     resume: usize,
     /// A metadump being streamed: its lines come before any later request's reply.
     dump: Option<Box<crate::crawler::Metadump>>,
+    /// A text request since the last write whose reply memcached would still hold (all but
+    /// get/gets/gat/gats and mn, which make it write): it then refuses a metadump.
+    stacked: bool,
     /// A storage command whose value is being read into its item.
     large: Option<Box<exec::largeset::LargeSet>>,
     /// Keys whose values are in the unsent output (see `exec::PendingReads`).
@@ -291,6 +294,7 @@ impl Conn {
             after_swallow: None,
             resume: 0,
             dump: None,
+            stacked: false,
             large: None,
             reads: exec::PendingReads::default(),
             closing: false,
@@ -539,12 +543,13 @@ impl Conn {
                     }
                     self.resume = 0;
                     self.rpos += n;
+                    let stacked = std::mem::replace(&mut self.stacked, !matches!(req, text::Request::Get { .. }));
                     if next == Next::Flush {
                         return Progress::OutputFull;
                     }
                     match next {
                         Next::Continue | Next::Resume(_) | Next::Flush => {}
-                        Next::Metadump(dump) => self.dump = Some(dump),
+                        Next::Metadump(dump) => self.dump = dump.begin(stacked, sh, &mut self.wbuf),
                         Next::Swallow(s, reply) => {
                             self.swallow = s;
                             self.after_swallow = reply;
@@ -555,6 +560,7 @@ impl Conn {
                 }
                 Parsed::Error { reply, consumed, noreply } => {
                     *budget -= 1;
+                    self.stacked = true;
                     if !noreply {
                         reply.write(&mut self.wbuf);
                     }
@@ -631,6 +637,7 @@ impl Conn {
         self.wbuf.clear();
         self.wpos = 0;
         self.reads.clear();
+        self.stacked = false;
         // TLS: rustls took the plaintext; its records may still wait for the socket.
         self.stream.send_pending()
     }

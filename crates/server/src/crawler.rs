@@ -50,17 +50,45 @@ use crate::Shared;
 /// memcached's slab class ids run 1..=63 (MAX_NUMBER_OF_SLAB_CLASSES - 1).
 const MAX_CLASS: u64 = 63;
 
-/// A metadump in progress on one connection.
+/// A metadump asked for on one connection, then in progress there.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Metadump {
+    /// The class list, until the connection begins the dump (`begin`).
+    asked: Option<Classes>,
     cursor: DumpCursor,
     /// false: a class list without class 1, which in mnemo holds nothing.
     list: bool,
 }
 
+/// memcached refuses a metadump while replies of earlier pipelined commands are still unsent
+/// (its dump writes to the socket directly and would overtake them).
+const PIPELINED: &[u8] = b"ERROR cannot pipeline other commands before metadump";
+
 impl Metadump {
-    fn new(list: bool) -> Metadump {
-        Metadump { cursor: DumpCursor::new(), list }
+    fn asked(spec: &[u8]) -> Metadump {
+        Metadump { asked: Some(classes(spec)), cursor: DumpCursor::new(), list: false }
+    }
+
+    /// Starts the dump the connection was asked for, or answers why not. `stacked`: replies
+    /// of earlier commands wait unsent, in memcached's sense (conn.rs keeps it): memcached
+    /// checks that before it reads the class list. None when nothing is left to stream.
+    pub fn begin(mut self: Box<Self>, stacked: bool, sh: &Shared, out: &mut Vec<u8>) -> Option<Box<Metadump>> {
+        let reply = match self.asked.take() {
+            _ if stacked => PIPELINED,
+            Some(Classes::All | Classes::Hash) => return self.start(true, sh),
+            Some(Classes::List(has_one)) => return self.start(has_one, sh),
+            Some(Classes::Empty) => NOT_STARTED,
+            Some(Classes::Bad) => BAD_CLASS,
+            None => return Some(self),
+        };
+        line(out, reply);
+        None
+    }
+
+    fn start(mut self: Box<Self>, list: bool, sh: &Shared) -> Option<Box<Metadump>> {
+        sh.crawler_starts.fetch_add(1, Relaxed);
+        self.list = list;
+        Some(self)
     }
 
     /// Appends the lines of one store batch (one shard lock hold). Returns true once the dump
@@ -112,6 +140,7 @@ fn url_encode(out: &mut Vec<u8>, key: &[u8]) {
 }
 
 /// The slab classes a crawl names, judged like memcached's `lru_crawler_crawl`.
+#[derive(Debug, PartialEq, Eq)]
 enum Classes {
     All,
     Hash,
@@ -152,8 +181,9 @@ const BAD_FORMAT: &[u8] = b"CLIENT_ERROR bad command line format";
 const BAD_CLASS: &[u8] = b"BADCLASS invalid class id";
 const NOT_STARTED: &[u8] = b"NOTSTARTED no items to crawl";
 
-/// `lru_crawler <args>`, with memcached 1.6's replies. Returns `Next::Metadump` to start a
-/// streamed dump; the connection then calls `Metadump::step` until it is done.
+/// `lru_crawler <args>`, with memcached 1.6's replies. Returns `Next::Metadump` for a
+/// metadump; the connection calls `Metadump::begin` (which may refuse it), then
+/// `Metadump::step` until it is done.
 pub fn command(args: Keys<'_>, sh: &Shared, out: &mut Vec<u8>) -> Next {
     let mut w = args.iter();
     let words = (w.next(), w.next(), w.next());
@@ -163,18 +193,8 @@ pub fn command(args: Keys<'_>, sh: &Shared, out: &mut Vec<u8>) -> Next {
             if !enabled {
                 DISABLED
             } else {
-                match classes(spec) {
-                    Classes::All | Classes::Hash => {
-                        sh.crawler_starts.fetch_add(1, Relaxed);
-                        return Next::Metadump(Box::new(Metadump::new(true)));
-                    }
-                    Classes::List(has_one) => {
-                        sh.crawler_starts.fetch_add(1, Relaxed);
-                        return Next::Metadump(Box::new(Metadump::new(has_one)));
-                    }
-                    Classes::Empty => NOT_STARTED,
-                    Classes::Bad => BAD_CLASS,
-                }
+                // The connection begins it: only it knows what replies are still unsent.
+                return Next::Metadump(Box::new(Metadump::asked(spec)));
             }
         }
         // A crawl reclaims expired items; mnemo's maintenance thread already does that once a

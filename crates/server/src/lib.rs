@@ -187,6 +187,8 @@ pub enum ServerError {
     Auth(#[from] auth::AuthError),
     #[error("{0}")]
     User(String),
+    #[error("{0}")]
+    MemoryFile(String),
     #[error("cannot write pid file {0}: {1}")]
     Pidfile(String, std::io::Error),
     #[error("cannot start a thread: {0}")]
@@ -206,6 +208,10 @@ pub fn run(config: Config) -> Result<(), ServerError> {
     // met the default action and killed the server.
     auth::install_sighup();
     let credentials = auth::Credentials::from_config(&config)?;
+    if let Some(path) = &config.memory_file {
+        // Before binding: a second instance on the same file refuses whatever its port.
+        restart::claim(path).map_err(ServerError::MemoryFile)?;
+    }
     // Filters load (and compile) before anything is bound: a bad one stops the start-up.
     let filters = mnemo_filter::FilterHost::new(config.filter_limits, config.filters.clone())?;
     let listeners = listener::bind(&config)?;

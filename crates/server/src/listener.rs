@@ -208,12 +208,13 @@ fn accept_all(l: &Listener, sh: &Shared, workers: &[crate::worker::Handoff], nex
                 return !paused;
             }
         };
-        sh.total_conns.fetch_add(1, Relaxed);
         if sh.curr_conns.load(Relaxed) >= sh.config.max_conns {
             sh.rejected_conns.fetch_add(1, Relaxed);
             let _ = stream.write(TOO_MANY);
             continue; // dropping the stream closes it
         }
+        // Only connections that are served: memcached counts a refused one as rejected alone.
+        sh.total_conns.fetch_add(1, Relaxed);
         // With -Z, the connection gets the certificates in force now (a later refresh_certs
         // does not change it); its handshake runs on the worker, driven by readiness.
         let stream = match (stream, &sh.config.tls, l) {

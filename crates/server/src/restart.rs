@@ -4,18 +4,28 @@
 //! are mnemo-store's (snapshot.rs).
 //!
 //! ```text
-//!   start   PATH there? -> Store::restore_snapshot (before any listener serves)
+//!   start   PATH.lock: flock, exclusive, held to exit -> taken by another mnemod? refuse to start
+//!           PATH.tmp there? a write that never finished (a kill, a full disk): removed
+//!           PATH there? -> Store::restore_snapshot (before any listener serves)
 //!                          -> one log line; `stats snapshot` keeps the report
 //!   stop    a worker (`shutdown`) or the maintenance thread (SIGUSR1/SIGTERM, seen within a
 //!           second) -> Store::freeze: every shard locked, so no write is acknowledged after
 //!           this point -> PATH.tmp written, synced, renamed over PATH -> exit
 //! ```
 //!
+//! One process owns PATH: two writing the same PATH.tmp would leave one's cache, or a mix of
+//! both, under the other's name. The lock is on PATH.lock, not PATH, because every snapshot
+//! replaces PATH's inode; the kernel drops it when the process ends, however it ends.
+//!
 //! A missing file is a cold start. A damaged one never yields a wrong value: its bad blocks
 //! (or everything, for a bad header) are dropped, and the log line says so.
 
 use core::sync::atomic::{AtomicBool, Ordering};
-use std::path::Path;
+use std::fs::File;
+use std::io::{Read, Seek, Write};
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 use std::time::Instant;
 
 use mnemo_proto::reply::{line, stat};
@@ -40,6 +50,53 @@ impl Restored {
             (Some(_), _) => "partial",
         }
     }
+}
+
+/// PATH with a suffix: PATH.lock, PATH.tmp.
+fn beside(path: &Path, suffix: &str) -> PathBuf {
+    let mut p = path.as_os_str().to_owned();
+    p.push(suffix);
+    PathBuf::from(p)
+}
+
+/// The open PATH.lock, so its lock lives as long as the process.
+static LOCK: OnceLock<File> = OnceLock::new();
+
+/// Makes this process the one owner of `path` (before anything is bound or read), then
+/// removes a PATH.tmp that a write which never finished left behind. The error is the line
+/// to print when another process owns it, or the lock file cannot be had.
+pub fn claim(path: &Path) -> Result<(), String> {
+    let lock_path = beside(path, ".lock");
+    let say = |why: String| format!("-e {}: {why}", path.display());
+    let mut file = File::options()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&lock_path)
+        .map_err(|e| say(format!("cannot open {}: {e}", lock_path.display())))?;
+    // SAFETY: flock on a descriptor we own, open for the call.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EWOULDBLOCK) {
+            return Err(say(format!("cannot lock {}: {e}", lock_path.display())));
+        }
+        let mut pid = String::new();
+        let _ = file.read_to_string(&mut pid);
+        let pid = pid.trim();
+        let who = if pid.is_empty() { "another process".to_string() } else { format!("another mnemod (pid {pid})") };
+        return Err(say(format!("in use by {who}; refusing to start")));
+    }
+    // Who holds it, for the refusal above; the lock, not this text, is what excludes.
+    let _ = file.set_len(0).and_then(|()| file.rewind()).and_then(|()| writeln!(file, "{}", std::process::id()));
+    let _ = LOCK.set(file);
+    let tmp = beside(path, ".tmp");
+    match std::fs::remove_file(&tmp) {
+        Ok(()) => eprintln!("mnemod: -e {}: removed {}, left by a snapshot write that did not finish", path.display(), tmp.display()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => eprintln!("mnemod: -e {}: cannot remove the stale {}: {e}", path.display(), tmp.display()),
+    }
+    Ok(())
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);

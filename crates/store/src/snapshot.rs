@@ -7,18 +7,32 @@
 //! fit (`-I`, `-m`) are dropped and counted.
 //!
 //! ```text
-//!   header   "MNEMOSNP" | version u32 | reserved u32 | written unix u64 | cas_floor u64 | xxh3 u64
-//!   block*   "BLK1" | payload_len u32 | items u32 | xxh3(len, items, payload) u64 | payload
+//!   version 2 (written):
+//!   header   "MNEMOSNP" | version u32 | reserved u32 | written unix u64 | cas_floor u64
+//!            | salt u64 | xxh3(bytes 0..40) u64                                     48 bytes
+//!   block*   "BLK2" | payload_len u32 | items u32 | head_sum u32 | payload_sum u64 | payload
+//!            head_sum    = low 32 bits of xxh3(bytes 0..12, seed salt)
+//!            payload_sum = xxh3(payload, seed salt ^ bytes 4..12)
 //!            payload = item*:  key_len u8 | flags u32 | exp unix u32 (0 = never) | value_len u32
 //!                              | key | value
-//!   end      "END1" | blocks u32 | items u64 | xxh3 u64
+//!   end      "END2" | blocks u32 | items u64 | xxh3(bytes 0..16, seed salt) u64
 //!   (integers little-endian; a block holds ~256 KiB of items, or one larger item)
+//!
+//!   version 1 (still read): 40-byte header without the salt; "BLK1" | payload_len | items
+//!   | xxh3(payload) ^ rotl(xxh3(bytes 4..12), 17) u64; "END1" with an unseeded xxh3.
 //! ```
 //!
-//! Damage never yields a wrong value: a block whose checksum fails is dropped whole; a block
-//! header that makes no sense (bad magic, a length past the end of the file) ends the read
-//! there, keeping what came before; a bad file header drops everything (a clean start). The
-//! `RestoreReport` says which happened.
+//! Damage never yields a wrong value, and costs only the block it hits:
+//! - a payload whose sum fails (its header being sound) is stepped over by its length;
+//! - a block header whose `head_sum` fails (a flipped length, a flipped magic) is not trusted
+//!   for anything: the reader resyncs, scanning forward for the next `BLK2`/`END2` whose own
+//!   sum holds. The sums are seeded with the file's random salt, so bytes inside a value (a
+//!   client's data) cannot pose as a block: forging one means guessing 64 secret bits. The
+//!   header sum makes each candidate an O(1) check, so the scan is linear in the file.
+//! - a bad file header drops everything (a clean start): without it there is no salt.
+//!
+//! A version 1 file has no salt, so its reader does not resync: a bad block header ends the
+//! read there, keeping what came before. The `RestoreReport` says which happened.
 //!
 //! CAS: restored items get new CAS values, every one above `cas_floor` (the largest CAS the
 //! writing store had handed out), so a CAS a client kept from before the restart can never
@@ -33,7 +47,7 @@ use std::io::{self, BufWriter, Read, Write};
 use std::path::Path;
 
 use parking_lot::MutexGuard;
-use xxhash_rust::xxh3::xxh3_64;
+use xxhash_rust::xxh3::{xxh3_64, xxh3_64_with_seed};
 
 use crate::item;
 use crate::segment::SegState;
@@ -41,17 +55,116 @@ use crate::shard::{Env, Shard};
 use crate::{Mode, Store, Time};
 
 const MAGIC: &[u8; 8] = b"MNEMOSNP";
-const VERSION: u32 = 1;
-const HEADER_LEN: usize = 40;
-const BLOCK_MAGIC: &[u8; 4] = b"BLK1";
-const BLOCK_HEADER_LEN: usize = 20;
-const END_MAGIC: &[u8; 4] = b"END1";
-const END_LEN: usize = 24;
+/// The version written; 1 is still read.
+const VERSION: u32 = 2;
 /// Items are gathered into blocks of about this size: the unit a checksum protects (and a
 /// damaged byte costs).
 const BLOCK_TARGET: usize = 256 << 10;
 /// Per item in a block, before key and value.
 const ITEM_HEADER_LEN: usize = 13;
+/// Bytes read at a time while scanning for the next block after damage.
+const SCAN_CHUNK: usize = 64 << 10;
+/// The end record, in both versions: magic | blocks u32 | items u64 | sum u64.
+const END_LEN: usize = 24;
+
+/// What differs between the versions: lengths, magics and how each part is summed.
+#[derive(Clone, Copy)]
+struct Format {
+    version: u32,
+    header_len: usize,
+    block_magic: &'static [u8; 4],
+    block_header_len: usize,
+    end_magic: &'static [u8; 4],
+    /// 0 in version 1 (unseeded sums).
+    salt: u64,
+}
+
+const V1: Format = Format { version: 1, header_len: 40, block_magic: b"BLK1", block_header_len: 20, end_magic: b"END1", salt: 0 };
+const V2: Format = Format { version: 2, header_len: 48, block_magic: b"BLK2", block_header_len: 24, end_magic: b"END2", salt: 0 };
+
+impl Format {
+    fn of(version: u32) -> Option<Format> {
+        match version {
+            1 => Some(V1),
+            2 => Some(V2),
+            _ => None,
+        }
+    }
+
+    /// Whether the reader may scan for the next block after damage (only with a salt).
+    fn resyncs(&self) -> bool {
+        self.version >= 2
+    }
+
+    /// Fills a block header for `payload` (its magic, lengths and sums).
+    fn block_header(&self, payload: &[u8], items: u32) -> Vec<u8> {
+        let mut h = vec![0u8; self.block_header_len];
+        h[0..4].copy_from_slice(self.block_magic);
+        h[4..8].copy_from_slice(&(payload.len() as u32).to_le_bytes());
+        h[8..12].copy_from_slice(&items.to_le_bytes());
+        if self.version == 1 {
+            let sum = xxh3_64(payload) ^ xxh3_64(&h[4..12]).rotate_left(17);
+            h[12..20].copy_from_slice(&sum.to_le_bytes());
+        } else {
+            let head = self.head_sum(&h[..12]);
+            h[12..16].copy_from_slice(&head.to_le_bytes());
+            let sum = self.payload_sum(&h[4..12], payload);
+            h[16..24].copy_from_slice(&sum.to_le_bytes());
+        }
+        h
+    }
+
+    /// Version 2: the header's own sum, so a candidate found while resyncing costs O(1).
+    fn head_sum(&self, first12: &[u8]) -> u32 {
+        xxh3_64_with_seed(first12, self.salt) as u32
+    }
+
+    fn payload_sum(&self, lens: &[u8], payload: &[u8]) -> u64 {
+        xxh3_64_with_seed(payload, self.salt ^ u64::from_le_bytes(lens.try_into().unwrap()))
+    }
+
+    /// Whether a block header (its full length) can be trusted for its length. Version 1
+    /// headers carry no sum of their own: only the magic says anything.
+    fn header_ok(&self, h: &[u8]) -> bool {
+        &h[0..4] == self.block_magic && (self.version == 1 || u32::from_le_bytes(h[12..16].try_into().unwrap()) == self.head_sum(&h[..12]))
+    }
+
+    fn payload_ok(&self, h: &[u8], payload: &[u8]) -> bool {
+        let stored = u64::from_le_bytes(h[self.block_header_len - 8..].try_into().unwrap());
+        if self.version == 1 {
+            stored == xxh3_64(payload) ^ xxh3_64(&h[4..12]).rotate_left(17)
+        } else {
+            stored == self.payload_sum(&h[4..12], payload)
+        }
+    }
+
+    fn end_sum(&self, first16: &[u8]) -> u64 {
+        xxh3_64_with_seed(first16, self.salt)
+    }
+
+    fn end_record(&self, blocks: u32, items: u64) -> [u8; END_LEN] {
+        let mut end = [0u8; END_LEN];
+        end[0..4].copy_from_slice(self.end_magic);
+        end[4..8].copy_from_slice(&blocks.to_le_bytes());
+        end[8..16].copy_from_slice(&items.to_le_bytes());
+        let sum = self.end_sum(&end[..16]);
+        end[16..24].copy_from_slice(&sum.to_le_bytes());
+        end
+    }
+
+    /// The block count of a sound end record.
+    fn end_ok(&self, end: &[u8]) -> Option<u32> {
+        (&end[0..4] == self.end_magic && u64::from_le_bytes(end[16..24].try_into().unwrap()) == self.end_sum(&end[..16]))
+            .then(|| u32::from_le_bytes(end[4..8].try_into().unwrap()))
+    }
+}
+
+/// A salt no client can predict: std's RandomState is keyed from the OS's random source.
+fn fresh_salt() -> u64 {
+    use std::hash::BuildHasher;
+    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    std::collections::hash_map::RandomState::new().hash_one(t)
+}
 
 /// What a snapshot write did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -61,8 +174,8 @@ pub struct SnapshotStats {
     pub bytes: u64,
 }
 
-/// What a restore did. `complete` is false when the file ended early or a block header made no
-/// sense; the items before that point are restored.
+/// What a restore did. `complete` is false when the file ended early, a block header made no
+/// sense or a block was damaged; every sound block is restored all the same.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RestoreReport {
     pub items: u64,
@@ -70,7 +183,8 @@ pub struct RestoreReport {
     pub expired: u64,
     /// Would not fit any more (-I smaller than the item, or -m full).
     pub dropped: u64,
-    /// Blocks whose checksum failed, with their items.
+    /// Blocks lost to damage, with their items (counted from the end record when it is sound,
+    /// else one per damaged place).
     pub bad_blocks: u32,
     pub complete: bool,
     /// Why the read stopped early, if it did.
@@ -83,7 +197,7 @@ pub enum SnapshotError {
     Io(#[from] io::Error),
     #[error("not a mnemo snapshot (bad magic)")]
     BadMagic,
-    #[error("snapshot format version {0} (this mnemod reads version {VERSION})")]
+    #[error("snapshot format version {0} (this mnemod reads versions 1 to {VERSION})")]
     Version(u32),
     #[error("snapshot header is damaged (checksum)")]
     BadHeader,
@@ -100,6 +214,7 @@ fn to_unix(exp: Time, origin: u64) -> u32 {
 
 struct BlockWriter<W: Write> {
     out: W,
+    fmt: Format,
     payload: Vec<u8>,
     items: u32,
     stats: SnapshotStats,
@@ -125,25 +240,16 @@ impl<W: Write> BlockWriter<W> {
         if self.items == 0 {
             return Ok(());
         }
-        let mut h = [0u8; BLOCK_HEADER_LEN];
-        h[0..4].copy_from_slice(BLOCK_MAGIC);
-        h[4..8].copy_from_slice(&(self.payload.len() as u32).to_le_bytes());
-        h[8..12].copy_from_slice(&self.items.to_le_bytes());
-        let sum = block_sum(&h[4..12], &self.payload);
-        h[12..20].copy_from_slice(&sum.to_le_bytes());
+        let h = self.fmt.block_header(&self.payload, self.items);
         self.out.write_all(&h)?;
         self.out.write_all(&self.payload)?;
         self.stats.items += u64::from(self.items);
         self.stats.blocks += 1;
-        self.stats.bytes += (BLOCK_HEADER_LEN + self.payload.len()) as u64;
+        self.stats.bytes += (h.len() + self.payload.len()) as u64;
         self.payload.clear();
         self.items = 0;
         Ok(())
     }
-}
-
-fn block_sum(lens: &[u8], payload: &[u8]) -> u64 {
-    xxh3_64(payload) ^ xxh3_64(lens).rotate_left(17)
 }
 
 /// Every shard of a store, locked: nothing can change it until this is dropped. A snapshot
@@ -175,17 +281,19 @@ impl Frozen<'_> {
     /// Writes every live item to `out` (format above). `now` is the store's clock and `origin`
     /// the unix time of its 0.
     pub fn write_snapshot(&mut self, out: impl Write, now: Time, origin: u64) -> io::Result<SnapshotStats> {
-        let mut w = BlockWriter { out, payload: Vec::with_capacity(2 * BLOCK_TARGET), items: 0, stats: SnapshotStats::default() };
+        let fmt = Format { salt: fresh_salt(), ..V2 };
+        let mut w = BlockWriter { out, fmt, payload: Vec::with_capacity(2 * BLOCK_TARGET), items: 0, stats: SnapshotStats::default() };
         // A bound on every CAS handed out so far: every derived CAS is below (next segment
         // sequence << 28), and explicit ones are copies of derived ones.
         let floor = self.shards.iter().map(|s| s.segs.next_seq() << 28).max().unwrap_or(0);
-        let mut head = [0u8; HEADER_LEN];
+        let mut head = vec![0u8; fmt.header_len];
         head[0..8].copy_from_slice(MAGIC);
         head[8..12].copy_from_slice(&VERSION.to_le_bytes());
         head[16..24].copy_from_slice(&(origin + u64::from(now)).to_le_bytes());
         head[24..32].copy_from_slice(&floor.to_le_bytes());
-        let sum = xxh3_64(&head[..32]);
-        head[32..40].copy_from_slice(&sum.to_le_bytes());
+        head[32..40].copy_from_slice(&fmt.salt.to_le_bytes());
+        let sum = xxh3_64(&head[..40]);
+        head[40..48].copy_from_slice(&sum.to_le_bytes());
         w.out.write_all(&head)?;
         let st = self.store;
         for (me, s) in self.shards.iter_mut().enumerate() {
@@ -210,31 +318,37 @@ impl Frozen<'_> {
             }
         }
         w.flush_block()?;
-        let mut end = [0u8; END_LEN];
-        end[0..4].copy_from_slice(END_MAGIC);
-        end[4..8].copy_from_slice(&w.stats.blocks.to_le_bytes());
-        end[8..16].copy_from_slice(&w.stats.items.to_le_bytes());
-        let sum = xxh3_64(&end[..16]);
-        end[16..24].copy_from_slice(&sum.to_le_bytes());
+        let end = fmt.end_record(w.stats.blocks, w.stats.items);
         w.out.write_all(&end)?;
         w.out.flush()?;
-        w.stats.bytes += (HEADER_LEN + END_LEN) as u64;
+        w.stats.bytes += (fmt.header_len + END_LEN) as u64;
         Ok(w.stats)
     }
 
     /// Writes the snapshot to `path` safely: to `path.tmp` first, synced, then renamed over
     /// `path`, so a crash mid-write leaves the previous snapshot (or none), never half of one.
+    /// A write that fails removes `path.tmp`.
     pub fn write_snapshot_file(&mut self, path: &Path, now: Time, origin: u64) -> io::Result<SnapshotStats> {
         let mut tmp = path.as_os_str().to_owned();
         tmp.push(".tmp");
         let tmp = std::path::PathBuf::from(tmp);
-        let file = File::create(&tmp)?;
-        let mut out = BufWriter::with_capacity(1 << 20, file);
-        let stats = self.write_snapshot(&mut out, now, origin)?;
-        let file = out.into_inner().map_err(|e| e.into_error())?;
-        file.sync_all()?;
-        drop(file);
-        std::fs::rename(&tmp, path)?;
+        let written = File::create(&tmp).and_then(|file| {
+            let mut out = BufWriter::with_capacity(1 << 20, file);
+            let stats = self.write_snapshot(&mut out, now, origin)?;
+            let file = out.into_inner().map_err(|e| e.into_error())?;
+            file.sync_all()?;
+            drop(file);
+            std::fs::rename(&tmp, path)?;
+            Ok(stats)
+        });
+        let stats = match written {
+            Ok(s) => s,
+            Err(e) => {
+                // A full disk must not stay full of a snapshot that will never be used.
+                let _ = std::fs::remove_file(&tmp);
+                return Err(e);
+            }
+        };
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             // The rename itself is durable once the directory is synced.
             if let Ok(d) = File::open(dir) {
@@ -245,79 +359,189 @@ impl Frozen<'_> {
     }
 }
 
+/// The reader's view of its input: the bytes from the cursor on, read as they are needed. It
+/// holds one block at most (whose length was checked against the file's) or a scan chunk.
+struct Window<R: Read> {
+    input: R,
+    /// `buf[at..end]` is input not yet consumed; the rest of `buf` is room already
+    /// initialized, kept so that each block is not zeroed before it is read over.
+    buf: Vec<u8>,
+    at: usize,
+    end: usize,
+    /// The cursor's offset in the file.
+    pos: u64,
+}
+
+impl<R: Read> Window<R> {
+    fn avail(&self) -> &[u8] {
+        &self.buf[self.at..self.end]
+    }
+
+    fn advance(&mut self, n: usize) {
+        self.at += n;
+        self.pos += n as u64;
+    }
+
+    /// Makes `n` bytes available from the cursor; false when the input ends first (what it
+    /// had is available all the same).
+    fn fill(&mut self, n: usize) -> io::Result<bool> {
+        if self.end - self.at >= n {
+            return Ok(true);
+        }
+        self.buf.copy_within(self.at..self.end, 0);
+        self.end -= self.at;
+        self.at = 0;
+        if self.buf.len() < n {
+            self.buf.resize(n, 0);
+        }
+        while self.end < n {
+            match self.input.read(&mut self.buf[self.end..n]) {
+                Ok(0) => return Ok(false),
+                Ok(k) => self.end += k,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(true)
+    }
+
+    /// After damage at the cursor: moves to the next place past it where a block header or
+    /// the end record checks out (false when the input ends first). Each candidate costs one
+    /// header sum, and every byte is searched once.
+    fn resync(&mut self, fmt: &Format) -> io::Result<bool> {
+        let need = fmt.block_header_len.max(END_LEN);
+        self.advance(1);
+        loop {
+            if self.avail().len() < need {
+                self.fill(SCAN_CHUNK)?;
+                if self.avail().len() < need {
+                    return Ok(false);
+                }
+            }
+            let a = self.avail();
+            let Some(i) = a.windows(4).position(|m| m == fmt.block_magic || m == fmt.end_magic) else {
+                self.advance(a.len() - 3);
+                continue;
+            };
+            self.advance(i);
+            if !self.fill(need)? {
+                return Ok(false);
+            }
+            let c = &self.avail()[..need];
+            if fmt.header_ok(&c[..fmt.block_header_len]) || fmt.end_ok(&c[..END_LEN]).is_some() {
+                return Ok(true);
+            }
+            self.advance(1);
+        }
+    }
+}
+
 impl Store {
     /// Reads a snapshot written by `write_snapshot` into this store (meant for an empty store
     /// at start; items set meanwhile are overwritten by the file's). `len` is the input's
     /// length in bytes (a block claiming more is damage, not a reason to allocate).
-    pub fn restore_snapshot(&self, mut input: impl Read, len: u64, now: Time, origin: u64) -> Result<RestoreReport, SnapshotError> {
-        let mut head = [0u8; HEADER_LEN];
-        input.read_exact(&mut head).map_err(|e| match e.kind() {
-            io::ErrorKind::UnexpectedEof => SnapshotError::BadMagic,
-            _ => SnapshotError::Io(e),
-        })?;
-        if &head[0..8] != MAGIC {
+    pub fn restore_snapshot(&self, input: impl Read, len: u64, now: Time, origin: u64) -> Result<RestoreReport, SnapshotError> {
+        let mut w = Window { input, buf: Vec::new(), at: 0, end: 0, pos: 0 };
+        if !w.fill(12)? || &w.avail()[0..8] != MAGIC {
             return Err(SnapshotError::BadMagic);
         }
-        if u64::from_le_bytes(head[32..40].try_into().unwrap()) != xxh3_64(&head[..32]) {
+        let version = u32::from_le_bytes(w.avail()[8..12].try_into().unwrap());
+        let mut fmt = Format::of(version).ok_or(SnapshotError::Version(version))?;
+        if !w.fill(fmt.header_len)? {
             return Err(SnapshotError::BadHeader);
         }
-        let version = u32::from_le_bytes(head[8..12].try_into().unwrap());
-        if version != VERSION {
-            return Err(SnapshotError::Version(version));
+        let head = &w.avail()[..fmt.header_len];
+        let n = fmt.header_len - 8;
+        if u64::from_le_bytes(head[n..].try_into().unwrap()) != xxh3_64(&head[..n]) {
+            return Err(SnapshotError::BadHeader);
         }
-        let floor = u64::from_le_bytes(head[24..32].try_into().unwrap());
-        self.raise_cas_floor(floor);
+        if fmt.resyncs() {
+            fmt.salt = u64::from_le_bytes(head[32..40].try_into().unwrap());
+        }
+        self.raise_cas_floor(u64::from_le_bytes(head[24..32].try_into().unwrap()));
+        w.advance(fmt.header_len);
         let now_unix = origin + u64::from(now);
+        let bh = fmt.block_header_len;
         let mut report = RestoreReport::default();
-        let mut pos = HEADER_LEN as u64;
-        let mut payload = Vec::new();
-        let stop = |report: &mut RestoreReport, why: String| {
-            report.stopped = Some(why);
-        };
+        let (mut good, mut damaged) = (0u32, 0u32);
+        let mut written: Option<u32> = None;
         loop {
-            let mut h = [0u8; BLOCK_HEADER_LEN];
-            // The end record is shorter than a block header: read its first 4 bytes first.
-            if let Err(e) = input.read_exact(&mut h[..4]) {
-                stop(&mut report, format!("the file ends at byte {pos} without its end record ({e})"));
+            let pos = w.pos;
+            let ended = |e: io::Result<bool>| match e {
+                Ok(true) => None,
+                Ok(false) => Some(format!("the file ends at byte {pos}, inside what begins there")),
+                Err(e) => Some(format!("reading byte {pos}: {e}")),
+            };
+            if let Some(why) = ended(w.fill(4)) {
+                report.stopped = Some(format!("{why}; no end record"));
                 break;
             }
-            if &h[..4] == END_MAGIC {
-                let mut end = [0u8; END_LEN];
-                end[..4].copy_from_slice(END_MAGIC);
-                match input.read_exact(&mut end[4..]) {
-                    Ok(()) if u64::from_le_bytes(end[16..24].try_into().unwrap()) == xxh3_64(&end[..16]) => {
-                        report.complete = report.bad_blocks == 0;
-                    }
-                    _ => stop(&mut report, format!("the end record at byte {pos} is damaged")),
+            let why = if &w.avail()[..4] == fmt.end_magic {
+                if let Some(why) = ended(w.fill(END_LEN)) {
+                    report.stopped = Some(why);
+                    break;
                 }
+                if let Some(blocks) = fmt.end_ok(&w.avail()[..END_LEN]) {
+                    written = Some(blocks);
+                    break;
+                }
+                format!("the end record at byte {pos} is damaged")
+            } else if &w.avail()[..4] == fmt.block_magic {
+                if let Some(why) = ended(w.fill(bh)) {
+                    report.stopped = Some(why);
+                    break;
+                }
+                let mut h = [0u8; 24];
+                h[..bh].copy_from_slice(&w.avail()[..bh]);
+                let h = &h[..bh];
+                let plen = u32::from_le_bytes(h[4..8].try_into().unwrap()) as usize;
+                if !fmt.header_ok(h) {
+                    format!("the block header at byte {pos} is damaged")
+                } else if pos + (bh + plen) as u64 > len {
+                    report.stopped = Some(format!("the block at byte {pos} runs past the end of the file"));
+                    break;
+                } else {
+                    if let Some(why) = ended(w.fill(bh + plen)) {
+                        report.stopped = Some(why);
+                        break;
+                    }
+                    let payload = &w.avail()[bh..bh + plen];
+                    if fmt.payload_ok(h, payload) {
+                        self.restore_block(payload, now, now_unix, origin, &mut report);
+                        good += 1;
+                    } else {
+                        // The header is sound (or, in version 1, all there is to go by): its
+                        // length leads to the next block.
+                        damaged += 1;
+                    }
+                    w.advance(bh + plen);
+                    continue;
+                }
+            } else {
+                format!("no block at byte {pos}")
+            };
+            // A block never fits in END_LEN bytes: damage there is the end record's.
+            if pos + END_LEN as u64 != len {
+                damaged += 1;
+            }
+            if !fmt.resyncs() {
+                report.stopped = Some(format!("{why}: the rest of the file is dropped"));
                 break;
             }
-            if &h[..4] != BLOCK_MAGIC {
-                stop(&mut report, format!("no block at byte {pos}: the rest of the file is dropped"));
-                break;
+            match w.resync(&fmt) {
+                Ok(true) => {}
+                Ok(false) => {
+                    report.stopped = Some(format!("{why}, and no sound block follows"));
+                    break;
+                }
+                Err(e) => {
+                    report.stopped = Some(format!("{why}; reading on: {e}"));
+                    break;
+                }
             }
-            if let Err(e) = input.read_exact(&mut h[4..]) {
-                stop(&mut report, format!("the file ends inside the block at byte {pos} ({e})"));
-                break;
-            }
-            let plen = u32::from_le_bytes(h[4..8].try_into().unwrap()) as u64;
-            if pos + (BLOCK_HEADER_LEN as u64) + plen > len {
-                stop(&mut report, format!("the block at byte {pos} runs past the end of the file"));
-                break;
-            }
-            payload.resize(plen as usize, 0);
-            if let Err(e) = input.read_exact(&mut payload) {
-                stop(&mut report, format!("the file ends inside the block at byte {pos} ({e})"));
-                break;
-            }
-            pos += BLOCK_HEADER_LEN as u64 + plen;
-            let sum = u64::from_le_bytes(h[12..20].try_into().unwrap());
-            if sum != block_sum(&h[4..12], &payload) {
-                report.bad_blocks += 1;
-                continue;
-            }
-            self.restore_block(&payload, now, now_unix, origin, &mut report);
         }
+        report.bad_blocks = written.map_or(damaged, |n| n.saturating_sub(good));
+        report.complete = written.is_some() && report.bad_blocks == 0 && report.stopped.is_none();
         Ok(report)
     }
 
@@ -359,3 +583,6 @@ impl Store {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -83,7 +83,9 @@ fn shapes() {
     assert_eq!(parse(&req(opcode::SASL_AUTH, &[], b"", b"x")), Parsed::Invalid);
     assert_eq!(parse(&req(opcode::SASL_LIST_MECHS, &[], b"k", b"")), Parsed::Invalid);
     assert_eq!(parse(&req(opcode::STAT, &[0; 4], b"", b"")), Parsed::Invalid);
-    assert_eq!(parse(&req(opcode::VERBOSITY, &[], b"", b"")), Parsed::Invalid);
+    assert_eq!(parse(&req(opcode::VERBOSITY, &[], b"k", b"")), Parsed::Invalid);
+    // No extras at all: memcached's "unknown command", and the stream goes on.
+    assert_eq!(parse(&req(opcode::VERBOSITY, &[], b"", b"")), Parsed::Unknown { consumed: 24, skip: 0 });
 }
 
 #[test]

@@ -124,6 +124,58 @@ fn runaway_lines() {
 }
 
 #[test]
+fn runaway_fget_lines_close_unless_they_can_still_be_an_fget() {
+    // Many keys: mnemo's multi-get, held like `get` up to GET_LINE_MAX.
+    let mut many = b"fget topk 0".to_vec();
+    while many.len() <= LINE_MAX {
+        many.extend_from_slice(b" user:12345");
+    }
+    assert!(matches!(p(&many), Parsed::Incomplete(_)));
+    // Anything that cannot become an fget closes at LINE_MAX, as memcached closes any line.
+    let junk = [b"fget ".as_slice(), &[b'x'; LINE_MAX]].concat();
+    assert_eq!(p(&junk), Parsed::Close);
+    let bad_len = [b"fget topk 1x".as_slice(), &many[11..]].concat();
+    assert_eq!(p(&bad_len), Parsed::Close);
+    let long_key = [many.as_slice(), b" ", &[b'k'; KEY_MAX + 1]].concat();
+    assert_eq!(p(&long_key), Parsed::Close);
+    let long_filter = [b"fget ".as_slice(), &[b'f'; KEY_MAX + 1], &many[9..]].concat();
+    assert_eq!(p(&long_filter), Parsed::Close);
+    let past_bound = [many.as_slice(), &b" k".repeat(GET_LINE_MAX / 2)].concat();
+    assert_eq!(p(&past_bound), Parsed::Close);
+}
+
+#[test]
+fn meta_commands_without_a_key_are_an_error() {
+    for line in [&b"ms\r\n"[..], b"md\r\n", b"ma\r\n", b"mg\r\n", b"ms \r\n", b"md  \r\n"] {
+        assert_eq!(p(line), Parsed::Error { reply: ErrorReply::Error, consumed: line.len(), noreply: false }, "{line:?}");
+    }
+    // With a key but no length, ms is a format error.
+    assert!(matches!(p(b"ms k\r\n"), Parsed::Error { reply: ErrorReply::BadFormat, consumed: 6, .. }));
+}
+
+#[test]
+fn ms_lengths_whose_data_line_overflows_an_int_are_refused_at_once() {
+    // memcached: vlen + 2 must fit its int; refused before any data is awaited, and nothing is
+    // swallowed (the next line is a command). 32-bit truncation first: 6442450943 is 2^31-1.
+    for n in ["2147483646", "2147483647", "2147483648", "4294967295", "6442450942", "6442450943", "-1"] {
+        let line = format!("ms k {n} T0\r\n");
+        assert_eq!(
+            p(line.as_bytes()),
+            Parsed::Error { reply: ErrorReply::BadFormat, consumed: line.len(), noreply: false },
+            "{n}"
+        );
+    }
+    // The largest that parses: over -I, refused with its data swallowed (memcached answers once
+    // it is gone), never buffered.
+    match p(b"ms k 2147483645\r\n") {
+        Parsed::Request(Request::TooLarge { swallow, .. }, 17) => assert_eq!(swallow, 2147483647),
+        other => panic!("{other:?}"),
+    }
+    // Truncated to 0 (4294967296) and to 1: memcached's reading.
+    assert!(matches!(p(b"ms k 4294967297\r\nx\r\n"), Parsed::Request(Request::Meta(m), 20) if m.data == b"x"));
+}
+
+#[test]
 fn flush_all_forms() {
     assert_eq!(p(b"flush_all\r\n"), Parsed::Request(Request::FlushAll { delay: 0, noreply: false }, 11));
     assert!(matches!(p(b"flush_all noreply\r\n"), Parsed::Request(Request::FlushAll { delay: 0, noreply: true }, _)));

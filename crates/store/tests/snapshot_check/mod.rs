@@ -47,7 +47,7 @@ pub fn check(data: &[u8]) {
         // A valid header in front of arbitrary bytes half the time, so blocks get parsed.
         let (mut file, _) = original();
         let file = if mode & 2 != 0 {
-            file.truncate(40);
+            file.truncate(48);
             file.extend_from_slice(rest);
             file
         } else {
