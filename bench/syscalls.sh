@@ -6,7 +6,7 @@
 # gets, each sent and answered before the next; then one get_multi of the 2,500 keys; then 500
 # batches of 16 gets, each batch in one write. For every phase, `strace -c -f` is attached to the
 # server (all threads) and detached after, so each phase is counted alone. A last phase sets one
-# 100 KB value and gets it 500 times, one at a time. mnemod's `--zero-copy auto` (README) probes
+# 100 KB value and gets it 500 times, one at a time. mnemod's `--zero-copy auto` (docs/operations.md) probes
 # both ways of sending a large value and keeps the faster: copied, a get is one write; lent, it
 # is vmsplice + splice, two (the reply's head goes with the value). One request at a time, the
 # two modes serve at about the same rate and the cheaper one for the worker is kept, so this

@@ -117,7 +117,7 @@ trap stop_background EXIT
 
 export MNEMOD_BIN="$root/target/debug/mnemod"
 # The black-box suites (memccapable, pytest) run once per worker event loop; mnemod reads
-# MNEMO_IO_LOOP (README "Event loops"). The Rust black-box tests ran above on the default loop
+# MNEMO_IO_LOOP (docs/operations.md, "Event loops"). The Rust black-box tests ran above on the default loop
 # (uring) and run again here on the other one (epoll).
 for io_loop in uring epoll; do
     export MNEMO_IO_LOOP=$io_loop

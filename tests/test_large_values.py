@@ -2,7 +2,7 @@
 against the real memcached in the same run: the same bytes in, the same bytes out, and the same
 errors for a bad data chunk, with nothing stored; and, through pymemcache, replies left unread
 while their item is overwritten keep the value they were answered with (mnemod lends the item's
-pages to the socket: README, `--zero-copy`)."""
+pages to the socket: docs/operations.md, "Large values and zero-copy sends")."""
 import socket
 
 import pytest

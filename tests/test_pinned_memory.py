@@ -2,7 +2,7 @@
 then many idle connections. mnemod must grow no more than memcached does in the same run, stay
 under its documented worst case, and keep serving a fresh client meanwhile.
 
-The documented worst case (README, "Safe by default"): a connection holds at most its unsent
+The documented worst case (docs/compatibility.md, "Safety"): a connection holds at most its unsent
 output up to the multi-get pause (256 KiB) plus one value, and its read buffer.
 """
 import socket

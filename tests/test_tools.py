@@ -3,7 +3,7 @@ libmemcached-tools (memccp, memccat, memcexist, memctouch, memcping, memcrm, mem
 memcstat, memcflush, memcslap) and memcached's memcached-tool. Each must behave the same on
 both: exit codes, values, and the fields they show (mnemod may show more, never fewer).
 
-Known differences, in the README: memcdump lists every live item (memcached only those that
+Known differences, in docs/compatibility.md: memcdump lists every live item (memcached only those that
 left its HOT LRU); dumps come in the store's walk order; item sizes and CAS values are mnemo's.
 """
 import os

@@ -116,7 +116,7 @@ def test_commands_through_nutcracker_land_where_mnemo_route_says(fleet):
 
 
 def test_an_unknown_verb_like_fget_is_refused_by_the_proxy(fleet):
-    """Why fget goes client-side in a proxied fleet (README: running a fleet)."""
+    """Why fget goes client-side in a proxied fleet (docs/operations.md, "Running a fleet")."""
     _, _, proxy = fleet
     with socket.create_connection(("127.0.0.1", proxy.port), timeout=5) as s:
         assert roundtrip(s, b"fget topk 0 a b\r\n\r\n") == b"<CLOSED>"

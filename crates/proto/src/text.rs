@@ -190,7 +190,7 @@ pub enum Request<'a> {
     /// `slabs automove <0|1|2>` or `slabs automove ratio <r>`, already judged valid.
     SlabsAutomove { setting: Automove, noreply: bool },
     /// mnemo's `fget <filter> <arglen> <key>*\r\n<args>\r\n`: run an installed filter over
-    /// the keys' values (see the README).
+    /// the keys' values (docs/filters.md).
     Fget { filter: &'a [u8], args: &'a [u8], keys: Keys<'a> },
     /// An `fget` whose argument block exceeds [`FGET_ARG_MAX`]: swallow `swallow` bytes (some
     /// may still be on the wire), then reply "CLIENT_ERROR filter arguments too long".
