@@ -40,9 +40,11 @@ struct Cli {
 enum Command {
     /// Load generator: drive a memcached-protocol server and report throughput and latency.
     Bench(bench::BenchArgs),
-    /// Copy every live item of a running server (memcached or mnemod) into another, keeping
-    /// flags and TTLs and never overwriting a key the destination holds; or, with
-    /// --from-servers/--to-servers, move the keys whose ketama owner a fleet change moves.
+    /// Copy a running cache (memcached or mnemod) into another server, warm.
+    ///
+    /// Every live item of --from goes to --to with its flags, value and remaining TTL; a key
+    /// the destination holds already is left as it is. With --from-servers/--to-servers (and
+    /// --hash-tags as the clients use it), only the keys whose ketama owner changes move.
     Migrate(migrate::MigrateArgs),
     #[command(flatten)]
     Op(ops::Op),
