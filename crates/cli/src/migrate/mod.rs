@@ -261,15 +261,17 @@ fn per_sec(n: u64, t: Duration) -> u64 {
 
 fn progress_line(c: &Counters, total: u64, t: Duration) -> String {
     let fetched = c.fetched.load(Relaxed);
-    let listed = c.listed.load(Relaxed);
     let mut s = format!(
-        "copied {fetched} items, {}, {} items/s, listed {listed}",
+        "copied {fetched} items, {}, {} items/s",
         mb(c.bytes.load(Relaxed)),
         per_sec(fetched, t)
     );
-    if total > listed && listed > 0 {
-        let left = (total - listed) as f64 / per_sec(listed, t).max(1) as f64;
-        s += &format!(" of ~{total}, ETA {left:.0} s");
+    // Every key listed ends up fetched, gone, staying or stray: the share of the sources'
+    // items dealt with so far, at the rate so far, gives the time left.
+    let done = fetched + c.gone.load(Relaxed) + c.stays.load(Relaxed) + c.stray.load(Relaxed);
+    if total > done && done > 0 {
+        let left = (total - done) as f64 / per_sec(done, t).max(1) as f64;
+        s += &format!(", {done} of ~{total}, ETA {left:.0} s");
     }
     s
 }
