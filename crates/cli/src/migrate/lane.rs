@@ -19,6 +19,8 @@
 
 use super::wire::{self, DumpLine, GetReply, KeyRef, SetReply};
 use super::{Counters, MigrateError};
+use std::collections::HashSet;
+use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::sync::atomic::Ordering::Relaxed;
@@ -62,6 +64,19 @@ pub enum Route {
     Stray,
 }
 
+/// Which listing of a source a run is. memcached's crawler is not a snapshot: an item its LRU
+/// maintainer moves while the dump walks the LRUs can be passed over (about 1 in 10,000 of a
+/// freshly loaded cache here). The first listing remembers a 64-bit hash of every key it
+/// lists; a second copies only the keys the first did not list.
+pub enum Listing<'a> {
+    First(&'a mut HashSet<u64>),
+    Second(&'a HashSet<u64>),
+}
+
+fn key_id(key: &[u8]) -> u64 {
+    BuildHasherDefault::<DefaultHasher>::default().hash_one(key)
+}
+
 /// One source and where its keys go.
 pub struct Job<'a> {
     pub source: String,
@@ -82,7 +97,7 @@ pub fn connect(addr: &str) -> Result<TcpStream, MigrateError> {
 
 /// Copy every key of `job.source` that its route sends somewhere. Errors of any thread are
 /// returned (the first of them); the counters hold what was done.
-pub fn run(job: &Job, c: &Counters) -> Result<(), MigrateError> {
+pub fn run(job: &Job, c: &Counters, listing: Listing) -> Result<(), MigrateError> {
     // Connections first, so a wrong address fails before any work.
     let mut lanes = Vec::with_capacity(job.lanes);
     for _ in 0..job.lanes.max(1) {
@@ -109,7 +124,7 @@ pub fn run(job: &Job, c: &Counters) -> Result<(), MigrateError> {
             });
         }
         drop(rx);
-        if let Err(e) = read_dump(job, dump, tx, c) {
+        if let Err(e) = read_dump(job, dump, tx, c, listing) {
             errors.lock().unwrap().push(e);
         }
     });
@@ -125,6 +140,7 @@ fn read_dump(
     conn: TcpStream,
     tx: SyncSender<Batch>,
     c: &Counters,
+    mut listing: Listing,
 ) -> Result<(), MigrateError> {
     let addr = &job.source;
     let io = |e| MigrateError::Io(addr.clone(), e);
@@ -155,9 +171,18 @@ fn read_dump(
             }
             DumpLine::Refused(l) => return Err(MigrateError::DumpRefused(addr.clone(), l)),
             DumpLine::Item { .. } => {
-                listed += 1;
-                if listed.is_multiple_of(1024) {
-                    c.listed.fetch_add(1024, Relaxed);
+                match &mut listing {
+                    Listing::First(seen) => {
+                        seen.insert(key_id(&key));
+                        listed += 1;
+                        if listed.is_multiple_of(1024) {
+                            c.listed.fetch_add(1024, Relaxed);
+                        }
+                    }
+                    Listing::Second(seen) if seen.contains(&key_id(&key)) => continue,
+                    Listing::Second(_) => {
+                        c.relisted.fetch_add(1, Relaxed);
+                    }
                 }
                 match (job.route)(&key) {
                     Route::Copy(d) => {
