@@ -67,8 +67,11 @@ pub enum Route {
 /// Which listing of a source a run is. memcached's crawler is not a snapshot: an item its LRU
 /// maintainer moves while the dump walks the LRUs can be passed over (about 1 in 10,000 of a
 /// freshly loaded cache here). The first listing remembers a 64-bit hash of every key it
-/// lists; a second copies only the keys the first did not list.
-pub enum Listing<'a> {
+/// lists; a second, started as soon as the first ends, copies only the keys the first did
+/// not list.
+enum Listing<'a> {
+    /// The one listing (`--one-listing`): nothing to remember.
+    Only,
     First(&'a mut HashSet<u64>),
     Second(&'a HashSet<u64>),
 }
@@ -84,6 +87,8 @@ pub struct Job<'a> {
     pub route: &'a (dyn Fn(&[u8]) -> Route + Sync),
     pub lanes: usize,
     pub batch: usize,
+    /// List the source a second time for the keys the first listing passed over.
+    pub second_listing: bool,
 }
 
 pub fn connect(addr: &str) -> Result<TcpStream, MigrateError> {
@@ -97,7 +102,7 @@ pub fn connect(addr: &str) -> Result<TcpStream, MigrateError> {
 
 /// Copy every key of `job.source` that its route sends somewhere. Errors of any thread are
 /// returned (the first of them); the counters hold what was done.
-pub fn run(job: &Job, c: &Counters, listing: Listing) -> Result<(), MigrateError> {
+pub fn run(job: &Job, c: &Counters) -> Result<(), MigrateError> {
     // Connections first, so a wrong address fails before any work.
     let mut lanes = Vec::with_capacity(job.lanes);
     for _ in 0..job.lanes.max(1) {
@@ -124,7 +129,16 @@ pub fn run(job: &Job, c: &Counters, listing: Listing) -> Result<(), MigrateError
             });
         }
         drop(rx);
-        if let Err(e) = read_dump(job, dump, tx, c, listing) {
+        let listed = if job.second_listing {
+            let mut seen = HashSet::new();
+            read_dump(job, &dump, &tx, c, Listing::First(&mut seen))
+                .and_then(|()| read_dump(job, &dump, &tx, c, Listing::Second(&seen)))
+        } else {
+            read_dump(job, &dump, &tx, c, Listing::Only)
+        };
+        // The lanes finish the batches queued and stop.
+        drop(tx);
+        if let Err(e) = listed {
             errors.lock().unwrap().push(e);
         }
     });
@@ -137,14 +151,15 @@ pub fn run(job: &Job, c: &Counters, listing: Listing) -> Result<(), MigrateError
 /// Stream the source's metadump into batches per destination.
 fn read_dump(
     job: &Job,
-    conn: TcpStream,
-    tx: SyncSender<Batch>,
+    conn: &TcpStream,
+    tx: &SyncSender<Batch>,
     c: &Counters,
     mut listing: Listing,
 ) -> Result<(), MigrateError> {
     let addr = &job.source;
     let io = |e| MigrateError::Io(addr.clone(), e);
-    let mut r = BufReader::with_capacity(1 << 16, conn.try_clone().map_err(io)?);
+    // Nothing follows a dump's END, so nothing is left in this buffer for the next listing.
+    let mut r = BufReader::with_capacity(1 << 16, conn);
     let mut w = conn;
     let mut batches: Vec<Batch> = (0..job.dests.len())
         .map(|d| Batch::new(d, job.batch))
@@ -172,8 +187,10 @@ fn read_dump(
             DumpLine::Refused(l) => return Err(MigrateError::DumpRefused(addr.clone(), l)),
             DumpLine::Item { .. } => {
                 match &mut listing {
-                    Listing::First(seen) => {
-                        seen.insert(key_id(&key));
+                    Listing::Only | Listing::First(_) => {
+                        if let Listing::First(seen) = &mut listing {
+                            seen.insert(key_id(&key));
+                        }
                         listed += 1;
                         if listed.is_multiple_of(1024) {
                             c.listed.fetch_add(1024, Relaxed);

@@ -28,7 +28,6 @@ mod wire;
 use clap::Args;
 use mnemo_client::ketama::Ketama;
 use mnemo_client::ServerSpec;
-use std::collections::HashSet;
 use std::io::{BufRead, BufReader, Write};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
@@ -215,13 +214,9 @@ fn migrate(hash_tags: bool, args: &MigrateArgs) -> Result<bool, MigrateError> {
                 route: &*p.route,
                 lanes: usize::from(args.connections),
                 batch: args.batch as usize,
+                second_listing: !args.one_listing,
             };
-            let mut seen = HashSet::new();
-            lane::run(&job, &c, lane::Listing::First(&mut seen))?;
-            if !args.one_listing {
-                lane::run(&job, &c, lane::Listing::Second(&seen))?;
-            }
-            Ok(())
+            lane::run(&job, &c)
         });
         done.store(true, Relaxed);
         r
