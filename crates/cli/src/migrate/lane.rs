@@ -20,7 +20,7 @@
 use super::wire::{self, DumpLine, GetReply, KeyRef, SetReply};
 use super::{Counters, MigrateError};
 use std::collections::HashSet;
-use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::sync::atomic::Ordering::Relaxed;
@@ -72,13 +72,34 @@ pub enum Route {
 enum Listing<'a> {
     /// The one listing (`--one-listing`): nothing to remember.
     Only,
-    First(&'a mut HashSet<u64>),
-    Second(&'a HashSet<u64>),
+    First(&'a mut KeySet),
+    Second(&'a KeySet),
 }
 
 fn key_id(key: &[u8]) -> u64 {
-    BuildHasherDefault::<DefaultHasher>::default().hash_one(key)
+    xxhash_rust::xxh3::xxh3_64(key)
 }
+
+/// The set of listed keys holds their xxh3 hashes: hashing them again would be wasted work.
+#[derive(Default)]
+pub struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        // Only u64s are hashed here; any other input still gets a usable hash.
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+}
+
+pub type KeySet = HashSet<u64, BuildHasherDefault<IdHasher>>;
 
 /// One source and where its keys go.
 pub struct Job<'a> {
@@ -89,6 +110,8 @@ pub struct Job<'a> {
     pub batch: usize,
     /// List the source a second time for the keys the first listing passed over.
     pub second_listing: bool,
+    /// How many keys the source holds (its curr_items), to size the set of listed keys.
+    pub expect: usize,
 }
 
 pub fn connect(addr: &str) -> Result<TcpStream, MigrateError> {
@@ -130,7 +153,7 @@ pub fn run(job: &Job, c: &Counters) -> Result<(), MigrateError> {
         }
         drop(rx);
         let listed = if job.second_listing {
-            let mut seen = HashSet::new();
+            let mut seen = KeySet::with_capacity_and_hasher(job.expect, Default::default());
             read_dump(job, &dump, &tx, c, Listing::First(&mut seen))
                 .and_then(|()| read_dump(job, &dump, &tx, c, Listing::Second(&seen)))
         } else {
@@ -185,7 +208,7 @@ fn read_dump(
                 w.write_all(b"lru_crawler metadump all\r\n").map_err(io)?;
             }
             DumpLine::Refused(l) => return Err(MigrateError::DumpRefused(addr.clone(), l)),
-            DumpLine::Item { .. } => {
+            DumpLine::Item => {
                 match &mut listing {
                     Listing::Only | Listing::First(_) => {
                         if let Listing::First(seen) = &mut listing {

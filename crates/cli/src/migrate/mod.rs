@@ -189,11 +189,13 @@ fn plans(hash_tags: bool, args: &MigrateArgs) -> Result<Vec<Plan>, MigrateError>
 fn migrate(hash_tags: bool, args: &MigrateArgs) -> Result<bool, MigrateError> {
     let plans = plans(hash_tags, args)?;
     let c = Counters::default();
-    // For the ETA: how many items the sources hold now (0 when a source will not say).
-    let total: u64 = plans
+    // How many items each source holds now (0 when one will not say): for the ETA, and to
+    // size the sets of listed keys.
+    let items: Vec<u64> = plans
         .iter()
         .map(|p| curr_items(&p.source).unwrap_or(0))
-        .sum();
+        .collect();
+    let total: u64 = items.iter().sum();
     let start = Instant::now();
     let done = AtomicBool::new(false);
     let tty = !args.quiet && unsafe { libc::isatty(2) } == 1;
@@ -207,7 +209,7 @@ fn migrate(hash_tags: bool, args: &MigrateArgs) -> Result<bool, MigrateError> {
                 eprint!("\r\x1b[K");
             });
         }
-        let r = plans.iter().try_for_each(|p| {
+        let r = plans.iter().zip(&items).try_for_each(|(p, &expect)| {
             let job = lane::Job {
                 source: p.source.clone(),
                 dests: p.dests.clone(),
@@ -215,6 +217,7 @@ fn migrate(hash_tags: bool, args: &MigrateArgs) -> Result<bool, MigrateError> {
                 lanes: usize::from(args.connections),
                 batch: args.batch as usize,
                 second_listing: !args.one_listing,
+                expect: expect as usize,
             };
             lane::run(&job, &c)
         });

@@ -24,9 +24,9 @@ pub const RELATIVE_TTL_LIMIT: i64 = 60 * 60 * 24 * 30;
 /// One line of a metadump.
 #[derive(Debug, PartialEq, Eq)]
 pub enum DumpLine {
-    /// An item: its key was decoded into the caller's buffer; `exp` is a Unix time, `None`
-    /// for an item that never expires.
-    Item { exp: Option<i64> },
+    /// An item: its key was decoded into the caller's buffer. (The other fields are not read:
+    /// the fetch tells whether the item still lives, and its TTL as of then.)
+    Item,
     /// The end of the dump.
     End,
     /// The server refused the dump (`BUSY ...`, `ERROR ...`): its line.
@@ -50,27 +50,24 @@ pub fn parse_dump_line(line: &[u8], key: &mut Vec<u8>) -> Result<DumpLine, Strin
             String::from_utf8_lossy(line).into_owned(),
         ));
     };
-    let mut fields = rest.split(|&b| b == b' ');
-    let enc = fields.next().ok_or_else(bad)?;
-    if !url_decode(enc, key) {
+    let enc = match memchr::memchr(b' ', rest) {
+        Some(end) => &rest[..end],
+        None => rest,
+    };
+    if enc.is_empty() || !url_decode(enc, key) {
         return Err(bad());
     }
-    let mut exp = None;
-    for f in fields {
-        if let Some(v) = f.strip_prefix(b"exp=") {
-            let n: i64 = std::str::from_utf8(v)
-                .ok()
-                .and_then(|s| s.parse().ok())
-                .ok_or_else(bad)?;
-            exp = (n >= 0).then_some(n);
-        }
-    }
-    Ok(DumpLine::Item { exp })
+    Ok(DumpLine::Item)
 }
 
 /// `%XX` escapes as memcached writes keys in a metadump; false on a broken escape.
 fn url_decode(enc: &[u8], out: &mut Vec<u8>) -> bool {
     out.clear();
+    if memchr::memchr(b'%', enc).is_none() {
+        // The common key: nothing escaped.
+        out.extend_from_slice(enc);
+        return true;
+    }
     let mut i = 0;
     while i < enc.len() {
         if enc[i] == b'%' {
@@ -254,16 +251,11 @@ mod tests {
     fn reads_metadump_lines_of_memcached_and_mnemod() {
         let mut k = Vec::new();
         let l = b"key=a%20b%25c exp=1795785306 la=1795785206 cas=1 fetch=yes cls=1 size=67";
-        assert_eq!(
-            parse_dump_line(l, &mut k),
-            Ok(DumpLine::Item {
-                exp: Some(1795785306)
-            })
-        );
+        assert_eq!(parse_dump_line(l, &mut k), Ok(DumpLine::Item));
         assert_eq!(k, b"a b%c");
         assert_eq!(
             parse_dump_line(b"key=x exp=-1 la=1 cas=2 fetch=no cls=1 size=6", &mut k),
-            Ok(DumpLine::Item { exp: None })
+            Ok(DumpLine::Item)
         );
         assert_eq!(k, b"x");
         assert_eq!(parse_dump_line(b"END\r", &mut k), Ok(DumpLine::End));
@@ -274,7 +266,9 @@ mod tests {
             ))
         );
         assert!(parse_dump_line(b"key=%zz exp=-1", &mut k).is_err());
-        assert!(parse_dump_line(b"key=a exp=soon", &mut k).is_err());
+        assert!(parse_dump_line(b"key= exp=-1", &mut k).is_err());
+        assert_eq!(parse_dump_line(b"key=bare", &mut k), Ok(DumpLine::Item));
+        assert_eq!(k, b"bare");
     }
 
     #[test]
