@@ -149,6 +149,10 @@ for io_loop in uring epoll; do
 done
 unset MNEMO_IO_LOOP
 
+echo "== Debian package: build (debug binaries), install with dpkg, run the unit's command line"
+deb=$(MNEMO_PACKAGE_PROFILE=debug SKIP_BUILD=1 bash scripts/package.sh | tail -n 1)
+$sudo_cmd env MNEMO_DEB="$deb" .venv/bin/python -m pytest -q -rfE -p no:cacheprovider tests/package_check.py
+
 echo "== python package (python/): build, install into .venv, pytest"
 # pip builds the PyO3 extension with the maturin pinned in python/requirements.txt (no build
 # isolation: nothing is fetched here), in the dev profile so the crates cargo just built are

@@ -9,6 +9,9 @@
 //!                                                     operator commands (src/ops.rs)
 //!   mnemo [--servers ...] fget FILTER [--arg ..] [--merge concat|topk:K] [--records] KEY...
 //!                                                     server-side filter, merged (src/fget.rs)
+//!   mnemo migrate --from h:p --to h:p                 copy a running cache, warm (src/migrate/)
+//!   mnemo [--hash-tags] migrate --from-servers LIST --to-servers LIST
+//!                                                     move the keys a fleet change moves
 //! ```
 
 use std::process::ExitCode;
@@ -17,6 +20,7 @@ use clap::{Parser, Subcommand};
 
 mod bench;
 mod fget;
+mod migrate;
 mod ops;
 
 #[derive(Parser, Debug)]
@@ -36,6 +40,12 @@ struct Cli {
 enum Command {
     /// Load generator: drive a memcached-protocol server and report throughput and latency.
     Bench(bench::BenchArgs),
+    /// Copy a running cache (memcached or mnemod) into another server, warm.
+    ///
+    /// Every live item of --from goes to --to with its flags, value and remaining TTL; a key
+    /// the destination holds already is left as it is. With --from-servers/--to-servers (and
+    /// --hash-tags as the clients use it), only the keys whose ketama owner changes move.
+    Migrate(migrate::MigrateArgs),
     #[command(flatten)]
     Op(ops::Op),
 }
@@ -44,6 +54,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Bench(args) => bench::run(args),
+        Command::Migrate(args) => migrate::run(cli.target.hash_tags, args),
         Command::Op(op) => ops::run(&cli.target, op),
     }
 }

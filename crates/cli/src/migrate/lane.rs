@@ -1,0 +1,483 @@
+//! The copying machinery for one source: a dump reader that batches keys, and lanes (one
+//! source connection and one connection per destination each) that fetch and store them.
+//!
+//! ```text
+//!   dump thread            lane 1..N (each: threads A, B and one C per destination)
+//!   metadump ──batches──►  A: writes the batch's mg requests to its source connection
+//!   (keys routed to          │ batch
+//!    a destination)          ▼
+//!                          B: reads the mg replies, writes ms (mode E) to the batch's destination
+//!                            │ count of sets written
+//!                            ▼
+//!                          C: reads that many ms replies from the destination, tallies them
+//! ```
+//!
+//! Each connection is written by one thread and read by another, so requests stream while
+//! replies come back (pipelined), and neither side can wait on the other: A waits only on the
+//! source, B on the source's replies and the destination, C on the destination's replies.
+//! Channels between threads are bounded, so memory stays at a few batches per lane.
+
+use super::wire::{self, DumpLine, GetReply, KeyRef, SetReply};
+use super::{Counters, MigrateError};
+use std::collections::HashSet;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// How long a silent server may keep a connection waiting before the migration gives up.
+const IO_TIMEOUT: Duration = Duration::from_secs(60);
+/// B writes its buffered sets once they pass this many bytes (large values stay bounded).
+const FLUSH_BYTES: usize = 1 << 20;
+/// Batches in flight between two threads of a lane.
+const IN_FLIGHT: usize = 4;
+/// How often, and how long apart, a dump the crawler is busy for is asked again.
+const BUSY_RETRIES: u32 = 100;
+const BUSY_WAIT: Duration = Duration::from_millis(100);
+
+/// Keys for one destination, as the mg requests that fetch them.
+pub struct Batch {
+    pub dest: usize,
+    pub req: Vec<u8>,
+    pub keys: Vec<KeyRef>,
+}
+
+impl Batch {
+    fn new(dest: usize, size: usize) -> Batch {
+        Batch {
+            dest,
+            req: Vec::with_capacity(size * 32),
+            keys: Vec::with_capacity(size),
+        }
+    }
+}
+
+/// What the dump reader does with a key: copy it to a destination, or leave it.
+pub enum Route {
+    Copy(usize),
+    /// Its owner does not change (fleet mode).
+    Stays,
+    /// The source is not its owner under the old server list (fleet mode).
+    Stray,
+}
+
+/// Which listing of a source a run is. memcached's crawler is not a snapshot: an item its LRU
+/// maintainer moves while the dump walks the LRUs can be passed over (about 1 in 10,000 of a
+/// freshly loaded cache here). The first listing remembers a 64-bit hash of every key it
+/// lists; a second, started as soon as the first ends, copies only the keys the first did
+/// not list.
+enum Listing<'a> {
+    /// The one listing (`--one-listing`): nothing to remember.
+    Only,
+    First(&'a mut KeySet),
+    Second(&'a KeySet),
+}
+
+fn key_id(key: &[u8]) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(key)
+}
+
+/// The set of listed keys holds their xxh3 hashes: hashing them again would be wasted work.
+#[derive(Default)]
+pub struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        // Only u64s are hashed here; any other input still gets a usable hash.
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+}
+
+pub type KeySet = HashSet<u64, BuildHasherDefault<IdHasher>>;
+
+/// One source and where its keys go.
+pub struct Job<'a> {
+    pub source: String,
+    pub dests: Vec<String>,
+    pub route: &'a (dyn Fn(&[u8]) -> Route + Sync),
+    pub lanes: usize,
+    pub batch: usize,
+    /// List the source a second time for the keys the first listing passed over.
+    pub second_listing: bool,
+    /// How many keys the source holds (its curr_items), to size the set of listed keys.
+    pub expect: usize,
+}
+
+pub fn connect(addr: &str) -> Result<TcpStream, MigrateError> {
+    let s = TcpStream::connect(addr).map_err(|e| MigrateError::Connect(addr.to_owned(), e))?;
+    let io = |e| MigrateError::Io(addr.to_owned(), e);
+    s.set_nodelay(true).map_err(io)?;
+    s.set_read_timeout(Some(IO_TIMEOUT)).map_err(io)?;
+    s.set_write_timeout(Some(IO_TIMEOUT)).map_err(io)?;
+    Ok(s)
+}
+
+/// Copy every key of `job.source` that its route sends somewhere. Errors of any thread are
+/// returned (the first of them); the counters hold what was done.
+pub fn run(job: &Job, c: &Counters) -> Result<(), MigrateError> {
+    // Connections first, so a wrong address fails before any work.
+    let mut lanes = Vec::with_capacity(job.lanes);
+    for _ in 0..job.lanes.max(1) {
+        let src = connect(&job.source)?;
+        let dests = job
+            .dests
+            .iter()
+            .map(|d| connect(d))
+            .collect::<Result<Vec<_>, _>>()?;
+        lanes.push((src, dests));
+    }
+    let dump = connect(&job.source)?;
+    let (tx, rx) = sync_channel::<Batch>(job.lanes.max(1) * IN_FLIGHT);
+    let rx = Arc::new(Mutex::new(rx));
+    let errors: Mutex<Vec<MigrateError>> = Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for (src, dests) in lanes {
+            let rx = rx.clone();
+            let errors = &errors;
+            s.spawn(move || {
+                if let Err(e) = lane(&job.source, &job.dests, src, dests, &rx, c) {
+                    errors.lock().unwrap().push(e);
+                }
+            });
+        }
+        drop(rx);
+        let listed = if job.second_listing {
+            let mut seen = KeySet::with_capacity_and_hasher(job.expect, Default::default());
+            read_dump(job, &dump, &tx, c, Listing::First(&mut seen))
+                .and_then(|()| read_dump(job, &dump, &tx, c, Listing::Second(&seen)))
+        } else {
+            read_dump(job, &dump, &tx, c, Listing::Only)
+        };
+        // The lanes finish the batches queued and stop.
+        drop(tx);
+        if let Err(e) = listed {
+            errors.lock().unwrap().push(e);
+        }
+    });
+    match errors.into_inner().unwrap().into_iter().next() {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+/// Stream the source's metadump into batches per destination.
+fn read_dump(
+    job: &Job,
+    conn: &TcpStream,
+    tx: &SyncSender<Batch>,
+    c: &Counters,
+    mut listing: Listing,
+) -> Result<(), MigrateError> {
+    let addr = &job.source;
+    let io = |e| MigrateError::Io(addr.clone(), e);
+    // Nothing follows a dump's END, so nothing is left in this buffer for the next listing.
+    let mut r = BufReader::with_capacity(1 << 16, conn);
+    let mut w = conn;
+    let mut batches: Vec<Batch> = (0..job.dests.len())
+        .map(|d| Batch::new(d, job.batch))
+        .collect();
+    let (mut line, mut key) = (Vec::new(), Vec::new());
+    let mut busy = 0;
+    w.write_all(b"lru_crawler metadump all\r\n").map_err(io)?;
+    let mut listed = 0u64;
+    loop {
+        line.clear();
+        if r.read_until(b'\n', &mut line).map_err(io)? == 0 {
+            return Err(MigrateError::Closed(addr.clone()));
+        }
+        line.pop();
+        match wire::parse_dump_line(&line, &mut key)
+            .map_err(|l| MigrateError::Protocol(addr.clone(), l))?
+        {
+            DumpLine::End => break,
+            DumpLine::Refused(l) if l.starts_with("BUSY") && busy < BUSY_RETRIES => {
+                // Another crawl (the server's own, or another tool's) is running: ask again.
+                busy += 1;
+                std::thread::sleep(BUSY_WAIT);
+                w.write_all(b"lru_crawler metadump all\r\n").map_err(io)?;
+            }
+            DumpLine::Refused(l) => return Err(MigrateError::DumpRefused(addr.clone(), l)),
+            DumpLine::Item => {
+                match &mut listing {
+                    Listing::Only | Listing::First(_) => {
+                        if let Listing::First(seen) = &mut listing {
+                            seen.insert(key_id(&key));
+                        }
+                        listed += 1;
+                        if listed.is_multiple_of(1024) {
+                            c.listed.fetch_add(1024, Relaxed);
+                        }
+                    }
+                    Listing::Second(seen) if seen.contains(&key_id(&key)) => continue,
+                    Listing::Second(_) => {
+                        c.relisted.fetch_add(1, Relaxed);
+                    }
+                }
+                match (job.route)(&key) {
+                    Route::Copy(d) => {
+                        let b = &mut batches[d];
+                        let k = wire::push_get(&mut b.req, &key);
+                        b.keys.push(k);
+                        if b.keys.len() >= job.batch {
+                            let full = std::mem::replace(b, Batch::new(d, job.batch));
+                            if tx.send(full).is_err() {
+                                // Every lane has stopped: its error is the one to report.
+                                return Ok(());
+                            }
+                        }
+                    }
+                    Route::Stays => {
+                        c.stays.fetch_add(1, Relaxed);
+                    }
+                    Route::Stray => {
+                        c.stray.fetch_add(1, Relaxed);
+                    }
+                }
+            }
+        }
+    }
+    c.listed.fetch_add(listed % 1024, Relaxed);
+    for b in batches {
+        if !b.keys.is_empty() && tx.send(b).is_err() {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// One lane: threads A, B and the Cs, until the batches run out or a connection fails.
+fn lane(
+    src_addr: &str,
+    dest_addrs: &[String],
+    src: TcpStream,
+    dests: Vec<TcpStream>,
+    rx: &Mutex<Receiver<Batch>>,
+    c: &Counters,
+) -> Result<(), MigrateError> {
+    let src_io = |e| MigrateError::Io(src_addr.to_owned(), e);
+    let src_r = src.try_clone().map_err(src_io)?;
+    let mut dest_w = Vec::new();
+    let mut dest_r = Vec::new();
+    for (d, conn) in dests.into_iter().enumerate() {
+        dest_r.push(
+            conn.try_clone()
+                .map_err(|e| MigrateError::Io(dest_addrs[d].clone(), e))?,
+        );
+        dest_w.push(conn);
+    }
+    let (to_b, from_a) = sync_channel::<Batch>(IN_FLIGHT);
+    let mut to_cs = Vec::new();
+    let mut from_bs = Vec::new();
+    for _ in 0..dest_w.len() {
+        let (t, f) = sync_channel::<usize>(IN_FLIGHT * 4);
+        to_cs.push(t);
+        from_bs.push(f);
+    }
+    std::thread::scope(|s| {
+        let a = s.spawn(move || -> Result<(), MigrateError> {
+            let mut src = src;
+            loop {
+                let next = rx.lock().unwrap().recv();
+                let Ok(batch) = next else { return Ok(()) };
+                src.write_all(&batch.req).map_err(src_io)?;
+                if to_b.send(batch).is_err() {
+                    return Ok(());
+                }
+            }
+        });
+        let cs: Vec<_> = dest_r
+            .into_iter()
+            .zip(from_bs)
+            .enumerate()
+            .map(|(d, (conn, from_b))| s.spawn(move || tally(&dest_addrs[d], conn, from_b, c)))
+            .collect();
+        let b = fetch_and_store(src_addr, dest_addrs, src_r, dest_w, from_a, to_cs, c);
+        // B is done (or failed): closing the source connection wakes an A stuck in a write.
+        let a = a.join().unwrap();
+        let cs: Vec<_> = cs.into_iter().map(|h| h.join().unwrap()).collect();
+        b.and(a).and(cs.into_iter().collect())
+    })
+}
+
+/// Thread B: mg replies in, ms requests out.
+#[allow(clippy::too_many_arguments)]
+fn fetch_and_store(
+    src_addr: &str,
+    dest_addrs: &[String],
+    src: TcpStream,
+    mut dests: Vec<TcpStream>,
+    from_a: Receiver<Batch>,
+    to_cs: Vec<SyncSender<usize>>,
+    c: &Counters,
+) -> Result<(), MigrateError> {
+    let result = (|| {
+        let mut inb = ReadBuf::new();
+        let mut out = Vec::with_capacity(FLUSH_BYTES + (1 << 16));
+        for batch in from_a.iter() {
+            let d = batch.dest;
+            // Long TTLs become Unix times as of the fetch.
+            let now = super::unix_now();
+            let (mut sets, mut gone, mut bytes) = (0usize, 0u64, 0u64);
+            let mut flush = |out: &mut Vec<u8>, sets: &mut usize| -> Result<(), MigrateError> {
+                dests[d]
+                    .write_all(out)
+                    .map_err(|e| MigrateError::Io(dest_addrs[d].clone(), e))?;
+                out.clear();
+                // A C that stopped has failed: its error is reported when it is joined.
+                let _ = to_cs[d].send(std::mem::take(sets));
+                Ok(())
+            };
+            for &k in &batch.keys {
+                let (reply, used) = loop {
+                    let parsed = wire::parse_get_reply(inb.data())
+                        .map_err(|l| MigrateError::Protocol(src_addr.to_owned(), l))?;
+                    match parsed {
+                        Some(r) => break r,
+                        None => inb.fill(&src, src_addr)?,
+                    }
+                };
+                match reply {
+                    GetReply::Miss => gone += 1,
+                    GetReply::Hit { flags, ttl, data } => {
+                        let v = &inb.data()[data];
+                        wire::push_set(&mut out, k, &batch.req, flags, wire::dest_ttl(ttl, now), v);
+                        sets += 1;
+                        bytes += v.len() as u64;
+                        if out.len() >= FLUSH_BYTES {
+                            flush(&mut out, &mut sets)?;
+                        }
+                    }
+                }
+                inb.consume(used);
+            }
+            if sets > 0 {
+                flush(&mut out, &mut sets)?;
+            }
+            c.gone.fetch_add(gone, Relaxed);
+            c.fetched.fetch_add(batch.keys.len() as u64 - gone, Relaxed);
+            c.bytes.fetch_add(bytes, Relaxed);
+        }
+        Ok(())
+    })();
+    // Either way A must not stay blocked writing to a source nobody reads any more.
+    if result.is_err() {
+        let _ = src.shutdown(std::net::Shutdown::Both);
+    }
+    result
+}
+
+/// Thread C: count the destination's answers to the sets B wrote.
+fn tally(
+    addr: &str,
+    conn: TcpStream,
+    from_b: Receiver<usize>,
+    c: &Counters,
+) -> Result<(), MigrateError> {
+    let r = tally_replies(addr, &conn, from_b, c);
+    if r.is_err() {
+        // B must not stay blocked writing sets nobody reads the answers to.
+        let _ = conn.shutdown(std::net::Shutdown::Both);
+    }
+    r
+}
+
+fn tally_replies(
+    addr: &str,
+    conn: &TcpStream,
+    from_b: Receiver<usize>,
+    c: &Counters,
+) -> Result<(), MigrateError> {
+    let mut inb = ReadBuf::new();
+    for n in from_b.iter() {
+        let (mut stored, mut exists) = (0u64, 0u64);
+        for _ in 0..n {
+            let (reply, used) = loop {
+                match wire::parse_set_reply(inb.data()) {
+                    Some(r) => break r,
+                    None => inb.fill(conn, addr)?,
+                }
+            };
+            inb.consume(used);
+            match reply {
+                SetReply::Stored => stored += 1,
+                SetReply::Exists => exists += 1,
+                SetReply::Failed(line) => {
+                    c.failed.fetch_add(1, Relaxed);
+                    let mut first = c.first_failure.lock().unwrap();
+                    if first.is_none() {
+                        *first = Some(format!("{addr}: {line}"));
+                    }
+                    if line == "ERROR" || line.starts_with("CLIENT_ERROR") {
+                        // The destination did not read the set as one: the stream is lost.
+                        return Err(MigrateError::Protocol(addr.to_owned(), line));
+                    }
+                }
+            }
+        }
+        c.stored.fetch_add(stored, Relaxed);
+        c.exists.fetch_add(exists, Relaxed);
+    }
+    Ok(())
+}
+
+/// A read buffer that keeps the unread bytes at its front and grows to fit one whole reply.
+struct ReadBuf {
+    buf: Vec<u8>,
+    lo: usize,
+    hi: usize,
+}
+
+impl ReadBuf {
+    fn new() -> ReadBuf {
+        ReadBuf {
+            buf: vec![0; 1 << 18],
+            lo: 0,
+            hi: 0,
+        }
+    }
+
+    fn data(&self) -> &[u8] {
+        &self.buf[self.lo..self.hi]
+    }
+
+    fn consume(&mut self, n: usize) {
+        self.lo += n;
+        if self.lo == self.hi {
+            self.lo = 0;
+            self.hi = 0;
+        }
+    }
+
+    /// Read more; the connection closing before a reply is whole is an error.
+    fn fill(&mut self, mut conn: &TcpStream, addr: &str) -> Result<(), MigrateError> {
+        if self.lo > 0 {
+            self.buf.copy_within(self.lo..self.hi, 0);
+            self.hi -= self.lo;
+            self.lo = 0;
+        }
+        if self.hi == self.buf.len() {
+            let n = self.buf.len() * 2;
+            self.buf.resize(n, 0);
+        }
+        match conn.read(&mut self.buf[self.hi..]) {
+            Ok(0) => Err(MigrateError::Closed(addr.to_owned())),
+            Ok(n) => {
+                self.hi += n;
+                Ok(())
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => Ok(()),
+            Err(e) => Err(MigrateError::Io(addr.to_owned(), e)),
+        }
+    }
+}

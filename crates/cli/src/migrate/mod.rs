@@ -1,0 +1,327 @@
+//! `mnemo migrate`: move a running cache's items into another server, warm.
+//!
+//! Two modes:
+//! * `--from HOST:PORT --to HOST:PORT`: every live item of the source (memcached 1.6 or mnemod)
+//!   is copied to the destination (mnemod or memcached);
+//! * `--from-servers LIST --to-servers LIST` (lists as `--servers` takes them, `--hash-tags`
+//!   applies): for a fleet whose server list changes, each old server's keys whose ketama owner
+//!   changes are copied to their new owner, and no other key is.
+//!
+//! Each source lists its keys with `lru_crawler metadump all`, twice (the second listing
+//! copies what the first passed over: lane.rs, `Listing`); each key is fetched with a meta
+//! get (value, flags and the TTL left, as of the fetch) and stored with a meta set in add mode,
+//! keeping the TTL's moment of expiry. What a cache does with items that change meanwhile:
+//! * expired, evicted or deleted at the source before the fetch: not copied ("gone");
+//! * already on the destination (a client wrote it there since): kept, not overwritten ("kept");
+//! * changed at the source after the fetch: the copy has the fetched value. Switch the clients
+//!   over before (or right after) the copy so nothing writes to the source any more.
+//!
+//! ```text
+//!   mod.rs     arguments, the plan (which keys go where), progress line, summary
+//!   lane.rs    the threads and connections of one source's copy
+//!   wire.rs    metadump lines, mg/ms requests and replies (no I/O)
+//! ```
+
+mod lane;
+mod wire;
+
+use clap::Args;
+use mnemo_client::ketama::Ketama;
+use mnemo_client::ServerSpec;
+use std::io::{BufRead, BufReader, Write};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// Connections per source, each with its own connection to every destination.
+pub const DEFAULT_CONNECTIONS: u16 = 4;
+/// Keys fetched per pipelined batch.
+pub const DEFAULT_BATCH: u32 = 512;
+/// How often the progress line is redrawn.
+const PROGRESS_EVERY: Duration = Duration::from_millis(250);
+
+#[derive(Args, Debug)]
+#[command(group = clap::ArgGroup::new("mode").required(true).args(["from", "from_servers"]))]
+pub struct MigrateArgs {
+    /// The server to copy from (`host:port`).
+    #[arg(long, requires = "to")]
+    pub from: Option<String>,
+    /// The server to copy to (`host:port`).
+    #[arg(long, requires = "from", conflicts_with_all = ["from_servers", "to_servers"])]
+    pub to: Option<String>,
+    /// Fleet mode: the server list before the change (`host:port[:weight],...`).
+    #[arg(long, requires = "to_servers")]
+    pub from_servers: Option<String>,
+    /// Fleet mode: the server list after the change.
+    #[arg(long, requires = "from_servers")]
+    pub to_servers: Option<String>,
+    /// Parallel connections per source server.
+    #[arg(long, default_value_t = DEFAULT_CONNECTIONS, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub connections: u16,
+    /// Keys per pipelined batch.
+    #[arg(long, default_value_t = DEFAULT_BATCH, value_parser = clap::value_parser!(u32).range(1..=65536))]
+    pub batch: u32,
+    /// List each source once: no second listing to catch the keys the first passed over
+    /// (memcached's crawler can miss an item its LRU maintainer moves meanwhile). Saves the
+    /// second dump and about 16 bytes of memory per key.
+    #[arg(long)]
+    pub one_listing: bool,
+    /// No progress line, even on a terminal.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+/// What can stop a migration.
+#[derive(Debug, thiserror::Error)]
+pub enum MigrateError {
+    #[error("{0}: cannot connect: {1}")]
+    Connect(String, std::io::Error),
+    #[error("{0}: {1}")]
+    Io(String, std::io::Error),
+    #[error("{0}: connection closed by the server")]
+    Closed(String),
+    #[error("{0}: {1}")]
+    Protocol(String, String),
+    #[error("{0}: lru_crawler metadump refused: {1}")]
+    DumpRefused(String, String),
+    #[error("{0}")]
+    Args(String),
+}
+
+/// What the lanes did, shared by all their threads.
+#[derive(Default)]
+pub struct Counters {
+    /// Keys the first listings listed.
+    pub listed: AtomicU64,
+    /// Keys only the second listings listed.
+    pub relisted: AtomicU64,
+    /// Fetched from the source (live when fetched).
+    pub fetched: AtomicU64,
+    /// Stored on the destination.
+    pub stored: AtomicU64,
+    /// The destination had the key already: left as it was.
+    pub exists: AtomicU64,
+    /// Listed but no longer at the source when fetched.
+    pub gone: AtomicU64,
+    /// Refused by the destination (too large, out of memory, ...).
+    pub failed: AtomicU64,
+    pub first_failure: Mutex<Option<String>>,
+    /// Value bytes fetched.
+    pub bytes: AtomicU64,
+    /// Fleet mode: keys whose owner does not change.
+    pub stays: AtomicU64,
+    /// Fleet mode: keys found on a server that the old list does not make their owner.
+    pub stray: AtomicU64,
+}
+
+pub fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
+}
+
+pub fn run(hash_tags: bool, args: MigrateArgs) -> ExitCode {
+    match migrate(hash_tags, &args) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("mnemo migrate: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// One source's copy: where it reads and where its keys may go.
+struct Plan {
+    source: String,
+    dests: Vec<String>,
+    route: Box<RouteFn>,
+}
+
+/// Where a source's key goes.
+type RouteFn = dyn Fn(&[u8]) -> lane::Route + Sync;
+
+fn plans(hash_tags: bool, args: &MigrateArgs) -> Result<Vec<Plan>, MigrateError> {
+    if let (Some(from), Some(to)) = (&args.from, &args.to) {
+        return Ok(vec![Plan {
+            source: from.clone(),
+            dests: vec![to.clone()],
+            route: Box::new(|_| lane::Route::Copy(0)),
+        }]);
+    }
+    let list = |l: &Option<String>| {
+        let specs = ServerSpec::parse_list(l.as_deref().unwrap_or(""))
+            .map_err(|e| MigrateError::Args(e.to_string()))?;
+        if specs.is_empty() {
+            return Err(MigrateError::Args("an empty server list".into()));
+        }
+        Ok(specs)
+    };
+    let (old, new) = (list(&args.from_servers)?, list(&args.to_servers)?);
+    let new_addrs: Vec<String> = new.iter().map(ServerSpec::addr).collect();
+    let (old_ring, new_ring) = (Ketama::new(&old), Ketama::new(&new));
+    Ok(old
+        .iter()
+        .enumerate()
+        .map(|(i, spec)| {
+            let me = spec.addr();
+            let same = new_addrs.iter().position(|a| *a == me);
+            let (old_ring, new_ring) = (old_ring.clone(), new_ring.clone());
+            Plan {
+                source: me,
+                dests: new_addrs.clone(),
+                route: Box::new(move |key: &[u8]| {
+                    if old_ring.route(key, hash_tags) != Some(i) {
+                        return lane::Route::Stray;
+                    }
+                    match new_ring.route(key, hash_tags) {
+                        Some(n) if Some(n) != same => lane::Route::Copy(n),
+                        _ => lane::Route::Stays,
+                    }
+                }),
+            }
+        })
+        .collect())
+}
+
+/// Run every plan; `Ok(false)` when items failed to store.
+fn migrate(hash_tags: bool, args: &MigrateArgs) -> Result<bool, MigrateError> {
+    let plans = plans(hash_tags, args)?;
+    let c = Counters::default();
+    // How many items each source holds now (0 when one will not say): for the ETA, and to
+    // size the sets of listed keys.
+    let items: Vec<u64> = plans
+        .iter()
+        .map(|p| curr_items(&p.source).unwrap_or(0))
+        .collect();
+    let total: u64 = items.iter().sum();
+    let start = Instant::now();
+    let done = AtomicBool::new(false);
+    let tty = !args.quiet && unsafe { libc::isatty(2) } == 1;
+    let result = std::thread::scope(|s| {
+        if tty {
+            s.spawn(|| {
+                while !done.load(Relaxed) {
+                    std::thread::park_timeout(PROGRESS_EVERY);
+                    eprint!("\r\x1b[K{}", progress_line(&c, total, start.elapsed()));
+                }
+                eprint!("\r\x1b[K");
+            });
+        }
+        let r = plans.iter().zip(&items).try_for_each(|(p, &expect)| {
+            let job = lane::Job {
+                source: p.source.clone(),
+                dests: p.dests.clone(),
+                route: &*p.route,
+                lanes: usize::from(args.connections),
+                batch: args.batch as usize,
+                second_listing: !args.one_listing,
+                expect: expect as usize,
+            };
+            lane::run(&job, &c)
+        });
+        done.store(true, Relaxed);
+        r
+    });
+    let elapsed = start.elapsed();
+    let fleet = args.from_servers.is_some();
+    let from = args
+        .from
+        .as_deref()
+        .or(args.from_servers.as_deref())
+        .unwrap_or("");
+    let to = args
+        .to
+        .as_deref()
+        .or(args.to_servers.as_deref())
+        .unwrap_or("");
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(summary(&c, from, to, fleet, elapsed).as_bytes());
+    result?;
+    if let Some(f) = c.first_failure.lock().unwrap().as_ref() {
+        eprintln!("mnemo migrate: first refused item: {f}");
+    }
+    Ok(c.failed.load(Relaxed) == 0)
+}
+
+/// `stats` curr_items of a server.
+fn curr_items(addr: &str) -> Option<u64> {
+    let mut conn = lane::connect(addr).ok()?;
+    conn.write_all(b"stats\r\n").ok()?;
+    let mut r = BufReader::new(conn);
+    let mut line = String::new();
+    let mut n = None;
+    while r.read_line(&mut line).ok()? > 0 && line != "END\r\n" {
+        if let Some(v) = line.trim_end().strip_prefix("STAT curr_items ") {
+            n = v.parse().ok();
+        }
+        line.clear();
+    }
+    n
+}
+
+fn mb(bytes: u64) -> String {
+    format!("{:.1} MB", bytes as f64 / 1e6)
+}
+
+fn per_sec(n: u64, t: Duration) -> u64 {
+    (n as f64 / t.as_secs_f64().max(1e-9)) as u64
+}
+
+fn progress_line(c: &Counters, total: u64, t: Duration) -> String {
+    let fetched = c.fetched.load(Relaxed);
+    let mut s = format!(
+        "copied {fetched} items, {}, {} items/s",
+        mb(c.bytes.load(Relaxed)),
+        per_sec(fetched, t)
+    );
+    // Every key listed ends up fetched, gone, staying or stray: the share of the sources'
+    // items dealt with so far, at the rate so far, gives the time left.
+    let done = fetched + c.gone.load(Relaxed) + c.stays.load(Relaxed) + c.stray.load(Relaxed);
+    if total > done && done > 0 {
+        let left = (total - done) as f64 / per_sec(done, t).max(1) as f64;
+        s += &format!(", {done} of ~{total}, ETA {left:.0} s");
+    }
+    s
+}
+
+fn summary(c: &Counters, from: &str, to: &str, fleet: bool, t: Duration) -> String {
+    let fetched = c.fetched.load(Relaxed);
+    let mut s = format!("migrated {from} -> {to}\n");
+    s += &format!("  listed   {} keys\n", c.listed.load(Relaxed));
+    s += &format!(
+        "  relisted {} (passed over by the first listing, found by the second)\n",
+        c.relisted.load(Relaxed)
+    );
+    s += &format!(
+        "  fetched  {fetched} items, {}\n",
+        mb(c.bytes.load(Relaxed))
+    );
+    s += &format!("  stored   {}\n", c.stored.load(Relaxed));
+    s += &format!(
+        "  kept     {} (the destination had the key: not overwritten)\n",
+        c.exists.load(Relaxed)
+    );
+    s += &format!(
+        "  gone     {} (expired or deleted before the copy)\n",
+        c.gone.load(Relaxed)
+    );
+    s += &format!(
+        "  failed   {} (refused by the destination)\n",
+        c.failed.load(Relaxed)
+    );
+    if fleet {
+        s += &format!("  stayed   {} (owner unchanged)\n", c.stays.load(Relaxed));
+        s += &format!(
+            "  stray    {} (not on their old owner: left)\n",
+            c.stray.load(Relaxed)
+        );
+    }
+    s += &format!(
+        "  time     {:.3} s, {} items/s\n",
+        t.as_secs_f64(),
+        per_sec(fetched, t)
+    );
+    s
+}

@@ -1,0 +1,349 @@
+//! The bytes of a migration, with no sockets: reading `lru_crawler metadump` lines, writing the
+//! meta get that fetches an item and the meta set that stores it, and reading their replies.
+//!
+//! ```text
+//!   source:       lru_crawler metadump all   ->  key=<%XX-encoded> exp=<unix|-1> la=.. ..\n ... END\r\n
+//!                 mg <key> v f t             ->  VA <len> f<flags> t<remaining|-1>\r\n<data>\r\n | EN\r\n
+//!   destination:  ms <key> <len> T<ttl> F<flags> ME\r\n<data>\r\n   ->  HD (stored) | NS (key exists)
+//! ```
+//!
+//! The destination's store is meta `ms` in mode E ("add"): it stores only when the key is absent,
+//! so a value a client wrote to the destination while the copy ran is never replaced by the
+//! older copy. `ms` rather than the text `add` because a key a binary-protocol client stored can
+//! hold bytes the text protocol cannot name (spaces, control bytes); meta commands carry such a
+//! key base64-encoded (`b`), in the get and the set alike.
+
+use base64::Engine as _;
+
+/// The longest key the text and meta protocols take as is.
+pub const MAX_KEY: usize = 250;
+/// An exptime up to 30 days is relative; a larger one is a Unix time (memcached's rule, for
+/// `set`'s exptime and meta's `T` alike).
+pub const RELATIVE_TTL_LIMIT: i64 = 60 * 60 * 24 * 30;
+
+/// One line of a metadump.
+#[derive(Debug, PartialEq, Eq)]
+pub enum DumpLine {
+    /// An item: its key was decoded into the caller's buffer. (The other fields are not read:
+    /// the fetch tells whether the item still lives, and its TTL as of then.)
+    Item,
+    /// The end of the dump.
+    End,
+    /// The server refused the dump (`BUSY ...`, `ERROR ...`): its line.
+    Refused(String),
+}
+
+/// Read one metadump line (without its line end), decoding the key into `key`.
+pub fn parse_dump_line(line: &[u8], key: &mut Vec<u8>) -> Result<DumpLine, String> {
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    if line == b"END" {
+        return Ok(DumpLine::End);
+    }
+    let bad = || {
+        format!(
+            "unreadable metadump line {:?}",
+            String::from_utf8_lossy(line)
+        )
+    };
+    let Some(rest) = line.strip_prefix(b"key=") else {
+        return Ok(DumpLine::Refused(
+            String::from_utf8_lossy(line).into_owned(),
+        ));
+    };
+    let enc = match memchr::memchr(b' ', rest) {
+        Some(end) => &rest[..end],
+        None => rest,
+    };
+    if enc.is_empty() || !url_decode(enc, key) {
+        return Err(bad());
+    }
+    Ok(DumpLine::Item)
+}
+
+/// `%XX` escapes as memcached writes keys in a metadump; false on a broken escape.
+fn url_decode(enc: &[u8], out: &mut Vec<u8>) -> bool {
+    out.clear();
+    if memchr::memchr(b'%', enc).is_none() {
+        // The common key: nothing escaped.
+        out.extend_from_slice(enc);
+        return true;
+    }
+    let mut i = 0;
+    while i < enc.len() {
+        if enc[i] == b'%' {
+            let hex = enc
+                .get(i + 1..i + 3)
+                .and_then(|h| std::str::from_utf8(h).ok());
+            match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
+                Some(b) => out.push(b),
+                None => return false,
+            }
+            i += 3;
+        } else {
+            out.push(enc[i]);
+            i += 1;
+        }
+    }
+    true
+}
+
+/// Whether the meta protocol takes `key` as it is (else it travels base64-encoded).
+fn plain_key(key: &[u8]) -> bool {
+    !key.is_empty() && key.len() <= MAX_KEY && key.iter().all(|&b| b > b' ' && b != 0x7f)
+}
+
+/// Where a key sits in a batch's request bytes, as it is written on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeyRef {
+    pub start: u32,
+    pub len: u32,
+    pub base64: bool,
+}
+
+impl KeyRef {
+    pub fn token<'a>(&self, req: &'a [u8]) -> &'a [u8] {
+        &req[self.start as usize..(self.start + self.len) as usize]
+    }
+}
+
+/// Append the meta get of `key` (value, client flags, remaining TTL) to `req`.
+pub fn push_get(req: &mut Vec<u8>, key: &[u8]) -> KeyRef {
+    req.extend_from_slice(b"mg ");
+    let start = req.len() as u32;
+    let base64 = !plain_key(key);
+    if base64 {
+        let enc = base64::engine::general_purpose::STANDARD.encode(key);
+        req.extend_from_slice(enc.as_bytes());
+    } else {
+        req.extend_from_slice(key);
+    }
+    let len = req.len() as u32 - start;
+    req.extend_from_slice(if base64 {
+        b" b v f t\r\n"
+    } else {
+        b" v f t\r\n"
+    });
+    KeyRef { start, len, base64 }
+}
+
+/// A meta get's answer.
+#[derive(Debug, PartialEq, Eq)]
+pub enum GetReply {
+    /// Gone: expired, evicted or deleted since the dump listed it.
+    Miss,
+    /// The value is `data` (a range of the buffer given to [`parse_get_reply`]).
+    Hit {
+        flags: u32,
+        /// Seconds left; -1 for an item that never expires.
+        ttl: i64,
+        data: std::ops::Range<usize>,
+    },
+}
+
+/// Read one meta get reply from the front of `buf`: `Ok(None)` until it is all there, else the
+/// reply and the bytes it took.
+pub fn parse_get_reply(buf: &[u8]) -> Result<Option<(GetReply, usize)>, String> {
+    let Some(eol) = memchr::memmem::find(buf, b"\r\n") else {
+        return Ok(None);
+    };
+    let line = &buf[..eol];
+    let bad = || {
+        format!(
+            "unexpected reply to mg: {:?}",
+            String::from_utf8_lossy(line)
+        )
+    };
+    if line == b"EN" {
+        return Ok(Some((GetReply::Miss, eol + 2)));
+    }
+    let Some(rest) = line.strip_prefix(b"VA ") else {
+        return Err(bad());
+    };
+    let mut toks = rest.split(|&b| b == b' ');
+    let len: usize = toks.next().and_then(num).ok_or_else(bad)?;
+    let (mut flags, mut ttl) = (0u32, -1i64);
+    for t in toks {
+        match t.split_first() {
+            Some((b'f', v)) => flags = num(v).ok_or_else(bad)?,
+            Some((b't', v)) => ttl = num(v).ok_or_else(bad)?,
+            _ => {}
+        }
+    }
+    let start = eol + 2;
+    let end = start + len;
+    if buf.len() < end + 2 {
+        return Ok(None);
+    }
+    if &buf[end..end + 2] != b"\r\n" {
+        return Err(bad());
+    }
+    Ok(Some((
+        GetReply::Hit {
+            flags,
+            ttl,
+            data: start..end,
+        },
+        end + 2,
+    )))
+}
+
+fn num<T: std::str::FromStr>(b: &[u8]) -> Option<T> {
+    std::str::from_utf8(b).ok()?.parse().ok()
+}
+
+/// The `T` to store with, from the source's remaining TTL and the time now (Unix seconds).
+pub fn dest_ttl(remaining: i64, now: i64) -> i64 {
+    match remaining {
+        // Never expires.
+        r if r < 0 => 0,
+        // Live at the source for less than a second more; 0 would mean "never".
+        0 => 1,
+        r if r <= RELATIVE_TTL_LIMIT => r,
+        // Too long for a relative exptime: the same moment as a Unix time.
+        r => now + r,
+    }
+}
+
+/// Append the add-mode meta set of one item to `out`.
+pub fn push_set(out: &mut Vec<u8>, key: KeyRef, req: &[u8], flags: u32, ttl: i64, data: &[u8]) {
+    out.extend_from_slice(b"ms ");
+    out.extend_from_slice(key.token(req));
+    out.push(b' ');
+    out.extend_from_slice(itoa::Buffer::new().format(data.len()).as_bytes());
+    if key.base64 {
+        out.extend_from_slice(b" b");
+    }
+    out.extend_from_slice(b" T");
+    out.extend_from_slice(itoa::Buffer::new().format(ttl).as_bytes());
+    out.extend_from_slice(b" F");
+    out.extend_from_slice(itoa::Buffer::new().format(flags).as_bytes());
+    out.extend_from_slice(b" ME\r\n");
+    out.extend_from_slice(data);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// A meta set's answer.
+#[derive(Debug, PartialEq, Eq)]
+pub enum SetReply {
+    Stored,
+    /// The destination holds the key already (its value is newer than this copy: kept).
+    Exists,
+    /// The destination refused the item (too large, out of memory, ...): its line.
+    Failed(String),
+}
+
+/// Read one meta set reply from the front of `buf`: `None` until its line is all there.
+pub fn parse_set_reply(buf: &[u8]) -> Option<(SetReply, usize)> {
+    let eol = memchr::memmem::find(buf, b"\r\n")?;
+    let r = match &buf[..eol] {
+        b"HD" => SetReply::Stored,
+        b"NS" => SetReply::Exists,
+        l => SetReply::Failed(String::from_utf8_lossy(l).into_owned()),
+    };
+    Some((r, eol + 2))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_metadump_lines_of_memcached_and_mnemod() {
+        let mut k = Vec::new();
+        let l = b"key=a%20b%25c exp=1795785306 la=1795785206 cas=1 fetch=yes cls=1 size=67";
+        assert_eq!(parse_dump_line(l, &mut k), Ok(DumpLine::Item));
+        assert_eq!(k, b"a b%c");
+        assert_eq!(
+            parse_dump_line(b"key=x exp=-1 la=1 cas=2 fetch=no cls=1 size=6", &mut k),
+            Ok(DumpLine::Item)
+        );
+        assert_eq!(k, b"x");
+        assert_eq!(parse_dump_line(b"END\r", &mut k), Ok(DumpLine::End));
+        assert_eq!(
+            parse_dump_line(b"BUSY currently processing crawler request", &mut k),
+            Ok(DumpLine::Refused(
+                "BUSY currently processing crawler request".into()
+            ))
+        );
+        assert!(parse_dump_line(b"key=%zz exp=-1", &mut k).is_err());
+        assert!(parse_dump_line(b"key= exp=-1", &mut k).is_err());
+        assert_eq!(parse_dump_line(b"key=bare", &mut k), Ok(DumpLine::Item));
+        assert_eq!(k, b"bare");
+    }
+
+    #[test]
+    fn gets_name_odd_keys_in_base64() {
+        let mut req = Vec::new();
+        let a = push_get(&mut req, b"user:1");
+        let b = push_get(&mut req, b"a b");
+        assert_eq!(req, b"mg user:1 v f t\r\nmg YSBi b v f t\r\n");
+        assert_eq!(a.token(&req), b"user:1");
+        assert_eq!((b.token(&req), b.base64), (&b"YSBi"[..], true));
+        let long = vec![b'k'; MAX_KEY + 1];
+        assert!(push_get(&mut Vec::new(), &long).base64);
+        assert!(!push_get(&mut Vec::new(), &long[..MAX_KEY]).base64);
+    }
+
+    #[test]
+    fn get_replies_whole_or_not_yet() {
+        let r = b"VA 3 f5 t100\r\nabc\r\nEN\r\n";
+        let (hit, n) = parse_get_reply(r).unwrap().unwrap();
+        assert_eq!(
+            hit,
+            GetReply::Hit {
+                flags: 5,
+                ttl: 100,
+                data: 14..17
+            }
+        );
+        assert_eq!(parse_get_reply(&r[n..]).unwrap(), Some((GetReply::Miss, 4)));
+        for cut in 0..19 {
+            assert_eq!(parse_get_reply(&r[..cut]).unwrap(), None, "cut at {cut}");
+        }
+        assert_eq!(
+            parse_get_reply(b"VA 0 t-1 f0\r\n\r\n").unwrap().unwrap().0,
+            GetReply::Hit {
+                flags: 0,
+                ttl: -1,
+                data: 13..13
+            }
+        );
+        assert!(parse_get_reply(b"SERVER_ERROR out of memory\r\n").is_err());
+        assert!(parse_get_reply(b"VA 2 f1\r\nabc\r\n").is_err());
+    }
+
+    #[test]
+    fn ttls_keep_the_moment_of_expiry() {
+        let now = 1_800_000_000;
+        assert_eq!(dest_ttl(-1, now), 0);
+        assert_eq!(dest_ttl(0, now), 1);
+        assert_eq!(dest_ttl(100, now), 100);
+        assert_eq!(dest_ttl(RELATIVE_TTL_LIMIT, now), RELATIVE_TTL_LIMIT);
+        assert_eq!(
+            dest_ttl(RELATIVE_TTL_LIMIT + 1, now),
+            now + RELATIVE_TTL_LIMIT + 1
+        );
+    }
+
+    #[test]
+    fn sets_are_add_mode() {
+        let mut req = Vec::new();
+        let k = push_get(&mut req, b"a b");
+        let mut out = Vec::new();
+        push_set(&mut out, k, &req, 7, 100, b"xyz");
+        assert_eq!(out, b"ms YSBi 3 b T100 F7 ME\r\nxyz\r\n");
+        assert_eq!(
+            parse_set_reply(b"HD\r\nNS\r\n"),
+            Some((SetReply::Stored, 4))
+        );
+        assert_eq!(parse_set_reply(b"NS\r\n"), Some((SetReply::Exists, 4)));
+        assert_eq!(
+            parse_set_reply(b"SERVER_ERROR object too large for cache\r\n"),
+            Some((
+                SetReply::Failed("SERVER_ERROR object too large for cache".into()),
+                41
+            ))
+        );
+        assert_eq!(parse_set_reply(b"HD\r"), None);
+    }
+}
