@@ -106,7 +106,7 @@ pub struct Conn<S> {
     read_closed: bool,
     /// Its descriptor (the key of `stats conns`).
     pub fd: i32,
-    /// When input last arrived and whether replies wait, for `-o idle_timeout` and
+    /// When a command last completed and whether replies wait, for `-o idle_timeout` and
     /// `stats conns` (read by other threads).
     pub info: std::sync::Arc<crate::conns::ConnInfo>,
     /// The buffer sizes last reported to the worker's gauges (None: not yet counted).
@@ -198,7 +198,7 @@ impl<S: Io> Conn<S> {
     /// (worker/serve.rs, `ReadAhead`): only when nothing is buffered or pending, so it is exactly
     /// that read, moved earlier. Returns where the first request's key sits
     /// (`text::lookup_key`), for the worker to prefetch its lookup.
-    pub fn read_ahead(&mut self, sh: &Shared, c: &Counters) -> Option<core::ops::Range<usize>> {
+    pub fn read_ahead(&mut self, c: &Counters) -> Option<core::ops::Range<usize>> {
         let plain = !self.stream.socket().is_tls();
         let idle = self.rpos == self.rend && self.wpos == self.wbuf.len() && self.swallow == 0;
         if !plain || !idle || self.drained || self.closing || self.large.is_some() || self.dump.is_some() {
@@ -208,7 +208,6 @@ impl<S: Io> Conn<S> {
         if !matches!(self.fill(c), Ok(n) if n > 0) {
             return None;
         }
-        self.set_last_active(sh.clock.now());
         let key = text::lookup_key(&self.rbuf[self.rpos..self.rend])?;
         Some(self.rpos + key.start..self.rpos + key.end)
     }
@@ -229,19 +228,26 @@ impl<S: Io> Conn<S> {
     /// Run the connection as far as it can go without blocking.
     pub fn turn(&mut self, sh: &Shared, c: &Counters) -> Turn {
         crate::conns::set_current(self.fd);
-        let t = self.run_turn(sh, c);
+        let mut budget = sh.config.reqs_per_event;
+        let t = self.run_turn(sh, c, &mut budget);
+        if budget < sh.config.reqs_per_event {
+            // A command completed: one relaxed store per turn that served any (-o
+            // idle_timeout and `stats conns` count from the last complete command, as
+            // memcached does, so a client trickling a line that never ends is still kicked).
+            self.set_last_active(sh.clock.now());
+        }
         self.account(c);
         self.info.writing.store(self.wpos < self.wbuf.len(), std::sync::atomic::Ordering::Relaxed);
         t
     }
 
-    /// When input last arrived (the clock's seconds).
+    /// When a command last completed, or the connection was adopted (the clock's seconds).
     pub fn last_active(&self) -> mnemo_store::Time {
-        self.info.last_read.load(std::sync::atomic::Ordering::Relaxed)
+        self.info.last_cmd.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     pub fn set_last_active(&self, now: mnemo_store::Time) {
-        self.info.last_read.store(now, std::sync::atomic::Ordering::Relaxed);
+        self.info.last_cmd.store(now, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Keep the worker's buffer gauges (stats read_buf_*, response_obj_*) current: one
@@ -281,10 +287,10 @@ impl<S: Io> Conn<S> {
             && !self.stream.sending()
     }
 
-    fn run_turn(&mut self, sh: &Shared, c: &Counters) -> Turn {
-        let mut budget = sh.config.reqs_per_event;
+    /// The turn; `budget` counts down the requests it serves (-R).
+    fn run_turn(&mut self, sh: &Shared, c: &Counters, budget: &mut usize) -> Turn {
         loop {
-            let progress = self.process(sh, c, &mut budget);
+            let progress = self.process(sh, c, budget);
             // Replies wait while more input is arriving: a pipeline split across several
             // segments still gets one write (seed 004), issued once the socket is drained.
             if let (Progress::NeedInput, false) = (&progress, std::mem::take(&mut self.drained)) {
@@ -293,11 +299,7 @@ impl<S: Io> Conn<S> {
                         let _ = self.flush(c);
                         return Turn::Close;
                     }
-                    Ok(_) => {
-                        // One relaxed store per read (idle_timeout, stats conns).
-                        self.set_last_active(sh.clock.now());
-                        continue;
-                    }
+                    Ok(_) => continue,
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                     Err(_) => return Turn::Close,

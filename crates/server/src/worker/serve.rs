@@ -288,8 +288,8 @@ impl<T: Transport> Worker<T> {
         self.slots.settle(&mut self.io, i);
     }
 
-    /// `-o idle_timeout`: close connections that have sent nothing for longer than the
-    /// timeout (memcached's idle_kicks). A walk over this worker's slots once a second.
+    /// `-o idle_timeout`: close connections that have completed no command for longer than
+    /// the timeout (memcached's idle_kicks), a half-sent one included. A walk over this worker's slots once a second.
     fn kick_idle(&mut self, now: mnemo_store::Time, timeout: u32) {
         for i in 0..self.slots.slots.len() {
             let slot = &self.slots.slots[i];
@@ -325,7 +325,7 @@ impl ReadAhead {
 
     /// A connection's read, and the prefetch of its key's bucket.
     fn read<S: Io>(&mut self, sh: &Shared, c: &Counters, conn: &mut Conn<S>) {
-        let Some(key) = conn.read_ahead(sh, c) else { return };
+        let Some(key) = conn.read_ahead(c) else { return };
         if let Some(h) = mnemo_store::Store::key_hash(&conn.input()[key]) {
             // The bucket's miss overlaps the next connections' reads: issued after all of
             // them, it had not arrived by the next pass, which then waited for it (perf: half
