@@ -163,41 +163,47 @@ impl<T: Transport> Worker<T> {
 
     pub fn run(mut self) {
         self.io.start();
-        let idle_timeout = self.sh.config.ext.idle_timeout;
         let mut last_sweep = self.sh.clock.now();
         loop {
-            let wait = if !self.ready.is_empty() {
-                Some(Duration::ZERO)
-            } else if idle_timeout > 0 {
-                Some(IDLE_SWEEP)
-            } else {
-                None
-            };
-            if self.io.poll(wait, &mut self.slots) {
-                self.adopt();
-            }
-            self.read_ahead();
-            let mut k = 0;
-            while k < self.slots.marked.len() {
-                let i = self.slots.marked[k];
-                let slot = &mut self.slots.slots[i];
-                (slot.marked, slot.readable) = (false, false);
-                self.drive(i);
-                k += 1;
-            }
-            self.slots.marked.clear();
-            std::mem::swap(&mut self.ready, &mut self.yielded);
-            for k in 0..self.yielded.len() {
-                self.drive(self.yielded[k]);
-            }
-            self.yielded.clear();
-            if idle_timeout > 0 {
-                let now = self.sh.clock.now();
-                // The clock moves once a second: one sweep per tick at most.
-                if now != last_sweep {
-                    last_sweep = now;
-                    self.kick_idle(now, idle_timeout);
-                }
+            self.round(&mut last_sweep);
+        }
+    }
+
+    /// One iteration of the loop (module doc); `last_sweep` is the clock tick of the last
+    /// look for idle connections.
+    fn round(&mut self, last_sweep: &mut mnemo_store::Time) {
+        let idle_timeout = self.sh.config.ext.idle_timeout;
+        let wait = if !self.ready.is_empty() {
+            Some(Duration::ZERO)
+        } else if idle_timeout > 0 {
+            Some(IDLE_SWEEP)
+        } else {
+            None
+        };
+        if self.io.poll(wait, &mut self.slots) {
+            self.adopt();
+        }
+        self.read_ahead();
+        let mut k = 0;
+        while k < self.slots.marked.len() {
+            let i = self.slots.marked[k];
+            let slot = &mut self.slots.slots[i];
+            (slot.marked, slot.readable) = (false, false);
+            self.drive(i);
+            k += 1;
+        }
+        self.slots.marked.clear();
+        std::mem::swap(&mut self.ready, &mut self.yielded);
+        for k in 0..self.yielded.len() {
+            self.drive(self.yielded[k]);
+        }
+        self.yielded.clear();
+        if idle_timeout > 0 {
+            let now = self.sh.clock.now();
+            // The clock moves once a second: one sweep per tick at most.
+            if now != *last_sweep {
+                *last_sweep = now;
+                self.kick_idle(now, idle_timeout);
             }
         }
     }
@@ -345,5 +351,147 @@ impl ReadAhead {
                 sh.store.prefetch_hashed(h, stage, PREFETCH_HEAD);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Config;
+    use std::collections::VecDeque;
+    use std::io::{Read, Write};
+    use std::os::unix::net::UnixStream;
+
+    /// A loop whose events the test scripts: each poll marks the slots it is given, and a
+    /// closed connection is held (as io_uring holds one until its I/O ends) while `hold`.
+    #[derive(Default)]
+    struct Script {
+        polls: VecDeque<(bool, Vec<usize>)>,
+        hold: bool,
+        /// (slot, generation, closed) of every settle.
+        settled: Vec<(usize, u32, bool)>,
+    }
+
+    impl Transport for Script {
+        type Io = Stream;
+
+        fn attach(&mut self, sock: Stream, _i: usize, _gen: u32) -> std::io::Result<Stream> {
+            Ok(sock)
+        }
+
+        fn poll(&mut self, _wait: Option<Duration>, slots: &mut Slots<Stream>) -> bool {
+            let (woken, marks) = self.polls.pop_front().unwrap_or_default();
+            for i in marks {
+                slots.mark(i, true);
+            }
+            woken
+        }
+
+        fn settle(&mut self, i: usize, gen: u32, _io: &mut Stream, closed: bool) -> bool {
+            self.settled.push((i, gen, closed));
+            closed && !self.hold
+        }
+    }
+
+    fn worker(config: Config) -> (Worker<Script>, std::sync::mpsc::Sender<Stream>) {
+        let sh = Arc::new(Shared::new(Config { memory_limit: 8 << 20, threads: 1, ..config }));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let counters = sh.counters[0].clone();
+        (Worker::new(Script::default(), sh, counters, rx), tx)
+    }
+
+    /// A client, its server end sent to the worker as the accept thread would.
+    fn connect(w: &Worker<Script>, tx: &std::sync::mpsc::Sender<Stream>) -> UnixStream {
+        let (client, server) = UnixStream::pair().unwrap();
+        server.set_nonblocking(true).unwrap();
+        client.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        w.sh.curr_conns.fetch_add(1, Relaxed);
+        tx.send(Stream::Unix(mio::net::UnixStream::from_std(server))).unwrap();
+        client
+    }
+
+    fn read_some(c: &mut UnixStream) -> Vec<u8> {
+        let mut buf = [0; 256];
+        let n = c.read(&mut buf).unwrap();
+        buf[..n].to_vec()
+    }
+
+    fn round(w: &mut Worker<Script>, woken: bool, marks: &[usize]) {
+        w.io.polls.push_back((woken, marks.to_vec()));
+        let mut tick = w.sh.clock.now();
+        w.round(&mut tick);
+    }
+
+    #[test]
+    fn an_adopted_connection_takes_a_turn_at_once_and_again_when_marked() {
+        let (mut w, tx) = worker(Config::default());
+        let mut c = connect(&w, &tx);
+        c.write_all(b"version\r\n").unwrap();
+        round(&mut w, true, &[]);
+        assert_eq!(read_some(&mut c), b"VERSION 1.6.18\r\n");
+        c.write_all(b"version\r\n").unwrap();
+        round(&mut w, false, &[0]);
+        assert_eq!(read_some(&mut c), b"VERSION 1.6.18\r\n");
+        assert_eq!(w.sh.curr_conns.load(Relaxed), 1);
+    }
+
+    #[test]
+    fn a_slot_is_reused_only_once_its_transport_lets_go_and_with_a_new_generation() {
+        let (mut w, tx) = worker(Config::default());
+        w.io.hold = true;
+        let mut c = connect(&w, &tx);
+        round(&mut w, true, &[]);
+        c.write_all(b"quit\r\n").unwrap();
+        round(&mut w, false, &[0]);
+        assert_eq!(w.sh.curr_conns.load(Relaxed), 0, "closed at once");
+        assert!(w.slots.conn_mut(0).is_some(), "held while its transport is busy with it");
+        let _d = connect(&w, &tx);
+        round(&mut w, true, &[]);
+        assert_eq!(w.slots.slots.len(), 2, "the held slot is not reused");
+        w.io.hold = false;
+        round(&mut w, false, &[0]);
+        assert!(w.slots.conn_mut(0).is_none(), "freed once let go");
+        assert_eq!(read_some(&mut c), b"", "and its descriptor closed");
+        let _e = connect(&w, &tx);
+        round(&mut w, true, &[]);
+        assert_eq!(w.slots.slots.len(), 2, "the freed slot is reused");
+        assert_eq!(w.slots.slots[0].gen, 2, "under a new generation");
+        assert!(w.io.settled.contains(&(0, 1, true)) && w.io.settled.contains(&(0, 2, false)));
+    }
+
+    #[test]
+    fn a_connection_over_its_request_budget_yields_and_is_driven_next_round() {
+        let (mut w, tx) = worker(Config { reqs_per_event: 1, ..Config::default() });
+        let mut c = connect(&w, &tx);
+        c.write_all(b"version\r\nversion\r\nversion\r\n").unwrap();
+        round(&mut w, true, &[]);
+        assert_eq!(w.ready, [0], "one request served, the rest waits");
+        round(&mut w, false, &[]);
+        round(&mut w, false, &[]);
+        let mut got = Vec::new();
+        while got.len() < 3 * b"VERSION 1.6.18\r\n".len() {
+            got.extend(read_some(&mut c));
+        }
+        assert!(w.ready.is_empty());
+        assert_eq!(w.counters.conn_yields.load(Relaxed), 2);
+    }
+
+    #[test]
+    fn idle_kicks_close_only_connections_without_a_recent_command() {
+        let (mut w, tx) = worker(Config::default());
+        let mut idle = connect(&w, &tx);
+        let mut partial = connect(&w, &tx);
+        let mut busy = connect(&w, &tx);
+        partial.write_all(b"get som").unwrap();
+        round(&mut w, true, &[]);
+        let later = w.sh.clock.now() + 10;
+        busy.write_all(b"version\r\n").unwrap();
+        w.slots.conn_mut(2).unwrap().set_last_active(later);
+        w.kick_idle(later, 5);
+        assert_eq!(read_some(&mut idle), b"");
+        assert_eq!(read_some(&mut partial), b"", "a half-sent command is no activity");
+        assert_eq!(w.counters.idle_kicks.load(Relaxed), 2);
+        round(&mut w, false, &[2]);
+        assert_eq!(read_some(&mut busy), b"VERSION 1.6.18\r\n");
     }
 }
