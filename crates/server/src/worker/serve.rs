@@ -163,16 +163,16 @@ impl<T: Transport> Worker<T> {
 
     pub fn run(mut self) {
         self.io.start();
+        let idle_timeout = self.sh.config.ext.idle_timeout;
         let mut last_sweep = self.sh.clock.now();
         loop {
-            self.round(&mut last_sweep);
+            self.round(idle_timeout, &mut last_sweep);
         }
     }
 
     /// One iteration of the loop (module doc); `last_sweep` is the clock tick of the last
     /// look for idle connections.
-    fn round(&mut self, last_sweep: &mut mnemo_store::Time) {
-        let idle_timeout = self.sh.config.ext.idle_timeout;
+    fn round(&mut self, idle_timeout: u32, last_sweep: &mut mnemo_store::Time) {
         let wait = if !self.ready.is_empty() {
             Some(Duration::ZERO)
         } else if idle_timeout > 0 {
@@ -419,7 +419,7 @@ mod tests {
     fn round(w: &mut Worker<Script>, woken: bool, marks: &[usize]) {
         w.io.polls.push_back((woken, marks.to_vec()));
         let mut tick = w.sh.clock.now();
-        w.round(&mut tick);
+        w.round(0, &mut tick);
     }
 
     #[test]
