@@ -94,15 +94,18 @@ impl Stream {
 
 /// The epoll loop's `Io`: the socket itself, which the kernel reports readable and writable.
 impl Io for Stream {
+    #[inline]
     fn socket(&self) -> &Stream {
         self
     }
 
+    #[inline]
     fn socket_mut(&mut self) -> &mut Stream {
         self
     }
 
     /// For TLS a short read says rustls's plaintext ran out; the socket's own last read decides.
+    #[inline]
     fn short_read_drains(&self) -> bool {
         match self {
             Stream::Tls(s) => s.socket_drained(),
@@ -110,6 +113,7 @@ impl Io for Stream {
         }
     }
 
+    #[inline]
     fn send_pending(&mut self) -> io::Result<bool> {
         match self {
             Stream::Tls(s) => s.send_pending(),
@@ -117,12 +121,14 @@ impl Io for Stream {
         }
     }
 
+    #[inline]
     fn direct(&self) -> bool {
         true
     }
 }
 
 impl Read for Stream {
+    #[inline]
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         match self {
             Stream::Tcp(s) => s.read(buf),
@@ -130,6 +136,7 @@ impl Read for Stream {
             Stream::Tls(s) => s.read(buf),
         }
     }
+    #[inline]
     fn read_vectored(&mut self, bufs: &mut [io::IoSliceMut<'_>]) -> io::Result<usize> {
         match self {
             Stream::Tcp(s) => s.read_vectored(bufs),
@@ -141,6 +148,7 @@ impl Read for Stream {
 }
 
 impl Write for Stream {
+    #[inline]
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         match self {
             Stream::Tcp(s) => s.write(buf),
@@ -148,6 +156,7 @@ impl Write for Stream {
             Stream::Tls(s) => s.write(buf),
         }
     }
+    #[inline]
     fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
         match self {
             Stream::Tcp(s) => s.write_vectored(bufs),
@@ -155,6 +164,7 @@ impl Write for Stream {
             Stream::Tls(s) => s.write_vectored(bufs),
         }
     }
+    #[inline]
     fn flush(&mut self) -> io::Result<()> {
         Ok(())
     }

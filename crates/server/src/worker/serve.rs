@@ -111,6 +111,7 @@ impl<S: Io> Slots<S> {
     }
 
     /// Let the transport move slot `i`'s bytes; free the slot once a closed connection is done.
+    #[inline]
     pub fn settle<T: Transport<Io = S>>(&mut self, io: &mut T, i: usize) {
         let slot = &mut self.slots[i];
         let Some(conn) = slot.conn.as_mut() else { return };
@@ -193,11 +194,13 @@ impl<T: Transport> Worker<T> {
             k += 1;
         }
         self.slots.marked.clear();
-        std::mem::swap(&mut self.ready, &mut self.yielded);
-        for k in 0..self.yielded.len() {
-            self.drive(self.yielded[k]);
+        if !self.ready.is_empty() {
+            std::mem::swap(&mut self.ready, &mut self.yielded);
+            for k in 0..self.yielded.len() {
+                self.drive(self.yielded[k]);
+            }
+            self.yielded.clear();
         }
-        self.yielded.clear();
         if idle_timeout > 0 {
             let now = self.sh.clock.now();
             // The clock moves once a second: one sweep per tick at most.
@@ -256,15 +259,19 @@ impl<T: Transport> Worker<T> {
             self.slots.settle(&mut self.io, i);
             return;
         }
+        let gen = slot.gen;
         let Some(conn) = slot.conn.as_mut() else { return };
         self.io.before_turn(&mut conn.stream);
+        // Still open: its settling cannot free the slot (a direct call, nothing for epoll).
         match conn.turn(&self.sh, &self.counters) {
-            Turn::Wait => self.slots.settle(&mut self.io, i),
+            Turn::Wait => {
+                self.io.settle(i, gen, &mut conn.stream, false);
+            }
             Turn::Yield => {
                 if !self.ready.contains(&i) {
                     self.ready.push(i);
                 }
-                self.slots.settle(&mut self.io, i);
+                self.io.settle(i, gen, &mut conn.stream, false);
             }
             Turn::Close => self.close(i),
             Turn::Shutdown => {
