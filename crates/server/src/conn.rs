@@ -1,5 +1,7 @@
-//! One client connection: its socket, its input and output buffers, and the loop that turns
-//! buffered input into replies.
+//! One client connection: its input and output buffers, and the loop that turns buffered
+//! input into replies. It is written once over [`Io`] (conn/stream.rs): the epoll loop gives
+//! it the socket itself, the io_uring loop the ring's buffers; the worker's connection layer
+//! (worker/serve.rs) decides when it takes a turn.
 //!
 //! ```text
 //!   read (until the socket is drained or a request is complete)
@@ -18,9 +20,13 @@
 //! and the records inside the stream (tls.rs); the batch's replies are encrypted together
 //! and leave in one writev of their records.
 
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 
 use mnemo_proto::text::{self, Parsed};
+
+mod stream;
+
+pub use stream::{Io, Stream};
 
 use crate::binary::{self, BinNext, BinSession};
 use crate::exec::{self, Next};
@@ -34,120 +40,6 @@ const WBUF_HIGH: usize = 256 * 1024;
 /// Buffers that grew past this (a large value, a big multi-get) are given back when idle.
 /// Large enough that a client moving 100 KB values does not reallocate on every request.
 const BUF_KEEP: usize = 512 * 1024;
-
-/// A connection's socket. An enum, not a trait object: the plain-TCP path stays a direct
-/// call; TLS is boxed so it does not make every plain connection larger.
-pub enum Stream {
-    Tcp(mio::net::TcpStream),
-    Unix(mio::net::UnixStream),
-    Tls(Box<crate::tls::TlsStream>),
-    /// A TCP or UNIX socket served by the io_uring loop: reads and writes go to buffers the
-    /// loop fills from and submits to the ring (uring/stream.rs).
-    Ring(Box<crate::uring::RingStream>),
-}
-
-impl Stream {
-    pub fn source(&mut self) -> &mut dyn mio::event::Source {
-        match self {
-            Stream::Tcp(s) => s,
-            Stream::Unix(s) => s,
-            Stream::Tls(s) => &mut s.tcp,
-            Stream::Ring(s) => s.sock.source(),
-        }
-    }
-
-    pub fn raw_fd(&self) -> i32 {
-        use std::os::fd::AsRawFd;
-        match self {
-            Stream::Tcp(s) => s.as_raw_fd(),
-            Stream::Unix(s) => s.as_raw_fd(),
-            Stream::Tls(s) => s.tcp.as_raw_fd(),
-            Stream::Ring(s) => s.sock.raw_fd(),
-        }
-    }
-
-    /// Whether a read that returned less than it had room for emptied the socket. For TLS a
-    /// short read says rustls's plaintext ran out; the socket's own last read decides.
-    fn short_read_drains(&self) -> bool {
-        match self {
-            Stream::Tls(s) => s.socket_drained(),
-            // The end of input (or an error) is still to be reported by the next read.
-            Stream::Ring(s) => s.drained(),
-            _ => true,
-        }
-    }
-
-    /// Send output a TLS stream still holds (records the socket did not take). Ok(true):
-    /// nothing left. Plain sockets hold nothing.
-    fn send_pending(&mut self) -> io::Result<bool> {
-        match self {
-            Stream::Tls(s) => s.send_pending(),
-            _ => Ok(true),
-        }
-    }
-
-    /// (its address, the listening address it came in on), in `stats conns`' form.
-    pub fn addrs(&self, unix_path: Option<&str>) -> (String, String) {
-        use crate::conns::{tcp_addr, unix_addr};
-        match self {
-            Stream::Tcp(s) => (
-                s.peer_addr().map(tcp_addr).unwrap_or_default(),
-                s.local_addr().map(tcp_addr).unwrap_or_default(),
-            ),
-            Stream::Tls(s) => (
-                s.tcp.peer_addr().map(tcp_addr).unwrap_or_default(),
-                s.tcp.local_addr().map(tcp_addr).unwrap_or_default(),
-            ),
-            Stream::Unix(_) => {
-                let a = unix_addr(unix_path.unwrap_or(""));
-                (a.clone(), a)
-            }
-            Stream::Ring(s) => s.sock.addrs(unix_path),
-        }
-    }
-}
-
-impl Read for Stream {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        match self {
-            Stream::Tcp(s) => s.read(buf),
-            Stream::Unix(s) => s.read(buf),
-            Stream::Tls(s) => s.read(buf),
-            Stream::Ring(s) => s.read(buf),
-        }
-    }
-    fn read_vectored(&mut self, bufs: &mut [io::IoSliceMut<'_>]) -> io::Result<usize> {
-        match self {
-            Stream::Tcp(s) => s.read_vectored(bufs),
-            Stream::Unix(s) => s.read_vectored(bufs),
-            // rustls reads into the first buffer only; fill() does not ask TLS for readv.
-            Stream::Tls(s) => s.read_vectored(bufs),
-            Stream::Ring(s) => s.read_vectored(bufs),
-        }
-    }
-}
-
-impl Write for Stream {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        match self {
-            Stream::Tcp(s) => s.write(buf),
-            Stream::Unix(s) => s.write(buf),
-            Stream::Tls(s) => s.write(buf),
-            Stream::Ring(s) => s.write(buf),
-        }
-    }
-    fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
-        match self {
-            Stream::Tcp(s) => s.write_vectored(bufs),
-            Stream::Unix(s) => s.write_vectored(bufs),
-            Stream::Tls(s) => s.write_vectored(bufs),
-            Stream::Ring(s) => s.write_vectored(bufs),
-        }
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
 
 /// What the event loop should do with the connection after a turn.
 #[derive(Debug, PartialEq, Eq)]
@@ -175,8 +67,9 @@ enum Proto {
     Binary(BinSession),
 }
 
-pub struct Conn {
-    pub stream: Stream,
+/// A connection over the bytes one event loop moves (`S`: conn/stream.rs).
+pub struct Conn<S> {
+    pub stream: S,
     proto: Proto,
     /// -Y: whether this text connection has authenticated.
     authed: bool,
@@ -216,7 +109,7 @@ pub struct Conn {
     read_closed: bool,
     /// Its descriptor (the key of `stats conns`).
     pub fd: i32,
-    /// When input last arrived and whether replies wait, for `-o idle_timeout` and
+    /// When a command last completed and whether replies wait, for `-o idle_timeout` and
     /// `stats conns` (read by other threads).
     pub info: std::sync::Arc<crate::conns::ConnInfo>,
     /// The buffer sizes last reported to the worker's gauges (None: not yet counted).
@@ -224,39 +117,38 @@ pub struct Conn {
 }
 
 /// The connection's side of [`exec::Direct`]: its socket and how much of its output is sent.
-struct DirectSend<'a> {
-    stream: &'a mut Stream,
+struct DirectSend<'a, S> {
+    stream: &'a mut S,
     wpos: &'a mut usize,
     c: &'a Counters,
     /// `--zero-copy`: when values in pages of their own go by reference (splice.rs).
     zero_copy: crate::config::ZeroCopy,
 }
 
-impl exec::Direct for DirectSend<'_> {
+impl<S: Io> exec::Direct for DirectSend<'_, S> {
     fn send_value(&mut self, out: &mut Vec<u8>, value: &[u8], pages: Option<mnemo_store::Pages<'_>>, tail: &'static [u8]) -> bool {
         let pending = out.len() - *self.wpos;
-        // On the io_uring loop, a value goes straight to the socket as on epoll (one copy by
-        // the kernel, or by reference) when nothing queued in the ring comes before it: copied
-        // into the ring's send buffer, each 100 KB value cost a memcpy more than on epoll.
-        let stream: &mut Stream = match &mut *self.stream {
-            Stream::Ring(r) if r.direct() => &mut r.sock,
-            s => s,
-        };
         // Asked for every large value, so that `auto` counts each in its current mode's rate
         // (splice.rs, "When"), also those that cannot be lent from here.
         let lend = pages.is_some() && crate::splice::by_reference(self.zero_copy, value.len());
-        let spliced = match (&*stream, pages) {
-            (Stream::Tcp(s), Some(pages)) if lend => {
-                use std::os::fd::AsRawFd;
-                crate::splice::send(s.as_raw_fd(), &out[*self.wpos..], pages, value, tail)
-            }
-            _ => None,
-        };
+        let iov = [io::IoSlice::new(&out[*self.wpos..]), io::IoSlice::new(value), io::IoSlice::new(tail)];
         // Errors (and WouldBlock) leave everything to the ordinary flush, which reports them.
-        let n = spliced.unwrap_or_else(|| {
-            let iov = [io::IoSlice::new(&out[*self.wpos..]), io::IoSlice::new(value), io::IoSlice::new(tail)];
-            stream.write_vectored(&iov).unwrap_or_default()
-        });
+        let n = if self.stream.direct() {
+            // On the io_uring loop too, a value goes straight to the socket as on epoll (one
+            // copy by the kernel, or by reference) when nothing queued in the ring comes before
+            // it: copied into the ring's send buffer, each 100 KB value cost a memcpy more.
+            let sock = self.stream.socket_mut();
+            let spliced = match (&*sock, pages) {
+                (Stream::Tcp(s), Some(pages)) if lend => {
+                    use std::os::fd::AsRawFd;
+                    crate::splice::send(s.as_raw_fd(), &out[*self.wpos..], pages, value, tail)
+                }
+                _ => None,
+            };
+            spliced.unwrap_or_else(|| sock.write_vectored(&iov).unwrap_or_default())
+        } else {
+            self.stream.write_vectored(&iov).unwrap_or_default()
+        };
         bump(&self.c.bytes_written, n as u64);
         if n < pending {
             *self.wpos += n;
@@ -277,10 +169,10 @@ impl exec::Direct for DirectSend<'_> {
     }
 }
 
-impl Conn {
-    pub fn new(stream: Stream) -> Conn {
+impl<S: Io> Conn<S> {
+    pub fn new(stream: S) -> Conn<S> {
         Conn {
-            fd: stream.raw_fd(),
+            fd: stream.socket().raw_fd(),
             stream,
             proto: Proto::Unknown,
             authed: false,
@@ -307,11 +199,11 @@ impl Conn {
     }
 
     /// The read its turn would start with, done before the worker serves this poll's events
-    /// (worker.rs, "read-ahead"): only when nothing is buffered or pending, so it is exactly
+    /// (worker/serve.rs, `ReadAhead`): only when nothing is buffered or pending, so it is exactly
     /// that read, moved earlier. Returns where the first request's key sits
     /// (`text::lookup_key`), for the worker to prefetch its lookup.
-    pub fn read_ahead(&mut self, sh: &Shared, c: &Counters) -> Option<core::ops::Range<usize>> {
-        let plain = matches!(self.stream, Stream::Tcp(_) | Stream::Unix(_) | Stream::Ring(_));
+    pub fn read_ahead(&mut self, c: &Counters) -> Option<core::ops::Range<usize>> {
+        let plain = !self.stream.socket().is_tls();
         let idle = self.rpos == self.rend && self.wpos == self.wbuf.len() && self.swallow == 0;
         if !plain || !idle || self.drained || self.closing || self.large.is_some() || self.dump.is_some() {
             return None;
@@ -320,7 +212,6 @@ impl Conn {
         if !matches!(self.fill(c), Ok(n) if n > 0) {
             return None;
         }
-        self.set_last_active(sh.clock.now());
         let key = text::lookup_key(&self.rbuf[self.rpos..self.rend])?;
         Some(self.rpos + key.start..self.rpos + key.end)
     }
@@ -341,19 +232,26 @@ impl Conn {
     /// Run the connection as far as it can go without blocking.
     pub fn turn(&mut self, sh: &Shared, c: &Counters) -> Turn {
         crate::conns::set_current(self.fd);
-        let t = self.run_turn(sh, c);
+        let mut budget = sh.config.reqs_per_event;
+        let t = self.run_turn(sh, c, &mut budget);
+        if budget < sh.config.reqs_per_event {
+            // A command completed: one relaxed store per turn that served any (-o
+            // idle_timeout and `stats conns` count from the last complete command, as
+            // memcached does, so a client trickling a line that never ends is still kicked).
+            self.set_last_active(sh.clock.now());
+        }
         self.account(c);
         self.info.writing.store(self.wpos < self.wbuf.len(), std::sync::atomic::Ordering::Relaxed);
         t
     }
 
-    /// When input last arrived (the clock's seconds).
+    /// When a command last completed, or the connection was adopted (the clock's seconds).
     pub fn last_active(&self) -> mnemo_store::Time {
-        self.info.last_read.load(std::sync::atomic::Ordering::Relaxed)
+        self.info.last_cmd.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     pub fn set_last_active(&self, now: mnemo_store::Time) {
-        self.info.last_read.store(now, std::sync::atomic::Ordering::Relaxed);
+        self.info.last_cmd.store(now, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Keep the worker's buffer gauges (stats read_buf_*, response_obj_*) current: one
@@ -386,13 +284,17 @@ impl Conn {
     /// refused data block is being read (memcached kicks only connections that wait for a
     /// command, a partial command line included).
     pub fn is_idle(&self) -> bool {
-        self.wpos == self.wbuf.len() && self.dump.is_none() && self.swallow == 0 && self.large.is_none()
+        self.wpos == self.wbuf.len()
+            && self.dump.is_none()
+            && self.swallow == 0
+            && self.large.is_none()
+            && !self.stream.sending()
     }
 
-    fn run_turn(&mut self, sh: &Shared, c: &Counters) -> Turn {
-        let mut budget = sh.config.reqs_per_event;
+    /// The turn; `budget` counts down the requests it serves (-R).
+    fn run_turn(&mut self, sh: &Shared, c: &Counters, budget: &mut usize) -> Turn {
         loop {
-            let progress = self.process(sh, c, &mut budget);
+            let progress = self.process(sh, c, budget);
             // Replies wait while more input is arriving: a pipeline split across several
             // segments still gets one write (seed 004), issued once the socket is drained.
             if let (Progress::NeedInput, false) = (&progress, std::mem::take(&mut self.drained)) {
@@ -401,11 +303,7 @@ impl Conn {
                         let _ = self.flush(c);
                         return Turn::Close;
                     }
-                    Ok(_) => {
-                        // One relaxed store per read (idle_timeout, stats conns).
-                        self.set_last_active(sh.clock.now());
-                        continue;
-                    }
+                    Ok(_) => continue,
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                     Err(_) => return Turn::Close,
@@ -651,7 +549,7 @@ impl Conn {
             let want = rest.len();
             // TLS reads one buffer at a time: a read that fills the value may leave the
             // plaintext after it inside the session, so only a short one says "drained".
-            let (n, room) = if let Stream::Tls(_) = self.stream {
+            let (n, room) = if self.stream.socket().is_tls() {
                 (self.stream.read(rest)?, want)
             } else {
                 let mut iov = [io::IoSliceMut::new(rest), io::IoSliceMut::new(&mut self.rbuf)];

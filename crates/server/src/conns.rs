@@ -11,9 +11,9 @@
 //!   STAT <fd>:secs_since_last_cmd <s>
 //! ```
 //!
-//! Connections live on their workers; each shares a small [`ConnInfo`] (when it last read,
-//! whether replies are waiting) that its worker updates once per turn, and registers it here
-//! when adopted. The table is touched on accept and close only.
+//! Connections live on their workers; each shares a small [`ConnInfo`] (when its last command
+//! completed, whether replies are waiting) that its worker updates once per turn, and registers
+//! it here when adopted. The table is touched on accept and close only.
 
 use std::cell::Cell;
 use std::collections::BTreeMap;
@@ -28,8 +28,8 @@ use crate::Shared;
 /// What other threads may read of one connection.
 #[derive(Default, Debug)]
 pub struct ConnInfo {
-    /// When input last arrived (the clock's seconds).
-    pub last_read: AtomicU32,
+    /// When a command last completed (the clock's seconds): memcached's last_cmd_time.
+    pub last_cmd: AtomicU32,
     /// Replies are waiting for the socket (memcached's conn_mwrite).
     pub writing: AtomicBool,
 }
@@ -59,7 +59,7 @@ pub fn set_current(fd: i32) {
 impl ConnTable {
     /// A listening socket, open since `now`.
     pub fn add_listener(&self, fd: i32, addr: String, now: u32) {
-        let info = Arc::new(ConnInfo { last_read: AtomicU32::new(now), ..ConnInfo::default() });
+        let info = Arc::new(ConnInfo { last_cmd: AtomicU32::new(now), ..ConnInfo::default() });
         self.rows.lock().insert(fd, Row { addr, listen_addr: None, info });
     }
 
@@ -104,7 +104,7 @@ pub fn stats(sh: &Shared, out: &mut Vec<u8>) {
             }
         };
         stat(out, &format!("{fd}:state"), state);
-        stat(out, &format!("{fd}:secs_since_last_cmd"), now.saturating_sub(row.info.last_read.load(Relaxed)));
+        stat(out, &format!("{fd}:secs_since_last_cmd"), now.saturating_sub(row.info.last_cmd.load(Relaxed)));
     }
     line(out, b"END");
 }

@@ -36,7 +36,6 @@ pub mod restart;
 mod splice;
 pub mod stats;
 pub mod tls;
-pub mod uring;
 pub mod worker;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering::Relaxed};

@@ -1,5 +1,5 @@
 //! A connection's socket as the io_uring loop serves it: `Read` and `Write` over buffers, so
-//! the connection code (conn.rs) runs unchanged on either loop.
+//! the connection code (conn.rs) runs unchanged on either loop (`Io`, conn/stream.rs).
 //!
 //! ```text
 //!   recv completions ──> chunks (bids in the buffer ring) ──read()──> Conn's input buffer
@@ -17,7 +17,7 @@ use std::io;
 use std::sync::Arc;
 
 use super::bufs::BufRing;
-use crate::conn::Stream;
+use crate::conn::{Io, Stream};
 
 /// Replies queued for the ring beyond this make writes say WouldBlock.
 pub const SEND_HIGH: usize = 256 * 1024;
@@ -29,7 +29,7 @@ const SEND_KEEP: usize = 512 * 1024;
 
 pub struct RingStream {
     /// The descriptor's owner (a plain TCP or UNIX stream); closed when the stream drops.
-    pub sock: Stream,
+    sock: Stream,
     bufs: Arc<BufRing>,
     /// Received segments still in ring buffers: (bid, start, end).
     chunks: VecDeque<(u16, u32, u32)>,
@@ -149,23 +149,31 @@ impl RingStream {
             }
         }
     }
+}
 
-    /// Whether a read that came back short left nothing to report: no end of input or error
-    /// is waiting behind the bytes it returned.
-    pub fn drained(&self) -> bool {
+/// The io_uring loop's `Io`: reads and writes meet the ring's buffers, not the socket.
+impl Io for RingStream {
+    fn socket(&self) -> &Stream {
+        &self.sock
+    }
+
+    fn socket_mut(&mut self) -> &mut Stream {
+        &mut self.sock
+    }
+
+    /// A read that came back short left nothing to report: no end of input or error is
+    /// waiting behind the bytes it returned.
+    fn short_read_drains(&self) -> bool {
         !self.eof && self.err.is_none()
     }
 
-    /// Whether a write straight to `sock` now keeps the byte order: nothing queued or in
-    /// flight comes before it, and no failure is waiting to be reported. conn.rs sends large
-    /// values this way (one copy by the kernel, or by reference) instead of copying them into
-    /// `out` first.
-    pub fn direct(&self) -> bool {
+    /// Nothing queued or in flight comes before a direct write, and no failure is waiting to
+    /// be reported.
+    fn direct(&self) -> bool {
         !self.send_in_flight && self.sent == self.sending.len() && self.out.is_empty() && self.err.is_none()
     }
 
-    /// Replies not yet sent (memcached's conn_mwrite; idle_timeout leaves such connections).
-    pub fn sending(&self) -> bool {
+    fn sending(&self) -> bool {
         self.sent < self.sending.len() || !self.out.is_empty()
     }
 }

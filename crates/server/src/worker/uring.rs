@@ -1,5 +1,5 @@
-//! The io_uring worker loop (`--io-loop=uring`): the same connections as the epoll loop
-//! (worker.rs), driven by one ring per worker, so that the sends and receives of all its
+//! The io_uring transport (`--io-loop=uring`): the same connection layer as the epoll loop
+//! (serve.rs), its bytes moved by one ring per worker, so that the sends and receives of all its
 //! connections cost one system call per loop iteration instead of two or three per request.
 //!
 //! ```text
@@ -15,31 +15,32 @@
 //!                no MORE flag -> re-armed after the turn (unless EOF, error or paused);
 //!                a receive ends after RECV_CAP bytes, leaving a large value in the socket
 //!         SEND   n bytes sent -> the next batch of replies, or wake a blocked writer
-//!       every marked connection takes a turn (conn.rs: parse, execute, reply);
-//!         its replies become one SEND sqe; input it left unread is copied out of the ring
+//!       every marked connection takes a turn (serve.rs, conn.rs: parse, execute, reply);
+//!         settle: its replies become one SEND sqe; input it left unread is copied out of
+//!         the ring; its receive is armed again, or cancelled once it is closed
 //!     }
 //! ```
 //!
-//! Connections, their parsing and replies are conn.rs's; this loop replaces only how bytes
-//! reach them and leave (uring/stream.rs). TLS connections (-Z) stay on the epoll loop: the
-//! server uses it for every worker when -Z is given. A worker whose ring cannot be set up
-//! (old kernel, seccomp, `kernel.io_uring_disabled`) runs the epoll loop instead.
+//! The connections, their turns, slots and closing are the connection layer's (serve.rs);
+//! this loop supplies only how bytes reach them and leave (uring/stream.rs). TLS connections
+//! (-Z) stay on the epoll loop: the server uses it for every worker when -Z is given. A worker
+//! whose ring cannot be set up (old kernel, seccomp, `kernel.io_uring_disabled`) runs the
+//! epoll loop instead.
 
 mod bufs;
 mod stream;
 
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::mpsc::Receiver;
 use std::sync::Arc;
 use std::time::Duration;
 
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 
-pub use stream::RingStream;
+use stream::RingStream;
 
-use crate::conn::{Conn, Stream, Turn};
-use crate::stats::{bump, Counters};
-use crate::Shared;
+use super::serve::{Slots, Transport};
+use crate::conn::{Io, Stream};
+use crate::stats::Counters;
 
 /// Sizes of one worker's ring and receive buffers.
 #[derive(Debug, Clone, Copy)]
@@ -99,9 +100,6 @@ pub enum UringError {
 /// waited half of it (`mnemo bench` d: sets' p50 1.4 ms against 1.0 on epoll).
 const SUBMIT_EARLY_BYTES: u64 = 256 * 1024;
 
-/// With `-o idle_timeout`, the longest a worker waits before looking for idle connections.
-const IDLE_SWEEP: Duration = Duration::from_millis(250);
-
 /// user_data: kind in the top byte, the slot's generation in the next 24 bits, its index
 /// in the low 32. A completion for a slot whose generation moved on is stale.
 const RECV: u64 = 1;
@@ -109,8 +107,10 @@ const SEND: u64 = 2;
 const WAKE: u64 = 3;
 const CANCEL: u64 = 4;
 
+const GEN_MASK: u32 = 0xff_ffff;
+
 fn tag(kind: u64, gen: u32, i: usize) -> u64 {
-    kind << 56 | u64::from(gen & 0xff_ffff) << 32 | i as u64
+    kind << 56 | u64::from(gen & GEN_MASK) << 32 | i as u64
 }
 
 /// A multishot receive into the worker's buffer ring that ends (its last completion without
@@ -157,99 +157,17 @@ impl EventFd {
     }
 }
 
-/// Slot `i`'s stream, if a completion tagged `gen` is for its current connection.
-fn stream_of(slots: &mut [Slot], i: usize, gen: u32) -> Option<&mut RingStream> {
-    let slot = slots.get_mut(i)?;
-    if slot.gen & 0xff_ffff != gen {
-        return None;
-    }
-    match slot.conn.as_mut().map(|c| &mut c.stream) {
-        Some(Stream::Ring(s)) => Some(s),
-        _ => None,
-    }
-}
-
-struct Slot {
-    gen: u32,
-    conn: Option<Conn>,
-    /// Closed: waiting for the ring to finish with it (its receive to end, its last send to
-    /// complete) before the descriptor closes and the slot is reused.
-    draining: bool,
-    /// Queued for a turn after this iteration's completions.
-    marked: bool,
-}
-
-/// A worker's ring, buffers and eventfd, made on the starting thread (so a failure there
-/// can still choose epoll) before the worker thread takes them.
-pub struct Setup {
-    ring: IoUring,
-    bufs: Arc<bufs::BufRing>,
-    wake_fd: Arc<EventFd>,
-    recv_cap: u32,
-}
-
-impl Setup {
-    /// Any failure means "use epoll". The ring is created disabled: the worker thread
-    /// enables it and so becomes its single issuer.
-    pub fn new(rc: RingConfig) -> Result<Setup, UringError> {
-        let ring = IoUring::builder()
-            .setup_single_issuer()
-            .setup_defer_taskrun()
-            .setup_r_disabled()
-            .setup_submit_all()
-            .setup_cqsize(rc.cq_entries)
-            .build(rc.sq_entries)
-            .map_err(UringError::Setup)?;
-        let bufs = Arc::new(bufs::BufRing::new(&ring, rc.buf_count, rc.buf_size)?);
-        Ok(Setup { ring, bufs, wake_fd: Arc::new(EventFd::new()?), recv_cap: rc.recv_cap })
-    }
-
-    /// What the accept thread writes to once a socket is in the channel.
-    pub fn waker(&self) -> Arc<EventFd> {
-        self.wake_fd.clone()
-    }
-
-    pub fn worker(self, sh: Arc<Shared>, counters: Arc<Counters>, incoming: Receiver<Stream>) -> Worker {
-        Worker {
-            ring: self.ring,
-            bufs: self.bufs,
-            wake_fd: self.wake_fd,
-            wake_buf: Box::new([0; 8]),
-            incoming,
-            sh,
-            counters,
-            slots: Vec::new(),
-            free: Vec::new(),
-            marked: Vec::new(),
-            ready: Vec::new(),
-            cqes: Vec::with_capacity(256),
-            ahead: Default::default(),
-            epoch: 0,
-            submitted_mid_turn: false,
-            written_at_submit: 0,
-            recv_cap: self.recv_cap,
-        }
-    }
-}
-
-pub struct Worker {
+/// A worker's ring, buffers and eventfd: made on the starting thread (so a failure there can
+/// still choose epoll), enabled by the worker thread, which so becomes its single issuer.
+pub struct Ring {
     /// Declared before `bufs`: the ring goes (unregistering the buffers) before their memory.
     ring: IoUring,
     bufs: Arc<bufs::BufRing>,
     wake_fd: Arc<EventFd>,
     /// The eventfd read's target; boxed so its address stays put while the read is queued.
     wake_buf: Box<[u8; 8]>,
-    incoming: Receiver<Stream>,
-    sh: Arc<Shared>,
     counters: Arc<Counters>,
-    slots: Vec<Slot>,
-    free: Vec<usize>,
-    /// Connections with completions to act on in this iteration.
-    marked: Vec<usize>,
-    /// Connections that spent their -R budget with work left.
-    ready: Vec<usize>,
     cqes: Vec<(u64, i32, u32)>,
-    ahead: crate::worker::ReadAhead,
     /// Loop iterations (enters) so far: when each receive was armed (`RingStream::settled`).
     epoch: u64,
     /// The queue was submitted since the last enter in a way that may have let an earlier
@@ -261,62 +179,35 @@ pub struct Worker {
     recv_cap: u32,
 }
 
-impl Worker {
-    pub fn run(mut self) {
-        if let Err(e) = self.ring.submitter().register_enable_rings() {
-            eprintln!("mnemod: cannot enable the worker's io_uring: {e}");
-            std::process::exit(1);
-        }
-        self.arm_wake();
-        let idle_timeout = self.sh.config.ext.idle_timeout;
-        let mut last_sweep = self.sh.clock.now();
-        loop {
-            let wait = if !self.ready.is_empty() {
-                Some(Duration::ZERO)
-            } else if idle_timeout > 0 {
-                Some(IDLE_SWEEP)
-            } else {
-                None
-            };
-            self.enter(wait);
-            self.epoch += 1;
-            self.submitted_mid_turn = false;
-            self.written_at_submit = self.counters.bytes_written.load(Relaxed);
-            self.reap();
-            self.read_ahead();
-            for k in 0..self.marked.len() {
-                let i = self.marked[k];
-                self.slots[i].marked = false;
-                self.drive(i);
-            }
-            self.marked.clear();
-            for i in std::mem::take(&mut self.ready) {
-                self.drive(i);
-            }
-            if idle_timeout > 0 {
-                let now = self.sh.clock.now();
-                if now != last_sweep {
-                    last_sweep = now;
-                    self.kick_idle(now, idle_timeout);
-                }
-            }
-        }
+impl Ring {
+    /// Any failure means "use epoll". The ring is created disabled (see [`Ring`]).
+    pub fn new(rc: RingConfig, counters: Arc<Counters>) -> Result<Ring, UringError> {
+        let ring = IoUring::builder()
+            .setup_single_issuer()
+            .setup_defer_taskrun()
+            .setup_r_disabled()
+            .setup_submit_all()
+            .setup_cqsize(rc.cq_entries)
+            .build(rc.sq_entries)
+            .map_err(UringError::Setup)?;
+        let bufs = Arc::new(bufs::BufRing::new(&ring, rc.buf_count, rc.buf_size)?);
+        Ok(Ring {
+            ring,
+            bufs,
+            wake_fd: Arc::new(EventFd::new()?),
+            wake_buf: Box::new([0; 8]),
+            counters,
+            cqes: Vec::with_capacity(256),
+            epoch: 0,
+            submitted_mid_turn: false,
+            written_at_submit: 0,
+            recv_cap: rc.recv_cap,
+        })
     }
 
-    /// The read-ahead (worker.rs, `ReadAhead`) of the connections this iteration's
-    /// completions marked: their input is in the ring's buffers already.
-    fn read_ahead(&mut self) {
-        self.ahead.clear();
-        if self.marked.len() < crate::worker::READ_AHEAD_MIN {
-            return;
-        }
-        for &i in &self.marked {
-            let slot = &mut self.slots[i];
-            if let (Some(conn), false) = (slot.conn.as_mut(), slot.draining) {
-                self.ahead.read(&self.sh, &self.counters, conn);
-            }
-        }
-        self.ahead.prefetch(&self.sh);
+    /// What the accept thread writes to once a socket is in the channel.
+    pub fn waker(&self) -> Arc<EventFd> {
+        self.wake_fd.clone()
     }
 
     /// Submit what is queued and wait for completions (or for `wait` at most).
@@ -357,37 +248,32 @@ impl Worker {
         self.push(e);
     }
 
-    /// Take the completions off the queue and act on them.
-    fn reap(&mut self) {
+    /// Take the completions off the queue and act on them; true if the eventfd was read.
+    fn reap(&mut self, slots: &mut Slots<RingStream>) -> bool {
+        let mut woken = false;
         let mut cqes = std::mem::take(&mut self.cqes);
         cqes.extend(self.ring.completion().map(|c| (c.user_data(), c.result(), c.flags())));
         for &(ud, res, flags) in &cqes {
-            let (kind, gen, i) = (ud >> 56, (ud >> 32) as u32 & 0xff_ffff, ud as u32 as usize);
+            let (kind, gen, i) = (ud >> 56, (ud >> 32) as u32 & GEN_MASK, ud as u32 as usize);
             match kind {
                 WAKE => {
-                    self.adopt();
+                    woken = true;
                     self.arm_wake();
                 }
-                RECV => self.on_recv(i, gen, res, flags),
-                SEND => self.on_send(i, gen, res),
+                RECV => self.on_recv(slots, i, gen, res, flags),
+                SEND => self.on_send(slots, i, gen, res),
                 _ => {} // CANCEL: its target's own completion is what matters
             }
         }
         cqes.clear();
         self.cqes = cqes;
+        woken
     }
 
-    fn mark(&mut self, i: usize) {
-        if !self.slots[i].marked {
-            self.slots[i].marked = true;
-            self.marked.push(i);
-        }
-    }
-
-    fn on_recv(&mut self, i: usize, gen: u32, res: i32, flags: u32) {
+    fn on_recv(&mut self, slots: &mut Slots<RingStream>, i: usize, gen: u32, res: i32, flags: u32) {
         let bid = cqueue::buffer_select(flags);
         let more = cqueue::more(flags);
-        let Some(s) = stream_of(&mut self.slots, i, gen) else {
+        let Some(s) = slots.io(i, |g| g & GEN_MASK == gen) else {
             if let Some(bid) = bid {
                 self.bufs.recycle(bid);
             }
@@ -410,89 +296,18 @@ impl Worker {
         if let (Some(bid), true) = (bid, res <= 0) {
             self.bufs.recycle(bid);
         }
-        self.mark(i);
+        slots.mark(i, true);
     }
 
-    fn on_send(&mut self, i: usize, gen: u32, res: i32) {
-        let Some(s) = stream_of(&mut self.slots, i, gen) else { return };
+    fn on_send(&mut self, slots: &mut Slots<RingStream>, i: usize, gen: u32, res: i32) {
+        let Some(s) = slots.io(i, |g| g & GEN_MASK == gen) else { return };
         s.send_done(if res >= 0 { Ok(res as usize) } else { Err(-res) });
-        let wake = std::mem::take(&mut s.blocked) || res < 0;
-        if wake || self.slots[i].draining {
-            self.mark(i);
+        if std::mem::take(&mut s.blocked) || res < 0 {
+            // The connection waits for room (or must meet the error): its turn.
+            slots.mark(i, false);
         } else {
-            // Nothing to run: just send the rest, if any.
-            self.after_turn(i);
-        }
-    }
-
-    fn adopt(&mut self) {
-        while let Ok(sock) = self.incoming.try_recv() {
-            if let Stream::Tls(_) = sock {
-                // Never sent here (Config::uring_wanted keeps -Z servers on epoll); were one
-                // to come, serving it would bypass TLS, so it is refused.
-                self.sh.curr_conns.fetch_sub(1, Relaxed);
-                continue;
-            }
-            let i = match self.free.pop() {
-                Some(i) => i,
-                None => {
-                    self.slots.push(Slot { gen: 0, conn: None, draining: false, marked: false });
-                    self.sh.conn_structs.fetch_add(1, Relaxed);
-                    self.slots.len() - 1
-                }
-            };
-            let mut conn = Conn::new(Stream::Ring(Box::new(RingStream::new(sock, self.bufs.clone()))));
-            conn.set_last_active(self.sh.clock.now());
-            conn.account(&self.counters);
-            let (addr, listen_addr) = conn.stream.addrs(self.sh.config.unix_socket.as_deref());
-            self.sh.conn_table.add(conn.fd, addr, listen_addr, conn.info.clone());
-            if self.sh.verbosity.load(Relaxed) > 1 {
-                eprintln!("<{i} new client connection");
-            }
-            let slot = &mut self.slots[i];
-            slot.gen = slot.gen.wrapping_add(1);
-            slot.conn = Some(conn);
-            slot.draining = false;
-            // Arms the receive; data that arrived before is reported at once.
-            self.after_turn(i);
-        }
-    }
-
-    fn drive(&mut self, i: usize) {
-        let slot = &mut self.slots[i];
-        if slot.draining {
-            self.after_turn(i);
-            return;
-        }
-        let Some(conn) = slot.conn.as_mut() else { return };
-        if let Stream::Ring(s) = &mut conn.stream {
-            // The ring takes nothing more from this socket before the next enter (deferred task
-            // work runs only there): its receive is not being cancelled, and if armed, was
-            // submitted by an earlier enter, whose completions are all reaped.
-            s.settled = !s.recv_cancelling && (!s.recv_armed || s.armed_epoch < self.epoch) && !self.submitted_mid_turn;
-        }
-        let turn = conn.turn(&self.sh, &self.counters);
-        if let Stream::Ring(s) = &mut conn.stream {
-            s.settled = false;
-        }
-        let written = self.counters.bytes_written.load(Relaxed);
-        match turn {
-            Turn::Wait => {}
-            Turn::Yield => {
-                if !self.ready.contains(&i) {
-                    self.ready.push(i);
-                }
-            }
-            Turn::Close => self.close(i),
-            Turn::Shutdown => {
-                self.close(i);
-                self.sh.shutdown_by_client();
-            }
-        }
-        self.after_turn(i);
-        if written.wrapping_sub(self.written_at_submit) >= SUBMIT_EARLY_BYTES {
-            self.written_at_submit = written;
-            self.submit_now();
+            // Nothing to run: just send the rest, if any (or finish closing).
+            slots.settle(self, i);
         }
     }
 
@@ -513,18 +328,52 @@ impl Worker {
             }
         }
     }
+}
 
-    /// After a turn (or a completion): recycle what was left unread, queue the replies, and
-    /// keep the receive armed unless the connection is paused, finished or closing.
-    fn after_turn(&mut self, i: usize) {
-        let slot = &mut self.slots[i];
-        let (gen, draining) = (slot.gen, slot.draining);
-        let Some(conn) = slot.conn.as_mut() else { return };
-        let fd = conn.fd;
-        let Stream::Ring(s) = &mut conn.stream else { return };
+impl Transport for Ring {
+    type Io = RingStream;
+
+    fn start(&mut self) {
+        if let Err(e) = self.ring.submitter().register_enable_rings() {
+            eprintln!("mnemod: cannot enable the worker's io_uring: {e}");
+            std::process::exit(1);
+        }
+        self.arm_wake();
+    }
+
+    fn attach(&mut self, sock: Stream, _i: usize, _gen: u32) -> std::io::Result<RingStream> {
+        if sock.is_tls() {
+            // Never sent here (Config::uring_wanted keeps -Z servers on epoll); were one to
+            // come, serving it would bypass TLS, so it is refused.
+            return Err(std::io::ErrorKind::Unsupported.into());
+        }
+        // Its receive is armed when it settles after its first turn.
+        Ok(RingStream::new(sock, self.bufs.clone()))
+    }
+
+    fn poll(&mut self, wait: Option<Duration>, slots: &mut Slots<RingStream>) -> bool {
+        self.enter(wait);
+        self.epoch += 1;
+        self.submitted_mid_turn = false;
+        self.written_at_submit = self.counters.bytes_written.load(Relaxed);
+        self.reap(slots)
+    }
+
+    fn before_turn(&mut self, s: &mut RingStream) {
+        // The ring takes nothing more from this socket before the next enter (deferred task
+        // work runs only there): its receive is not being cancelled, and if armed, was
+        // submitted by an earlier enter, whose completions are all reaped.
+        s.settled = !s.recv_cancelling && (!s.recv_armed || s.armed_epoch < self.epoch) && !self.submitted_mid_turn;
+    }
+
+    /// Recycle what was left unread, queue the replies, and keep the receive armed unless the
+    /// connection is paused, finished or closed.
+    fn settle(&mut self, i: usize, gen: u32, s: &mut RingStream, closed: bool) -> bool {
+        s.settled = false;
         s.spill();
+        let fd = s.socket().raw_fd();
         let mut sqes: [Option<squeue::Entry>; 2] = [None, None];
-        if draining {
+        if closed {
             if s.recv_armed && !s.recv_cancelling {
                 s.recv_cancelling = true;
                 sqes[0] = Some(opcode::AsyncCancel::new(tag(RECV, gen, i)).build().user_data(tag(CANCEL, gen, i)));
@@ -549,50 +398,19 @@ impl Worker {
                 );
             }
         }
-        let finished = draining && !s.recv_armed && !s.send_in_flight && (!s.sending() || s.err.is_some());
+        let finished = closed && !s.recv_armed && !s.send_in_flight && (!s.sending() || s.err.is_some());
         for e in sqes.into_iter().flatten() {
             self.push(e);
         }
-        if finished {
-            // The ring holds nothing of it any more: the descriptor closes here.
-            self.slots[i].conn = None;
-            self.slots[i].draining = false;
-            self.free.push(i);
-        }
+        // Finished: the ring holds nothing of it any more.
+        finished
     }
 
-    /// Stop serving the connection now; its slot is freed once the ring is done with it.
-    fn close(&mut self, i: usize) {
-        let slot = &mut self.slots[i];
-        if slot.draining {
-            return;
-        }
-        let Some(conn) = slot.conn.as_mut() else { return };
-        slot.draining = true;
-        conn.release(&self.counters);
-        // Removed while the descriptor is still open: a new connection cannot reuse it yet.
-        self.sh.conn_table.remove(conn.fd);
-        self.sh.curr_conns.fetch_sub(1, Relaxed);
-        self.ready.retain(|&r| r != i);
-        if self.sh.verbosity.load(Relaxed) > 1 {
-            eprintln!("<{i} connection closed.");
-        }
-        self.after_turn(i);
-    }
-
-    /// `-o idle_timeout`, as the epoll loop applies it.
-    fn kick_idle(&mut self, now: mnemo_store::Time, timeout: u32) {
-        for i in 0..self.slots.len() {
-            let slot = &self.slots[i];
-            let Some(conn) = slot.conn.as_ref() else { continue };
-            let sending = matches!(&conn.stream, Stream::Ring(s) if s.sending());
-            if !slot.draining && now.saturating_sub(conn.last_active()) > timeout && conn.is_idle() && !sending {
-                bump(&self.counters.idle_kicks, 1);
-                if self.sh.verbosity.load(Relaxed) > 0 {
-                    eprintln!("<{i} idle timeout, closing");
-                }
-                self.close(i);
-            }
+    fn after_turn(&mut self) {
+        let written = self.counters.bytes_written.load(Relaxed);
+        if written.wrapping_sub(self.written_at_submit) >= SUBMIT_EARLY_BYTES {
+            self.written_at_submit = written;
+            self.submit_now();
         }
     }
 }

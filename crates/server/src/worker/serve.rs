@@ -1,0 +1,504 @@
+//! The connection layer: what a worker does with its connections, whichever loop moves their
+//! bytes. It owns the slots, adopting and closing, the turns (-R yields), the read-ahead and
+//! `-o idle_timeout`; a [`Transport`] (epoll.rs, uring.rs) owns only the waiting and the I/O.
+//!
+//! ```text
+//!   Worker<T>::run, one iteration:
+//!     T::poll(wait)            wait (no wait while -R yielders wait; IDLE_SWEEP at most with
+//!                              idle_timeout), mark the slots with work, say if woken
+//!     adopt                    if woken: every socket in the channel gets a slot and a turn
+//!     read-ahead               the marked connections' first reads, then prefetches
+//!     drive each marked slot   T::before_turn, Conn::turn, Turn -> yield | close, T::settle
+//!     drive the -R yielders    (those of the round before)
+//!     kick idle connections    once per clock tick, with -o idle_timeout
+//! ```
+//!
+//! A slot's index and generation name its connection to the loop (an epoll token, an
+//! io_uring tag); a slot is reused only once its transport holds nothing of the old one.
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::mpsc::Receiver;
+use std::sync::Arc;
+use std::time::Duration;
+
+use mnemo_store::{Prefetch, PREFETCH_HEAD};
+
+use crate::conn::{Conn, Io, Stream, Turn};
+use crate::stats::{bump, Counters};
+use crate::Shared;
+
+/// Polls with fewer events than this, or read-aheads that bring fewer keys, prefetch nothing:
+/// each pass would follow the one before too closely for its lines to have arrived.
+const READ_AHEAD_MIN: usize = 4;
+
+/// With `-o idle_timeout`, the longest a worker waits before looking for idle connections.
+const IDLE_SWEEP: Duration = Duration::from_millis(250);
+
+/// How one event loop waits and moves bytes. Everything else about a connection is the
+/// [`Worker`]'s.
+pub trait Transport {
+    /// What a connection reads from and writes to on this loop.
+    type Io: Io;
+
+    /// On the worker's own thread, before the first wait.
+    fn start(&mut self) {}
+
+    /// Take a socket from the accept thread for slot `i`, generation `gen`. An error refuses
+    /// it (the socket closes).
+    fn attach(&mut self, sock: Stream, i: usize, gen: u32) -> std::io::Result<Self::Io>;
+
+    /// Wait for events (no longer than `wait`; None: until one comes) and mark the slots they
+    /// concern ([`Slots::mark`]). Returns whether the accept thread woke the worker.
+    fn poll(&mut self, wait: Option<Duration>, slots: &mut Slots<Self::Io>) -> bool;
+
+    /// Just before a connection's turn.
+    #[inline]
+    fn before_turn(&mut self, _io: &mut Self::Io) {}
+
+    /// After a turn of slot `i` (or, on this loop's own account, an I/O completion): move what
+    /// the connection queued. With `closed`, the connection is closed: stop its I/O and say
+    /// (true) once the loop holds nothing of it, so its descriptor may close.
+    fn settle(&mut self, i: usize, gen: u32, io: &mut Self::Io, closed: bool) -> bool;
+
+    /// After a turn and its settling.
+    #[inline]
+    fn after_turn(&mut self) {}
+}
+
+struct Slot<S> {
+    gen: u32,
+    conn: Option<Conn<S>>,
+    /// Closed: its transport is finishing with it before the slot is reused.
+    closed: bool,
+    /// Queued for a turn in this iteration.
+    marked: bool,
+    /// Input may have arrived (the read-ahead reads only these).
+    readable: bool,
+}
+
+/// A worker's connections by slot, and the slots marked for a turn in this iteration.
+pub struct Slots<S> {
+    slots: Vec<Slot<S>>,
+    free: Vec<usize>,
+    marked: Vec<usize>,
+}
+
+impl<S: Io> Slots<S> {
+    /// Slot `i` has work: take a turn (or, once closed, settle) in this iteration.
+    #[inline]
+    pub fn mark(&mut self, i: usize, readable: bool) {
+        let Some(slot) = self.slots.get_mut(i) else { return };
+        slot.readable |= readable;
+        if !slot.marked {
+            slot.marked = true;
+            self.marked.push(i);
+        }
+    }
+
+    /// Slot `i`'s connection (open, or closed and still settling).
+    pub fn conn_mut(&mut self, i: usize) -> Option<&mut Conn<S>> {
+        self.slots.get_mut(i)?.conn.as_mut()
+    }
+
+    /// Slot `i`'s stream, if `current(gen)` says the slot's generation is the one the event
+    /// was for.
+    pub fn io(&mut self, i: usize, current: impl Fn(u32) -> bool) -> Option<&mut S> {
+        let slot = self.slots.get_mut(i)?;
+        if !current(slot.gen) {
+            return None;
+        }
+        slot.conn.as_mut().map(|c| &mut c.stream)
+    }
+
+    /// Let the transport move slot `i`'s bytes; free the slot once a closed connection is done.
+    #[inline]
+    pub fn settle<T: Transport<Io = S>>(&mut self, io: &mut T, i: usize) {
+        let slot = &mut self.slots[i];
+        let Some(conn) = slot.conn.as_mut() else { return };
+        if io.settle(i, slot.gen, &mut conn.stream, slot.closed) {
+            // The descriptor closes here, with the connection.
+            slot.conn = None;
+            slot.closed = false;
+            self.free.push(i);
+        }
+    }
+
+    /// A slot for a new connection: a free one, or a new one (counted in conn_structs).
+    fn take(&mut self, sh: &Shared) -> usize {
+        if let Some(i) = self.free.pop() {
+            return i;
+        }
+        self.slots.push(Slot { gen: 0, conn: None, closed: false, marked: false, readable: false });
+        sh.conn_structs.fetch_add(1, Relaxed);
+        self.slots.len() - 1
+    }
+}
+
+/// One worker: its connections and the loop that serves them.
+pub struct Worker<T: Transport> {
+    io: T,
+    incoming: Receiver<Stream>,
+    sh: Arc<Shared>,
+    counters: Arc<Counters>,
+    slots: Slots<T::Io>,
+    /// Connections that spent their request budget with work left (memcached's -R yield).
+    ready: Vec<usize>,
+    /// The yielders being driven this round (kept for its allocation).
+    yielded: Vec<usize>,
+    ahead: ReadAhead,
+}
+
+impl<T: Transport> Worker<T> {
+    pub fn new(io: T, sh: Arc<Shared>, counters: Arc<Counters>, incoming: Receiver<Stream>) -> Self {
+        Worker {
+            io,
+            incoming,
+            sh,
+            counters,
+            slots: Slots { slots: Vec::new(), free: Vec::new(), marked: Vec::new() },
+            ready: Vec::new(),
+            yielded: Vec::new(),
+            ahead: ReadAhead::default(),
+        }
+    }
+
+    pub fn run(mut self) {
+        self.io.start();
+        let idle_timeout = self.sh.config.ext.idle_timeout;
+        let mut last_sweep = self.sh.clock.now();
+        loop {
+            self.round(idle_timeout, &mut last_sweep);
+        }
+    }
+
+    /// One iteration of the loop (module doc); `last_sweep` is the clock tick of the last
+    /// look for idle connections.
+    fn round(&mut self, idle_timeout: u32, last_sweep: &mut mnemo_store::Time) {
+        let wait = if !self.ready.is_empty() {
+            Some(Duration::ZERO)
+        } else if idle_timeout > 0 {
+            Some(IDLE_SWEEP)
+        } else {
+            None
+        };
+        if self.io.poll(wait, &mut self.slots) {
+            self.adopt();
+        }
+        self.read_ahead();
+        let mut k = 0;
+        while k < self.slots.marked.len() {
+            let i = self.slots.marked[k];
+            let slot = &mut self.slots.slots[i];
+            (slot.marked, slot.readable) = (false, false);
+            self.drive(i);
+            k += 1;
+        }
+        self.slots.marked.clear();
+        if !self.ready.is_empty() {
+            std::mem::swap(&mut self.ready, &mut self.yielded);
+            for k in 0..self.yielded.len() {
+                self.drive(self.yielded[k]);
+            }
+            self.yielded.clear();
+        }
+        if idle_timeout > 0 {
+            let now = self.sh.clock.now();
+            // The clock moves once a second: one sweep per tick at most.
+            if now != *last_sweep {
+                *last_sweep = now;
+                self.kick_idle(now, idle_timeout);
+            }
+        }
+    }
+
+    /// Every socket waiting in the channel: a slot, a `stats conns` row, and a first turn
+    /// (data may have arrived before the loop watched the socket).
+    fn adopt(&mut self) {
+        while let Ok(sock) = self.incoming.try_recv() {
+            let i = self.slots.take(&self.sh);
+            let gen = self.slots.slots[i].gen.wrapping_add(1);
+            let Ok(io) = self.io.attach(sock, i, gen) else {
+                self.slots.free.push(i);
+                self.sh.curr_conns.fetch_sub(1, Relaxed);
+                continue;
+            };
+            let mut conn = Conn::new(io);
+            conn.set_last_active(self.sh.clock.now());
+            conn.account(&self.counters);
+            let (addr, listen_addr) = conn.stream.socket().addrs(self.sh.config.unix_socket.as_deref());
+            self.sh.conn_table.add(conn.fd, addr, listen_addr, conn.info.clone());
+            if self.sh.verbosity.load(Relaxed) > 1 {
+                eprintln!("<{i} new client connection");
+            }
+            let slot = &mut self.slots.slots[i];
+            (slot.gen, slot.conn, slot.closed) = (gen, Some(conn), false);
+            self.drive(i);
+        }
+    }
+
+    /// The read-ahead ([`ReadAhead`]) of this iteration's readable connections.
+    fn read_ahead(&mut self) {
+        self.ahead.clear();
+        // Too few to prefetch for: the turns read for themselves (no instruction spent here).
+        if self.slots.marked.len() < READ_AHEAD_MIN {
+            return;
+        }
+        for &i in &self.slots.marked {
+            let slot = &mut self.slots.slots[i];
+            if let (Some(conn), false, true) = (slot.conn.as_mut(), slot.closed, slot.readable) {
+                self.ahead.read(&self.sh, &self.counters, conn);
+            }
+        }
+        self.ahead.prefetch(&self.sh);
+    }
+
+    /// Slot `i`'s turn, and what it asks for after.
+    fn drive(&mut self, i: usize) {
+        let slot = &mut self.slots.slots[i];
+        if slot.closed {
+            self.slots.settle(&mut self.io, i);
+            return;
+        }
+        let gen = slot.gen;
+        let Some(conn) = slot.conn.as_mut() else { return };
+        self.io.before_turn(&mut conn.stream);
+        // Still open: its settling cannot free the slot (a direct call, nothing for epoll).
+        match conn.turn(&self.sh, &self.counters) {
+            Turn::Wait => {
+                self.io.settle(i, gen, &mut conn.stream, false);
+            }
+            Turn::Yield => {
+                if !self.ready.contains(&i) {
+                    self.ready.push(i);
+                }
+                self.io.settle(i, gen, &mut conn.stream, false);
+            }
+            Turn::Close => self.close(i),
+            Turn::Shutdown => {
+                self.close(i);
+                self.sh.shutdown_by_client();
+            }
+        }
+        self.io.after_turn();
+    }
+
+    /// Stop serving slot `i`'s connection now; its slot is freed once its transport is done.
+    fn close(&mut self, i: usize) {
+        let slot = &mut self.slots.slots[i];
+        if slot.closed {
+            return;
+        }
+        let Some(conn) = slot.conn.as_mut() else { return };
+        slot.closed = true;
+        conn.release(&self.counters);
+        // Removed while the descriptor is still open: a new connection cannot reuse it yet.
+        self.sh.conn_table.remove(conn.fd);
+        self.sh.curr_conns.fetch_sub(1, Relaxed);
+        self.ready.retain(|&r| r != i);
+        if self.sh.verbosity.load(Relaxed) > 1 {
+            eprintln!("<{i} connection closed.");
+        }
+        self.slots.settle(&mut self.io, i);
+    }
+
+    /// `-o idle_timeout`: close connections that have completed no command for longer than
+    /// the timeout (memcached's idle_kicks), a half-sent one included. A walk over this worker's slots once a second.
+    fn kick_idle(&mut self, now: mnemo_store::Time, timeout: u32) {
+        for i in 0..self.slots.slots.len() {
+            let slot = &self.slots.slots[i];
+            let Some(conn) = slot.conn.as_ref().filter(|_| !slot.closed) else { continue };
+            if now.saturating_sub(conn.last_active()) > timeout && conn.is_idle() {
+                bump(&self.counters.idle_kicks, 1);
+                if self.sh.verbosity.load(Relaxed) > 0 {
+                    eprintln!("<{i} idle timeout, closing");
+                }
+                self.close(i);
+            }
+        }
+    }
+}
+
+/// Read-ahead, on either loop: the reads that an iteration's readable connections would start
+/// their turns with, all done first, each followed by the prefetch of its key's index bucket;
+/// then two passes over the keys prefetch the items and overflow buckets those buckets name,
+/// then the overflow buckets' items (mnemo_store::Prefetch), so that each turn finds its lines
+/// in cache instead of taking a lookup's misses one after another, connection after
+/// connection. Costs no system call: each read is one the turn would have made (on io_uring,
+/// a copy out of the ring's buffers).
+#[derive(Default)]
+struct ReadAhead {
+    /// The keys of the gets read ahead, hashed once for all the passes.
+    keys: Vec<mnemo_store::KeyHash>,
+}
+
+impl ReadAhead {
+    fn clear(&mut self) {
+        self.keys.clear();
+    }
+
+    /// A connection's read, and the prefetch of its key's bucket.
+    fn read<S: Io>(&mut self, sh: &Shared, c: &Counters, conn: &mut Conn<S>) {
+        let Some(key) = conn.read_ahead(c) else { return };
+        if let Some(h) = mnemo_store::Store::key_hash(&conn.input()[key]) {
+            // The bucket's miss overlaps the next connections' reads: issued after all of
+            // them, it had not arrived by the next pass, which then waited for it (perf: half
+            // of the prefetch's time on that load).
+            sh.store.prefetch_hashed(h, Prefetch::Bucket, PREFETCH_HEAD);
+            self.keys.push(h);
+        }
+    }
+
+    /// The passes after the reads.
+    fn prefetch(&self, sh: &Shared) {
+        if self.keys.len() < READ_AHEAD_MIN {
+            return;
+        }
+        for stage in [Prefetch::Home, Prefetch::Chain] {
+            for &h in &self.keys {
+                sh.store.prefetch_hashed(h, stage, PREFETCH_HEAD);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Config;
+    use std::collections::VecDeque;
+    use std::io::{Read, Write};
+    use std::os::unix::net::UnixStream;
+
+    /// A loop whose events the test scripts: each poll marks the slots it is given, and a
+    /// closed connection is held (as io_uring holds one until its I/O ends) while `hold`.
+    #[derive(Default)]
+    struct Script {
+        polls: VecDeque<(bool, Vec<usize>)>,
+        hold: bool,
+        /// (slot, generation, closed) of every settle.
+        settled: Vec<(usize, u32, bool)>,
+    }
+
+    impl Transport for Script {
+        type Io = Stream;
+
+        fn attach(&mut self, sock: Stream, _i: usize, _gen: u32) -> std::io::Result<Stream> {
+            Ok(sock)
+        }
+
+        fn poll(&mut self, _wait: Option<Duration>, slots: &mut Slots<Stream>) -> bool {
+            let (woken, marks) = self.polls.pop_front().unwrap_or_default();
+            for i in marks {
+                slots.mark(i, true);
+            }
+            woken
+        }
+
+        fn settle(&mut self, i: usize, gen: u32, _io: &mut Stream, closed: bool) -> bool {
+            self.settled.push((i, gen, closed));
+            closed && !self.hold
+        }
+    }
+
+    fn worker(config: Config) -> (Worker<Script>, std::sync::mpsc::Sender<Stream>) {
+        let sh = Arc::new(Shared::new(Config { memory_limit: 8 << 20, threads: 1, ..config }));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let counters = sh.counters[0].clone();
+        (Worker::new(Script::default(), sh, counters, rx), tx)
+    }
+
+    /// A client, its server end sent to the worker as the accept thread would.
+    fn connect(w: &Worker<Script>, tx: &std::sync::mpsc::Sender<Stream>) -> UnixStream {
+        let (client, server) = UnixStream::pair().unwrap();
+        server.set_nonblocking(true).unwrap();
+        client.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        w.sh.curr_conns.fetch_add(1, Relaxed);
+        tx.send(Stream::Unix(mio::net::UnixStream::from_std(server))).unwrap();
+        client
+    }
+
+    fn read_some(c: &mut UnixStream) -> Vec<u8> {
+        let mut buf = [0; 256];
+        let n = c.read(&mut buf).unwrap();
+        buf[..n].to_vec()
+    }
+
+    fn round(w: &mut Worker<Script>, woken: bool, marks: &[usize]) {
+        w.io.polls.push_back((woken, marks.to_vec()));
+        let mut tick = w.sh.clock.now();
+        w.round(0, &mut tick);
+    }
+
+    #[test]
+    fn an_adopted_connection_takes_a_turn_at_once_and_again_when_marked() {
+        let (mut w, tx) = worker(Config::default());
+        let mut c = connect(&w, &tx);
+        c.write_all(b"version\r\n").unwrap();
+        round(&mut w, true, &[]);
+        assert_eq!(read_some(&mut c), b"VERSION 1.6.18\r\n");
+        c.write_all(b"version\r\n").unwrap();
+        round(&mut w, false, &[0]);
+        assert_eq!(read_some(&mut c), b"VERSION 1.6.18\r\n");
+        assert_eq!(w.sh.curr_conns.load(Relaxed), 1);
+    }
+
+    #[test]
+    fn a_slot_is_reused_only_once_its_transport_lets_go_and_with_a_new_generation() {
+        let (mut w, tx) = worker(Config::default());
+        w.io.hold = true;
+        let mut c = connect(&w, &tx);
+        round(&mut w, true, &[]);
+        c.write_all(b"quit\r\n").unwrap();
+        round(&mut w, false, &[0]);
+        assert_eq!(w.sh.curr_conns.load(Relaxed), 0, "closed at once");
+        assert!(w.slots.conn_mut(0).is_some(), "held while its transport is busy with it");
+        let _d = connect(&w, &tx);
+        round(&mut w, true, &[]);
+        assert_eq!(w.slots.slots.len(), 2, "the held slot is not reused");
+        w.io.hold = false;
+        round(&mut w, false, &[0]);
+        assert!(w.slots.conn_mut(0).is_none(), "freed once let go");
+        assert_eq!(read_some(&mut c), b"", "and its descriptor closed");
+        let _e = connect(&w, &tx);
+        round(&mut w, true, &[]);
+        assert_eq!(w.slots.slots.len(), 2, "the freed slot is reused");
+        assert_eq!(w.slots.slots[0].gen, 2, "under a new generation");
+        assert!(w.io.settled.contains(&(0, 1, true)) && w.io.settled.contains(&(0, 2, false)));
+    }
+
+    #[test]
+    fn a_connection_over_its_request_budget_yields_and_is_driven_next_round() {
+        let (mut w, tx) = worker(Config { reqs_per_event: 1, ..Config::default() });
+        let mut c = connect(&w, &tx);
+        c.write_all(b"version\r\nversion\r\nversion\r\n").unwrap();
+        round(&mut w, true, &[]);
+        assert_eq!(w.ready, [0], "one request served, the rest waits");
+        round(&mut w, false, &[]);
+        round(&mut w, false, &[]);
+        let mut got = Vec::new();
+        while got.len() < 3 * b"VERSION 1.6.18\r\n".len() {
+            got.extend(read_some(&mut c));
+        }
+        assert!(w.ready.is_empty());
+        assert_eq!(w.counters.conn_yields.load(Relaxed), 2);
+    }
+
+    #[test]
+    fn idle_kicks_close_only_connections_without_a_recent_command() {
+        let (mut w, tx) = worker(Config::default());
+        let mut idle = connect(&w, &tx);
+        let mut partial = connect(&w, &tx);
+        let mut busy = connect(&w, &tx);
+        partial.write_all(b"get som").unwrap();
+        round(&mut w, true, &[]);
+        let later = w.sh.clock.now() + 10;
+        busy.write_all(b"version\r\n").unwrap();
+        w.slots.conn_mut(2).unwrap().set_last_active(later);
+        w.kick_idle(later, 5);
+        assert_eq!(read_some(&mut idle), b"");
+        assert_eq!(read_some(&mut partial), b"", "a half-sent command is no activity");
+        assert_eq!(w.counters.idle_kicks.load(Relaxed), 2);
+        round(&mut w, false, &[2]);
+        assert_eq!(read_some(&mut busy), b"VERSION 1.6.18\r\n");
+    }
+}
