@@ -18,6 +18,34 @@ const INITIAL_BUCKETS: usize = 64;
 /// Items of more than this many bytes always get a buffer of their own (see `large_min`).
 pub const LARGE_ITEM_MIN: usize = 32 << 10;
 
+/// Which items eviction keeps (evict.rs has the policies).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Eviction {
+    /// One FIFO of segments; the oldest is evicted and its items read since they were written
+    /// are copied forward (FIFO-reinsertion, at segment granularity).
+    #[default]
+    Fifo,
+}
+
+impl Eviction {
+    /// The name the server's `--eviction` flag and `stats settings` use.
+    pub fn name(self) -> &'static str {
+        match self {
+            Eviction::Fifo => "fifo",
+        }
+    }
+}
+
+impl core::str::FromStr for Eviction {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "fifo" => Ok(Eviction::Fifo),
+            _ => Err(format!("unknown eviction policy {s:?} (fifo)")),
+        }
+    }
+}
+
 /// Store configuration; the server fills it from its flags.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StoreConfig {
@@ -34,6 +62,8 @@ pub struct StoreConfig {
     /// Regular segments on 2 MiB huge pages (buf.rs says why); memcached's `-L`, but on by
     /// default: without it a large cache read at random misses the TLB on every item.
     pub huge_pages: bool,
+    /// The eviction policy.
+    pub eviction: Eviction,
 }
 
 impl Default for StoreConfig {
@@ -45,6 +75,7 @@ impl Default for StoreConfig {
             use_cas: true,
             shards: DEFAULT_SHARDS,
             huge_pages: true,
+            eviction: Eviction::default(),
         }
     }
 }

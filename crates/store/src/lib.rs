@@ -54,7 +54,7 @@ use core::sync::atomic::{AtomicU32, Ordering};
 
 use parking_lot::Mutex;
 
-pub use config::{StoreConfig, DEFAULT_SHARDS, MAX_SEGMENT_SIZE, MAX_SHARDS, MIN_SEGMENT_SIZE};
+pub use config::{Eviction, StoreConfig, DEFAULT_SHARDS, MAX_SEGMENT_SIZE, MAX_SHARDS, MIN_SEGMENT_SIZE};
 pub use buf::Pages;
 pub use dump::{DumpCursor, DumpItem, DUMP_BATCH};
 pub use incoming::Incoming;
