@@ -23,6 +23,9 @@ Workloads:
              second half is counted. The first half's hot keys are never read again: how soon
              a policy lets them go is what this measures (LRU at once; a read count that decays
              by one per eviction pass keeps them for as many passes as it counted reads).
+  zipf-mixed as zipf, but value sizes log-uniform from 10 B to 500 KB (MIXED_MIN, MIXED_MAX):
+             where a size-blind policy gives away object hit ratio (the byte hit ratio is
+             reported too).
   zipf-ttl   40% of the keys (chosen per key) are set with a TTL of 2, 3, 5 or 8 seconds, the
              rest without. Requests are paced at --rate per second on a fixed schedule, so
              "seconds" mean the same thing for every server (and the trace spans tens of seconds,
@@ -34,9 +37,10 @@ batch's gets, in one write. Within a batch no key repeats, so the outcome of eve
 a one-at-a-time replay would see, except for evictions caused by the batch's own sets.
 
 Prints one line: hits counted_requests hit_ratio max_lag_seconds data_bytes held_bytes
+hit_bytes counted_bytes (value bytes of the hits and of all counted requests: byte hit ratio)
 where held_bytes is the memory the server held at the end by its own stats: memcached's
 total_malloced + hash_bytes (its slab pages and hash table; what bench/hitratio.sh gives mnemod
-as -m), or mnemod's mem_used (everything its store owns, index included).
+as -m), or mnemod's limit_maxbytes (its -m, which bounds everything its store owns).
 """
 import argparse
 import bisect
@@ -53,6 +57,8 @@ ZIPF_S = 0.99
 TTL_SHARE = 0.4
 TTLS = (2, 3, 5, 8)
 BATCH_MAX = 256
+# zipf-mixed: value sizes log-uniform over this range (object vs byte hit ratio).
+MIXED_MIN, MIXED_MAX = 10, 500_000
 # The value-size quantile function of trace keys: (u, bytes) knots, log-linear between them, so
 # each piece is log-uniform: half the keys 32..230 B, 40% 230 B..1 KiB, 10% 1..16 KiB.
 SIZE_KNOTS = ((0.0, 32), (0.5, 230), (0.9, 1024), (1.0, 16384))
@@ -86,9 +92,12 @@ def read_trace(path, limit):
     return list(struct.unpack(">%dI" % (len(b) // 4), b))
 
 
-def build_keys(n, seed, ttl):
+def build_keys(n, seed, ttl, mixed=False):
     rng = random.Random(seed)
-    sizes = [rng.randint(MIN_VALUE, MAX_VALUE) for _ in range(n)]
+    if mixed:
+        sizes = [int(MIXED_MIN * (MIXED_MAX / MIXED_MIN) ** rng.random()) for _ in range(n)]
+    else:
+        sizes = [rng.randint(MIN_VALUE, MAX_VALUE) for _ in range(n)]
     ttls = [0] * n
     if ttl:
         for i in range(n):
@@ -163,8 +172,8 @@ class Conn:
             raise SystemExit("missing END")
         return n
 
-    def stats(self):
-        self.s.sendall(b"stats\r\n")
+    def stats(self, group=b""):
+        self.s.sendall(b"stats %s\r\n" % group if group else b"stats\r\n")
         out = {}
         while (ln := self.line()) != b"END":
             parts = ln.split()
@@ -173,18 +182,23 @@ class Conn:
         return out
 
 
-def held_bytes(st):
+def held_bytes(c, server):
     """What the server's memory held at the end, by its own account (module doc)."""
-    if "total_malloced" in st:
-        return int(st["total_malloced"]) + int(st.get("hash_bytes", 0))
-    return int(st.get("mem_used", st.get("bytes", 0)))
+    st = c.stats()
+    if server == "memcached":
+        # memcached: its slab pages (total_malloced is in `stats slabs`) and its hash table.
+        return int(c.stats(b"slabs")["total_malloced"]) + int(st["hash_bytes"])
+    # mnemod: -m bounds everything its store owns.
+    return int(st["limit_maxbytes"])
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("port", type=int)
-    ap.add_argument("workload", choices=["zipf", "zipf-shift", "zipf-ttl", "trace", "footprint"])
+    ap.add_argument("workload", choices=["zipf", "zipf-shift", "zipf-ttl", "zipf-mixed", "trace", "footprint"])
     ap.add_argument("--trace", help="trace file (workloads trace and footprint)")
+    ap.add_argument("--server", choices=["memcached", "mnemod"], default="mnemod",
+                    help="whose stats say what it held at the end (module doc)")
     ap.add_argument("--keys", type=int, default=440_000)
     ap.add_argument("--requests", type=int, default=3_000_000)
     ap.add_argument("--seed", type=int, default=42)
@@ -206,7 +220,7 @@ def main():
             print(sum(len(key[i]) + sizes[i] for i in ids), len(ids))
             return
     else:
-        sizes, ttls, ids = build_keys(2 * a.keys if shift else a.keys, a.seed, ttl)
+        sizes, ttls, ids = build_keys(2 * a.keys if shift else a.keys, a.seed, ttl, a.workload == "zipf-mixed")
     if a.workload in ("trace", "footprint"):
         pass
     elif shift:
@@ -221,7 +235,7 @@ def main():
         key = [b"k:%d" % i for i in range(len(sizes))]
 
     c = Conn(a.port)
-    hits = counted = 0
+    hits = counted = hit_bytes = counted_bytes = 0
     max_lag = 0.0
     pending = []  # sets for the previous batch's misses
     t0 = time.monotonic()
@@ -243,18 +257,20 @@ def main():
                     raise SystemExit(f"{key[k]!r}: value of {n} bytes, stored {sizes[k]}")
                 if start + j >= warm:
                     hits += 1
+                    hit_bytes += n
             else:
                 v = b"v" * sizes[k]
                 pending.append(b"set %s 0 %d %d noreply\r\n%s\r\n" % (key[k], ttls[k], len(v), v))
             if start + j >= warm:
                 counted += 1
+                counted_bytes += sizes[k]
     # Drain: a final round trip proves the server consumed everything.
     c.s.sendall(b"".join(pending) + b"version\r\n")
     c.line()
-    held = held_bytes(c.stats())
+    held = held_bytes(c, a.server)
     population = ids if a.workload == "trace" else ids[: a.keys]  # zipf-shift: one population's
     data = sum(len(key[i]) + sizes[i] for i in population)
-    print(hits, counted, f"{hits / counted:.4f}", f"{max_lag:.2f}", data, held)
+    print(hits, counted, f"{hits / counted:.4f}", f"{max_lag:.2f}", data, held, hit_bytes, counted_bytes)
     print(f"# {a.workload}: {time.monotonic() - t0:.1f}s replay", file=sys.stderr)
 
 

@@ -3,7 +3,8 @@
 
   hitratio_report.py OUT THREADS QUICK QUICK_REQUESTS < rows
 
-A row: workload fraction footprint server mem_mb hits counted hit_ratio lag data held rss_kb
+A row: workload fraction footprint server mem_mb hits counted hit_ratio lag data held hit_bytes
+counted_bytes rss_kb
 (hitratio.sh's run_one output after the first five). Prints the markdown table and writes
 OUT/<workload>.png: miss ratio against memory (what memcached held, which is mnemod's -m), one
 line per server.
@@ -22,11 +23,13 @@ def main():
     order = []
     for r in rows:
         wl, f, fp, server, mem = r[0], float(r[1]), int(r[2]), r[3], int(r[4])
-        hits, counted, lag, held, rss = int(r[5]), int(r[6]), r[8], int(r[10]), int(r[11])
+        hits, counted, lag, held = int(r[5]), int(r[6]), r[8], int(r[10])
+        hit_bytes, counted_bytes, rss = int(r[11]), int(r[12]), int(r[13])
         if (wl, f) not in order:
             order.append((wl, f))
         by[(wl, f, server)] = dict(fp=fp, mem=mem, miss=1 - hits / counted, counted=counted,
-                                   lag=lag, held=held, rss=rss * 1024)
+                                   bmiss=1 - hit_bytes / counted_bytes, lag=lag, held=held,
+                                   rss=rss * 1024)
     note = f" (orm-night: its first {int(quick_n):,} requests)" if quick else ""
     print(f"-t {threads}; look-aside replay (get, set on a miss), first 20% of each run not counted"
           f"{note}; size = share of the workload's footprint given to memcached as -m; mnemod's -m ="
@@ -34,8 +37,9 @@ def main():
           " RSS at the end of the run")
     print()
     print("| workload | size | requests counted | memcached -m | memcached miss ratio | mnemod -m |"
-          " mnemod miss ratio | mnemod/memcached | RSS memcached / mnemod (MiB) |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          " mnemod miss ratio | mnemod/memcached | byte miss ratio memcached / mnemod |"
+          " RSS memcached / mnemod (MiB) |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     ratios = defaultdict(list)
     for wl, f in order:
         mc, mn = by[(wl, f, "memcached")], by[(wl, f, "mnemod")]
@@ -43,6 +47,7 @@ def main():
         ratios[wl].append(ratio)
         print(f"| {wl} | {f:.0%} of {mc['fp'] / MIB:.1f} MiB | {mc['counted']:,} | {mc['mem']}"
               f" | {mc['miss']:.4f} | {mn['mem']} | {mn['miss']:.4f} | {ratio:.3f}"
+              f" | {mc['bmiss']:.4f} / {mn['bmiss']:.4f}"
               f" | {mc['rss'] / MIB:.1f} / {mn['rss'] / MIB:.1f} |")
     print()
     print("| workload | median mnemod/memcached miss ratio | worst |")
