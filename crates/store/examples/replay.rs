@@ -14,7 +14,9 @@
 //! Replay is look-aside, as bench/hitratio.py does it: get; on a miss, set. The first 20% of
 //! the requests are not counted. A trace key's value size is `trace_value_size(id)`, the same
 //! pure function as hitratio.py's, so both store the same bytes. Prints one line per policy and
-//! size: miss ratio, byte miss ratio, items held at the end, evictions.
+//! size: miss ratio, byte miss ratio, items held at the end, evictions. REPLAY_SHARDS=N sets the
+//! shard count (default the store's, as mnemod runs it); REPLAY_MEMORY=1 also prints where the
+//! memory went (item bytes, unwritten segment room, index, metadata).
 
 use std::io::Read;
 use std::process::{Command, Stdio};
@@ -115,6 +117,7 @@ fn replay(w: &Workload, mib: f64, policy: Eviction) -> String {
         mem_limit: (mib * (1 << 20) as f64) as usize,
         huge_pages: false,
         eviction: policy,
+        shards: std::env::var("REPLAY_SHARDS").ok().map_or(DEFAULT_SHARDS, |v| v.parse().expect("REPLAY_SHARDS")),
         ..Default::default()
     });
     let warm = (w.keys.len() as f64 * WARMUP) as usize;
@@ -140,6 +143,13 @@ fn replay(w: &Workload, mib: f64, policy: Eviction) -> String {
         }
     }
     let st = s.stats();
+    if std::env::var_os("REPLAY_MEMORY").is_some() {
+        eprintln!(
+            "  used {} bytes(items) {} dead {} unwritten {} index {} meta {} segments {} large {}/{}",
+            st.mem_used, st.bytes, st.dead_bytes, st.unwritten_bytes, st.index_bytes, st.meta_bytes,
+            st.segments_used, st.large_items, st.large_bytes
+        );
+    }
     format!(
         "{:>8.2} MiB {:>7} miss {:.4} byte-miss {:.4} items {:>8} evictions {:>9}",
         mib,

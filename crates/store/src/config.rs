@@ -21,9 +21,13 @@ pub const LARGE_ITEM_MIN: usize = 32 << 10;
 /// Which items eviction keeps (evict.rs has the policies).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Eviction {
-    /// One FIFO of segments; the oldest is evicted and its items read since they were written
-    /// are copied forward (FIFO-reinsertion, at segment granularity).
+    /// S3-FIFO adapted to segments: new items enter a small FIFO; read there, they move on to
+    /// the main FIFO, else they leave and their key enters a ghost; a key the ghost remembers
+    /// goes straight to main; main copies forward what was read since it was written.
     #[default]
+    S3Fifo,
+    /// One FIFO of segments; the oldest is evicted and its items read since they were written
+    /// are copied forward (FIFO-reinsertion, at segment granularity). The policy before S3-FIFO.
     Fifo,
 }
 
@@ -31,6 +35,7 @@ impl Eviction {
     /// The name the server's `--eviction` flag and `stats settings` use.
     pub fn name(self) -> &'static str {
         match self {
+            Eviction::S3Fifo => "s3fifo",
             Eviction::Fifo => "fifo",
         }
     }
@@ -40,8 +45,9 @@ impl core::str::FromStr for Eviction {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
         match s {
+            "s3fifo" => Ok(Eviction::S3Fifo),
             "fifo" => Ok(Eviction::Fifo),
-            _ => Err(format!("unknown eviction policy {s:?} (fifo)")),
+            _ => Err(format!("unknown eviction policy {s:?} (s3fifo, fifo)")),
         }
     }
 }
@@ -88,6 +94,7 @@ pub(crate) struct Geometry {
     pub evict: bool,
     pub use_cas: bool,
     pub huge_pages: bool,
+    pub eviction: Eviction,
     pub shards: usize,
     pub shard_bits: u32,
     pub seg_size: usize,
@@ -126,6 +133,7 @@ impl Geometry {
             evict: cfg.evict,
             use_cas: cfg.use_cas,
             huge_pages: cfg.huge_pages,
+            eviction: cfg.eviction,
             shards,
             shard_bits: shards.trailing_zeros(),
             seg_size: seg,
