@@ -24,9 +24,11 @@
 //! miss) skips probation. Size enters through the segments: a large item (its own buffer) is
 //! one victim of its own, so Small's share in bytes lets a few large new items through where
 //! it lets many small ones, and each of them must be read to stay. Measured with the store
-//! alone (examples/replay.rs), miss ratio s3fifo / fifo: Zipf 0.99 at 2% and 18% of the data
-//! 0.88 and 0.93, mixed sizes (10 B..500 KB) 0.80, web12 at 1-20% 0.76-0.97; orm-night
-//! 1.07 (a trace whose keys mostly come back late: there FIFO-reinsertion already does well).
+//! alone (examples/replay.rs), miss ratio s3fifo / fifo: Zipf 0.99 at 3 and 27 MiB (2% and
+//! 18% of its data) 0.86 and 0.91; mixed sizes (10 B..500 KB) at 36 and 72 MiB 0.85 and 0.78;
+//! web12 at 0.5-2 MiB 0.98-0.85; orm-night at 14-34 MiB 1.05-1.07 (a trace FIFO-reinsertion
+//! already serves as well as LRU, where the second active segment's slack costs more items
+//! than probation gains).
 //! What S3-FIFO costs: Small's active segment is a second one being filled per TTL group
 //! (half a segment of slack more per shard, a few % of small caches), and reads of keys
 //! that are not set again after a miss (memcaslap: a run reads what it set itself, but not
@@ -59,6 +61,7 @@
 //! slots are dropped lazily, by lookups that meet them or by the sweep `maintain` runs, and the
 //! segment id stays reserved until the last one is gone.
 
+use crate::config::{Eviction, Geometry};
 use crate::index::slot;
 use crate::item::{self, NewHeader};
 use crate::segment::{DeadReason, Queue, SegState};
@@ -224,6 +227,20 @@ impl Shard {
             Steal::Busy
         } else {
             Steal::Nothing
+        }
+    }
+
+    /// Which FIFO a new copy of a key goes to: the one its old copy is in (`old_seg`), else,
+    /// under S3-FIFO, Main if the ghost remembers the key (it was evicted unread and came
+    /// back) and Small otherwise. Consults (and clears) the ghost: call once per write.
+    pub(crate) fn admit(&mut self, geo: &Geometry, h: u64, old_seg: Option<u32>) -> Queue {
+        if let Some(seg) = old_seg {
+            return self.segs.metas[seg as usize].queue;
+        }
+        match geo.eviction {
+            Eviction::Fifo => Queue::Main,
+            Eviction::S3Fifo if self.ghost.take(h) => Queue::Main,
+            Eviction::S3Fifo => Queue::Small,
         }
     }
 

@@ -11,7 +11,7 @@
 use parking_lot::Mutex;
 
 use crate::budget::Budget;
-use crate::config::{Eviction, Geometry};
+use crate::config::Geometry;
 use crate::ghost::Ghost;
 use crate::index::{slot, Index, Pos, Visit};
 use crate::item::{self, Header, NewHeader};
@@ -297,20 +297,6 @@ impl Shard {
         let m = &mut self.segs.metas[id as usize];
         m.active = true;
         m.ttl = ttl;
-    }
-
-    /// Which FIFO a new copy of a key goes to: the one its old copy is in (`old_seg`), else,
-    /// under S3-FIFO, Main if the ghost remembers the key (it was evicted unread and came
-    /// back) and Small otherwise. Consults (and clears) the ghost: call once per write.
-    pub(crate) fn admit(&mut self, geo: &Geometry, h: u64, old_seg: Option<u32>) -> Queue {
-        if let Some(seg) = old_seg {
-            return self.segs.metas[seg as usize].queue;
-        }
-        match geo.eviction {
-            Eviction::Fifo => Queue::Main,
-            Eviction::S3Fifo if self.ghost.take(h) => Queue::Main,
-            Eviction::S3Fifo => Queue::Small,
-        }
     }
 
     /// Finds `size` bytes for a new item in TTL group `ttl` of FIFO `q`: in the group's
