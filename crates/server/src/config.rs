@@ -185,6 +185,10 @@ struct Args {
     /// else epoll) or epoll; the MNEMO_IO_LOOP environment variable sets it too
     #[arg(long = "io-loop", env = "MNEMO_IO_LOOP", value_parser = ["uring", "epoll"])]
     io_loop: Option<String>,
+    /// which items eviction keeps: s3fifo (the default: new items on probation, a ghost of
+    /// keys evicted unread) or fifo (the policy before it: one FIFO with reinsertion)
+    #[arg(long = "eviction", value_name = "s3fifo|fifo", default_value = "s3fifo", value_parser = ["s3fifo", "fifo"])]
+    eviction: String,
     /// send values of 32 KiB and more to TCP clients by reference (vmsplice + splice) instead
     /// of copying them: auto (the default: whichever the worker measures faster), on
     /// (always) or off
@@ -202,6 +206,8 @@ pub struct Config {
     pub enable_shutdown: bool,
     pub memory_limit: usize,
     pub evict: bool,
+    /// --eviction: the store's eviction policy.
+    pub eviction: mnemo_store::Eviction,
     pub max_conns: usize,
     pub verbose: u8,
     pub threads: usize,
@@ -315,6 +321,7 @@ impl Default for Config {
             enable_shutdown: false,
             memory_limit: (DEFAULT_MEMORY_MB as usize) << 20,
             evict: true,
+            eviction: mnemo_store::Eviction::default(),
             max_conns: DEFAULT_MAX_CONNS,
             verbose: 0,
             threads: DEFAULT_THREADS,
@@ -498,6 +505,7 @@ impl Config {
             enable_shutdown: a.enable_shutdown,
             memory_limit,
             evict: !a.disable_evictions,
+            eviction: a.eviction.parse().expect("clap checked the name"),
             max_conns: a.conn_limit,
             verbose: a.verbose,
             threads: a.threads,
@@ -619,6 +627,17 @@ mod tests {
         }
         assert!(matches!(run(&["-h"]), Cli::Print(_)));
         assert!(matches!(run(&["-V"]), Cli::Print(_)));
+    }
+
+    #[test]
+    fn eviction_policy_flag() {
+        let Cli::Run(c) = run(&[]) else { panic!() };
+        assert_eq!(c.eviction, mnemo_store::Eviction::S3Fifo);
+        let Cli::Run(c) = run(&["--eviction=fifo"]) else { panic!() };
+        assert_eq!(c.eviction, mnemo_store::Eviction::Fifo);
+        let Cli::Run(c) = run(&["--eviction", "s3fifo"]) else { panic!() };
+        assert_eq!(c.eviction, mnemo_store::Eviction::S3Fifo);
+        assert!(matches!(run(&["--eviction=lru"]), Cli::Fail(_)));
     }
 
     #[test]

@@ -108,6 +108,7 @@ impl Shared {
             mem_limit: config.memory_limit,
             item_size_max: config.item_size_max,
             evict: config.evict,
+            eviction: config.eviction,
             use_cas: config.use_cas,
             ..StoreConfig::default()
         });

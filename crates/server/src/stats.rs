@@ -353,6 +353,7 @@ pub fn settings(sh: &Shared, out: &mut Vec<u8>) {
     }
     // mnemo's own, after memcached's.
     stat(out, "segment_size", sh.store.stats().segment_size);
+    stat(out, "eviction", sh.config.eviction.name());
     // mnemo's own release: `version` and `stats` must read exactly as memcached's.
     stat(out, "mnemo_version", crate::config::VERSION);
     use crate::config::ZeroCopy;

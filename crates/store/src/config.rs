@@ -18,6 +18,40 @@ const INITIAL_BUCKETS: usize = 64;
 /// Items of more than this many bytes always get a buffer of their own (see `large_min`).
 pub const LARGE_ITEM_MIN: usize = 32 << 10;
 
+/// Which items eviction keeps (evict.rs has the policies).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Eviction {
+    /// S3-FIFO adapted to segments: new items enter a small FIFO; read there, they move on to
+    /// the main FIFO, else they leave and their key enters a ghost; a key the ghost remembers
+    /// goes straight to main; main copies forward what was read since it was written.
+    #[default]
+    S3Fifo,
+    /// One FIFO of segments; the oldest is evicted and its items read since they were written
+    /// are copied forward (FIFO-reinsertion, at segment granularity). The policy before S3-FIFO.
+    Fifo,
+}
+
+impl Eviction {
+    /// The name the server's `--eviction` flag and `stats settings` use.
+    pub fn name(self) -> &'static str {
+        match self {
+            Eviction::S3Fifo => "s3fifo",
+            Eviction::Fifo => "fifo",
+        }
+    }
+}
+
+impl core::str::FromStr for Eviction {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "s3fifo" => Ok(Eviction::S3Fifo),
+            "fifo" => Ok(Eviction::Fifo),
+            _ => Err(format!("unknown eviction policy {s:?} (s3fifo, fifo)")),
+        }
+    }
+}
+
 /// Store configuration; the server fills it from its flags.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StoreConfig {
@@ -34,6 +68,8 @@ pub struct StoreConfig {
     /// Regular segments on 2 MiB huge pages (buf.rs says why); memcached's `-L`, but on by
     /// default: without it a large cache read at random misses the TLB on every item.
     pub huge_pages: bool,
+    /// The eviction policy.
+    pub eviction: Eviction,
 }
 
 impl Default for StoreConfig {
@@ -45,6 +81,7 @@ impl Default for StoreConfig {
             use_cas: true,
             shards: DEFAULT_SHARDS,
             huge_pages: true,
+            eviction: Eviction::default(),
         }
     }
 }
@@ -57,6 +94,7 @@ pub(crate) struct Geometry {
     pub evict: bool,
     pub use_cas: bool,
     pub huge_pages: bool,
+    pub eviction: Eviction,
     pub shards: usize,
     pub shard_bits: u32,
     pub seg_size: usize,
@@ -95,6 +133,7 @@ impl Geometry {
             evict: cfg.evict,
             use_cas: cfg.use_cas,
             huge_pages: cfg.huge_pages,
+            eviction: cfg.eviction,
             shards,
             shard_bits: shards.trailing_zeros(),
             seg_size: seg,

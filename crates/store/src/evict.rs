@@ -2,21 +2,58 @@
 //!
 //! Owns the policies; shard.rs owns the operations that call them.
 //!
-//! Eviction (when the budget is full and evict=true) takes the oldest segment of the FIFO:
+//! Eviction (when the budget is full and evict=true) is S3-FIFO adapted to segments by default
+//! (`Eviction::S3Fifo`), or one FIFO with reinsertion (`Eviction::Fifo`, the policy before it).
+//! Under S3-FIFO each shard keeps two FIFOs of segments and a ghost of key hashes:
+//! ```text
+//!   set of a new key ──(ghost remembers it?)──yes──────────────────────┐
+//!        │ no                                                          v
+//!        v                                                   ┌──── Main FIFO ─────┐
+//!   ┌─ Small FIFO (~1/10 of the segment bytes) ─┐            │ head          tail │
+//!   │ head                                 tail │            └──┬──────────────^──┘
+//!   └──┬────────────────────────────────────────┘               │ evicted:     │ read since written:
+//!      │ evicted: read there? ──yes── copied to Main's tail ────────────────────┤ copied forward,
+//!      │                      └─no─── dropped, key hash -> ghost                │ freq - 1
+//!      v                                                        └─ unread: dropped
+//!   ghost: a ring-like table of 32-bit fingerprints, ~half the shard's item count (ghost.rs)
+//! ```
+//! The victim is Small's head while Small holds more than 1 / `SMALL_SHARE` of the shard's
+//! segment bytes (or Main is empty), else Main's head. So one-hit wonders (most of a trace's
+//! keys) leave after a short probation without pushing anything out of Main, a scan cannot
+//! flush Main, and a key that comes back soon after leaving unread (its set after a look-aside
+//! miss) skips probation. Size awareness: an item must have been read more often to be kept
+//! the larger it is (`size_bar`: beyond 512 bytes one read more per doubling, up to 5), so the
+//! memory of one large item keeps several small ones where they are read as often (object
+//! hit ratio); a large item in its own buffer is one victim of its own, so Small's share in
+//! bytes lets few of them through. Measured with the store alone (examples/replay.rs), miss
+//! ratio s3fifo / fifo: Zipf 0.99 at 3 and 27 MiB (2% and 18% of its data) 0.86 and 0.92;
+//! mixed sizes (10 B..500 KB) at 36 and 72 MiB 0.85 and 0.78; web12 at 0.5-2 MiB 0.98-0.82;
+//! orm-night at 23 and 34 MiB 0.82 and 0.88 (1.05 and 1.07 without the size bar: a trace
+//! FIFO-reinsertion already serves as well as LRU, where the second active segment's slack
+//! costs more items than probation gains).
+//! What S3-FIFO costs: Small's active segment is a second one being filled per TTL group
+//! (half a segment of slack more per shard, a few % of small caches), and reads of keys
+//! that are not set again after a miss (memcaslap: a run reads what it set itself, but not
+//! within Small's window) miss more than under fifo (incoming.rs has that test).
+//!
+//! A victim's items are relocated:
 //! ```text
 //!   victim: [a*][b ][c*][d (dead)][e ]      * = read since written (slot freq > 0)
-//!   new segment for the writer: [a'][c'] .... room for the new item ....
+//!   Main's active segment: [....][a'][c'] .... room ....
 //!   b, e evicted; a, c copied forward with freq - 1 and their CAS kept explicitly
 //! ```
-//! so items read since they were written survive (S3-FIFO's reinsertion; the FIFO order is by
-//! segment). A large item (its own buffer) gets a second chance without a copy: its buffer
-//! just moves to the FIFO tail, and its read count goes back to 0 (CLOCK's reference bit, not
-//! S3-FIFO's count - 1). Under count - 1, large items read about ten times each in an earlier
-//! phase sat at the cap of 7 and held on for seven passes, while the `LARGE_SECOND_CHANCES`
-//! cap evicted whatever came next, the current phase's items included (memcaslap d after
-//! `mnemo bench` d: 6.9-14.6% of gets missed against memcached's 0.7-4.5%; after, 0-2.6%
-//! against 0-1.3%). Copying is capped so the new segment always has room for the item that
-//! asked, and when nothing is worth keeping the victim's buffer itself is reused (no allocation).
+//! so items read since they were written survive (S3-FIFO's reinsertion in Main and promotion
+//! out of Small; the FIFO order is by segment). Keepers go to Main's active segment of the
+//! writer's TTL group, and at most one new segment is opened for them per victim; where the
+//! writer writes to that same segment (fifo, or a set that goes to Main) they leave it room
+//! for the item that asked, and when no new segment was needed the victim's buffer itself
+//! becomes the writer's new segment (no allocation). A large item (its own buffer) gets a
+//! second chance without a copy: its buffer just moves to Main's tail, and its read count goes
+//! back to 0 (CLOCK's reference bit, not S3-FIFO's count - 1). Under count - 1, large items
+//! read about ten times each in an earlier phase sat at the cap of 7 and held on for seven
+//! passes, while the `LARGE_SECOND_CHANCES` cap evicted whatever came next, the current
+//! phase's items included (memcaslap d after `mnemo bench` d: 6.9-14.6% of gets missed
+//! against memcached's 0.7-4.5%; after, 0-2.6% against 0-1.3%).
 //! A shard holding less than half its fair share (limit / shards) takes a segment from a shard
 //! above its share instead (try_lock only: a shard lock is never waited for while another is
 //! held). After an operation whose index growth pushed the store over its limit, the shard
@@ -26,9 +63,10 @@
 //! slots are dropped lazily, by lookups that meet them or by the sweep `maintain` runs, and the
 //! segment id stays reserved until the last one is gone.
 
+use crate::config::{Eviction, Geometry};
 use crate::index::slot;
 use crate::item::{self, NewHeader};
-use crate::segment::{DeadReason, SegState};
+use crate::segment::{DeadReason, Queue, SegState};
 use crate::shard::{Env, Part, Shard};
 use crate::{StoreError, Time};
 
@@ -37,6 +75,33 @@ const SWEEP_SLICE: usize = 4096;
 
 /// Read large items spared per large reservation before one is evicted regardless.
 const LARGE_SECOND_CHANCES: usize = 8;
+
+/// S3-FIFO: the small FIFO gives up its head while it holds more than 1 / SMALL_SHARE of the
+/// shard's segment bytes; otherwise main does.
+const SMALL_SHARE: usize = 10;
+
+/// Size awareness (S3-FIFO only): an item of more than `SIZE_BAR_BASE` bytes must have been
+/// read more often to be kept by an eviction (promoted out of small, or copied forward in main):
+/// more than one read past `SIZE_BAR_BASE` bytes, and one more per doubling, up to
+/// `SIZE_BAR_MAX`. Object hit ratio gains when the memory of one large item keeps several small
+/// ones, which is what memcached's per-size-class memory does by construction (on orm-night at
+/// 23 MiB it held 33k items where size-blind s3fifo held 26k). Store-level replay, miss ratio
+/// without / with: orm-night at 23 and 34 MiB 0.0287 / 0.0224 and 0.0202 / 0.0167 (byte miss
+/// ratio 0.028 / 0.029, still under memcached's 0.04); Zipf and web12 within 1%.
+const SIZE_BAR_BASE: usize = 512;
+const SIZE_BAR_MAX: u32 = 5;
+
+/// Reads an item of `len` bytes needs beyond the first to be kept (`SIZE_BAR_BASE`).
+fn size_bar(len: usize) -> u32 {
+    if len <= SIZE_BAR_BASE {
+        0
+    } else {
+        ((len / SIZE_BAR_BASE).ilog2() + 1).min(SIZE_BAR_MAX)
+    }
+}
+
+/// Where the writer that asked for room wants its item: (TTL group, bytes, FIFO).
+pub(crate) type Dest = (u8, usize, Queue);
 
 enum Steal {
     Took,
@@ -61,7 +126,9 @@ impl Shard {
         for id in self.segs.live_ids() {
             self.retire_dead(env, id, DeadReason::Flushed);
         }
-        self.active = [0; crate::segment::TTL_BUCKETS];
+        self.active = [[0; crate::segment::TTL_BUCKETS]; 2];
+        // A key set again after a flush has not come back from an eviction.
+        self.ghost.clear();
     }
 
     /// Retires a Live segment whose items are all dead, without reading them.
@@ -69,7 +136,7 @@ impl Shard {
         let m = &mut self.segs.metas[id as usize];
         if m.active {
             m.active = false;
-            self.active[m.ttl as usize] = 0;
+            self.active[m.queue as usize][m.ttl as usize] = 0;
         }
         let (items, bytes) = (m.items as u64, m.live_bytes as u64);
         self.stats.curr_items -= items;
@@ -127,7 +194,7 @@ impl Shard {
         &mut self,
         env: &Env<'_>,
         now: Time,
-        dest: Option<(u8, usize)>,
+        dest: Option<Dest>,
     ) -> Result<(), StoreError> {
         if !env.geo.evict {
             return Err(StoreError::OutOfMemory);
@@ -170,7 +237,7 @@ impl Shard {
                 busy = true;
                 continue;
             };
-            if other.used() <= env.geo.fair_share || other.segs.head() == 0 {
+            if other.used() <= env.geo.fair_share || other.victim() == 0 {
                 continue;
             }
             let other_env = Env { me: j, ..*env };
@@ -185,50 +252,85 @@ impl Shard {
         }
     }
 
-    /// Evicts the FIFO head. Returns false if the shard has no segment.
-    pub fn evict_head(&mut self, env: &Env<'_>, now: Time, dest: Option<(u8, usize)>) -> bool {
-        self.relocate(env, now, self.segs.head(), dest, false)
+    /// Which FIFO a new copy of a key goes to: the one its old copy is in (`old_seg`), else,
+    /// under S3-FIFO, Main if the ghost remembers the key (it was evicted unread and came
+    /// back) and Small otherwise. Consults (and clears) the ghost: call once per write.
+    pub(crate) fn admit(&mut self, geo: &Geometry, h: u64, old_seg: Option<u32>) -> Queue {
+        if let Some(seg) = old_seg {
+            return self.segs.metas[seg as usize].queue;
+        }
+        match geo.eviction {
+            Eviction::Fifo => Queue::Main,
+            Eviction::S3Fifo if self.ghost.take(h) => Queue::Main,
+            Eviction::S3Fifo => Queue::Small,
+        }
+    }
+
+    /// The segment eviction takes next: the head of the small FIFO while it holds more than
+    /// its share (or main is empty), else the head of main. 0 if the shard has none.
+    pub fn victim(&self) -> u32 {
+        let small = self.segs.head_of(Queue::Small);
+        let main = self.segs.head_of(Queue::Main);
+        if small != 0 && (main == 0 || self.segs.small_bytes * SMALL_SHARE > self.segs.buffer_bytes) {
+            small
+        } else {
+            main
+        }
+    }
+
+    /// Evicts the next victim. Returns false if the shard has no segment.
+    pub fn evict_head(&mut self, env: &Env<'_>, now: Time, dest: Option<Dest>) -> bool {
+        self.relocate(env, now, self.victim(), dest, false)
     }
 
     /// Compaction instead of growth: moves every live item of segment `v` to a new segment at
-    /// the FIFO tail that then has `dest.1` bytes free for TTL group `dest.0`, and frees `v`.
-    /// Nothing is evicted (the caller checked that everything fits) and read counts are not aged.
-    pub fn compact(&mut self, env: &Env<'_>, now: Time, v: u32, dest: (u8, usize)) -> bool {
+    /// the tail of its FIFO that then has `dest.1` bytes free for TTL group `dest.0`, and frees
+    /// `v`. Nothing is evicted (the caller checked that everything fits) and read counts are
+    /// not aged.
+    pub fn compact(&mut self, env: &Env<'_>, now: Time, v: u32, dest: Dest) -> bool {
         self.relocate(env, now, v, Some(dest), true)
     }
 
     /// Empties regular or large segment `v` (0: none), keeping what eviction's rules (or, with
-    /// `keep_all`, compaction's) keep.
-    fn relocate(
-        &mut self,
-        env: &Env<'_>,
-        now: Time,
-        v: u32,
-        dest: Option<(u8, usize)>,
-        keep_all: bool,
-    ) -> bool {
+    /// `keep_all`, compaction's) keep. Keepers of an eviction go to main (promotion out of
+    /// small, or reinsertion in main); compaction's stay in `v`'s FIFO. They are appended to
+    /// that FIFO's active segment of the writer's TTL group, and at most one new segment is
+    /// opened for them; when the writer writes to that same segment, they leave it `dest.1`
+    /// bytes. If no segment was opened, `v`'s buffer becomes the writer's new segment.
+    fn relocate(&mut self, env: &Env<'_>, now: Time, v: u32, dest: Option<Dest>, keep_all: bool) -> bool {
         if v == 0 {
             return false;
         }
-        {
+        let vq = {
             let m = &mut self.segs.metas[v as usize];
             if m.active {
                 m.active = false;
-                self.active[m.ttl as usize] = 0;
+                self.active[m.queue as usize][m.ttl as usize] = 0;
             }
-        }
+            m.queue
+        };
         if self.segs.metas[v as usize].large {
             self.evict_large(env, now, v, dest.is_some());
             return true;
         }
         let geo = env.geo;
-        let cap = dest.map_or(0, |(_, need)| geo.seg_size.saturating_sub(need));
-        let mut target = 0u32; // copy-forward segment, allocated on the first keeper
-        let mut w = 0usize;
+        let kq = if keep_all { vq } else { Queue::Main };
+        // The keepers' TTL group is the writer's (as the writer's new segment would be).
+        let (kg, writer_room) = match dest {
+            Some((ttl, need, q)) => (ttl, if q == kq { need } else { 0 }),
+            None => (0, 0),
+        };
+        let mut target = self.active[kq as usize][kg as usize];
+        let mut opened = false;
+        let mut no_id = false;
         let end = self.segs.metas[v as usize].write;
-        // A victim that is mostly dead space (overwritten or deleted items) is compacted:
-        // all its live items move forward, so churn on a few keys never evicts live data.
-        let mostly_dead = keep_all || self.segs.metas[v as usize].live_bytes * 2 <= geo.seg_size;
+        // A victim in main that is mostly dead space (overwritten or deleted items) is
+        // compacted: all its live items move forward, so churn on a few keys never evicts live
+        // data. (In small, only what was read moves on: that is what small is for.)
+        let mostly_dead =
+            keep_all || (vq == Queue::Main && self.segs.metas[v as usize].live_bytes * 2 <= geo.seg_size);
+        let s3fifo_small = vq == Queue::Small && !keep_all;
+        let sized = geo.eviction == Eviction::S3Fifo;
         let mut off = 0;
         while off < end {
             let hdr = self.header_at(v, off);
@@ -251,18 +353,22 @@ impl Shard {
             let cas = geo.use_cas.then(|| self.cas_of(geo, v, off, &hdr));
             let nh = NewHeader { key_len: hdr.key_len, value_len: hdr.value_len, flags: hdr.flags, exp: hdr.exp, cas };
             let nlen = nh.total_len();
-            if !expired && dest.is_some() && (mostly_dead || slot::freq(s) > 0) && w + nlen <= cap {
-                if target == 0 {
-                    match self.open_credit_segment(env, now) {
-                        Some(t) => target = t,
-                        None => {
-                            // No id left: cannot keep anything; fall through to evicting.
-                            target = u32::MAX;
+            let bar = if sized { size_bar(nlen) } else { 0 };
+            if !expired && dest.is_some() && (mostly_dead || slot::freq(s) > bar) {
+                let fits = |sh: &Shard, t: u32| t != 0 && sh.segs.metas[t as usize].room() >= nlen + writer_room;
+                if !fits(self, target) && !opened && !no_id {
+                    match self.open_credit_segment(env, now, kq) {
+                        Some(t) => {
+                            self.set_active(env, kg, t);
+                            (target, opened) = (t, true);
                         }
+                        // No id left: cannot keep anything more; fall through to evicting.
+                        None => no_id = true,
                     }
                 }
-                if target != u32::MAX {
+                if fits(self, target) {
                     let (kr, vr) = (hdr.key_range(), hdr.value_range());
+                    let w = self.segs.metas[target as usize].write;
                     self.place(
                         target,
                         w,
@@ -272,7 +378,6 @@ impl Shard {
                     );
                     let s = if keep_all { s } else { slot::decayed(s) };
                     self.index.set(pos, slot::moved(s, target, w as u32));
-                    w += nlen;
                     self.drop_from_victim(v, off, len);
                     self.stats.relocated += 1;
                     off += len;
@@ -289,6 +394,10 @@ impl Shard {
                 if !slot::fetched(s) {
                     self.stats.evicted_unfetched += 1;
                 }
+                if s3fifo_small {
+                    let items = self.stats.curr_items as usize;
+                    self.ghost.insert(h, items);
+                }
             }
             self.index.remove(pos);
             self.drop_from_victim(v, off, len);
@@ -296,16 +405,13 @@ impl Shard {
         }
         debug_assert_eq!(self.segs.metas[v as usize].items, 0);
         match dest {
-            Some((ttl, _)) if target == 0 || target == u32::MAX => {
-                // Nothing kept: the victim's buffer becomes the new segment as it is.
-                self.segs.reuse(v, ttl, now);
+            Some((ttl, _, q)) if !opened => {
+                // No new segment: the victim's buffer becomes the writer's new segment as it is.
+                self.segs.reuse(v, ttl, q, now);
                 self.set_active(env, ttl, v);
             }
-            Some((ttl, _)) => {
-                env.budget.release(self.segs.retire(v, DeadReason::Expired));
-                self.set_active(env, ttl, target);
-            }
-            None => {
+            _ => {
+                // A segment was opened for the keepers (charged): the victim's buffer goes.
                 env.budget.release(self.segs.retire(v, DeadReason::Expired));
             }
         }
@@ -316,10 +422,10 @@ impl Shard {
     /// A new regular segment charged to the budget even if that overshoots it for a moment:
     /// it receives copies out of a victim whose buffer is freed right after.
     /// Usually the budget's spare: the previous victim's buffer (budget.rs says why).
-    fn open_credit_segment(&mut self, env: &Env<'_>, now: Time) -> Option<u32> {
+    fn open_credit_segment(&mut self, env: &Env<'_>, now: Time, q: Queue) -> Option<u32> {
         let id = self.segs.alloc_id()?;
         let buf = env.budget.regular_buffer(true).expect("forced");
-        self.segs.open(id, buf, false, 0, now);
+        self.segs.open(id, buf, false, 0, q, now);
         Some(id)
     }
 
@@ -333,13 +439,14 @@ impl Shard {
         self.stats.bytes -= len as u64;
     }
 
-    /// Before a large item's reservation evicts: read large items at the head of the FIFO
-    /// get their second chance first (moved, not copied), at most `LARGE_SECOND_CHANCES` of
-    /// them, so that a cache of hot large items still makes room in bounded time.
+    /// Before a large item's reservation evicts: read large items at the head of the victim's
+    /// FIFO get their second chance first (moved, not copied: to main's tail), at most
+    /// `LARGE_SECOND_CHANCES` of them, so that a cache of hot large items still makes room in
+    /// bounded time.
     pub fn make_room_large(&mut self, env: &Env<'_>, now: Time) -> Result<(), StoreError> {
         if env.geo.evict && self.used() >= env.geo.fair_share / 2 {
             for _ in 0..LARGE_SECOND_CHANCES {
-                let v = self.segs.head();
+                let v = self.victim();
                 if v == 0 || !self.segs.metas[v as usize].large || !self.second_chance(now, v) {
                     break;
                 }
@@ -349,8 +456,8 @@ impl Shard {
     }
 
     /// Large segment `v`'s item, if read since it was written (or last spared) and not
-    /// expired: to the FIFO tail with its read count cleared, no copy. Returns whether it was
-    /// spared.
+    /// expired: to main's tail (a promotion, out of small) with its read count cleared, no
+    /// copy. Returns whether it was spared.
     fn second_chance(&mut self, now: Time, v: u32) -> bool {
         if self.segs.metas[v as usize].items != 1 {
             return false;
@@ -368,7 +475,7 @@ impl Shard {
             return false;
         }
         self.index.set(pos, slot::cleared(s));
-        self.segs.move_to_tail(v);
+        self.segs.move_to_tail(v, Queue::Main);
         true
     }
 
@@ -396,11 +503,100 @@ impl Shard {
                     if !slot::fetched(s) {
                         self.stats.evicted_unfetched += 1;
                     }
+                    if self.segs.metas[v as usize].queue == Queue::Small {
+                        let items = self.stats.curr_items as usize;
+                        self.ghost.insert(h, items);
+                    }
                 }
                 self.index.remove(pos);
                 self.drop_from_victim(v, 0, hdr.total_len());
             }
         }
         env.budget.release(self.segs.retire(v, DeadReason::Expired));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{Eviction, Mode, Store, StoreConfig};
+
+    /// One shard of 1 MiB: segments of 128 KiB, 8 of them.
+    fn store(eviction: Eviction) -> Store {
+        Store::new(StoreConfig { mem_limit: 1 << 20, shards: 1, eviction, huge_pages: false, ..Default::default() })
+    }
+
+    fn set(s: &Store, k: u32) {
+        s.store(Mode::Set, format!("key:{k}").as_bytes(), 0, 0, &[b'v'; 200], 1).unwrap();
+    }
+
+    fn has(s: &Store, k: u32) -> bool {
+        s.peek(format!("key:{k}").as_bytes(), 1, |_| ()).is_hit()
+    }
+
+    fn read(s: &Store, k: u32) -> bool {
+        s.get(format!("key:{k}").as_bytes(), 1, |_| ()).is_hit()
+    }
+
+    /// A scan of keys read once never again (one-hit wonders, 20x the cache) passes through
+    /// the small FIFO and leaves main alone: keys read once while they were new stay. Under
+    /// fifo the scan pushes them out (their one read is worth one pass).
+    #[test]
+    fn a_scan_does_not_evict_what_was_read_in_small() {
+        for (eviction, want_kept) in [(Eviction::S3Fifo, true), (Eviction::Fifo, false)] {
+            let s = store(eviction);
+            for k in 0..200 {
+                set(&s, k);
+                assert!(read(&s, k));
+            }
+            for k in 1000..100_000 {
+                set(&s, k);
+            }
+            let kept = (0..200).filter(|&k| has(&s, k)).count();
+            assert!(s.stats().evictions > 90_000);
+            if want_kept {
+                assert!(kept >= 190, "{eviction:?}: {kept} of 200 kept");
+            } else {
+                assert!(kept <= 10, "{eviction:?}: {kept} of 200 kept");
+            }
+        }
+    }
+
+    /// A key evicted unread from small is remembered by the ghost: set again (look-aside after
+    /// its miss), it goes straight to main, and the next scan leaves it there.
+    #[test]
+    fn a_key_back_from_the_ghost_goes_to_main() {
+        let s = store(Eviction::S3Fifo);
+        for k in 0..200 {
+            set(&s, k);
+        }
+        // The cache holds about 4,300 such items: these push the oldest 900 or so out, which
+        // the ghost (about half the cache's item count) still remembers.
+        for k in 1000..6000 {
+            set(&s, k);
+        }
+        assert!((0..200).all(|k| !has(&s, k)), "unread keys left small");
+        for k in 0..200 {
+            set(&s, k);
+        }
+        for k in 6000..100_000 {
+            set(&s, k);
+        }
+        let kept = (0..200).filter(|&k| has(&s, k)).count();
+        assert!(kept >= 190, "{kept} of 200 back from the ghost kept");
+        // The ghost is counted: the store stays within its limit.
+        let st = s.stats();
+        assert!(st.mem_used <= st.limit_maxbytes, "{st:?}");
+    }
+
+    /// Under fifo there is no small FIFO and no ghost: nothing is remembered, no byte spent.
+    #[test]
+    fn fifo_keeps_no_ghost() {
+        let s = store(Eviction::Fifo);
+        for k in 0..50_000 {
+            set(&s, k);
+        }
+        let sh = s.shards[0].lock();
+        assert_eq!(sh.ghost.bytes(), 0);
+        assert_eq!(sh.segs.small_bytes, 0);
     }
 }

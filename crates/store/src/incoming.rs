@@ -119,6 +119,8 @@ impl Shard {
         key: &[u8],
     ) -> Result<StoreOutcome, StoreError> {
         let geo = env.geo;
+        // As in store: the FIFO of a new key is decided once (the ghost forgets what it is asked).
+        let mut new_key_queue = None;
         for _ in 0..MAX_ATTEMPTS {
             let old = match self.find(env, inc.h, key, now) {
                 Found::Live { pos, seg, off, hdr } => Some((pos, seg, off, hdr)),
@@ -150,7 +152,11 @@ impl Shard {
                 return Err(StoreError::OutOfMemory);
             };
             let ttl = env.geo.ttl_group(ttl_bucket(inc.exp, now));
-            self.segs.open(id, inc.buf, true, ttl, now);
+            let q = match &old {
+                Some((_, oseg, _, _)) => self.admit(geo, inc.h, Some(*oseg)),
+                None => *new_key_queue.get_or_insert_with(|| self.admit(geo, inc.h, None)),
+            };
+            self.segs.open(id, inc.buf, true, ttl, q, now);
             let m = &mut self.segs.metas[id as usize];
             m.write = inc.total;
             m.items = 1;
@@ -177,10 +183,14 @@ impl Shard {
 
 #[cfg(test)]
 mod tests {
-    use crate::{Mode, Store, StoreConfig, StoreOutcome};
+    use crate::{Eviction, Mode, Store, StoreConfig, StoreOutcome};
 
     fn store(mem_mb: usize) -> Store {
-        Store::new(StoreConfig { mem_limit: mem_mb << 20, shards: 4, ..Default::default() })
+        store_with(mem_mb, Eviction::default())
+    }
+
+    fn store_with(mem_mb: usize, eviction: Eviction) -> Store {
+        Store::new(StoreConfig { mem_limit: mem_mb << 20, shards: 4, eviction, ..Default::default() })
     }
 
     /// The received item, as `get` sees it.
@@ -289,9 +299,9 @@ mod tests {
     /// memcaslap's pattern: a new run reads only what it has set itself, while the cache is
     /// full of an earlier run's items, each read many times. Those must give way within a
     /// pass or two, as under memcached's LRU, not hold on for one pass per read counted.
-    #[test]
-    fn large_items_hot_in_an_earlier_phase_give_way_to_the_current_one() {
-        let s = store(16);
+    /// Returns (misses, reads counted).
+    fn earlier_phase_gives_way(eviction: Eviction) -> (usize, usize) {
+        let s = store_with(16, eviction);
         let key = |i: u32| format!("key{i}");
         for i in 0..100 {
             receive(&s, key(i).as_bytes(), 1, 100_000, Mode::Set);
@@ -314,8 +324,21 @@ mod tests {
             }
         }
         assert!(s.stats().evictions > 300);
-        // Measured: 13 of 600 (a read item's spare sends the scan past the unread ones faster
-        // than LRU would reach them); 50 of 600 when a spare only took one off a count of 7.
-        assert!(misses * 20 <= counted, "{misses} of {counted} reads missed, {} items held", s.stats().curr_items);
+        (misses, counted)
+    }
+
+    #[test]
+    fn large_items_hot_in_an_earlier_phase_give_way_to_the_current_one() {
+        // fifo, measured: 13 of 600 (a read item's spare sends the scan past the unread ones
+        // faster than LRU would reach them); 50 of 600 when a spare only took one off a count of 7.
+        let (misses, counted) = earlier_phase_gives_way(Eviction::Fifo);
+        assert!(misses * 20 <= counted, "fifo: {misses} of {counted} reads missed");
+        // s3fifo, measured: 236 of 600. The earlier phase's items give way at once (nothing
+        // promotes them), but this run's own items must be read within Small's window (a tenth
+        // of the cache) to stay, and these reads reach back over 40% of it; a miss is not
+        // followed by a set here, so the ghost cannot bring them back. S3-FIFO's known cost
+        // (evict.rs); look-aside workloads set after a miss and do not pay it.
+        let (misses, counted) = earlier_phase_gives_way(Eviction::S3Fifo);
+        assert!(misses * 20 <= counted * 9, "s3fifo: {misses} of {counted} reads missed");
     }
 }

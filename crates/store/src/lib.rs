@@ -12,7 +12,8 @@
 //!          ├─ Mutex<Shard 1>  │               slot = tag | freq | segment id | offset
 //!          ├─ ...             ├─ SegTable:  segment 1: [hdr key value][hdr key value]...  (≤ 1 MiB)
 //!          │                  │             segment 2: ...      large item: own buffer (whole pages)
-//!          │                  │             FIFO of segments (eviction order), 130 TTL groups
+//!          │                  │             two FIFOs of segments (Small, Main), 130 TTL groups
+//!          │                  ├─ Ghost:     fingerprints of keys Small evicted unread
 //!          │                  └─ counters, pending flush_all time
 //!          └─ Budget: one atomic byte count of buffers + index + metadata, against mem_limit,
 //!                     and one spare segment buffer kept for reuse (budget.rs)
@@ -24,15 +25,17 @@
 //! * TTL: a segment holds items of similar remaining TTL; `maintain` drops a segment as soon as
 //!   its largest exp has passed, without reading it. Index slots still pointing there are
 //!   dropped lazily (on lookup, or by the sweep in `maintain`).
-//! * Eviction frees the oldest segment; items read since they were written are copied forward
-//!   (S3-FIFO's reinsertion, at segment granularity), the rest are dropped.
+//! * Eviction is S3-FIFO at segment granularity (evict.rs has the diagram): new items enter a
+//!   small FIFO; what is read there is copied on into the main FIFO, the rest leaves and its key
+//!   enters a ghost; a key the ghost remembers goes straight to main; main copies forward what
+//!   was read since it was written. `Eviction::Fifo` keeps the one FIFO with reinsertion.
 //! * flush_all is a pending time per shard; the first operation that sees it due retires every
 //!   segment of that shard (O(segments)).
 //!
 //! Module map: buf.rs (segment buffers, mmap, huge pages, pages lent to the kernel), budget.rs (memory accounting,
 //! spare buffer), config.rs (sizes), item.rs (header codec), index.rs (hash index), segment.rs
-//! (segment table, FIFO, TTL groups), shard.rs (operations), prefetch.rs (multi-key lookahead),
-//! evict.rs (eviction, expiry, flush, sweep), incoming.rs (large values read from the socket
+//! (segment table, FIFOs, TTL groups), shard.rs (operations), prefetch.rs (multi-key lookahead),
+//! evict.rs (eviction, expiry, flush, sweep), ghost.rs (keys evicted unread), incoming.rs (large values read from the socket
 //! straight into their item), dump.rs (listing live items in bounded batches),
 //! snapshot.rs (warm restart: the live items to a file and back), stats.rs (counters).
 
@@ -41,6 +44,7 @@ mod buf;
 mod config;
 mod dump;
 mod evict;
+mod ghost;
 mod incoming;
 mod index;
 mod item;
@@ -54,7 +58,7 @@ use core::sync::atomic::{AtomicU32, Ordering};
 
 use parking_lot::Mutex;
 
-pub use config::{StoreConfig, DEFAULT_SHARDS, MAX_SEGMENT_SIZE, MAX_SHARDS, MIN_SEGMENT_SIZE};
+pub use config::{Eviction, StoreConfig, DEFAULT_SHARDS, MAX_SEGMENT_SIZE, MAX_SHARDS, MIN_SEGMENT_SIZE};
 pub use buf::Pages;
 pub use dump::{DumpCursor, DumpItem, DUMP_BATCH};
 pub use incoming::Incoming;

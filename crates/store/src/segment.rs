@@ -9,7 +9,10 @@
 //!                       |  \---retire(items == 0, or after eviction)------------------------> Free
 //!                       \--reuse (eviction recycles the buffer in place: new seq, empty)
 //!
-//! FIFO (Live segments, oldest first):  head -> s7 -> s2 -> s9 -> tail   eviction takes the head
+//! Two FIFOs of Live segments, oldest first (evict.rs picks which one gives up its head):
+//!   Main:  head -> s7 -> s2 -> s9 -> tail
+//!   Small: head -> s4 -> s8 -> tail          (S3-FIFO's probationary pool; empty under fifo)
+//! A walk over all of them (`head`, `next_of`) goes through Main, then Small.
 //! TTL groups: ttl_bucket(exp - now) picks one of 130 groups; each group appends to its own
 //! "active" segment, so a segment holds items of similar remaining TTL and its max_exp passes
 //! soon after most of its items die; then the whole segment is dropped without being read.
@@ -59,6 +62,16 @@ pub(crate) enum DeadReason {
     Flushed,
 }
 
+/// Which FIFO a Live segment is in.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Queue {
+    /// New items under S3-FIFO: they leave at the head unless read there.
+    Small = 0,
+    /// Items that proved themselves (read in Small, or back from the ghost), and every item
+    /// under the fifo policy.
+    Main = 1,
+}
+
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) enum SegState {
     Free,
@@ -84,6 +97,8 @@ pub(crate) struct SegMeta {
     pub active: bool,
     /// Holds one large item (`Geometry::large_min`), in a buffer of whole pages.
     pub large: bool,
+    /// The FIFO it is in while Live.
+    pub queue: Queue,
     /// When the segment was (re)opened: every item in it was written at or after this time.
     /// Items carry no time of their own, so this is the store's only "written at" (metadump).
     pub opened: Time,
@@ -104,6 +119,7 @@ impl SegMeta {
             ttl: 0,
             active: false,
             large: false,
+            queue: Queue::Main,
             opened: 0,
             prev: 0,
             next: 0,
@@ -123,11 +139,13 @@ impl SegMeta {
 pub(crate) struct SegTable {
     pub metas: Vec<SegMeta>,
     free_ids: Vec<u32>,
-    head: u32,
-    tail: u32,
+    /// (head, tail) of each FIFO, by `Queue`.
+    ends: [(u32, u32); 2],
     next_seq: u64,
     /// Bytes of all buffers currently held.
     pub buffer_bytes: usize,
+    /// Bytes of the buffers in the Small FIFO.
+    pub small_bytes: usize,
     pub regular_segments: usize,
     pub large_segments: usize,
     /// Index slots still pointing at Dead segments (the sweep's work list size).
@@ -139,10 +157,10 @@ impl SegTable {
         SegTable {
             metas: vec![SegMeta::empty()],
             free_ids: Vec::new(),
-            head: 0,
-            tail: 0,
+            ends: [(0, 0); 2],
             next_seq: 1,
             buffer_bytes: 0,
+            small_bytes: 0,
             regular_segments: 0,
             large_segments: 0,
             dead_refs: 0,
@@ -154,8 +172,6 @@ impl SegTable {
         self.metas.capacity() * core::mem::size_of::<SegMeta>() + self.free_ids.capacity() * 4
     }
 
-    /// The oldest Live segment, 0 if none.
-    #[inline]
     /// The sequence number the next opened segment gets.
     pub fn next_seq(&self) -> u64 {
         self.next_seq
@@ -167,23 +183,39 @@ impl SegTable {
         self.next_seq = self.next_seq.max(seq);
     }
 
+    /// The first Live segment of a walk over all of them (Main's oldest, or Small's if Main is
+    /// empty), 0 if none.
     pub fn head(&self) -> u32 {
-        self.head
+        match self.ends[Queue::Main as usize].0 {
+            0 => self.ends[Queue::Small as usize].0,
+            h => h,
+        }
     }
 
-    /// The Live segment after `id` in FIFO order, 0 at the tail.
+    /// The oldest Live segment of FIFO `q`, 0 if it is empty.
+    #[inline]
+    pub fn head_of(&self, q: Queue) -> u32 {
+        self.ends[q as usize].0
+    }
+
+    /// The Live segment after `id` in the walk (its FIFO, then from Main's tail on to Small's
+    /// head), 0 at the end.
     #[inline]
     pub fn next_of(&self, id: u32) -> u32 {
-        self.metas[id as usize].next
+        let m = &self.metas[id as usize];
+        if m.next == 0 && m.queue == Queue::Main {
+            return self.ends[Queue::Small as usize].0;
+        }
+        m.next
     }
 
-    /// Ids of Live segments in FIFO order (head first).
+    /// Ids of Live segments in walk order (Main head first, then Small).
     pub fn live_ids(&self) -> Vec<u32> {
         let mut v = Vec::new();
-        let mut id = self.head;
+        let mut id = self.head();
         while id != 0 {
             v.push(id);
-            id = self.metas[id as usize].next;
+            id = self.next_of(id);
         }
         v
     }
@@ -220,8 +252,8 @@ impl SegTable {
         self.free_ids.push(id);
     }
 
-    /// Makes `id` Live with `data` and appends it to the FIFO.
-    pub fn open(&mut self, id: u32, data: SegBuf, large: bool, ttl: u8, now: Time) {
+    /// Makes `id` Live with `data` and appends it to FIFO `q`.
+    pub fn open(&mut self, id: u32, data: SegBuf, large: bool, ttl: u8, q: Queue, now: Time) {
         let seq = self.next_seq;
         self.next_seq += 1;
         self.buffer_bytes += data.len();
@@ -232,16 +264,17 @@ impl SegTable {
         }
         let m = &mut self.metas[id as usize];
         debug_assert_eq!(m.state, SegState::Free);
-        *m = SegMeta { data, seq, ttl, large, opened: now, state: SegState::Live, ..SegMeta::empty() };
+        *m = SegMeta { data, seq, ttl, large, queue: q, opened: now, state: SegState::Live, ..SegMeta::empty() };
         self.push_tail(id);
     }
 
     /// Eviction emptied a regular segment: keep its buffer, start over as a new segment
-    /// (new seq, so new CAS values) at the FIFO tail.
-    pub fn reuse(&mut self, id: u32, ttl: u8, now: Time) {
+    /// (new seq, so new CAS values) at the tail of FIFO `q`.
+    pub fn reuse(&mut self, id: u32, ttl: u8, q: Queue, now: Time) {
         let seq = self.next_seq;
         self.next_seq += 1;
         self.unlink(id);
+        self.metas[id as usize].queue = q;
         let m = &mut self.metas[id as usize];
         debug_assert!(m.state == SegState::Live && m.items == 0 && !m.large);
         m.seq = seq;
@@ -295,38 +328,50 @@ impl SegTable {
         }
     }
 
-    pub fn move_to_tail(&mut self, id: u32) {
+    /// To the tail of FIFO `q` (its own or the other).
+    pub fn move_to_tail(&mut self, id: u32, q: Queue) {
         self.unlink(id);
+        self.metas[id as usize].queue = q;
         self.push_tail(id);
     }
 
     fn push_tail(&mut self, id: u32) {
-        let t = self.tail;
+        let (q, len) = {
+            let m = &self.metas[id as usize];
+            (m.queue as usize, m.data.len())
+        };
+        if q == Queue::Small as usize {
+            self.small_bytes += len;
+        }
+        let t = self.ends[q].1;
         {
             let m = &mut self.metas[id as usize];
             m.prev = t;
             m.next = 0;
         }
         if t == 0 {
-            self.head = id;
+            self.ends[q].0 = id;
         } else {
             self.metas[t as usize].next = id;
         }
-        self.tail = id;
+        self.ends[q].1 = id;
     }
 
     fn unlink(&mut self, id: u32) {
-        let (p, n) = {
+        let (p, n, q, len) = {
             let m = &self.metas[id as usize];
-            (m.prev, m.next)
+            (m.prev, m.next, m.queue as usize, m.data.len())
         };
+        if q == Queue::Small as usize {
+            self.small_bytes -= len;
+        }
         if p == 0 {
-            self.head = n;
+            self.ends[q].0 = n;
         } else {
             self.metas[p as usize].next = n;
         }
         if n == 0 {
-            self.tail = p;
+            self.ends[q].1 = p;
         } else {
             self.metas[n as usize].prev = p;
         }
@@ -375,11 +420,11 @@ mod tests {
         let mut t = SegTable::new();
         let ids: Vec<u32> = (0..4).map(|_| t.alloc_id().unwrap()).collect();
         for &id in &ids {
-            t.open(id, SegBuf::zeroed(64), false, 0, 0);
+            t.open(id, SegBuf::zeroed(64), false, 0, Queue::Main, 0);
         }
         assert_eq!(t.live_ids(), ids);
         assert_eq!(t.buffer_bytes, 256);
-        t.move_to_tail(ids[0]);
+        t.move_to_tail(ids[0], Queue::Main);
         assert_eq!(t.live_ids(), vec![ids[1], ids[2], ids[3], ids[0]]);
         // retire with references left -> Dead, id reserved
         t.metas[ids[1] as usize].items = 2;
@@ -398,9 +443,31 @@ mod tests {
         assert_eq!(t.metas[ids[2] as usize].state, SegState::Free);
         assert_eq!(t.live_ids(), vec![ids[3], ids[0]]);
         let old_seq = t.metas[ids[3] as usize].seq;
-        t.reuse(ids[3], 5, 0);
+        t.reuse(ids[3], 5, Queue::Main, 0);
         assert!(t.metas[ids[3] as usize].seq > old_seq);
         assert_eq!(t.live_ids(), vec![ids[0], ids[3]]);
         assert_eq!(t.buffer_bytes, 128);
+    }
+
+    #[test]
+    fn two_fifos_walk_main_then_small() {
+        let mut t = SegTable::new();
+        let ids: Vec<u32> = (0..4).map(|_| t.alloc_id().unwrap()).collect();
+        t.open(ids[0], SegBuf::zeroed(64), false, 0, Queue::Small, 0);
+        assert_eq!((t.head(), t.head_of(Queue::Main), t.small_bytes), (ids[0], 0, 64));
+        t.open(ids[1], SegBuf::zeroed(64), false, 0, Queue::Main, 0);
+        t.open(ids[2], SegBuf::zeroed(64), false, 0, Queue::Small, 0);
+        t.open(ids[3], SegBuf::zeroed(64), false, 0, Queue::Main, 0);
+        assert_eq!(t.live_ids(), vec![ids[1], ids[3], ids[0], ids[2]]);
+        assert_eq!((t.head_of(Queue::Small), t.head_of(Queue::Main), t.small_bytes), (ids[0], ids[1], 128));
+        // Promotion: the Small head moves to Main's tail.
+        t.move_to_tail(ids[0], Queue::Main);
+        assert_eq!(t.live_ids(), vec![ids[1], ids[3], ids[0], ids[2]]);
+        assert_eq!((t.head_of(Queue::Small), t.small_bytes), (ids[2], 64));
+        let _ = t.retire(ids[2], DeadReason::Expired);
+        assert_eq!((t.head_of(Queue::Small), t.small_bytes), (0, 0));
+        t.reuse(ids[1], 0, Queue::Small, 0);
+        assert_eq!(t.live_ids(), vec![ids[3], ids[0], ids[1]]);
+        assert_eq!(t.small_bytes, 64);
     }
 }

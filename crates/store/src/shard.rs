@@ -12,9 +12,10 @@ use parking_lot::Mutex;
 
 use crate::budget::Budget;
 use crate::config::Geometry;
+use crate::ghost::Ghost;
 use crate::index::{slot, Index, Pos, Visit};
 use crate::item::{self, Header, NewHeader};
-use crate::segment::{exp_bound, ttl_bucket, DeadReason, SegState, SegTable, TTL_BUCKETS};
+use crate::segment::{exp_bound, ttl_bucket, DeadReason, Queue, SegState, SegTable, TTL_BUCKETS};
 use crate::stats::{Counters, StoreStats};
 use crate::{DeltaError, Item, Lookup, Mode, StoreError, StoreOutcome, Time};
 
@@ -37,8 +38,10 @@ const MAX_ATTEMPTS: usize = 100_000;
 pub(crate) struct Shard {
     pub(crate) index: Index,
     pub(crate) segs: SegTable,
-    /// Append target per TTL group (0 = none yet).
-    pub(crate) active: [u32; TTL_BUCKETS],
+    /// Append target per FIFO (by `Queue`) and TTL group (0 = none yet).
+    pub(crate) active: [[u32; TTL_BUCKETS]; 2],
+    /// Keys the small FIFO evicted unread (S3-FIFO; empty under fifo).
+    pub(crate) ghost: Ghost,
     pub(crate) flush_at: Option<Time>,
     pub(crate) stats: Counters,
     /// Index + metadata bytes currently charged to the budget.
@@ -81,12 +84,14 @@ impl Shard {
     pub fn new(shard_no: u64, geo: &Geometry, budget: &Budget) -> Shard {
         let index = Index::new(geo.initial_buckets);
         let segs = SegTable::new();
-        let overhead = index.bytes() + segs.meta_bytes();
+        let ghost = Ghost::new();
+        let overhead = index.bytes() + segs.meta_bytes() + ghost.bytes();
         budget.force_add(overhead);
         Shard {
             index,
             segs,
-            active: [0; TTL_BUCKETS],
+            active: [[0; TTL_BUCKETS]; 2],
+            ghost,
             flush_at: None,
             stats: Counters::default(),
             overhead,
@@ -102,7 +107,7 @@ impl Shard {
 
     /// Charges (or refunds) index and metadata growth.
     pub fn sync_overhead(&mut self, env: &Env<'_>) {
-        let cur = self.index.bytes() + self.segs.meta_bytes();
+        let cur = self.index.bytes() + self.segs.meta_bytes() + self.ghost.bytes();
         if cur > self.overhead {
             env.budget.force_add(cur - self.overhead);
         } else if cur < self.overhead {
@@ -276,10 +281,11 @@ impl Shard {
 
     // ---- writing -------------------------------------------------------------------------
 
-    /// Makes `id` the append target of TTL group `ttl`; the previous one is closed (and
-    /// dropped if nothing in it is live any more).
+    /// Makes `id` the append target of TTL group `ttl` in its FIFO; the previous one is closed
+    /// (and dropped if nothing in it is live any more).
     pub fn set_active(&mut self, env: &Env<'_>, ttl: u8, id: u32) {
-        let old = self.active[ttl as usize];
+        let q = self.segs.metas[id as usize].queue as usize;
+        let old = self.active[q][ttl as usize];
         if old != 0 && old != id {
             let m = &mut self.segs.metas[old as usize];
             m.active = false;
@@ -287,20 +293,21 @@ impl Shard {
                 env.budget.release(self.segs.retire(old, DeadReason::Expired));
             }
         }
-        self.active[ttl as usize] = id;
+        self.active[q][ttl as usize] = id;
         let m = &mut self.segs.metas[id as usize];
         m.active = true;
         m.ttl = ttl;
     }
 
-    /// Finds `size` bytes for a new item in TTL group `ttl`: in the group's segment, a new
-    /// segment, or a buffer of its own for a large item. `Retry` means memory was made by
-    /// evicting, which may have moved anything: look the key up again.
+    /// Finds `size` bytes for a new item in TTL group `ttl` of FIFO `q`: in the group's
+    /// segment, a new segment, or a buffer of its own for a large item. `Retry` means memory
+    /// was made by evicting, which may have moved anything: look the key up again.
     pub fn reserve(
         &mut self,
         env: &Env<'_>,
         size: usize,
         ttl: u8,
+        q: Queue,
         now: Time,
     ) -> Result<Reserve, StoreError> {
         let geo = env.geo;
@@ -315,14 +322,14 @@ impl Shard {
                     env.budget.release(buf);
                     return Err(StoreError::OutOfMemory);
                 };
-                self.segs.open(id, buf, true, ttl, now);
+                self.segs.open(id, buf, true, ttl, q, now);
                 return Ok(Reserve::At(id, 0));
             }
             env.budget.give_large(buf);
             self.make_room_large(env, now)?;
             return Ok(Reserve::Retry);
         }
-        let a = self.active[ttl as usize];
+        let a = self.active[q as usize][ttl as usize];
         if a != 0 {
             let m = &self.segs.metas[a as usize];
             if m.room() >= size {
@@ -334,8 +341,8 @@ impl Shard {
         // memory costs). Compaction moves every live item of a mostly dead segment to a new
         // segment (the spare's buffer, usually) and frees it. Only while memory is left: once
         // the budget is full, eviction decides what stays.
-        if let Some(v) = self.compaction_victim(env, ttl, size) {
-            self.compact(env, now, v, (ttl, size));
+        if let Some(v) = self.compaction_victim(env, ttl, q, size) {
+            self.compact(env, now, v, (ttl, size, q));
             self.stats.compactions += 1;
             return Ok(Reserve::Retry);
         }
@@ -344,18 +351,18 @@ impl Shard {
                 env.budget.release(buf);
                 return Err(StoreError::OutOfMemory);
             };
-            self.segs.open(id, buf, false, ttl, now);
+            self.segs.open(id, buf, false, ttl, q, now);
             self.set_active(env, ttl, id);
             return Ok(Reserve::At(id, 0));
         }
-        self.make_room(env, now, Some((ttl, size)))?;
+        self.make_room(env, now, Some((ttl, size, q)))?;
         Ok(Reserve::Retry)
     }
 
     /// The segment to compact before opening a new one, if any: only while the budget still
     /// has room (the alternative is fresh memory, not eviction); of the regular segments of
-    /// TTL group `ttl` (the moved items join that group's new segment, so groups stay apart
-    /// and still expire whole), the one with the most dead bytes (overwritten, deleted, expired
+    /// TTL group `ttl` in FIFO `q` (the moved items join that group's new segment, so groups
+    /// stay apart and still expire whole, and compaction never moves items between FIFOs), the one with the most dead bytes (overwritten, deleted, expired
     /// items), if at least `1 / COMPACT_DEAD_SHARE` of a segment is dead and its live items
     /// (each maybe growing by an explicit CAS) plus the `size` bytes asked for fit in one
     /// segment. Greedy, as in
@@ -363,7 +370,7 @@ impl Shard {
     /// quarter dead, compaction copies at most 3 bytes per byte it frees; fresh memory costs a
     /// fault and a zeroing per page, several times that (budget.rs). O(segments of the shard),
     /// once per segment filled.
-    fn compaction_victim(&self, env: &Env<'_>, ttl: u8, size: usize) -> Option<u32> {
+    fn compaction_victim(&self, env: &Env<'_>, ttl: u8, q: Queue, size: usize) -> Option<u32> {
         let seg = env.geo.seg_size;
         if env.budget.used() + seg > env.budget.limit() {
             return None;
@@ -375,6 +382,7 @@ impl Shard {
             let dead = m.write - m.live_bytes;
             if !m.large
                 && m.ttl == ttl
+                && m.queue == q
                 && dead > best_dead
                 && m.live_bytes + 8 * m.items as usize + size <= seg
             {
@@ -493,6 +501,8 @@ impl Shard {
     ) -> Result<StoreOutcome, StoreError> {
         let geo = env.geo;
         let concat = matches!(mode, Mode::Append | Mode::Prepend);
+        // The FIFO of a new key, decided once: the ghost forgets a key it is asked about.
+        let mut new_key_queue = None;
         for _ in 0..MAX_ATTEMPTS {
             let old = match self.find(env, h, key, now) {
                 Found::Live { pos, seg, off, hdr } => Some((pos, seg, off, hdr)),
@@ -529,7 +539,11 @@ impl Shard {
                 cas: None,
             };
             let ttl = ttl_bucket(nexp, now);
-            let (seg, off) = match self.reserve(env, nh.total_len(), ttl, now) {
+            let q = match &old {
+                Some((_, oseg, _, _)) => self.admit(geo, h, Some(*oseg)),
+                None => *new_key_queue.get_or_insert_with(|| self.admit(geo, h, None)),
+            };
+            let (seg, off) = match self.reserve(env, nh.total_len(), ttl, q, now) {
                 Ok(Reserve::At(seg, off)) => (seg, off),
                 Ok(Reserve::Retry) => continue,
                 Err(_) if concat => return Ok(StoreOutcome::NotStored),
@@ -594,7 +608,8 @@ impl Shard {
             }
             let cas = env.geo.use_cas.then(|| self.cas_of(env.geo, seg, off, &hdr));
             let nh = NewHeader { key_len: hdr.key_len, value_len: hdr.value_len, flags: hdr.flags, exp, cas };
-            let (nseg, noff) = match self.reserve(env, nh.total_len(), ttl_bucket(exp, now), now)? {
+            let q = self.admit(env.geo, h, Some(seg));
+            let (nseg, noff) = match self.reserve(env, nh.total_len(), ttl_bucket(exp, now), q, now)? {
                 Reserve::At(a, b) => (a, b),
                 Reserve::Retry => continue,
             };
@@ -706,7 +721,8 @@ impl Shard {
             // padded with spaces ("10" decr 1 -> "9 "); we reproduce the bytes.
             let vlen = if pad { dl.max(old_len) } else { dl };
             let nh = NewHeader { key_len: hdr.key_len, value_len: vlen as u32, flags: hdr.flags, exp: hdr.exp, cas: None };
-            let (nseg, noff) = match self.reserve(env, nh.total_len(), ttl_bucket(hdr.exp, now), now) {
+            let q = self.admit(env.geo, h, Some(seg));
+            let (nseg, noff) = match self.reserve(env, nh.total_len(), ttl_bucket(hdr.exp, now), q, now) {
                 Ok(Reserve::At(a, b)) => (a, b),
                 Ok(Reserve::Retry) => continue,
                 // No variant for it in the API; only reachable with evict=false and full memory.

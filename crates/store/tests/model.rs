@@ -5,7 +5,8 @@
 //! * exact regime: memory is ample, so every answer must match the model exactly.
 //! * eviction regime: memory is tiny; the store may forget items (then the model forgets them
 //!   too), but whatever it returns must be the model's current value, never a stale or wrong one,
-//!   and memory must stay within the limit.
+//!   and memory must stay within the limit. Under both eviction policies: s3fifo (small and
+//!   main FIFOs, the ghost, promotion) and fifo.
 
 mod model_check;
 
@@ -69,7 +70,13 @@ proptest! {
 
     #[test]
     fn eviction_regime(ops in proptest::collection::vec(op_strategy(300, true), 300..900)) {
-        let cfg = StoreConfig { mem_limit: 64 << 10, shards: 2, ..Default::default() };
+        let cfg = StoreConfig { mem_limit: 64 << 10, shards: 2, eviction: Eviction::S3Fifo, ..Default::default() };
+        run(cfg, &ops, true);
+    }
+
+    #[test]
+    fn eviction_regime_fifo(ops in proptest::collection::vec(op_strategy(300, true), 300..900)) {
+        let cfg = StoreConfig { mem_limit: 64 << 10, shards: 2, eviction: Eviction::Fifo, ..Default::default() };
         run(cfg, &ops, true);
     }
 }

@@ -430,8 +430,9 @@ pub const MAX_OPS: usize = 3000;
 
 /// Decodes any bytes into a Case. Byte 0 picks the configuration (bit 0: regime, unless
 /// `force_lenient` says; bits 1-2: shards; bits 3-4: memory in the eviction regime; bits 5-6: 0
-/// gives a 2 KiB item_size_max, so TooLarge and the append limit are reached). Then one byte per
-/// operation picks its kind, followed by its arguments.
+/// gives a 2 KiB item_size_max, so TooLarge and the append limit are reached; bit 7: the fifo
+/// eviction policy instead of the default s3fifo). Then one byte per operation picks its kind,
+/// followed by its arguments.
 pub fn decode(data: &[u8], force_lenient: Option<bool>) -> Case {
     let mut r = Input { data, pos: 0 };
     let c = r.u8();
@@ -443,7 +444,8 @@ pub fn decode(data: &[u8], force_lenient: Option<bool>) -> Case {
         32 << 20
     };
     let item_size_max = if (c >> 5) & 3 == 0 { 2048 } else { 1 << 20 };
-    let cfg = StoreConfig { mem_limit, shards, item_size_max, ..Default::default() };
+    let eviction = if c >> 7 == 1 { Eviction::Fifo } else { Eviction::S3Fifo };
+    let cfg = StoreConfig { mem_limit, shards, item_size_max, eviction, ..Default::default() };
     // Few keys when nothing is evicted (so operations meet), many under pressure.
     let keys: u16 = if lenient { 256 } else { 24 };
     let mut serial = 0u32;
