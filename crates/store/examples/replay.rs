@@ -6,7 +6,8 @@
 //!
 //! WORKLOAD: a trace file (`*.trace.xz`: big-endian u32 key ids, read through `xz -dc`), with
 //! `@N` appended to replay only its first N requests; or `zipf:KEYS:REQUESTS` (Zipf 0.99, values
-//! 200..1000 B); or `mixed:KEYS:REQUESTS` (Zipf 0.99, values log-uniform 10 B..500 KB).
+//! 200..1000 B); or `shift:KEYS:REQUESTS` (zipf, but the second half of the requests draws
+//! from KEYS other keys, and only it counts: hitratio.py's zipf-shift); or `mixed:KEYS:REQUESTS` (Zipf 0.99, values log-uniform 10 B..500 KB).
 //! POLICY: a store policy (`Eviction`'s names), or `lru`: an exact LRU over bytes charging each
 //! item memcached's way (a 56-byte header + key + value + 2, no slab classes), as a reference for
 //! what memcached's policy does at that memory. Default: the store's default policy and `lru`.
@@ -49,6 +50,8 @@ fn trace_value_size(id: u64) -> usize {
 /// A request stream: key ids and each id's value size.
 struct Workload {
     keys: Vec<u32>,
+    /// Share of the requests not counted.
+    warm: f64,
     size: Box<dyn Fn(u32) -> usize>,
 }
 
@@ -70,8 +73,9 @@ fn read_trace(path: &str, limit: usize) -> Vec<u32> {
     b.chunks_exact(4).map(|c| u32::from_be_bytes([c[0], c[1], c[2], c[3]])).collect()
 }
 
-/// Zipf(0.99) ranks over `n` keys scattered over ids, `reqs` draws (seeded, reproducible).
-fn zipf(n: usize, reqs: usize, seed: u64) -> Vec<u32> {
+/// Zipf(0.99) ranks over `n` keys scattered over ids, `reqs` draws (seeded, reproducible);
+/// rank r is key `first + r`.
+fn zipf(n: usize, reqs: usize, seed: u64, first: u64) -> Vec<u32> {
     let mut cdf = Vec::with_capacity(n);
     let mut acc = 0.0;
     for i in 0..n {
@@ -85,17 +89,25 @@ fn zipf(n: usize, reqs: usize, seed: u64) -> Vec<u32> {
             let r = (x >> 11) as f64 / (1u64 << 53) as f64 * acc;
             let rank = cdf.partition_point(|&c| c < r).min(n - 1);
             // rank -> id: a bijection of 0..2^32, so popular keys are not neighbours.
-            (splitmix64(rank as u64) & 0xffff_ffff) as u32
+            (splitmix64(first + rank as u64) & 0xffff_ffff) as u32
         })
         .collect()
 }
 
 fn workload(spec: &str) -> Workload {
-    if let Some(rest) = spec.strip_prefix("zipf:").or_else(|| spec.strip_prefix("mixed:")) {
+    let (kind, rest) = spec.split_once(':').unwrap_or((spec, ""));
+    if matches!(kind, "zipf" | "shift" | "mixed") {
         let mut it = rest.split(':').map(|x| x.parse::<usize>().expect("KEYS:REQUESTS"));
         let (n, reqs) = (it.next().unwrap(), it.next().unwrap());
-        let keys = zipf(n, reqs, 42);
-        let size: Box<dyn Fn(u32) -> usize> = if spec.starts_with("zipf") {
+        let (keys, warm) = if kind == "shift" {
+            // hitratio.py's zipf-shift: the second half draws from other keys; only it counts.
+            let mut k = zipf(n, reqs / 2, 42, 0);
+            k.extend(zipf(n, reqs - reqs / 2, 43, n as u64));
+            (k, (reqs / 2) as f64 / reqs as f64)
+        } else {
+            (zipf(n, reqs, 42, 0), WARMUP)
+        };
+        let size: Box<dyn Fn(u32) -> usize> = if kind != "mixed" {
             Box::new(|id| 200 + (splitmix64(u64::from(id) ^ 7) % 801) as usize)
         } else {
             Box::new(|id| {
@@ -103,13 +115,13 @@ fn workload(spec: &str) -> Workload {
                 (10.0 * (50_000.0f64).powf(u)) as usize
             })
         };
-        return Workload { keys, size };
+        return Workload { keys, warm, size };
     }
     let (path, limit) = match spec.split_once('@') {
         Some((p, n)) => (p, n.parse().expect("@N")),
         None => (spec, 0),
     };
-    Workload { keys: read_trace(path, limit), size: Box::new(|id| trace_value_size(u64::from(id))) }
+    Workload { keys: read_trace(path, limit), warm: WARMUP, size: Box::new(|id| trace_value_size(u64::from(id))) }
 }
 
 fn replay(w: &Workload, mib: f64, policy: Eviction) -> String {
@@ -120,7 +132,7 @@ fn replay(w: &Workload, mib: f64, policy: Eviction) -> String {
         shards: std::env::var("REPLAY_SHARDS").ok().map_or(DEFAULT_SHARDS, |v| v.parse().expect("REPLAY_SHARDS")),
         ..Default::default()
     });
-    let warm = (w.keys.len() as f64 * WARMUP) as usize;
+    let warm = (w.keys.len() as f64 * w.warm) as usize;
     let (mut miss, mut counted, mut miss_bytes, mut bytes) = (0u64, 0u64, 0u64, 0u64);
     let value = vec![b'v'; 512 << 10];
     for (i, &id) in w.keys.iter().enumerate() {
@@ -186,7 +198,7 @@ fn replay_lru(w: &Workload, mib: f64) -> String {
         if *head != NIL { nodes[*head].prev = i } else { *tail = i }
         *head = i;
     };
-    let warm = (w.keys.len() as f64 * WARMUP) as usize;
+    let warm = (w.keys.len() as f64 * w.warm) as usize;
     let (mut miss, mut counted, mut miss_bytes, mut bytes, mut evictions) = (0u64, 0u64, 0u64, 0u64, 0u64);
     for (r, &id) in w.keys.iter().enumerate() {
         let n = (w.size)(id);
