@@ -162,8 +162,8 @@ fn execute(req: Request<'_>, session: &mut BinSession, sh: &Shared, c: &Counters
                 LargeOp::Sasl if !sh.config.sasl => r.error(Status::UnknownCommand),
                 // memcached cannot copy SASL data that large into an item: "out of memory".
                 LargeOp::Sasl => r.error(Status::OutOfMemory),
+                // memcached's binary protocol does not count store_too_large.
                 LargeOp::Store(op) => {
-                    crate::stats::bump(&c.store_too_large, 1);
                     // memcached: a failed set must not leave the old value readable.
                     if op == StoreOp::Set {
                         sh.store.delete(key, sh.clock.now());

@@ -112,9 +112,9 @@ impl PendingReads {
     }
 }
 
-/// The counters of a storage command whose data arrived.
-pub(crate) fn count_store(key: &[u8], sh: &Shared, c: &Counters) {
-    bump(&c.cmd_set, 1);
+/// `stats detail` of a storage command whose data arrived (memcached records it before it
+/// allocates the item, so a store that then fails is recorded too).
+pub(crate) fn count_store(key: &[u8], sh: &Shared) {
     sh.detail.record(key, sh.config.prefix_delimiter, Event::Set);
 }
 
@@ -133,13 +133,16 @@ pub(crate) fn mode_of(kind: StoreKind, cas: u64) -> Mode {
 /// path and values received in place (exec/largeset.rs).
 pub(crate) fn store_reply(
     kind: StoreKind,
-    key: &[u8],
     result: Result<StoreOutcome, StoreError>,
     noreply: bool,
-    sh: &Shared,
     c: &Counters,
     out: &mut Vec<u8>,
 ) {
+    // memcached counts cmd_set once the item is allocated: a store that found no memory (or
+    // no room for its size) is not counted; an append whose join failed is.
+    if result.is_ok() || matches!(kind, StoreKind::Append | StoreKind::Prepend) {
+        bump(&c.cmd_set, 1);
+    }
     match result {
         Ok(StoreOutcome::Stored { .. }) => {
             if kind == StoreKind::Cas {
@@ -156,12 +159,8 @@ pub(crate) fn store_reply(
             bump(&c.cas_misses, 1);
             reply(out, noreply, b"NOT_FOUND");
         }
+        // The store has already dropped the old value of a failed `set` (memcached's rule).
         Err(e) => {
-            // memcached drops the old value of a `set` it could not store, so a
-            // reader never sees data older than what the client last wrote.
-            if kind == StoreKind::Set {
-                sh.store.delete(key, sh.clock.now());
-            }
             let (counter, err) = match e {
                 StoreError::TooLarge => (&c.store_too_large, ErrorReply::TooLarge),
                 StoreError::OutOfMemory => (&c.store_no_memory, ErrorReply::OutOfMemory),
@@ -189,7 +188,7 @@ pub fn execute_from(
     match *req {
         Request::Get { keys, cas, touch } => get(keys, skip, cas, touch, sh, c, out, reads, direct),
         Request::Store { kind, key, flags, exptime, data, cas, noreply } => {
-            count_store(key, sh, c);
+            count_store(key, sh);
             let mode = mode_of(kind, cas);
             let exp = sh.clock.item_expiry(exptime);
             let result = if kind == StoreKind::Cas && !sh.config.use_cas {
@@ -198,7 +197,7 @@ pub fn execute_from(
             } else {
                 store.store(mode, key, flags, exp, data, now)
             };
-            store_reply(kind, key, result, noreply, sh, c, out);
+            store_reply(kind, result, noreply, c, out);
             Next::Continue
         }
         Request::TooLarge { kind, key, swallow, noreply } => {

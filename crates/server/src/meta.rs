@@ -204,7 +204,6 @@ fn set(m: &Meta<'_>, sh: &Shared, c: &Counters, out: &mut Vec<u8>) {
     let f = &m.flags;
     let key = m.key.as_bytes();
     let now = sh.clock.now();
-    bump(&c.cmd_set, 1);
     let mode = match (f.mode.unwrap_or(b'S'), f.compare_cas) {
         (b'S', Some(cas)) => Mode::Cas(cas),
         (b'S', None) => Mode::Set,
@@ -229,6 +228,10 @@ fn set(m: &Meta<'_>, sh: &Shared, c: &Counters, out: &mut Vec<u8>) {
             }
         }
     }
+    // As text set: counted once the item is allocated (an append's failed join still is).
+    if result.is_ok() || matches!(mode, Mode::Append | Mode::Prepend) {
+        bump(&c.cmd_set, 1);
+    }
     let (word, cas): (&[u8], u64) = match result {
         Ok(StoreOutcome::Stored { cas }) => {
             if matches!(mode, Mode::Cas(_)) {
@@ -248,14 +251,14 @@ fn set(m: &Meta<'_>, sh: &Shared, c: &Counters, out: &mut Vec<u8>) {
             bump(&c.cas_misses, 1);
             (b"NF", 0)
         }
+        // The store has already dropped the old value of a failed set (memcached's rule).
         Err(e) => {
-            if mode == Mode::Set {
-                sh.store.delete(key, now);
-            }
-            match e {
-                StoreError::TooLarge => ErrorReply::TooLarge.write(out),
-                StoreError::OutOfMemory => ErrorReply::OutOfMemory.write(out),
-            }
+            let (counter, err) = match e {
+                StoreError::TooLarge => (&c.store_too_large, ErrorReply::TooLarge),
+                StoreError::OutOfMemory => (&c.store_no_memory, ErrorReply::OutOfMemory),
+            };
+            bump(counter, 1);
+            err.write(out);
             return;
         }
     };

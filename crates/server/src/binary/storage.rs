@@ -120,7 +120,6 @@ pub(super) fn store(
     c: &Counters,
     r: &mut Reply<'_>,
 ) -> After {
-    bump(&c.cmd_set, 1);
     record(sh, key, Event::Set);
     let now = sh.clock.now();
     // memcached turns any SET/ADD/REPLACE that carries a CAS into a compare-and-swap; with
@@ -132,7 +131,13 @@ pub(super) fn store(
         (false, StoreOp::Add) => Mode::Add,
         (false, StoreOp::Replace) => Mode::Replace,
     };
-    match sh.store.store(mode, key, flags, expiry(sh, exptime), value, now) {
+    let result = sh.store.store(mode, key, flags, expiry(sh, exptime), value, now);
+    // Counted once the item is allocated, as in text; memcached's binary protocol counts
+    // neither store_no_memory nor store_too_large.
+    if result.is_ok() {
+        bump(&c.cmd_set, 1);
+    }
+    match result {
         Ok(StoreOutcome::Stored { cas }) => {
             if guarded {
                 bump(&c.cas_hits, 1);
@@ -160,12 +165,11 @@ pub(super) fn store(
                 // a set with a CAS too.
                 sh.store.delete(key, now);
             }
-            let (counter, status) = match e {
-                StoreError::TooLarge => (&c.store_too_large, Status::TooLarge),
-                StoreError::OutOfMemory => (&c.store_no_memory, Status::OutOfMemory),
-            };
-            bump(counter, 1);
-            r.error(status);
+            match e {
+                StoreError::TooLarge => r.error(Status::TooLarge),
+                // memcached's binary text for a store that found no memory.
+                StoreError::OutOfMemory => r.status(Status::OutOfMemory, b"Out of memory allocating item"),
+            }
         }
     }
     After::Continue

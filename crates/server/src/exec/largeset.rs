@@ -97,8 +97,8 @@ impl LargeSet {
             key[..k.len()].copy_from_slice(k);
             &key[..k.len()]
         };
-        exec::count_store(key, sh, c);
+        exec::count_store(key, sh);
         let result = sh.store.finish_value(self.inc, exec::mode_of(self.kind, self.cas), sh.clock.now());
-        exec::store_reply(self.kind, key, result, self.noreply, sh, c, out);
+        exec::store_reply(self.kind, result, self.noreply, c, out);
     }
 }
