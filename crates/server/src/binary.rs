@@ -162,13 +162,12 @@ fn execute(req: Request<'_>, session: &mut BinSession, sh: &Shared, c: &Counters
                 LargeOp::Sasl if !sh.config.sasl => r.error(Status::UnknownCommand),
                 // memcached cannot copy SASL data that large into an item: "out of memory".
                 LargeOp::Sasl => r.error(Status::OutOfMemory),
-                // memcached's binary protocol does not count store_too_large.
                 LargeOp::Store(op) => {
-                    // memcached: a failed set must not leave the old value readable.
-                    if op == StoreOp::Set {
-                        sh.store.delete(key, sh.clock.now());
+                    let mode = if op == StoreOp::Set { mnemo_store::Mode::Set } else { mnemo_store::Mode::Add };
+                    match crate::command::write::refused_too_large(key, mode, crate::command::Proto::Binary, sh, c) {
+                        crate::command::Answer::Now(_) => r.error(Status::TooLarge),
+                        crate::command::Answer::Later(p) => match p {},
                     }
-                    r.error(Status::TooLarge);
                 }
                 LargeOp::Concat => r.error(Status::TooLarge),
             }

@@ -21,6 +21,7 @@
 pub mod auth;
 pub mod binary;
 pub mod clock;
+mod command;
 pub mod config;
 pub mod conn;
 pub mod conns;

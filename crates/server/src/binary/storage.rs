@@ -9,9 +9,13 @@
 use mnemo_proto::binary::{Status, StoreOp, DELTA_NO_CREATE};
 use mnemo_proto::num::parse_u64;
 use mnemo_proto::text::Limits;
-use mnemo_store::{DeltaError, Lookup, Mode, StoreError, StoreOutcome};
+use mnemo_store::{DeltaError, Item, Mode, StoreError, StoreOutcome};
 
 use super::{expiry, After, Reply};
+use crate::command::delete::{self, Deleted};
+use crate::command::read::{self, Read};
+use crate::command::write::{self, Stored};
+use crate::command::{Answer, Proto};
 use crate::detail::Event;
 use crate::stats::{bump, Counters};
 use crate::Shared;
@@ -25,6 +29,36 @@ fn record(sh: &Shared, key: &[u8], ev: Event) {
 /// How often incr/decr retries when the item it creates is added by someone else first.
 const DELTA_ATTEMPTS: usize = 8;
 
+/// A GET family hit: header, flags, the key for GETK/GATK, then the value (nothing after it).
+struct BinHit<'k> {
+    key: &'k [u8],
+    op: u8,
+    opaque: u32,
+}
+
+impl read::Hit for BinHit<'_> {
+    fn head(&mut self, it: &Item<'_>, out: &mut Vec<u8>) -> Option<&'static [u8]> {
+        let k = self.key;
+        mnemo_proto::binary::response_header(out, self.op, Status::Ok, self.opaque, it.cas, 4, k.len() as u16, it.value.len());
+        out.extend_from_slice(&it.flags.to_be_bytes());
+        out.extend_from_slice(k);
+        Some(b"")
+    }
+}
+
+/// A TOUCH hit: the item's flags and CAS, no value.
+struct BinTouched {
+    op: u8,
+    opaque: u32,
+}
+
+impl read::Hit for BinTouched {
+    fn head(&mut self, it: &Item<'_>, out: &mut Vec<u8>) -> Option<&'static [u8]> {
+        mnemo_proto::binary::response(out, self.op, Status::Ok, self.opaque, it.cas, &it.flags.to_be_bytes(), &[], &[]);
+        None
+    }
+}
+
 pub(super) fn get(
     key: &[u8],
     with_key: bool,
@@ -34,37 +68,16 @@ pub(super) fn get(
     c: &Counters,
     r: &mut Reply<'_>,
 ) -> After {
-    let now = sh.clock.now();
-    let (op, opaque) = (r.opcode, r.opaque);
-    let direct = &mut r.direct;
-    let mut write = |it: mnemo_store::Item<'_>, out: &mut Vec<u8>| {
-        let shown_key = if with_key { key } else { &[] };
-        mnemo_proto::binary::response_header(out, op, Status::Ok, opaque, it.cas, 4, shown_key.len() as u16, it.value.len());
-        out.extend_from_slice(&it.flags.to_be_bytes());
-        out.extend_from_slice(shown_key);
-        match direct.as_deref_mut() {
-            // As text get: a large value leaves in one writev with the output before it,
-            // while the shard still holds it, instead of being copied into `out`.
-            Some(d) if it.value.len() >= crate::exec::DIRECT_MIN => {
-                d.send_value(out, it.value, it.pages, &[]);
-            }
-            _ => out.extend_from_slice(it.value),
-        }
+    let how = match touch {
+        None => Read::Get,
+        Some(e) => Read::Touch(expiry(sh, e)),
     };
-    let found = match touch {
-        None => {
-            bump(&c.cmd_get, 1);
-            sh.store.get(key, now, |it| write(it, r.out))
-        }
-        Some(e) => {
-            bump(&c.cmd_touch, 1);
-            sh.store.get_and_touch(key, expiry(sh, e), now, |it| write(it, r.out))
-        }
+    let mut hit = BinHit { key: if with_key { key } else { &[] }, op: r.opcode, opaque: r.opaque };
+    let sent = match read::get(key, how, &mut hit, sh, c, r.out, r.direct.as_deref_mut()) {
+        Answer::Now(sent) => sent,
+        Answer::Later(p) => match p {},
     };
-    let (hits, misses) = if touch.is_some() { (&c.touch_hits, &c.touch_misses) } else { (&c.get_hits, &c.get_misses) };
-    count_lookup(found, hits, misses, c);
-    record(sh, key, Event::Get { hit: found.is_hit() });
-    if !found.is_hit() && !quiet {
+    if !sent.found.is_hit() && !quiet {
         if with_key {
             // GETK / GATK: the miss carries the key instead of a message.
             bin_response(r, Status::KeyNotFound, key);
@@ -79,30 +92,13 @@ fn bin_response(r: &mut Reply<'_>, status: Status, key: &[u8]) {
     mnemo_proto::binary::response(r.out, r.opcode, status, r.opaque, 0, &[], key, &[]);
 }
 
-fn count_lookup<R>(found: Lookup<R>, hits: &std::sync::atomic::AtomicU64, misses: &std::sync::atomic::AtomicU64, c: &Counters) {
-    match found {
-        Lookup::Hit(_) => bump(hits, 1),
-        Lookup::Miss => bump(misses, 1),
-        Lookup::Expired => {
-            bump(misses, 1);
-            bump(&c.get_expired, 1);
-        }
-        Lookup::Flushed => {
-            bump(misses, 1);
-            bump(&c.get_flushed, 1);
-        }
-    }
-}
-
 /// TOUCH: a hit answers with the item's flags and CAS but no value.
 pub(super) fn touch(key: &[u8], exptime: u32, sh: &Shared, c: &Counters, r: &mut Reply<'_>) -> After {
-    bump(&c.cmd_touch, 1);
-    let found = sh.store.get_and_touch(key, expiry(sh, exptime), sh.clock.now(), |it| (it.flags, it.cas));
-    count_lookup(found, &c.touch_hits, &c.touch_misses, c);
-    record(sh, key, Event::Get { hit: found.is_hit() });
-    match found {
-        Lookup::Hit((flags, cas)) => r.ok(cas, &flags.to_be_bytes(), &[], &[]),
-        _ => r.error(Status::KeyNotFound),
+    let mut hit = BinTouched { op: r.opcode, opaque: r.opaque };
+    match read::get(key, Read::Touch(expiry(sh, exptime)), &mut hit, sh, c, r.out, None) {
+        Answer::Now(sent) if !sent.found.is_hit() => r.error(Status::KeyNotFound),
+        Answer::Now(_) => {}
+        Answer::Later(p) => match p {},
     }
     After::Continue
 }
@@ -120,8 +116,6 @@ pub(super) fn store(
     c: &Counters,
     r: &mut Reply<'_>,
 ) -> After {
-    record(sh, key, Event::Set);
-    let now = sh.clock.now();
     // memcached turns any SET/ADD/REPLACE that carries a CAS into a compare-and-swap; with
     // -C items hold no CAS and the field is ignored.
     let guarded = cas != 0 && sh.config.use_cas;
@@ -131,44 +125,34 @@ pub(super) fn store(
         (false, StoreOp::Add) => Mode::Add,
         (false, StoreOp::Replace) => Mode::Replace,
     };
-    let result = sh.store.store(mode, key, flags, expiry(sh, exptime), value, now);
-    // Counted once the item is allocated, as in text; memcached's binary protocol counts
-    // neither store_no_memory nor store_too_large.
-    if result.is_ok() {
-        bump(&c.cmd_set, 1);
-    }
-    match result {
-        Ok(StoreOutcome::Stored { cas }) => {
-            if guarded {
-                bump(&c.cas_hits, 1);
-            }
+    let s = write::Store { mode, key, flags, exp: expiry(sh, exptime), data: value, stale_if_older: false };
+    let answer = match write::store(&s, Proto::Binary, sh, c) {
+        Answer::Now(a) => a,
+        Answer::Later(p) => match p {},
+    };
+    match answer {
+        Stored::Stored { cas } => {
             if !quiet {
                 r.ok(cas, &[], &[], &[]);
             }
         }
-        Ok(StoreOutcome::NotStored) => r.error(match op {
+        Stored::NotStored => r.error(match op {
             StoreOp::Add => Status::KeyExists,
             StoreOp::Replace => Status::KeyNotFound,
             StoreOp::Set => Status::NotStored,
         }),
-        Ok(StoreOutcome::Exists) => {
-            bump(&c.cas_badval, 1);
-            r.error(Status::KeyExists);
-        }
-        Ok(StoreOutcome::NotFound) => {
-            bump(&c.cas_misses, 1);
-            r.error(Status::KeyNotFound);
-        }
-        Err(e) => {
+        Stored::Exists => r.error(Status::KeyExists),
+        Stored::NotFound => r.error(Status::KeyNotFound),
+        failed @ (Stored::TooLarge | Stored::NoMemory) => {
             if guarded && op == StoreOp::Set {
                 // The store drops the old value of a failed plain set; memcached does it for
                 // a set with a CAS too.
-                sh.store.delete(key, now);
+                sh.store.delete(key, sh.clock.now());
             }
-            match e {
-                StoreError::TooLarge => r.error(Status::TooLarge),
+            match failed {
+                Stored::TooLarge => r.error(Status::TooLarge),
                 // memcached's binary text for a store that found no memory.
-                StoreError::OutOfMemory => r.status(Status::OutOfMemory, b"Out of memory allocating item"),
+                _ => r.status(Status::OutOfMemory, b"Out of memory allocating item"),
             }
         }
     }
@@ -253,30 +237,18 @@ fn concat_guarded(append: bool, key: &[u8], value: &[u8], cas: u64, sh: &Shared)
     }
 }
 
-/// DELETE. With a CAS the compare and the delete are two store calls: the store has no
-/// conditional delete, so a write landing between them is deleted too (a narrow window that
-/// memcached, holding the item lock, does not have).
+/// DELETE, with the compare of a CAS when one is given (command/delete.rs).
 pub(super) fn delete(key: &[u8], cas: u64, quiet: bool, sh: &Shared, c: &Counters, r: &mut Reply<'_>) -> After {
-    record(sh, key, Event::Delete);
-    let now = sh.clock.now();
-    if cas != 0 {
-        // memcached compares even with -C, where every item's CAS is 0.
-        match sh.store.get(key, now, |it| it.cas).hit() {
-            Some(current) if current != cas => {
-                r.error(Status::KeyExists);
-                return After::Continue;
+    let d = delete::Delete { key, cas: (cas != 0).then_some(cas), invalidate: None };
+    match delete::delete(&d, Proto::Binary, sh, c) {
+        Answer::Now(Deleted::Exists) => r.error(Status::KeyExists),
+        Answer::Now(Deleted::Deleted) => {
+            if !quiet {
+                r.ok(0, &[], &[], &[]);
             }
-            _ => {}
         }
-    }
-    if sh.store.delete(key, now) {
-        bump(&c.delete_hits, 1);
-        if !quiet {
-            r.ok(0, &[], &[], &[]);
-        }
-    } else {
-        bump(&c.delete_misses, 1);
-        r.error(Status::KeyNotFound);
+        Answer::Now(Deleted::NotFound) => r.error(Status::KeyNotFound),
+        Answer::Later(p) => match p {},
     }
     After::Continue
 }

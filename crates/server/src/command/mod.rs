@@ -1,0 +1,52 @@
+//! The command layer: what a command does, whichever protocol carried it.
+//!
+//! ```text
+//!   text   exec.rs            ─┐ parse into        ┌─ the store call (get, get-and-touch, peek, store)
+//!   meta   meta.rs            ─┼─ a command call ──┤  every counter, `stats detail`, CAS and TTL rules,
+//!   binary binary/storage.rs  ─┘                   │  the large-value decision (direct send, read.rs)
+//!                                                  └─> Answer::Now(outcome)   encoded by the protocol
+//!                                                      Answer::Later(Pending) finished later (below)
+//! ```
+//!
+//! A protocol module parses a request, calls one function here, and encodes the answer in its
+//! own reply format; it neither calls the store for these commands nor bumps their counters.
+//! A change to what `get` counts, or a new counter, is one edit here.
+//!
+//! Where memcached 1.6.18 itself counts a command differently by protocol (meta records no
+//! `stats detail`; binary counts neither `store_no_memory` nor `store_too_large`), the caller
+//! names its protocol ([`Proto`]) and the rule is written here, once, beside the others.
+//!
+//! # Pending answers
+//! Every command answers through [`Answer`]. Today each answer is `Now`: the store is memory
+//! and a read completes under its shard lock. A tier whose reads complete later (a flash read,
+//! issue 37) answers `Later(Pending)`: the protocol keeps the reply's place in the
+//! connection's output (replies leave in request order) and encodes the item when the read
+//! completes, while the worker serves other connections. [`Pending`] has no value yet, so the
+//! compiler proves no encoder is reached with one; giving it a variant makes every encoder
+//! that must handle it a compile error until it does.
+
+pub(crate) mod delete;
+pub(crate) mod read;
+pub(crate) mod write;
+
+/// A command's answer: now, or once a read that cannot complete at once has (see the module
+/// docs).
+pub(crate) enum Answer<T> {
+    Now(T),
+    // Never built while Pending is empty: the flash tier (issue 37) builds it. Kept so that
+    // every encoder already matches it (with `match pending {}`).
+    #[allow(dead_code)]
+    Later(Pending),
+}
+
+/// A read in flight (issue 37's flash tier). No store produces one yet: the type is empty,
+/// so `Answer::Later` arms are `match pending {}`, checked by the compiler.
+pub(crate) enum Pending {}
+
+/// Which protocol carried a command, for the counting rules memcached applies per protocol.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Proto {
+    Text,
+    Meta,
+    Binary,
+}
