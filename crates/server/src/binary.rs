@@ -86,7 +86,8 @@ fn expiry(sh: &Shared, exptime: u32) -> Time {
     sh.clock.realtime(i64::from(exptime))
 }
 
-/// Handle at most one request from the front of `input`.
+/// Handle at most one request from the front of `input` (unit tests: without a Direct).
+#[cfg(test)]
 pub fn step(input: &[u8], session: &mut BinSession, sh: &Shared, c: &Counters, out: &mut Vec<u8>) -> BinNext {
     step_direct(input, session, sh, c, out, None)
 }

@@ -15,12 +15,10 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1";
 pub const DEFAULT_MEMORY_MB: u64 = 64;
 pub const DEFAULT_MAX_CONNS: usize = 1024;
 pub const DEFAULT_THREADS: usize = 4;
-pub const DEFAULT_ITEM_SIZE_MAX: usize = 1024 * 1024;
 pub const MIN_ITEM_SIZE_MAX: usize = 1024;
 pub const MAX_ITEM_SIZE_MAX: usize = 1024 * 1024 * 1024;
 pub const DEFAULT_REQS_PER_EVENT: usize = 20;
 pub const DEFAULT_BACKLOG: i32 = 1024;
-pub const DEFAULT_UNIX_MASK: u32 = 0o700;
 /// Keys one `fget` may name.
 pub const DEFAULT_FILTER_MAX_KEYS: usize = 10_000;
 /// The workers' event loop when `--io-loop` is not given (README "Event loops"): io_uring,

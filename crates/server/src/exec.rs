@@ -1,5 +1,5 @@
-//! Execute: the one place that knows both the protocol and the store. A parsed text request
-//! is applied to the store and its reply appended to the connection's output buffer.
+//! The text protocol's commands: a parsed text request is executed (the item commands through
+//! the command layer, crate::command) and its reply appended to the connection's output.
 
 pub mod largeset;
 
@@ -55,12 +55,8 @@ fn error(out: &mut Vec<u8>, noreply: bool, e: ErrorReply) {
     }
 }
 
-pub fn execute(req: &Request<'_>, sh: &Shared, c: &Counters, out: &mut Vec<u8>) -> Next {
-    execute_from(req, 0, sh, c, out, &mut PendingReads::default(), None)
-}
-
 // The connection implements Direct (conn.rs); the command layer decides when it is used.
-pub use crate::command::read::{Direct, DIRECT_MIN};
+pub use crate::command::read::Direct;
 
 /// Keys whose values sit in this connection's unsent output. memcached's replies hold a
 /// reference to such items, and an incr/decr that shrinks a referenced number stores a new
@@ -115,7 +111,8 @@ pub(crate) fn store_reply(answer: Answer<Stored>, noreply: bool, out: &mut Vec<u
     reply(out, noreply, text);
 }
 
-/// `execute`, with the first `skip` keys of a multi-get already answered.
+/// Execute one text request, its reply appended to `out`; `skip`: the first keys of a
+/// multi-get already answered (Next::Resume).
 pub fn execute_from(
     // By reference: a Request is 400+ bytes (a meta command's decoded key is inline), and
     // passing it by value cost a memcpy of all of it per request.
