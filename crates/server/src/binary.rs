@@ -24,6 +24,7 @@ use mnemo_proto::binary::{self as bin, opcode, Frame, LargeOp, Parsed, Request, 
 use mnemo_proto::text::Limits;
 use mnemo_store::Time;
 
+use crate::command::Answer;
 use crate::stats::Counters;
 use crate::Shared;
 
@@ -166,8 +167,8 @@ fn execute(req: Request<'_>, session: &mut BinSession, sh: &Shared, c: &Counters
                 LargeOp::Store(op) => {
                     let mode = if op == StoreOp::Set { mnemo_store::Mode::Set } else { mnemo_store::Mode::Add };
                     match crate::command::write::refused_too_large(key, mode, crate::command::Proto::Binary, sh, c) {
-                        crate::command::Answer::Now(_) => r.error(Status::TooLarge),
-                        crate::command::Answer::Later(p) => match p {},
+                        Answer::Now(_) => r.error(Status::TooLarge),
+                        Answer::Later(p) => match p {},
                     }
                 }
                 LargeOp::Concat => r.error(Status::TooLarge),
@@ -187,18 +188,15 @@ fn execute(req: Request<'_>, session: &mut BinSession, sh: &Shared, c: &Counters
             After::Close
         }
         Request::Flush { exptime, quiet } => {
-            if !sh.config.flush_enabled {
+            match crate::command::flush::flush_all(i64::from(exptime), sh, c) {
+                Answer::Now(true) => {
+                    if !quiet {
+                        r.ok(0, &[], &[], &[]);
+                    }
+                }
                 // memcached's answer to a disabled flush, quiet or not.
-                r.error(Status::AuthError);
-                return After::Continue;
-            }
-            crate::stats::bump(&c.cmd_flush, 1);
-            let now = sh.clock.now();
-            // As the text flush_all: items stored at or before realtime(exptime) - 1 die then.
-            let at = if exptime > 0 { expiry(sh, exptime).saturating_sub(1).max(now) } else { now };
-            sh.store.flush_all(at);
-            if !quiet {
-                r.ok(0, &[], &[], &[]);
+                Answer::Now(false) => r.error(Status::AuthError),
+                Answer::Later(p) => match p {},
             }
             After::Continue
         }

@@ -10,7 +10,7 @@ use mnemo_proto::text::{Keys, Request, ShutdownMode, StoreKind};
 use mnemo_proto::ErrorReply;
 use mnemo_store::{DeltaError, Mode};
 
-use crate::command::{delete, read, write, write::Stored, Answer, Proto};
+use crate::command::{delete, flush, read, write, write::Stored, Answer, Proto};
 use crate::stats::{self, bump, Counters};
 use crate::Shared;
 
@@ -176,16 +176,11 @@ pub fn execute_from(
             Next::Continue
         }
         Request::FlushAll { delay, noreply } => {
-            if !sh.config.flush_enabled {
-                error(out, noreply, ErrorReply::FlushDisabled);
-                return Next::Continue;
+            match flush::flush_all(i64::from(delay), sh, c) {
+                Answer::Now(true) => reply(out, noreply, b"OK"),
+                Answer::Now(false) => error(out, noreply, ErrorReply::FlushDisabled),
+                Answer::Later(p) => match p {},
             }
-            bump(&c.cmd_flush, 1);
-            // memcached: items stored at or before realtime(delay) - 1 are invalid once that
-            // moment arrives; no delay (or a negative one) means everything, now.
-            let at = if delay > 0 { sh.clock.realtime(i64::from(delay)).saturating_sub(1).max(now) } else { now };
-            store.flush_all(at);
-            reply(out, noreply, b"OK");
             Next::Continue
         }
         Request::Version => {

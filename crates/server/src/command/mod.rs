@@ -26,6 +26,7 @@
 //! that must handle it a compile error until it does.
 
 pub(crate) mod delete;
+pub(crate) mod flush;
 pub(crate) mod read;
 pub(crate) mod write;
 
