@@ -8,8 +8,9 @@ use std::sync::atomic::Ordering::Relaxed;
 use mnemo_proto::reply::{line, number_line, value_header};
 use mnemo_proto::text::{Keys, Request, ShutdownMode, StoreKind};
 use mnemo_proto::ErrorReply;
-use mnemo_store::{DeltaError, Mode};
+use mnemo_store::Mode;
 
+use crate::command::arith::{self, Counted};
 use crate::command::{delete, flush, read, write, write::Stored, Answer, Proto};
 use crate::stats::{self, bump, Counters};
 use crate::Shared;
@@ -124,8 +125,6 @@ pub fn execute_from(
     reads: &mut PendingReads,
     direct: Option<&mut dyn Direct>,
 ) -> Next {
-    let now = sh.clock.now();
-    let store = &sh.store;
     match *req {
         Request::Get { keys, cas, touch } => get(keys, skip, cas, touch, sh, c, out, reads, direct),
         Request::Store { kind, key, flags, exptime, data, cas, noreply } => {
@@ -151,19 +150,18 @@ pub fn execute_from(
             Next::Continue
         }
         Request::Delta { key, incr, delta, noreply } => {
-            let (hits, misses) = if incr { (&c.incr_hits, &c.incr_misses) } else { (&c.decr_hits, &c.decr_misses) };
-            match store.delta_padded(key, incr, delta, now, mnemo_proto::num::parse_u64, !reads.holds(key)) {
-                Ok((value, _cas)) => {
-                    bump(hits, 1);
+            // A number shrunk while a reply still holds the item is not padded (PendingReads).
+            let d = arith::Delta { key, incr, by: delta, pad: !reads.holds(key), cas: None, create: None };
+            match arith::delta(&d, Proto::Text, sh, c) {
+                Answer::Now(Counted::Value { n, .. } | Counted::Created { n, .. }) => {
                     if !noreply {
-                        number_line(out, value);
+                        number_line(out, n);
                     }
                 }
-                Err(DeltaError::NotFound) => {
-                    bump(misses, 1);
-                    reply(out, noreply, b"NOT_FOUND");
-                }
-                Err(DeltaError::NonNumeric) => error(out, noreply, ErrorReply::NonNumeric),
+                Answer::Now(Counted::NonNumeric) => error(out, noreply, ErrorReply::NonNumeric),
+                // Without a CAS or a create, a delta answers a number, NonNumeric or NotFound.
+                Answer::Now(_) => reply(out, noreply, b"NOT_FOUND"),
+                Answer::Later(p) => match p {},
             }
             Next::Continue
         }
@@ -192,7 +190,7 @@ pub fn execute_from(
             // memcached sends its error lines even with noreply (they bypass out_string).
             match &sh.config.tls {
                 None => out.extend_from_slice(b"Error TLS not enabled\r\n"),
-                Some(tls) => match tls.refresh(now) {
+                Some(tls) => match tls.refresh(sh.clock.now()) {
                     Ok(()) => reply(out, noreply, b"OK"),
                     Err(e) => line(out, e.to_string().as_bytes()),
                 },

@@ -6,14 +6,15 @@
 use mnemo_proto::meta::{Meta, MetaKind};
 use mnemo_proto::reply::line;
 use mnemo_proto::ErrorReply;
-use mnemo_store::{DeltaError, Item, Mode, StoreOutcome, Time};
+use mnemo_store::{Item, Mode, Time};
 
+use crate::command::arith::{self, Counted};
 use crate::command::delete::{self, Deleted};
 use crate::command::read::{self, Direct};
 use crate::command::write::{self, Stored};
 use crate::command::{Answer, Proto};
 use crate::exec::Next;
-use crate::stats::{bump, Counters};
+use crate::stats::Counters;
 use crate::Shared;
 
 fn push_num(out: &mut Vec<u8>, n: impl itoa::Integer) {
@@ -245,75 +246,55 @@ fn delete(m: &Meta<'_>, sh: &Shared, c: &Counters, out: &mut Vec<u8>) {
 fn arith(m: &Meta<'_>, sh: &Shared, c: &Counters, out: &mut Vec<u8>) {
     let f = &m.flags;
     let key = m.key.as_bytes();
+    let d = arith::Delta {
+        key,
+        incr: matches!(f.mode.unwrap_or(b'I'), b'I' | b'+'),
+        by: f.delta.unwrap_or(1),
+        pad: true,
+        cas: f.compare_cas,
+        create: f.vivify.map(|ttl| (f.initial.unwrap_or(0), sh.clock.item_expiry(ttl))),
+    };
+    let (value, cas) = match arith::delta(&d, Proto::Meta, sh, c) {
+        Answer::Now(Counted::Value { n, cas } | Counted::Created { n, cas }) => (n, cas),
+        Answer::Now(Counted::Exists) => return status(m, b"EX", m.raw_key, out),
+        Answer::Now(Counted::NonNumeric) => return ErrorReply::NonNumeric.write(out),
+        // Meta neither guards by CAS nor gives up on a create: the rest is a missing item.
+        Answer::Now(_) => return status(m, b"NF", m.raw_key, out),
+        Answer::Later(p) => match p {},
+    };
     let now = sh.clock.now();
-    let incr = matches!(f.mode.unwrap_or(b'I'), b'I' | b'+');
-    let (hits, misses) = if incr { (&c.incr_hits, &c.incr_misses) } else { (&c.decr_hits, &c.decr_misses) };
-    if let Some(want) = f.compare_cas {
-        if let Some(have) = delete::current_cas(key, sh, now) {
-            if have != want {
-                status(m, b"EX", m.raw_key, out);
-                return;
+    if let Some(t) = f.ttl {
+        sh.store.touch(key, sh.clock.item_expiry(t), now);
+    }
+    if f.quiet {
+        return;
+    }
+    let exp = if f.has(b't') { sh.store.get(key, now, |it| it.exp).hit() } else { None };
+    let digits = itoa::Buffer::new().format(value).as_bytes().to_vec();
+    if f.has(b'v') {
+        out.extend_from_slice(b"VA ");
+        push_num(out, digits.len());
+    } else {
+        out.extend_from_slice(b"HD");
+    }
+    for &l in f.letters() {
+        match l {
+            b'c' => {
+                out.extend_from_slice(b" c");
+                push_num(out, cas);
             }
+            b't' => {
+                out.extend_from_slice(b" t");
+                push_num(out, ttl_left(exp.unwrap_or(0), now));
+            }
+            b'k' | b'O' => echo_request(m, l, m.raw_key, true, out),
+            _ => {}
         }
     }
-    let mut result = sh.store.delta(key, incr, f.delta.unwrap_or(1), now, mnemo_proto::num::parse_u64);
-    if let (Err(DeltaError::NotFound), Some(ttl)) = (&result, f.vivify) {
-        // Autovivify: create the counter with its initial value (no delta applied).
-        let initial = f.initial.unwrap_or(0);
-        let text = itoa::Buffer::new().format(initial).as_bytes().to_vec();
-        let exp = sh.clock.item_expiry(ttl);
-        match sh.store.store(Mode::Add, key, 0, exp, &text, now) {
-            Ok(StoreOutcome::Stored { cas }) => result = Ok((initial, cas)),
-            // Someone created it first: apply the delta to theirs.
-            _ => result = sh.store.delta(key, incr, f.delta.unwrap_or(1), now, mnemo_proto::num::parse_u64),
-        }
-    }
-    match result {
-        Ok((value, cas)) => {
-            bump(hits, 1);
-            let mut exp = None;
-            if let Some(t) = f.ttl {
-                let e = sh.clock.item_expiry(t);
-                sh.store.touch(key, e, now);
-            }
-            if f.quiet {
-                return;
-            }
-            if f.has(b't') {
-                exp = sh.store.get(key, now, |it| it.exp).hit();
-            }
-            let digits = itoa::Buffer::new().format(value).as_bytes().to_vec();
-            if f.has(b'v') {
-                out.extend_from_slice(b"VA ");
-                push_num(out, digits.len());
-            } else {
-                out.extend_from_slice(b"HD");
-            }
-            for &l in f.letters() {
-                match l {
-                    b'c' => {
-                        out.extend_from_slice(b" c");
-                        push_num(out, cas);
-                    }
-                    b't' => {
-                        out.extend_from_slice(b" t");
-                        push_num(out, ttl_left(exp.unwrap_or(0), now));
-                    }
-                    b'k' | b'O' => echo_request(m, l, m.raw_key, true, out),
-                    _ => {}
-                }
-            }
-            out.extend_from_slice(b"\r\n");
-            if f.has(b'v') {
-                out.extend_from_slice(&digits);
-                out.extend_from_slice(b"\r\n");
-            }
-        }
-        Err(DeltaError::NotFound) => {
-            bump(misses, 1);
-            status(m, b"NF", m.raw_key, out);
-        }
-        Err(DeltaError::NonNumeric) => ErrorReply::NonNumeric.write(out),
+    out.extend_from_slice(b"\r\n");
+    if f.has(b'v') {
+        out.extend_from_slice(&digits);
+        out.extend_from_slice(b"\r\n");
     }
 }
 

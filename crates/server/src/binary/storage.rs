@@ -7,11 +7,11 @@
 //! fails with "exists", as it would in memcached. Delete is the exception (see `delete`).
 
 use mnemo_proto::binary::{Status, StoreOp, DELTA_NO_CREATE};
-use mnemo_proto::num::parse_u64;
 use mnemo_proto::text::Limits;
-use mnemo_store::{DeltaError, Item, Mode, StoreError, StoreOutcome};
+use mnemo_store::{Item, Mode, StoreOutcome};
 
 use super::{expiry, After, Reply};
+use crate::command::arith::{self, Counted};
 use crate::command::delete::{self, Deleted};
 use crate::command::read::{self, Read};
 use crate::command::write::{self, Stored};
@@ -25,9 +25,6 @@ use crate::Shared;
 fn record(sh: &Shared, key: &[u8], ev: Event) {
     sh.detail.record(key, sh.config.prefix_delimiter, ev);
 }
-
-/// How often incr/decr retries when the item it creates is added by someone else first.
-const DELTA_ATTEMPTS: usize = 8;
 
 /// A GET family hit: header, flags, the key for GETK/GATK, then the value (nothing after it).
 struct BinHit<'k> {
@@ -263,117 +260,32 @@ pub(super) struct DeltaArgs<'a> {
     pub quiet: bool,
 }
 
-enum DeltaResult {
-    Value(u64, u64),
-    Missing,
-    Failed(Status),
-}
-
-/// INCREMENT / DECREMENT: u64, incr wraps, decr stops at 0; a missing item is created with
-/// `initial` (flags 0) unless the expiration is 0xffffffff.
+/// INCREMENT / DECREMENT (command/arith.rs): a missing item is created with `initial` (flags
+/// 0) unless the expiration is 0xffffffff; a CAS guards the write.
 pub(super) fn delta(a: DeltaArgs<'_>, sh: &Shared, c: &Counters, r: &mut Reply<'_>) -> After {
-    let (hits, misses) = if a.incr { (&c.incr_hits, &c.incr_misses) } else { (&c.decr_hits, &c.decr_misses) };
-    let now = sh.clock.now();
-    for _ in 0..DELTA_ATTEMPTS {
-        let res = if a.cas != 0 { delta_guarded(&a, sh) } else { delta_plain(&a, sh) };
-        match res {
-            DeltaResult::Value(n, cas) => {
-                bump(hits, 1);
-                if !a.quiet {
-                    r.ok(cas, &[], &[], &n.to_be_bytes());
-                }
-                return After::Continue;
-            }
-            DeltaResult::Failed(status) => {
-                r.error(status);
-                return After::Continue;
-            }
-            DeltaResult::Missing if a.exptime == DELTA_NO_CREATE => {
-                bump(misses, 1);
-                r.error(Status::KeyNotFound);
-                return After::Continue;
-            }
-            DeltaResult::Missing => {
-                let mut digits = [0; 20];
-                let text = decimal(a.initial, &mut digits);
-                match sh.store.store(Mode::Add, a.key, 0, expiry(sh, a.exptime), text, now) {
-                    Ok(StoreOutcome::Stored { cas }) => {
-                        if !a.quiet {
-                            r.ok(cas, &[], &[], &a.initial.to_be_bytes());
-                        }
-                        return After::Continue;
-                    }
-                    // Someone else created it first: apply the delta to theirs.
-                    Ok(_) => continue,
-                    Err(StoreError::OutOfMemory) => {
-                        bump(&c.store_no_memory, 1);
-                        r.error(Status::OutOfMemory);
-                        return After::Continue;
-                    }
-                    Err(StoreError::TooLarge) => {
-                        r.error(Status::NotStored);
-                        return After::Continue;
-                    }
-                }
-            }
-        }
-    }
-    // memcached's answer when its add of the initial value fails.
-    r.error(Status::NotStored);
-    After::Continue
-}
-
-fn delta_plain(a: &DeltaArgs<'_>, sh: &Shared) -> DeltaResult {
-    match sh.store.delta(a.key, a.incr, a.delta, sh.clock.now(), parse_u64) {
-        Ok((n, cas)) => DeltaResult::Value(n, cas),
-        Err(DeltaError::NotFound) => DeltaResult::Missing,
-        Err(DeltaError::NonNumeric) => DeltaResult::Failed(Status::NonNumeric),
-    }
-}
-
-/// incr/decr with a CAS: the CAS is compared before the value is parsed (memcached's order),
-/// and the new number is written with a CAS-guarded store. Like the store's own delta, a
-/// shorter number keeps the old length, padded with spaces, as memcached rewrites in place.
-fn delta_guarded(a: &DeltaArgs<'_>, sh: &Shared) -> DeltaResult {
-    let now = sh.clock.now();
-    let found = sh.store.get(a.key, now, |it| {
-        if it.cas != a.cas {
-            return Err(Status::KeyExists);
-        }
-        let n = match parse_u64(it.value) {
-            Some(v) if !it.value.is_empty() => v,
-            _ => return Err(Status::NonNumeric),
-        };
-        let n = if a.incr { n.wrapping_add(a.delta) } else { n.saturating_sub(a.delta) };
-        Ok((n, it.flags, it.exp, it.value.len()))
-    });
-    let (n, flags, exp, old_len) = match found.hit() {
-        None => return DeltaResult::Missing,
-        Some(Err(status)) => return DeltaResult::Failed(status),
-        Some(Ok(v)) => v,
+    let d = arith::Delta {
+        key: a.key,
+        incr: a.incr,
+        by: a.delta,
+        pad: true,
+        cas: (a.cas != 0).then_some(a.cas),
+        create: (a.exptime != DELTA_NO_CREATE).then(|| (a.initial, expiry(sh, a.exptime))),
     };
-    let mut digits = [0; 20];
-    let mut text = decimal(n, &mut digits).to_vec();
-    if text.len() < old_len {
-        text.resize(old_len, b' ');
-    }
-    match sh.store.store(Mode::Cas(a.cas), a.key, flags, exp, &text, now) {
-        Ok(StoreOutcome::Stored { cas }) => DeltaResult::Value(n, cas),
-        Ok(StoreOutcome::Exists) => DeltaResult::Failed(Status::KeyExists),
-        Ok(_) => DeltaResult::Missing,
-        Err(_) => DeltaResult::Failed(Status::OutOfMemory),
-    }
-}
-
-/// `n` in decimal, without allocating.
-fn decimal(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
-    let mut i = buf.len();
-    loop {
-        i -= 1;
-        buf[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            return &buf[i..];
+    let answer = match arith::delta(&d, Proto::Binary, sh, c) {
+        Answer::Now(answer) => answer,
+        Answer::Later(p) => match p {},
+    };
+    match answer {
+        Counted::Value { n, cas } | Counted::Created { n, cas } => {
+            if !a.quiet {
+                r.ok(cas, &[], &[], &n.to_be_bytes());
+            }
         }
+        Counted::NotFound => r.error(Status::KeyNotFound),
+        Counted::NonNumeric => r.error(Status::NonNumeric),
+        Counted::Exists => r.error(Status::KeyExists),
+        Counted::NoMemory => r.error(Status::OutOfMemory),
+        Counted::NotStored => r.error(Status::NotStored),
     }
+    After::Continue
 }

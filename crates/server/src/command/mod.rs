@@ -25,6 +25,7 @@
 //! compiler proves no encoder is reached with one; giving it a variant makes every encoder
 //! that must handle it a compile error until it does.
 
+pub(crate) mod arith;
 pub(crate) mod delete;
 pub(crate) mod flush;
 pub(crate) mod read;
