@@ -1,30 +1,20 @@
 //! The binary commands that touch items: the get family, touch, storage, append/prepend,
-//! delete and incr/decr, with memcached's statuses, CAS rules and counters.
-//!
-//! The binary protocol lets a client attach a CAS to commands the store has no CAS form of
-//! (append/prepend, incr/decr, delete). Those are built from a read and a CAS-guarded write,
-//! so they stay atomic: a write that lands in between changes the CAS and the guarded write
-//! fails with "exists", as it would in memcached. Delete is the exception (see `delete`).
+//! delete and incr/decr. Each is parsed into the command layer (crate::command), which does
+//! the store calls, the CAS rules and the counting; here its answer becomes memcached's
+//! binary statuses and bodies.
 
 use mnemo_proto::binary::{Status, StoreOp, DELTA_NO_CREATE};
-use mnemo_proto::text::Limits;
-use mnemo_store::{Item, Mode, StoreOutcome};
+use mnemo_store::{Item, Mode};
 
 use super::{expiry, After, Reply};
 use crate::command::arith::{self, Counted};
+use crate::command::concat;
 use crate::command::delete::{self, Deleted};
 use crate::command::read::{self, Read};
 use crate::command::write::{self, Stored};
 use crate::command::{Answer, Proto};
-use crate::detail::Event;
-use crate::stats::{bump, Counters};
+use crate::stats::Counters;
 use crate::Shared;
-
-/// `stats detail`: memcached's binary get family (touch and gat included) records a get,
-/// storage and append/prepend a set, delete a delete.
-fn record(sh: &Shared, key: &[u8], ev: Event) {
-    sh.detail.record(key, sh.config.prefix_delimiter, ev);
-}
 
 /// A GET family hit: header, flags, the key for GETK/GATK, then the value (nothing after it).
 struct BinHit<'k> {
@@ -167,71 +157,19 @@ pub(super) fn concat(
     c: &Counters,
     r: &mut Reply<'_>,
 ) -> After {
-    bump(&c.cmd_set, 1);
-    record(sh, key, Event::Set);
-    let now = sh.clock.now();
-    let outcome = if cas != 0 && sh.config.use_cas {
-        concat_guarded(append, key, value, cas, sh)
-    } else if !joined_fits(key, value.len(), sh) {
-        StoreOutcome::NotStored
-    } else {
-        let mode = if append { Mode::Append } else { Mode::Prepend };
-        // The store answers NotStored itself when the result would be too large or finds no
-        // memory, as memcached does for append/prepend.
-        sh.store.store(mode, key, 0, 0, value, now).unwrap_or(StoreOutcome::NotStored)
-    };
-    match outcome {
-        StoreOutcome::Stored { cas } => {
+    // With -C the CAS field is ignored, as for SET.
+    let j = concat::Concat { append, key, data: value, cas: (cas != 0 && sh.config.use_cas).then_some(cas) };
+    match concat::concat(&j, Proto::Binary, sh, c) {
+        Answer::Now(Stored::Stored { cas }) => {
             if !quiet {
                 r.ok(cas, &[], &[], &[]);
             }
         }
-        StoreOutcome::Exists => r.error(Status::KeyExists),
-        StoreOutcome::NotStored | StoreOutcome::NotFound => r.error(Status::NotStored),
+        Answer::Now(Stored::Exists) => r.error(Status::KeyExists),
+        Answer::Now(_) => r.error(Status::NotStored),
+        Answer::Later(p) => match p {},
     }
     After::Continue
-}
-
-/// Whether appending `extra` bytes keeps the item within memcached's exact size rule (the
-/// store's own bound is a little looser). An append racing in between can only be caught by
-/// the store's bound, which still holds.
-fn joined_fits(key: &[u8], extra: usize, sh: &Shared) -> bool {
-    let limits = Limits { item_size_max: sh.config.item_size_max, use_cas: sh.config.use_cas };
-    match sh.store.get(key, sh.clock.now(), |it| (it.flags, it.value.len())).hit() {
-        Some((flags, len)) => limits.item_fits(key.len(), flags, len + extra),
-        // Missing: the store answers NotStored.
-        None => true,
-    }
-}
-
-/// Append/prepend with a CAS: read, compare, and write the joined value only if the CAS
-/// still matches.
-fn concat_guarded(append: bool, key: &[u8], value: &[u8], cas: u64, sh: &Shared) -> StoreOutcome {
-    let now = sh.clock.now();
-    let joined = sh.store.get(key, now, |it| {
-        if it.cas != cas {
-            return None;
-        }
-        let mut v = Vec::with_capacity(it.value.len() + value.len());
-        if append {
-            v.extend_from_slice(it.value);
-            v.extend_from_slice(value);
-        } else {
-            v.extend_from_slice(value);
-            v.extend_from_slice(it.value);
-        }
-        Some((it.flags, it.exp, v))
-    });
-    let Some(found) = joined.hit() else { return StoreOutcome::NotStored };
-    let Some((flags, exp, v)) = found else { return StoreOutcome::Exists };
-    let limits = Limits { item_size_max: sh.config.item_size_max, use_cas: sh.config.use_cas };
-    if !limits.item_fits(key.len(), flags, v.len()) {
-        return StoreOutcome::NotStored;
-    }
-    match sh.store.store(Mode::Cas(cas), key, flags, exp, &v, now) {
-        Ok(StoreOutcome::NotFound) | Err(_) => StoreOutcome::NotStored,
-        Ok(o) => o,
-    }
 }
 
 /// DELETE, with the compare of a CAS when one is given (command/delete.rs).

@@ -8,9 +8,20 @@
 //!                                                      Answer::Later(Pending) finished later (below)
 //! ```
 //!
+//! ```text
+//!   read.rs     get gets gat gats touch, mg, binary GET/GETK/GAT/GATK/TOUCH; Direct
+//!   write.rs    set add replace append prepend cas (text, in-place text, ms, binary SET/ADD/REPLACE)
+//!   concat.rs   binary APPEND/PREPEND (with a CAS, memcached's exact size rule)
+//!   delete.rs   delete, md (C, I), binary DELETE (with a CAS)
+//!   arith.rs    incr decr, ma (C, N), binary INCREMENT/DECREMENT (with a CAS, create)
+//!   flush.rs    flush_all, binary FLUSH
+//! ```
+//!
 //! A protocol module parses a request, calls one function here, and encodes the answer in its
-//! own reply format; it neither calls the store for these commands nor bumps their counters.
-//! A change to what `get` counts, or a new counter, is one edit here.
+//! own reply format; it does not bump these commands' counters. A change to what `get` counts,
+//! or a new counter, is one edit here. Store calls left outside, each protocol-only: meta's
+//! `ma` T/t (touch after the delta, read the TTL back) and `me`, binary's delete after a
+//! failed SET that carried a CAS, and the admin commands (cache_memlimit, crawler, metadump).
 //!
 //! Where memcached 1.6.18 itself counts a command differently by protocol (meta records no
 //! `stats detail`; binary counts neither `store_no_memory` nor `store_too_large`), the caller
@@ -26,6 +37,7 @@
 //! that must handle it a compile error until it does.
 
 pub(crate) mod arith;
+pub(crate) mod concat;
 pub(crate) mod delete;
 pub(crate) mod flush;
 pub(crate) mod read;

@@ -101,7 +101,8 @@ pub(crate) fn refused_too_large(key: &[u8], mode: Mode, proto: Proto, sh: &Share
     Answer::Now(Stored::TooLarge)
 }
 
-fn record(key: &[u8], proto: Proto, sh: &Shared) {
+/// `stats detail` set: text and binary (meta records none, as memcached 1.6.18).
+pub(super) fn record(key: &[u8], proto: Proto, sh: &Shared) {
     if proto != Proto::Meta {
         sh.detail.record(key, sh.config.prefix_delimiter, Event::Set);
     }
