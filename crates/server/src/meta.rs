@@ -1,4 +1,5 @@
-//! Execute the meta commands (mg ms md ma me) against the store.
+//! The meta commands (mg ms md ma me): each is parsed into the command layer (crate::command)
+//! and its answer encoded as a meta reply.
 //!
 //! Replies echo the requested return flags in request order. `q` hides the reply that says
 //! nothing new: EN for mg, HD for ms/md/ma (and ma's value), never an error or a NF/NS/EX.
