@@ -46,9 +46,10 @@ pub(crate) enum Stored {
     NoMemory,
 }
 
-/// Stores `s` by its mode's rules and counts it. Inlined: it is the set hot path, and a
-/// call with its moved Result cost 60 instructions a set (bench/instructions.sh).
-#[inline(always)]
+/// Stores `s` by its mode's rules and counts it. An inline hint only: forced into the text
+/// executor it grew it past the compiler's inlining budget, and a get hit then cost 2,020
+/// instructions (bench/instructions.sh).
+#[inline]
 pub(crate) fn store(s: &Store<'_>, proto: Proto, sh: &Shared, c: &Counters) -> Answer<Stored> {
     record(s.key, proto, sh);
     let now = sh.clock.now();
