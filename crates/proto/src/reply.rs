@@ -95,8 +95,7 @@ impl std::fmt::Display for ErrorReply {
 
 impl std::error::Error for ErrorReply {}
 
-/// Append `text\r\n`. Inline: with a constant line the caller gets two constant stores.
-#[inline]
+/// Append `text\r\n`.
 pub fn line(out: &mut Vec<u8>, text: &[u8]) {
     out.extend_from_slice(text);
     out.extend_from_slice(b"\r\n");

@@ -44,7 +44,6 @@ pub enum Next {
 pub const GET_PAUSE_BYTES: usize = 256 * 1024;
 
 /// Append a reply line unless the client asked for none.
-#[inline(always)]
 fn reply(out: &mut Vec<u8>, noreply: bool, text: &[u8]) {
     if !noreply {
         line(out, text);
@@ -101,16 +100,16 @@ pub(crate) fn mode_of(kind: StoreKind, cas: u64) -> Mode {
 /// A storage command's reply for the command layer's answer; shared by the buffered path and
 /// values received in place (exec/largeset.rs).
 pub(crate) fn store_reply(answer: Answer<Stored>, noreply: bool, out: &mut Vec<u8>) {
-    // One reply call per arm: each line is then a constant (no memcpy call on the hot path).
-    match answer {
-        Answer::Now(Stored::Stored { .. }) => reply(out, noreply, b"STORED"),
-        Answer::Now(Stored::NotStored) => reply(out, noreply, b"NOT_STORED"),
-        Answer::Now(Stored::Exists) => reply(out, noreply, b"EXISTS"),
-        Answer::Now(Stored::NotFound) => reply(out, noreply, b"NOT_FOUND"),
-        Answer::Now(Stored::TooLarge) => error(out, noreply, ErrorReply::TooLarge),
-        Answer::Now(Stored::NoMemory) => error(out, noreply, ErrorReply::OutOfMemory),
+    let text: &[u8] = match answer {
+        Answer::Now(Stored::Stored { .. }) => b"STORED",
+        Answer::Now(Stored::NotStored) => b"NOT_STORED",
+        Answer::Now(Stored::Exists) => b"EXISTS",
+        Answer::Now(Stored::NotFound) => b"NOT_FOUND",
+        Answer::Now(Stored::TooLarge) => return error(out, noreply, ErrorReply::TooLarge),
+        Answer::Now(Stored::NoMemory) => return error(out, noreply, ErrorReply::OutOfMemory),
         Answer::Later(p) => match p {},
-    }
+    };
+    reply(out, noreply, text);
 }
 
 /// Execute one text request, its reply appended to `out`; `skip`: the first keys of a
@@ -297,9 +296,9 @@ struct TextHit<'k> {
 
 impl read::Hit for TextHit<'_> {
     #[inline]
-    fn head(&mut self, it: &mnemo_store::Item<'_>, out: &mut Vec<u8>) -> Option<read::Tail> {
+    fn head(&mut self, it: &mnemo_store::Item<'_>, out: &mut Vec<u8>) -> Option<&'static [u8]> {
         value_header(out, self.key, it.flags, it.value.len(), self.cas.then_some(it.cas));
-        Some(if self.last { read::Tail::CrlfEnd } else { read::Tail::Crlf })
+        Some(if self.last { b"\r\nEND\r\n" } else { b"\r\n" })
     }
 }
 

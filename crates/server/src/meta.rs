@@ -150,9 +150,9 @@ struct MetaHit<'m, 'r> {
 }
 
 impl read::Hit for MetaHit<'_, '_> {
-    fn head(&mut self, it: &Item<'_>, out: &mut Vec<u8>) -> Option<read::Tail> {
+    fn head(&mut self, it: &Item<'_>, out: &mut Vec<u8>) -> Option<&'static [u8]> {
         let suffix = win_flags(self.m, it, self.now, self.sh);
-        write_hit_line(self.m, it, self.now, suffix, out).then_some(read::Tail::Crlf)
+        write_hit_line(self.m, it, self.now, suffix, out).then_some(b"\r\n")
     }
 
     fn vivified(&mut self, it: &Item<'_>, out: &mut Vec<u8>) {

@@ -24,12 +24,12 @@ struct BinHit<'k> {
 }
 
 impl read::Hit for BinHit<'_> {
-    fn head(&mut self, it: &Item<'_>, out: &mut Vec<u8>) -> Option<read::Tail> {
+    fn head(&mut self, it: &Item<'_>, out: &mut Vec<u8>) -> Option<&'static [u8]> {
         let k = self.key;
         mnemo_proto::binary::response_header(out, self.op, Status::Ok, self.opaque, it.cas, 4, k.len() as u16, it.value.len());
         out.extend_from_slice(&it.flags.to_be_bytes());
         out.extend_from_slice(k);
-        Some(read::Tail::Nothing)
+        Some(b"")
     }
 }
 
@@ -40,7 +40,7 @@ struct BinTouched {
 }
 
 impl read::Hit for BinTouched {
-    fn head(&mut self, it: &Item<'_>, out: &mut Vec<u8>) -> Option<read::Tail> {
+    fn head(&mut self, it: &Item<'_>, out: &mut Vec<u8>) -> Option<&'static [u8]> {
         mnemo_proto::binary::response(out, self.op, Status::Ok, self.opaque, it.cas, &it.flags.to_be_bytes(), &[], &[]);
         None
     }

@@ -46,10 +46,7 @@ pub(crate) enum Stored {
     NoMemory,
 }
 
-/// Stores `s` by its mode's rules and counts it. An inline hint only: forced into the text
-/// executor it grew it past the compiler's inlining budget, and a get hit then cost 2,020
-/// instructions (bench/instructions.sh).
-#[inline]
+/// Stores `s` by its mode's rules and counts it.
 pub(crate) fn store(s: &Store<'_>, proto: Proto, sh: &Shared, c: &Counters) -> Answer<Stored> {
     record(s.key, proto, sh);
     let now = sh.clock.now();
@@ -72,7 +69,6 @@ pub(crate) fn store(s: &Store<'_>, proto: Proto, sh: &Shared, c: &Counters) -> A
 /// keeps the TTL and the "win token sent" state of the item it replaces (memcached), so
 /// readers go on seeing X and Z and nobody is handed a second W. A CAS that is not older
 /// stays EXISTS.
-#[cold]
 fn stale_write(s: &Store<'_>, want: u64, sh: &Shared, now: Time) -> Result<StoreOutcome, StoreError> {
     let old = sh.store.peek(s.key, now, |it| (it.cas, it.exp)).hit();
     let Some((have, old_exp)) = old.filter(|&(have, _)| want < have) else {
@@ -106,14 +102,12 @@ pub(crate) fn refused_too_large(key: &[u8], mode: Mode, proto: Proto, sh: &Share
 }
 
 /// `stats detail` set: text and binary (meta records none, as memcached 1.6.18).
-#[inline(always)]
 pub(super) fn record(key: &[u8], proto: Proto, sh: &Shared) {
     if proto != Proto::Meta {
         sh.detail.record(key, sh.config.prefix_delimiter, Event::Set);
     }
 }
 
-#[inline(always)]
 fn count(mode: Mode, result: Result<StoreOutcome, StoreError>, proto: Proto, c: &Counters) -> Stored {
     if result.is_ok() || matches!(mode, Mode::Append | Mode::Prepend) {
         bump(&c.cmd_set, 1);
