@@ -2,70 +2,41 @@
 //! append replies to a connection's output buffer (no allocation beyond the buffer's growth).
 
 /// Every error line the text protocol can send, with memcached's exact wording.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+/// The wording of each is written once, in [`ErrorReply::text`]; Display shows the same.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ErrorReply {
-    #[error("ERROR")]
     Error,
-    #[error("CLIENT_ERROR bad command line format")]
     BadFormat,
-    #[error("CLIENT_ERROR bad data chunk")]
     BadDataChunk,
-    #[error("CLIENT_ERROR line too long")]
     LineTooLong,
-    #[error("SERVER_ERROR object too large for cache")]
     TooLarge,
-    #[error("SERVER_ERROR out of memory storing object")]
     OutOfMemory,
-    #[error("CLIENT_ERROR invalid numeric delta argument")]
     BadDelta,
-    #[error("CLIENT_ERROR invalid exptime argument")]
     BadExptime,
-    #[error("CLIENT_ERROR cannot increment or decrement non-numeric value")]
     NonNumeric,
-    #[error("CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]")]
     DeleteUsage,
-    #[error("ERROR: shutdown not enabled")]
     ShutdownDisabled,
-    #[error("CLIENT_ERROR invalid shutdown mode")]
     ShutdownMode,
-    #[error("CLIENT_ERROR flush_all not allowed")]
     FlushDisabled,
-    #[error("CLIENT_ERROR unauthenticated")]
     Unauthenticated,
-    #[error("CLIENT_ERROR invalid flag")]
     InvalidFlag,
-    #[error("CLIENT_ERROR duplicate flag")]
     DuplicateFlag,
-    #[error("CLIENT_ERROR invalid or duplicate flag")]
     InvalidOrDuplicateFlag,
-    #[error("CLIENT_ERROR bad token in command line format")]
     BadToken,
-    #[error("CLIENT_ERROR error decoding key")]
     KeyDecode,
-    #[error("CLIENT_ERROR opaque token too long")]
     OpaqueTooLong,
-    #[error("CLIENT_ERROR invalid numeric delta value")]
     BadDeltaValue,
-    #[error("CLIENT_ERROR invalid numeric initial value")]
     BadInitialValue,
-    #[error("CLIENT_ERROR incorrect length for M token")]
     ModeLength,
-    #[error("CLIENT_ERROR invalid mode for ms M token")]
     SetMode,
-    #[error("CLIENT_ERROR invalid mode for ma M token")]
     ArithMode,
     /// mg past memcached's 20 tokens.
-    #[error("CLIENT_ERROR options flags are too long")]
     GetFlagsTooLong,
     /// ms, md and ma past memcached's 20 tokens (their wording differs from mg's).
-    #[error("CLIENT_ERROR options flags too long")]
     FlagsTooLong,
     // mnemo's own: fget (memcached has no such command).
-    #[error("CLIENT_ERROR unknown filter")]
     UnknownFilter,
-    #[error("CLIENT_ERROR too many keys")]
     TooManyKeys,
-    #[error("CLIENT_ERROR filter arguments too long")]
     FilterArgsTooLong,
 }
 
@@ -116,6 +87,14 @@ impl ErrorReply {
     }
 }
 
+impl std::fmt::Display for ErrorReply {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.text())
+    }
+}
+
+impl std::error::Error for ErrorReply {}
+
 /// Append `text\r\n`.
 pub fn line(out: &mut Vec<u8>, text: &[u8]) {
     out.extend_from_slice(text);
@@ -156,6 +135,14 @@ pub fn stat(out: &mut Vec<u8>, name: &str, value: impl std::fmt::Display) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_error_displays_as_its_reply_line() {
+        assert_eq!(ErrorReply::OutOfMemory.to_string(), "SERVER_ERROR out of memory storing object");
+        let mut out = Vec::new();
+        ErrorReply::DeleteUsage.write(&mut out);
+        assert_eq!(out, format!("{}\r\n", ErrorReply::DeleteUsage).into_bytes());
+    }
 
     #[test]
     fn value_header_layout() {

@@ -24,6 +24,7 @@ use mnemo_proto::binary::{self as bin, opcode, Frame, LargeOp, Parsed, Request, 
 use mnemo_proto::text::Limits;
 use mnemo_store::Time;
 
+use crate::command::Answer;
 use crate::stats::Counters;
 use crate::Shared;
 
@@ -86,7 +87,8 @@ fn expiry(sh: &Shared, exptime: u32) -> Time {
     sh.clock.realtime(i64::from(exptime))
 }
 
-/// Handle at most one request from the front of `input`.
+/// Handle at most one request from the front of `input` (unit tests: without a Direct).
+#[cfg(test)]
 pub fn step(input: &[u8], session: &mut BinSession, sh: &Shared, c: &Counters, out: &mut Vec<u8>) -> BinNext {
     step_direct(input, session, sh, c, out, None)
 }
@@ -163,12 +165,11 @@ fn execute(req: Request<'_>, session: &mut BinSession, sh: &Shared, c: &Counters
                 // memcached cannot copy SASL data that large into an item: "out of memory".
                 LargeOp::Sasl => r.error(Status::OutOfMemory),
                 LargeOp::Store(op) => {
-                    crate::stats::bump(&c.store_too_large, 1);
-                    // memcached: a failed set must not leave the old value readable.
-                    if op == StoreOp::Set {
-                        sh.store.delete(key, sh.clock.now());
+                    let mode = if op == StoreOp::Set { mnemo_store::Mode::Set } else { mnemo_store::Mode::Add };
+                    match crate::command::write::refused_too_large(key, mode, crate::command::Proto::Binary, sh, c) {
+                        Answer::Now(_) => r.error(Status::TooLarge),
+                        Answer::Later(p) => match p {},
                     }
-                    r.error(Status::TooLarge);
                 }
                 LargeOp::Concat => r.error(Status::TooLarge),
             }
@@ -187,18 +188,15 @@ fn execute(req: Request<'_>, session: &mut BinSession, sh: &Shared, c: &Counters
             After::Close
         }
         Request::Flush { exptime, quiet } => {
-            if !sh.config.flush_enabled {
+            match crate::command::flush::flush_all(i64::from(exptime), sh, c) {
+                Answer::Now(true) => {
+                    if !quiet {
+                        r.ok(0, &[], &[], &[]);
+                    }
+                }
                 // memcached's answer to a disabled flush, quiet or not.
-                r.error(Status::AuthError);
-                return After::Continue;
-            }
-            crate::stats::bump(&c.cmd_flush, 1);
-            let now = sh.clock.now();
-            // As the text flush_all: items stored at or before realtime(exptime) - 1 die then.
-            let at = if exptime > 0 { expiry(sh, exptime).saturating_sub(1).max(now) } else { now };
-            sh.store.flush_all(at);
-            if !quiet {
-                r.ok(0, &[], &[], &[]);
+                Answer::Now(false) => r.error(Status::AuthError),
+                Answer::Later(p) => match p {},
             }
             After::Continue
         }

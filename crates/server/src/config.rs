@@ -15,12 +15,10 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1";
 pub const DEFAULT_MEMORY_MB: u64 = 64;
 pub const DEFAULT_MAX_CONNS: usize = 1024;
 pub const DEFAULT_THREADS: usize = 4;
-pub const DEFAULT_ITEM_SIZE_MAX: usize = 1024 * 1024;
 pub const MIN_ITEM_SIZE_MAX: usize = 1024;
 pub const MAX_ITEM_SIZE_MAX: usize = 1024 * 1024 * 1024;
 pub const DEFAULT_REQS_PER_EVENT: usize = 20;
 pub const DEFAULT_BACKLOG: i32 = 1024;
-pub const DEFAULT_UNIX_MASK: u32 = 0o700;
 /// Keys one `fget` may name.
 pub const DEFAULT_FILTER_MAX_KEYS: usize = 10_000;
 /// The workers' event loop when `--io-loop` is not given (README "Event loops"): io_uring,
@@ -183,7 +181,7 @@ struct Args {
     metrics: Option<String>,
     /// the workers' event loop: uring (the default: io_uring where the kernel allows it,
     /// else epoll) or epoll; the MNEMO_IO_LOOP environment variable sets it too
-    #[arg(long = "io-loop", env = "MNEMO_IO_LOOP", value_parser = ["uring", "epoll"])]
+    #[arg(long = "io-loop", value_parser = ["uring", "epoll"])]
     io_loop: Option<String>,
     /// which items eviction keeps: s3fifo (the default: new items on probation, a ghost of
     /// keys evicted unread) or fifo (the policy before it: one FIFO with reinsertion)
@@ -311,48 +309,16 @@ pub enum Protocols {
     Binary,
 }
 
+/// The environment variable that names the event loop when `--io-loop` does not.
+pub const IO_LOOP_ENV: &str = "MNEMO_IO_LOOP";
+
 impl Default for Config {
+    /// What an empty command line gives, without the environment: the defaults come from the
+    /// flag definitions alone, so the unit tests' configuration and the binary's are the same
+    /// by construction.
     fn default() -> Self {
-        Config {
-            port: DEFAULT_PORT,
-            listen: vec![DEFAULT_LISTEN.to_string()],
-            unix_socket: None,
-            unix_mask: DEFAULT_UNIX_MASK,
-            enable_shutdown: false,
-            memory_limit: (DEFAULT_MEMORY_MB as usize) << 20,
-            evict: true,
-            eviction: mnemo_store::Eviction::default(),
-            max_conns: DEFAULT_MAX_CONNS,
-            verbose: 0,
-            threads: DEFAULT_THREADS,
-            reqs_per_event: DEFAULT_REQS_PER_EVENT,
-            use_cas: true,
-            backlog: DEFAULT_BACKLOG,
-            item_size_max: DEFAULT_ITEM_SIZE_MAX,
-            flush_enabled: true,
-            sasl: false,
-            ssl_enabled: false,
-            tls: None,
-            auth_file: None,
-            sasldb: None,
-            text_auth: false,
-            user: None,
-            pidfile: None,
-            memory_file: None,
-            coredumps: false,
-            prefix_delimiter: b':',
-            protocol: Protocols::Auto,
-            growth_factor: 1.25,
-            chunk_size: 48,
-            ext: ext::ExtOptions::default(),
-            filters: Vec::new(),
-            filter_limits: mnemo_filter::Limits { concurrency: DEFAULT_THREADS as u32, ..Default::default() },
-            filter_max_keys: DEFAULT_FILTER_MAX_KEYS,
-            metrics: None,
-            io_loop: DEFAULT_IO_LOOP,
-            io_loop_named: false,
-            zero_copy: DEFAULT_ZERO_COPY,
-        }
+        let args = Args::try_parse_from(["mnemod"]).expect("an empty command line parses");
+        Config::from_parsed(args, None).unwrap_or_else(|e| panic!("the default flags are refused: {e}"))
     }
 }
 
@@ -388,28 +354,38 @@ impl Config {
                 };
             }
         };
+        let env_loop = std::env::var(IO_LOOP_ENV).ok().filter(|v| !v.is_empty());
+        match Config::from_parsed(a, env_loop) {
+            Ok(c) => Cli::Run(Box::new(c)),
+            Err(msg) => Cli::Fail(msg),
+        }
+    }
+
+    /// The flags as parsed (and the event loop the environment names, when `--io-loop` does
+    /// not), checked and turned into a Config; or the one-line error.
+    fn from_parsed(a: Args, env_loop: Option<String>) -> Result<Config, String> {
         if a.udp_port != 0 {
-            return Cli::Fail(format!(
+            return Err(format!(
                 "mnemod: -U {}: UDP is not served (memcached disables it by default too); use -U 0",
                 a.udp_port
             ));
         }
         let memory_limit = (a.memory_mb as usize) << 20;
         if a.item_size_max > memory_limit / 2 {
-            return Cli::Fail(format!(
+            return Err(format!(
                 "mnemod: -I {}: cannot set the item size limit higher than 1/2 of -m ({} MB)",
                 a.item_size_max, a.memory_mb
             ));
         }
         let ext = match ext::ExtOptions::parse(&a.extended) {
             Ok(ext) => ext,
-            Err(e) => return Cli::Fail(format!("mnemod: -o: {e}")),
+            Err(e) => return Err(format!("mnemod: -o: {e}")),
         };
         // As memcached: certificates load at start-up and a bad one stops it.
         let tls = match a.enable_ssl {
             true => match crate::tls::Tls::load(&ext.ssl) {
                 Ok(t) => Some(t),
-                Err(e) => return Cli::Fail(format!("mnemod: -Z: {e}")),
+                Err(e) => return Err(format!("mnemod: -Z: {e}")),
             },
             false => None,
         };
@@ -426,14 +402,14 @@ impl Config {
             (true, None) => match crate::auth::sasldb::configured_db() {
                 Ok(Some(db)) => Some(db),
                 Ok(None) => {
-                    return Cli::Fail(
+                    return Err(
                         "mnemod: -S needs users: -Y FILE, MEMCACHED_SASL_PWDB=FILE, or Cyrus SASL's memcached.conf \
                          (in SASL_CONF_PATH or /etc/sasl2) naming a sasldb"
                             .into(),
                     )
                 }
                 Err(e) => {
-                    return Cli::Fail(format!(
+                    return Err(format!(
                         "mnemod: -S: {e}; put the users in a user:password file and pass it with -Y FILE or MEMCACHED_SASL_PWDB=FILE"
                     ))
                 }
@@ -441,16 +417,16 @@ impl Config {
             _ => None,
         };
         if a.growth_factor <= 1.0 {
-            return Cli::Fail("mnemod: -f: factor must be greater than 1".into());
+            return Err("mnemod: -f: factor must be greater than 1".into());
         }
         if a.filter_stack > MAX_FILTER_STACK {
-            return Cli::Fail(format!("mnemod: --filter-stack: at most {} KiB", MAX_FILTER_STACK >> 10));
+            return Err(format!("mnemod: --filter-stack: at most {} KiB", MAX_FILTER_STACK >> 10));
         }
         let mut filters = Vec::new();
         for (list, kind) in [(a.filter, FilterKind::Wasm), (a.native_filter, FilterKind::Native)] {
             for (name, path) in list {
                 if filters.iter().any(|f: &FilterSpec| f.name == name) {
-                    return Cli::Fail(format!("mnemod: filter {name} is installed twice"));
+                    return Err(format!("mnemod: filter {name} is installed twice"));
                 }
                 filters.push(FilterSpec { name, path, kind });
             }
@@ -462,17 +438,19 @@ impl Config {
             output_max: a.filter_output_max,
             concurrency: a.threads as u32,
         };
-        Cli::Run(Box::new(Config {
+        let io_loop = match a.io_loop.as_deref().or(env_loop.as_deref()) {
+            None => None,
+            Some("uring") => Some(IoLoop::Uring),
+            Some("epoll") => Some(IoLoop::Epoll),
+            Some(other) => return Err(format!("mnemod: {IO_LOOP_ENV}={other}: expected uring or epoll")),
+        };
+        Ok(Config {
             filters,
             filter_limits,
             filter_max_keys: a.filter_max_keys,
             metrics: a.metrics,
-            io_loop: match a.io_loop.as_deref() {
-                Some("uring") => IoLoop::Uring,
-                Some("epoll") => IoLoop::Epoll,
-                _ => DEFAULT_IO_LOOP,
-            },
-            io_loop_named: a.io_loop.is_some(),
+            io_loop: io_loop.unwrap_or(DEFAULT_IO_LOOP),
+            io_loop_named: io_loop.is_some(),
             zero_copy: match a.zero_copy.as_deref() {
                 Some("on") => ZeroCopy::On,
                 Some("off") => ZeroCopy::Off,
@@ -514,7 +492,7 @@ impl Config {
             backlog: a.backlog,
             item_size_max: a.item_size_max,
             flush_enabled: !a.disable_flush_all,
-        }))
+        })
     }
 }
 
@@ -603,6 +581,29 @@ mod tests {
         assert_eq!(c.memory_limit, 64 << 20);
         assert_eq!(c.item_size_max, 1 << 20);
         assert_eq!(c.threads, 4);
+    }
+
+    #[test]
+    fn default_is_an_empty_command_line() {
+        let c = Config::default();
+        assert_eq!((c.port, c.unix_mask, c.memory_limit, c.max_conns), (DEFAULT_PORT, 0o700, (DEFAULT_MEMORY_MB as usize) << 20, DEFAULT_MAX_CONNS));
+        assert_eq!((c.threads, c.reqs_per_event, c.backlog, c.item_size_max), (DEFAULT_THREADS, DEFAULT_REQS_PER_EVENT, DEFAULT_BACKLOG, 1 << 20));
+        assert_eq!((c.io_loop, c.io_loop_named, c.zero_copy, c.filter_max_keys), (DEFAULT_IO_LOOP, false, DEFAULT_ZERO_COPY, DEFAULT_FILTER_MAX_KEYS));
+        assert_eq!(c.filter_limits, mnemo_filter::Limits { concurrency: DEFAULT_THREADS as u32, ..Default::default() });
+        assert!(c.use_cas && c.evict && c.flush_enabled && !c.enable_shutdown && !c.sasl && c.tls.is_none());
+        assert_eq!((c.prefix_delimiter, c.protocol, c.verbose), (b':', Protocols::Auto, 0));
+        // The binary's start-up path gives the same, whatever the environment names.
+        let env_loop = Some("epoll".to_string());
+        let from_env = Config::from_parsed(Args::try_parse_from(["mnemod"]).unwrap(), env_loop).unwrap();
+        assert_eq!(format!("{:?}", Config { io_loop: IoLoop::Epoll, io_loop_named: true, ..Config::default() }), format!("{from_env:?}"));
+    }
+
+    #[test]
+    fn the_environment_names_the_loop_unless_the_flag_does() {
+        let parsed = |args: &[&str]| Args::try_parse_from(std::iter::once("mnemod").chain(args.iter().copied())).unwrap();
+        let c = Config::from_parsed(parsed(&["--io-loop=uring"]), Some("epoll".into())).unwrap();
+        assert_eq!((c.io_loop, c.io_loop_named), (IoLoop::Uring, true));
+        assert!(Config::from_parsed(parsed(&[]), Some("kqueue".into())).unwrap_err().contains("MNEMO_IO_LOOP=kqueue"));
     }
 
     #[test]

@@ -1,5 +1,5 @@
-//! Execute: the one place that knows both the protocol and the store. A parsed text request
-//! is applied to the store and its reply appended to the connection's output buffer.
+//! The text protocol's commands: a parsed text request is executed (the item commands through
+//! the command layer, crate::command) and its reply appended to the connection's output.
 
 pub mod largeset;
 
@@ -8,9 +8,10 @@ use std::sync::atomic::Ordering::Relaxed;
 use mnemo_proto::reply::{line, number_line, value_header};
 use mnemo_proto::text::{Keys, Request, ShutdownMode, StoreKind};
 use mnemo_proto::ErrorReply;
-use mnemo_store::{DeltaError, Lookup, Mode, Pages, StoreError, StoreOutcome};
+use mnemo_store::Mode;
 
-use crate::detail::Event;
+use crate::command::arith::{self, Counted};
+use crate::command::{delete, flush, read, write, write::Stored, Answer, Proto};
 use crate::stats::{self, bump, Counters};
 use crate::Shared;
 
@@ -55,35 +56,8 @@ fn error(out: &mut Vec<u8>, noreply: bool, e: ErrorReply) {
     }
 }
 
-pub fn execute(req: &Request<'_>, sh: &Shared, c: &Counters, out: &mut Vec<u8>) -> Next {
-    execute_from(req, 0, sh, c, out, &mut PendingReads::default(), None)
-}
-
-/// Values at least this long go from the segment straight to the socket (see [`Direct`]).
-pub const DIRECT_MIN: usize = 32 * 1024;
-
-/// A way to hand a large value to the socket without first copying it into the output buffer.
-///
-/// Without it a 100 KB get costs two copies (segment -> output buffer -> kernel); memcached
-/// costs one, because its reply holds a reference to the item. Here the value is written with
-/// one writev of [unsent output, value, "\r\n"] while the store still has it (the shard lock
-/// is held for that nonblocking call: the same bytes would otherwise be copied under it), and
-/// only what the socket did not take is copied. Small values never take this path, so a
-/// pipelined batch of ordinary gets is still one write. The bytes that follow the value (its
-/// `\r\n`, and `END\r\n` after the last key) go in the same writev: sent later on their own they
-/// cost a second syscall and a second TCP segment per get (measured: 1.9 writes per 100 KB get).
-/// With `--zero-copy` (`auto`, the default, when the worker measures it faster) a TCP connection skips
-/// even the kernel's copy: the value's pages are lent to the socket (splice.rs), still as one
-/// reply into the socket.
-pub trait Direct {
-    /// Appends `value` and `tail` to the logical output `out` (whose first bytes may already
-    /// be written), writing as much as the socket takes now. Returns true if everything in
-    /// `out` before the value was written (so `out` was emptied).
-    ///
-    /// `pages` (the item's, when it has pages of its own) may be lent to the kernel instead of
-    /// copying `value` (splice.rs); `tail` is static so that its pages can be too.
-    fn send_value(&mut self, out: &mut Vec<u8>, value: &[u8], pages: Option<Pages<'_>>, tail: &'static [u8]) -> bool;
-}
+// The connection implements Direct (conn.rs); the command layer decides when it is used.
+pub use crate::command::read::Direct;
 
 /// Keys whose values sit in this connection's unsent output. memcached's replies hold a
 /// reference to such items, and an incr/decr that shrinks a referenced number stores a new
@@ -112,12 +86,6 @@ impl PendingReads {
     }
 }
 
-/// The counters of a storage command whose data arrived.
-pub(crate) fn count_store(key: &[u8], sh: &Shared, c: &Counters) {
-    bump(&c.cmd_set, 1);
-    sh.detail.record(key, sh.config.prefix_delimiter, Event::Set);
-}
-
 pub(crate) fn mode_of(kind: StoreKind, cas: u64) -> Mode {
     match kind {
         StoreKind::Set => Mode::Set,
@@ -129,50 +97,23 @@ pub(crate) fn mode_of(kind: StoreKind, cas: u64) -> Mode {
     }
 }
 
-/// A storage command's reply (and counters) for the store's answer; shared by the buffered
-/// path and values received in place (exec/largeset.rs).
-pub(crate) fn store_reply(
-    kind: StoreKind,
-    key: &[u8],
-    result: Result<StoreOutcome, StoreError>,
-    noreply: bool,
-    sh: &Shared,
-    c: &Counters,
-    out: &mut Vec<u8>,
-) {
-    match result {
-        Ok(StoreOutcome::Stored { .. }) => {
-            if kind == StoreKind::Cas {
-                bump(&c.cas_hits, 1);
-            }
-            reply(out, noreply, b"STORED");
-        }
-        Ok(StoreOutcome::NotStored) => reply(out, noreply, b"NOT_STORED"),
-        Ok(StoreOutcome::Exists) => {
-            bump(&c.cas_badval, 1);
-            reply(out, noreply, b"EXISTS");
-        }
-        Ok(StoreOutcome::NotFound) => {
-            bump(&c.cas_misses, 1);
-            reply(out, noreply, b"NOT_FOUND");
-        }
-        Err(e) => {
-            // memcached drops the old value of a `set` it could not store, so a
-            // reader never sees data older than what the client last wrote.
-            if kind == StoreKind::Set {
-                sh.store.delete(key, sh.clock.now());
-            }
-            let (counter, err) = match e {
-                StoreError::TooLarge => (&c.store_too_large, ErrorReply::TooLarge),
-                StoreError::OutOfMemory => (&c.store_no_memory, ErrorReply::OutOfMemory),
-            };
-            bump(counter, 1);
-            error(out, noreply, err);
-        }
-    }
+/// A storage command's reply for the command layer's answer; shared by the buffered path and
+/// values received in place (exec/largeset.rs).
+pub(crate) fn store_reply(answer: Answer<Stored>, noreply: bool, out: &mut Vec<u8>) {
+    let text: &[u8] = match answer {
+        Answer::Now(Stored::Stored { .. }) => b"STORED",
+        Answer::Now(Stored::NotStored) => b"NOT_STORED",
+        Answer::Now(Stored::Exists) => b"EXISTS",
+        Answer::Now(Stored::NotFound) => b"NOT_FOUND",
+        Answer::Now(Stored::TooLarge) => return error(out, noreply, ErrorReply::TooLarge),
+        Answer::Now(Stored::NoMemory) => return error(out, noreply, ErrorReply::OutOfMemory),
+        Answer::Later(p) => match p {},
+    };
+    reply(out, noreply, text);
 }
 
-/// `execute`, with the first `skip` keys of a multi-get already answered.
+/// Execute one text request, its reply appended to `out`; `skip`: the first keys of a
+/// multi-get already answered (Next::Resume).
 pub fn execute_from(
     // By reference: a Request is 400+ bytes (a meta command's decoded key is inline), and
     // passing it by value cost a memcpy of all of it per request.
@@ -184,80 +125,60 @@ pub fn execute_from(
     reads: &mut PendingReads,
     direct: Option<&mut dyn Direct>,
 ) -> Next {
-    let now = sh.clock.now();
-    let store = &sh.store;
     match *req {
         Request::Get { keys, cas, touch } => get(keys, skip, cas, touch, sh, c, out, reads, direct),
         Request::Store { kind, key, flags, exptime, data, cas, noreply } => {
-            count_store(key, sh, c);
-            let mode = mode_of(kind, cas);
             let exp = sh.clock.item_expiry(exptime);
-            let result = if kind == StoreKind::Cas && !sh.config.use_cas {
-                // memcached -C: no CAS can match, so cas fails on any existing item.
-                Ok(if store.get(key, now, |_| ()).is_hit() { StoreOutcome::Exists } else { StoreOutcome::NotFound })
-            } else {
-                store.store(mode, key, flags, exp, data, now)
-            };
-            store_reply(kind, key, result, noreply, sh, c, out);
+            let s = write::Store { mode: mode_of(kind, cas), key, flags, exp, data, stale_if_older: false };
+            store_reply(write::store(&s, Proto::Text, sh, c), noreply, out);
             Next::Continue
         }
         Request::TooLarge { kind, key, swallow, noreply } => {
-            bump(&c.store_too_large, 1);
-            if kind == StoreKind::Set {
-                store.delete(key, now);
+            // Answered once the data is swallowed (Next::Swallow).
+            match write::refused_too_large(key, mode_of(kind, 0), Proto::Text, sh, c) {
+                Answer::Now(_) => Next::Swallow(swallow, (!noreply).then_some(ErrorReply::TooLarge)),
+                Answer::Later(p) => match p {},
             }
-            Next::Swallow(swallow, (!noreply).then_some(ErrorReply::TooLarge))
         }
         Request::Delete { key, noreply } => {
-            sh.detail.record(key, sh.config.prefix_delimiter, Event::Delete);
-            if store.delete(key, now) {
-                bump(&c.delete_hits, 1);
-                reply(out, noreply, b"DELETED");
-            } else {
-                bump(&c.delete_misses, 1);
-                reply(out, noreply, b"NOT_FOUND");
+            let d = delete::Delete { key, cas: None, invalidate: None };
+            match delete::delete(&d, Proto::Text, sh, c) {
+                Answer::Now(delete::Deleted::Deleted) => reply(out, noreply, b"DELETED"),
+                Answer::Now(_) => reply(out, noreply, b"NOT_FOUND"),
+                Answer::Later(p) => match p {},
             }
             Next::Continue
         }
         Request::Delta { key, incr, delta, noreply } => {
-            let (hits, misses) = if incr { (&c.incr_hits, &c.incr_misses) } else { (&c.decr_hits, &c.decr_misses) };
-            match store.delta_padded(key, incr, delta, now, mnemo_proto::num::parse_u64, !reads.holds(key)) {
-                Ok((value, _cas)) => {
-                    bump(hits, 1);
+            // A number shrunk while a reply still holds the item is not padded (PendingReads).
+            let d = arith::Delta { key, incr, by: delta, pad: !reads.holds(key), cas: None, create: None };
+            match arith::delta(&d, Proto::Text, sh, c) {
+                Answer::Now(Counted::Value { n, .. } | Counted::Created { n, .. }) => {
                     if !noreply {
-                        number_line(out, value);
+                        number_line(out, n);
                     }
                 }
-                Err(DeltaError::NotFound) => {
-                    bump(misses, 1);
-                    reply(out, noreply, b"NOT_FOUND");
-                }
-                Err(DeltaError::NonNumeric) => error(out, noreply, ErrorReply::NonNumeric),
+                Answer::Now(Counted::NonNumeric) => error(out, noreply, ErrorReply::NonNumeric),
+                // Without a CAS or a create, a delta answers a number, NonNumeric or NotFound.
+                Answer::Now(_) => reply(out, noreply, b"NOT_FOUND"),
+                Answer::Later(p) => match p {},
             }
             Next::Continue
         }
         Request::Touch { key, exptime, noreply } => {
-            bump(&c.cmd_touch, 1);
-            if store.touch(key, sh.clock.item_expiry(exptime), now) {
-                bump(&c.touch_hits, 1);
-                reply(out, noreply, b"TOUCHED");
-            } else {
-                bump(&c.touch_misses, 1);
-                reply(out, noreply, b"NOT_FOUND");
+            match read::touch(key, sh.clock.item_expiry(exptime), sh, c) {
+                Answer::Now(true) => reply(out, noreply, b"TOUCHED"),
+                Answer::Now(false) => reply(out, noreply, b"NOT_FOUND"),
+                Answer::Later(p) => match p {},
             }
             Next::Continue
         }
         Request::FlushAll { delay, noreply } => {
-            if !sh.config.flush_enabled {
-                error(out, noreply, ErrorReply::FlushDisabled);
-                return Next::Continue;
+            match flush::flush_all(i64::from(delay), sh, c) {
+                Answer::Now(true) => reply(out, noreply, b"OK"),
+                Answer::Now(false) => error(out, noreply, ErrorReply::FlushDisabled),
+                Answer::Later(p) => match p {},
             }
-            bump(&c.cmd_flush, 1);
-            // memcached: items stored at or before realtime(delay) - 1 are invalid once that
-            // moment arrives; no delay (or a negative one) means everything, now.
-            let at = if delay > 0 { sh.clock.realtime(i64::from(delay)).saturating_sub(1).max(now) } else { now };
-            store.flush_all(at);
-            reply(out, noreply, b"OK");
             Next::Continue
         }
         Request::Version => {
@@ -269,7 +190,7 @@ pub fn execute_from(
             // memcached sends its error lines even with noreply (they bypass out_string).
             match &sh.config.tls {
                 None => out.extend_from_slice(b"Error TLS not enabled\r\n"),
-                Some(tls) => match tls.refresh(now) {
+                Some(tls) => match tls.refresh(sh.clock.now()) {
                     Ok(()) => reply(out, noreply, b"OK"),
                     Err(e) => line(out, e.to_string().as_bytes()),
                 },
@@ -365,6 +286,22 @@ pub fn unauthenticated(req: &Request<'_>, sh: &Shared, authed: &mut bool, out: &
     }
 }
 
+/// A text get's hit: `VALUE key flags len [cas]`, and after the value its `\r\n` (and, for the
+/// last key, `END\r\n`, so that a directly sent value carries it in the same write).
+struct TextHit<'k> {
+    key: &'k [u8],
+    cas: bool,
+    last: bool,
+}
+
+impl read::Hit for TextHit<'_> {
+    #[inline]
+    fn head(&mut self, it: &mnemo_store::Item<'_>, out: &mut Vec<u8>) -> Option<&'static [u8]> {
+        value_header(out, self.key, it.flags, it.value.len(), self.cas.then_some(it.cas));
+        Some(if self.last { b"\r\nEND\r\n" } else { b"\r\n" })
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 fn get(
     keys: Keys<'_>,
@@ -377,11 +314,13 @@ fn get(
     reads: &mut PendingReads,
     mut direct: Option<&mut dyn Direct>,
 ) -> Next {
-    let now = sh.clock.now();
-    let exp = touch.map(|e| sh.clock.item_expiry(e));
+    let how = match touch {
+        None => read::Read::Get,
+        Some(e) => read::Read::Touch(sh.clock.item_expiry(e)),
+    };
     // Output this request has buffered counts from here (0 once a direct write emptied it).
     let mut start = out.len();
-    // Whether the last key's direct write already carried END.
+    // Whether the last key's hit already carried END.
     let mut ended = false;
     let mut todo = keys.iter().enumerate().skip(skip).peekable();
     while let Some((i, key)) = todo.next() {
@@ -389,52 +328,19 @@ fn get(
             return Next::Resume(i);
         }
         let last = todo.peek().is_none();
-        let mut flushed = false;
-        let mut write = |it: mnemo_store::Item<'_>, out: &mut Vec<u8>| {
-            value_header(out, key, it.flags, it.value.len(), cas.then_some(it.cas));
-            match direct.as_deref_mut() {
-                Some(d) if it.value.len() >= DIRECT_MIN => {
-                    let tail: &'static [u8] = if last { b"\r\nEND\r\n" } else { b"\r\n" };
-                    flushed = d.send_value(out, it.value, it.pages, tail);
-                    ended = last;
-                }
-                _ => {
-                    out.extend_from_slice(it.value);
-                    out.extend_from_slice(b"\r\n");
-                }
-            }
+        let mut hit = TextHit { key, cas, last };
+        let sent = match read::get(key, how, &mut hit, sh, c, out, direct.as_deref_mut()) {
+            Answer::Now(sent) => sent,
+            Answer::Later(p) => match p {},
         };
-        let found = match exp {
-            None => {
-                bump(&c.cmd_get, 1);
-                sh.store.get(key, now, |it| write(it, out))
-            }
-            Some(exp) => {
-                bump(&c.cmd_touch, 1);
-                sh.store.get_and_touch(key, exp, now, |it| write(it, out))
-            }
-        };
-        if flushed {
+        if sent.flushed {
             // Every earlier reply is on the wire: no unsent reply references an item.
             reads.clear();
             start = 0;
         }
-        sh.detail.record(key, sh.config.prefix_delimiter, Event::Get { hit: found.is_hit() });
-        let (hits, misses) = if exp.is_some() { (&c.touch_hits, &c.touch_misses) } else { (&c.get_hits, &c.get_misses) };
-        match found {
-            Lookup::Hit(()) => {
-                bump(hits, 1);
-                reads.add(key);
-            }
-            Lookup::Miss => bump(misses, 1),
-            Lookup::Expired => {
-                bump(misses, 1);
-                bump(&c.get_expired, 1);
-            }
-            Lookup::Flushed => {
-                bump(misses, 1);
-                bump(&c.get_flushed, 1);
-            }
+        if sent.found.is_hit() {
+            reads.add(key);
+            ended = last;
         }
     }
     if !ended {

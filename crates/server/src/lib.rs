@@ -1,5 +1,6 @@
 //! mnemo-server: the `mnemod` binary's library: flags, listeners, event loops, connections,
-//! request execution and stats. The only crate that knows both the protocol and the store.
+//! the command layer and stats. A private crate: `main.rs` uses [`Config`], [`Cli`] and
+//! [`run`]; every module is internal.
 //!
 //! Thread model:
 //!
@@ -8,47 +9,65 @@
 //!   listen ──> accept, -c check, TCP_NODELAY ──┬──> worker 0: io_uring loop (uring.rs) ──┐
 //!   sockets    round robin via channel + waker ├──> worker 1:   or mio/epoll (worker.rs) ├─> Store
 //!                                              └──> worker N-1                           │  (sharded,
-//!   maintenance thread: advances the clock once a second, reclaims expired segments ─────┘   lock per shard,
-//!                                                                                            never held
-//!                                                                                            across I/O)
+//!   maintenance thread: advances the clock once a second, reclaims expired segments ─────┘   lock per shard)
+//! ```
+//!
+//! Layers, top to bottom:
+//!
+//! ```text
+//!   listener.rs, worker.rs / uring.rs, conn.rs   bytes in and out, connection state
+//!   exec.rs (text), meta.rs, binary/             parse a request, encode the answer
+//!   command/                                     what a get, a store or a delete does: the
+//!                                                store call, counters, stats detail, CAS/TTL
+//!   mnemo_store                                  items, memory, shards
 //! ```
 //!
 //! Which loop a worker runs is chosen at start-up (`--io-loop`, README "Event loops"):
 //! io_uring by default, epoll when asked, when the kernel refuses io_uring, or with -Z. A
 //! connection never moves between workers; a request is parsed, executed and answered on the
 //! worker that read it, and all replies of a batch leave in one write.
+//!
+//! Invariants:
+//! - A shard lock is held only inside one store call, never across a wait. The one I/O done
+//!   under it is deliberate: a value of `command::read::DIRECT_MIN` bytes or more is handed to
+//!   the socket by one nonblocking writev (or vmsplice) from inside the store's read callback
+//!   (`command::read::Direct`), which cannot block, so that the value is not first copied
+//!   under the same lock.
+//! - Replies on a connection leave in request order.
+//! - Counters are per worker (`stats::Counters`), summed when read.
 
-pub mod auth;
-pub mod binary;
-pub mod clock;
-pub mod config;
-pub mod conn;
-pub mod conns;
-pub mod crawler;
-pub mod detail;
-pub mod exec;
-pub mod fget;
-pub mod listener;
-pub mod marks;
-pub mod meta;
-pub mod metrics;
-pub mod restart;
+mod auth;
+mod binary;
+mod clock;
+mod command;
+mod config;
+mod conn;
+mod conns;
+mod crawler;
+mod detail;
+mod exec;
+mod fget;
+mod listener;
+mod marks;
+mod meta;
+mod metrics;
+mod restart;
 mod splice;
-pub mod stats;
-pub mod tls;
-pub mod worker;
+mod stats;
+mod tls;
+mod worker;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 
-pub use config::Config;
+pub use config::{Cli, Config};
 use mnemo_store::{Store, StoreConfig};
 
 /// Highest level the `verbosity` command sets (-vv).
-pub const MAX_VERBOSITY: u8 = 2;
+pub(crate) const MAX_VERBOSITY: u8 = 2;
 
 /// State every thread reads.
-pub struct Shared {
+pub(crate) struct Shared {
     pub config: Config,
     pub store: Store,
     pub clock: clock::Clock,
@@ -93,11 +112,14 @@ pub struct Shared {
 }
 
 impl Shared {
+    /// Unit tests' Shared: no users, no filters.
+    #[cfg(test)]
     pub fn new(config: Config) -> Shared {
         Shared::with_credentials(config, auth::Credentials::default())
     }
 
     /// Without filters, whatever the config lists (tests that need none).
+    #[cfg(test)]
     pub fn with_credentials(config: Config, credentials: auth::Credentials) -> Shared {
         let filters = mnemo_filter::FilterHost::new(config.filter_limits, Vec::new()).expect("an empty filter host");
         Shared::build(config, credentials, filters)

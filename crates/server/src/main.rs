@@ -1,6 +1,6 @@
 //! `mnemod`: parse memcached's flags and serve.
 
-use mnemo_server::config::{Cli, Config};
+use mnemo_server::{Cli, Config};
 
 fn main() {
     match Config::from_args(std::env::args_os()) {

@@ -1,4 +1,5 @@
-//! Execute the meta commands (mg ms md ma me) against the store.
+//! The meta commands (mg ms md ma me): each is parsed into the command layer (crate::command)
+//! and its answer encoded as a meta reply.
 //!
 //! Replies echo the requested return flags in request order. `q` hides the reply that says
 //! nothing new: EN for mg, HD for ms/md/ma (and ma's value), never an error or a NF/NS/EX.
@@ -6,10 +7,15 @@
 use mnemo_proto::meta::{Meta, MetaKind};
 use mnemo_proto::reply::line;
 use mnemo_proto::ErrorReply;
-use mnemo_store::{DeltaError, Item, Lookup, Mode, StoreError, StoreOutcome, Time};
+use mnemo_store::{Item, Mode, Time};
 
-use crate::exec::{Direct, Next, DIRECT_MIN};
-use crate::stats::{bump, Counters};
+use crate::command::arith::{self, Counted};
+use crate::command::delete::{self, Deleted};
+use crate::command::read::{self, Direct};
+use crate::command::write::{self, Stored};
+use crate::command::{Answer, Proto};
+use crate::exec::Next;
+use crate::stats::Counters;
 use crate::Shared;
 
 fn push_num(out: &mut Vec<u8>, n: impl itoa::Integer) {
@@ -135,76 +141,45 @@ fn write_hit_line(m: &Meta<'_>, it: &Item<'_>, now: Time, suffix: &[u8], out: &m
     with_value
 }
 
-fn get(m: &Meta<'_>, sh: &Shared, c: &Counters, out: &mut Vec<u8>, mut direct: Option<&mut dyn Direct>) {
-    let key = m.key.as_bytes();
-    let now = sh.clock.now();
-    let f = &m.flags;
-    bump(&c.cmd_get, 1);
-    let mut hit = |it: Item<'_>, out: &mut Vec<u8>| {
-        let suffix = win_flags(m, &it, now, sh);
-        if !write_hit_line(m, &it, now, suffix, out) {
-            return;
-        }
-        match direct.as_deref_mut() {
-            // As text get: a large value leaves in one writev of [pending output, value,
-            // "\r\n"] while the shard still holds it, instead of being copied into `out`.
-            Some(d) if it.value.len() >= DIRECT_MIN => {
-                d.send_value(out, it.value, it.pages, b"\r\n");
-            }
-            _ => {
-                out.extend_from_slice(it.value);
-                out.extend_from_slice(b"\r\n");
-            }
-        }
-    };
-    // u: the read does not count as one (the item stays unfetched: a later h says h0).
-    let no_bump = f.has(b'u');
-    let mut found = match (f.ttl, no_bump) {
-        (Some(t), false) => {
-            bump(&c.cmd_touch, 1);
-            sh.store.get_and_touch(key, sh.clock.item_expiry(t), now, |it| hit(it, out))
-        }
-        (Some(t), true) => {
-            bump(&c.cmd_touch, 1);
-            sh.store.touch(key, sh.clock.item_expiry(t), now);
-            sh.store.peek(key, now, |it| hit(it, out))
-        }
-        (None, false) => sh.store.get(key, now, |it| hit(it, out)),
-        (None, true) => sh.store.peek(key, now, |it| hit(it, out)),
-    };
-    if let (false, Some(ttl)) = (found.is_hit(), f.vivify) {
-        // Vivify: create an empty placeholder and hand this client the win token; everyone
-        // else sees the placeholder with Z until the winner stores the real value.
-        let exp = sh.clock.item_expiry(ttl);
-        if let Ok(StoreOutcome::Stored { cas }) = sh.store.store(Mode::Add, key, 0, exp, b"", now) {
-            sh.marks.set(key, cas, crate::marks::Mark { stale: false, win_sent: true });
-            write_hit(m, &Item { flags: 0, value: b"", cas, exp, fetched: false, pages: None }, now, b" W", out);
-            bump(&c.get_misses, 1);
-            return;
-        }
-        found = sh.store.get(key, now, |it| hit(it, out));
+/// An mg hit: its reply line (with the win/stale flags), and the value's `\r\n` when v asked
+/// for the value.
+struct MetaHit<'m, 'r> {
+    m: &'m Meta<'r>,
+    sh: &'m Shared,
+    now: Time,
+}
+
+impl read::Hit for MetaHit<'_, '_> {
+    fn head(&mut self, it: &Item<'_>, out: &mut Vec<u8>) -> Option<&'static [u8]> {
+        let suffix = win_flags(self.m, it, self.now, self.sh);
+        write_hit_line(self.m, it, self.now, suffix, out).then_some(b"\r\n")
     }
-    match found {
-        Lookup::Hit(()) => bump(&c.get_hits, 1),
-        miss => {
-            bump(&c.get_misses, 1);
-            match miss {
-                Lookup::Expired => bump(&c.get_expired, 1),
-                Lookup::Flushed => bump(&c.get_flushed, 1),
-                _ => {}
-            }
-            if !f.quiet {
+
+    fn vivified(&mut self, it: &Item<'_>, out: &mut Vec<u8>) {
+        write_hit(self.m, it, self.now, b" W", out);
+    }
+}
+
+fn get(m: &Meta<'_>, sh: &Shared, c: &Counters, out: &mut Vec<u8>, direct: Option<&mut dyn Direct>) {
+    let f = &m.flags;
+    let how = read::Read::Meta {
+        touch: f.ttl.map(|t| sh.clock.item_expiry(t)),
+        peek: f.has(b'u'),
+        vivify: f.vivify.map(|t| sh.clock.item_expiry(t)),
+    };
+    let mut hit = MetaHit { m, sh, now: sh.clock.now() };
+    match read::get(m.key.as_bytes(), how, &mut hit, sh, c, out, direct) {
+        Answer::Now(sent) => {
+            if !sent.found.is_hit() && !f.quiet {
                 status(m, b"EN", m.raw_key, out);
             }
         }
+        Answer::Later(p) => match p {},
     }
 }
 
 fn set(m: &Meta<'_>, sh: &Shared, c: &Counters, out: &mut Vec<u8>) {
     let f = &m.flags;
-    let key = m.key.as_bytes();
-    let now = sh.clock.now();
-    bump(&c.cmd_set, 1);
     let mode = match (f.mode.unwrap_or(b'S'), f.compare_cas) {
         (b'S', Some(cas)) => Mode::Cas(cas),
         (b'S', None) => Mode::Set,
@@ -213,51 +188,27 @@ fn set(m: &Meta<'_>, sh: &Shared, c: &Counters, out: &mut Vec<u8>) {
         (b'P', _) => Mode::Prepend,
         _ => Mode::Replace,
     };
-    let exp = sh.clock.item_expiry(f.ttl.unwrap_or(0));
-    let flags = f.client_flags.unwrap_or(0);
-    let mut result = sh.store.store(mode, key, flags, exp, m.data, now);
-    if let (Ok(StoreOutcome::Exists), Mode::Cas(want), true) = (&result, mode, f.invalidate) {
-        // ms I: a write carrying an older CAS still lands, but as a stale item that keeps the
-        // TTL and the "win token sent" state of the item it replaces (memcached), so readers
-        // go on seeing X and Z and nobody is handed a second W.
-        let old = sh.store.peek(key, now, |it| (it.cas, it.exp)).hit();
-        if let Some((have, old_exp)) = old.filter(|&(have, _)| want < have) {
-            let win_sent = sh.marks.get(key, have).win_sent;
-            result = sh.store.store(Mode::Set, key, flags, old_exp, m.data, now);
-            if let Ok(StoreOutcome::Stored { cas }) = result {
-                sh.marks.set(key, cas, crate::marks::Mark { stale: true, win_sent });
-            }
-        }
-    }
-    let (word, cas): (&[u8], u64) = match result {
-        Ok(StoreOutcome::Stored { cas }) => {
-            if matches!(mode, Mode::Cas(_)) {
-                bump(&c.cas_hits, 1);
-            }
+    let s = write::Store {
+        mode,
+        key: m.key.as_bytes(),
+        flags: f.client_flags.unwrap_or(0),
+        exp: sh.clock.item_expiry(f.ttl.unwrap_or(0)),
+        data: m.data,
+        stale_if_older: f.invalidate,
+    };
+    let (word, cas): (&[u8], u64) = match write::store(&s, Proto::Meta, sh, c) {
+        Answer::Now(Stored::Stored { cas }) => {
             if f.quiet {
                 return;
             }
             (b"HD", cas)
         }
-        Ok(StoreOutcome::NotStored) => (b"NS", 0),
-        Ok(StoreOutcome::Exists) => {
-            bump(&c.cas_badval, 1);
-            (b"EX", 0)
-        }
-        Ok(StoreOutcome::NotFound) => {
-            bump(&c.cas_misses, 1);
-            (b"NF", 0)
-        }
-        Err(e) => {
-            if mode == Mode::Set {
-                sh.store.delete(key, now);
-            }
-            match e {
-                StoreError::TooLarge => ErrorReply::TooLarge.write(out),
-                StoreError::OutOfMemory => ErrorReply::OutOfMemory.write(out),
-            }
-            return;
-        }
+        Answer::Now(Stored::NotStored) => (b"NS", 0),
+        Answer::Now(Stored::Exists) => (b"EX", 0),
+        Answer::Now(Stored::NotFound) => (b"NF", 0),
+        Answer::Now(Stored::TooLarge) => return ErrorReply::TooLarge.write(out),
+        Answer::Now(Stored::NoMemory) => return ErrorReply::OutOfMemory.write(out),
+        Answer::Later(p) => match p {},
     };
     out.extend_from_slice(word);
     for &l in f.letters() {
@@ -274,153 +225,77 @@ fn set(m: &Meta<'_>, sh: &Shared, c: &Counters, out: &mut Vec<u8>) {
     out.extend_from_slice(b"\r\n");
 }
 
-/// The CAS of a live item, for the compare (C) of md and ma.
-fn current_cas(sh: &Shared, key: &[u8], now: Time) -> Option<u64> {
-    sh.store.get(key, now, |it| it.cas).hit()
-}
-
 fn delete(m: &Meta<'_>, sh: &Shared, c: &Counters, out: &mut Vec<u8>) {
     let f = &m.flags;
-    let key = m.key.as_bytes();
-    let now = sh.clock.now();
-    if let Some(want) = f.compare_cas {
-        match current_cas(sh, key, now) {
-            Some(have) if have != want => {
-                status(m, b"EX", m.raw_key, out);
-                return;
-            }
-            _ => {}
-        }
-    }
-    let hit = if f.invalidate {
-        // Mark stale instead of deleting: readers get X (and one of them W) until rewritten.
-        invalidate(sh, key, f.ttl.map(|t| sh.clock.item_expiry(t)), now)
-    } else {
-        sh.store.delete(key, now)
+    let d = delete::Delete {
+        key: m.key.as_bytes(),
+        cas: f.compare_cas,
+        invalidate: f.invalidate.then(|| f.ttl.map(|t| sh.clock.item_expiry(t))),
     };
-    if hit {
-        bump(&c.delete_hits, 1);
-        if !f.quiet {
-            status(m, b"HD", m.raw_key, out);
-        }
-    } else {
-        bump(&c.delete_misses, 1);
-        status(m, b"NF", m.raw_key, out);
-    }
-}
-
-/// `md I`: the item stays, stale, under a new CAS (memcached bumps it, so a writer holding
-/// the old CAS now has a lower one: its `ms I` lands as a stale value, a plain `ms C` fails)
-/// and with the win token offered again. The store makes a new CAS only by writing a new
-/// copy, so the item is rewritten, guarded by its CAS against a write in between (and read
-/// without counting as a read: its fetched state carries over).
-fn invalidate(sh: &Shared, key: &[u8], new_exp: Option<Time>, now: Time) -> bool {
-    for _ in 0..INVALIDATE_ATTEMPTS {
-        let read = |it: Item<'_>| (it.flags, it.value.to_vec(), it.exp, it.cas, it.fetched);
-        let Some((flags, value, exp, cas, fetched)) = sh.store.peek(key, now, read).hit() else {
-            return false;
-        };
-        let exp = new_exp.unwrap_or(exp);
-        match sh.store.store(Mode::Cas(cas), key, flags, exp, &value, now) {
-            Ok(StoreOutcome::Stored { cas }) => {
-                sh.marks.set(key, cas, crate::marks::Mark { stale: true, win_sent: false });
-                if fetched {
-                    // memcached keeps the item, so it stays fetched (a later h says h1); the
-                    // copy is marked by reading it.
-                    sh.store.get(key, now, |_| ());
-                }
-                return true;
-            }
-            // Rewritten or deleted in between: look again.
-            Ok(_) => continue,
-            // No room for the copy: mark the item as it is.
-            Err(_) => {
-                if let Some(e) = new_exp {
-                    sh.store.touch(key, e, now);
-                }
-                sh.marks.set(key, cas, crate::marks::Mark { stale: true, win_sent: false });
-                return true;
+    match delete::delete(&d, Proto::Meta, sh, c) {
+        Answer::Now(Deleted::Exists) => status(m, b"EX", m.raw_key, out),
+        Answer::Now(Deleted::Deleted) => {
+            if !f.quiet {
+                status(m, b"HD", m.raw_key, out);
             }
         }
+        Answer::Now(Deleted::NotFound) => status(m, b"NF", m.raw_key, out),
+        Answer::Later(p) => match p {},
     }
-    false
 }
-
-/// How often `md I` retries when the item changes under it.
-const INVALIDATE_ATTEMPTS: usize = 4;
 
 fn arith(m: &Meta<'_>, sh: &Shared, c: &Counters, out: &mut Vec<u8>) {
     let f = &m.flags;
     let key = m.key.as_bytes();
+    let d = arith::Delta {
+        key,
+        incr: matches!(f.mode.unwrap_or(b'I'), b'I' | b'+'),
+        by: f.delta.unwrap_or(1),
+        pad: true,
+        cas: f.compare_cas,
+        create: f.vivify.map(|ttl| (f.initial.unwrap_or(0), sh.clock.item_expiry(ttl))),
+    };
+    let (value, cas) = match arith::delta(&d, Proto::Meta, sh, c) {
+        Answer::Now(Counted::Value { n, cas } | Counted::Created { n, cas }) => (n, cas),
+        Answer::Now(Counted::Exists) => return status(m, b"EX", m.raw_key, out),
+        Answer::Now(Counted::NonNumeric) => return ErrorReply::NonNumeric.write(out),
+        // Meta neither guards by CAS nor gives up on a create: the rest is a missing item.
+        Answer::Now(_) => return status(m, b"NF", m.raw_key, out),
+        Answer::Later(p) => match p {},
+    };
     let now = sh.clock.now();
-    let incr = matches!(f.mode.unwrap_or(b'I'), b'I' | b'+');
-    let (hits, misses) = if incr { (&c.incr_hits, &c.incr_misses) } else { (&c.decr_hits, &c.decr_misses) };
-    if let Some(want) = f.compare_cas {
-        if let Some(have) = current_cas(sh, key, now) {
-            if have != want {
-                status(m, b"EX", m.raw_key, out);
-                return;
+    if let Some(t) = f.ttl {
+        sh.store.touch(key, sh.clock.item_expiry(t), now);
+    }
+    if f.quiet {
+        return;
+    }
+    let exp = if f.has(b't') { sh.store.get(key, now, |it| it.exp).hit() } else { None };
+    let digits = itoa::Buffer::new().format(value).as_bytes().to_vec();
+    if f.has(b'v') {
+        out.extend_from_slice(b"VA ");
+        push_num(out, digits.len());
+    } else {
+        out.extend_from_slice(b"HD");
+    }
+    for &l in f.letters() {
+        match l {
+            b'c' => {
+                out.extend_from_slice(b" c");
+                push_num(out, cas);
             }
+            b't' => {
+                out.extend_from_slice(b" t");
+                push_num(out, ttl_left(exp.unwrap_or(0), now));
+            }
+            b'k' | b'O' => echo_request(m, l, m.raw_key, true, out),
+            _ => {}
         }
     }
-    let mut result = sh.store.delta(key, incr, f.delta.unwrap_or(1), now, mnemo_proto::num::parse_u64);
-    if let (Err(DeltaError::NotFound), Some(ttl)) = (&result, f.vivify) {
-        // Autovivify: create the counter with its initial value (no delta applied).
-        let initial = f.initial.unwrap_or(0);
-        let text = itoa::Buffer::new().format(initial).as_bytes().to_vec();
-        let exp = sh.clock.item_expiry(ttl);
-        match sh.store.store(Mode::Add, key, 0, exp, &text, now) {
-            Ok(StoreOutcome::Stored { cas }) => result = Ok((initial, cas)),
-            // Someone created it first: apply the delta to theirs.
-            _ => result = sh.store.delta(key, incr, f.delta.unwrap_or(1), now, mnemo_proto::num::parse_u64),
-        }
-    }
-    match result {
-        Ok((value, cas)) => {
-            bump(hits, 1);
-            let mut exp = None;
-            if let Some(t) = f.ttl {
-                let e = sh.clock.item_expiry(t);
-                sh.store.touch(key, e, now);
-            }
-            if f.quiet {
-                return;
-            }
-            if f.has(b't') {
-                exp = sh.store.get(key, now, |it| it.exp).hit();
-            }
-            let digits = itoa::Buffer::new().format(value).as_bytes().to_vec();
-            if f.has(b'v') {
-                out.extend_from_slice(b"VA ");
-                push_num(out, digits.len());
-            } else {
-                out.extend_from_slice(b"HD");
-            }
-            for &l in f.letters() {
-                match l {
-                    b'c' => {
-                        out.extend_from_slice(b" c");
-                        push_num(out, cas);
-                    }
-                    b't' => {
-                        out.extend_from_slice(b" t");
-                        push_num(out, ttl_left(exp.unwrap_or(0), now));
-                    }
-                    b'k' | b'O' => echo_request(m, l, m.raw_key, true, out),
-                    _ => {}
-                }
-            }
-            out.extend_from_slice(b"\r\n");
-            if f.has(b'v') {
-                out.extend_from_slice(&digits);
-                out.extend_from_slice(b"\r\n");
-            }
-        }
-        Err(DeltaError::NotFound) => {
-            bump(misses, 1);
-            status(m, b"NF", m.raw_key, out);
-        }
-        Err(DeltaError::NonNumeric) => ErrorReply::NonNumeric.write(out),
+    out.extend_from_slice(b"\r\n");
+    if f.has(b'v') {
+        out.extend_from_slice(&digits);
+        out.extend_from_slice(b"\r\n");
     }
 }
 

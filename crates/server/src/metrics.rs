@@ -253,32 +253,21 @@ pub fn render(sh: &Shared) -> String {
     p.out
 }
 
-/// CPU time of the process, user and system, in seconds (`stats` rusage_user/rusage_system).
-fn cpu_seconds() -> (f64, f64) {
-    // SAFETY: getrusage only writes the struct we hand it.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
-    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-    (secs(ru.ru_utime), secs(ru.ru_stime))
-}
-
 /// What the exporter takes from `stats`.
 fn general(p: &mut Page, sh: &Shared, t: &Totals, s: &mnemo_store::StoreStats) {
-    let now = sh.clock.now();
-    let ext = &sh.config.ext;
-    // As `stats` reports them (stats.rs general).
-    p.one("memcached_uptime_seconds", Counter, "Seconds since the server started.", now.saturating_sub(60));
-    p.one("memcached_time_seconds", Gauge, "Current UNIX time according to the server.", u64::from(now) + sh.clock.process_started());
+    // The figures and presence rules `stats` uses (stats::Figures).
+    let f = crate::stats::Figures::now(sh);
+    p.one("memcached_uptime_seconds", Counter, "Seconds since the server started.", f.uptime);
+    p.one("memcached_time_seconds", Gauge, "Current UNIX time according to the server.", f.time);
     p.family("memcached_version", Gauge, "The memcached release this server answers as (mnemo_build_info has mnemo's).");
     p.sample("memcached_version", &[("version", PROTOCOL_VERSION)], 1);
-    let (user, system) = cpu_seconds();
-    p.one("memcached_process_user_cpu_seconds_total", Counter, "User CPU time of the server process.", user);
-    p.one("memcached_process_system_cpu_seconds_total", Counter, "System CPU time of the server process.", system);
+    p.one("memcached_process_user_cpu_seconds_total", Counter, "User CPU time of the server process.", f.cpu_user.seconds());
+    p.one("memcached_process_system_cpu_seconds_total", Counter, "System CPU time of the server process.", f.cpu_system.seconds());
     p.one("memcached_read_bytes_total", Counter, "Bytes read from clients.", t.bytes_read);
     p.one("memcached_written_bytes_total", Counter, "Bytes sent to clients.", t.bytes_written);
     p.one("memcached_current_connections", Gauge, "Open client connections.", sh.curr_conns.load(Relaxed));
     p.one("memcached_connections_total", Counter, "Connections opened since start.", sh.total_conns.load(Relaxed));
-    if ext.maxconns_fast {
+    if f.show_rejected {
         let rejected = sh.rejected_conns.load(Relaxed);
         p.one("memcached_connections_rejected_total", Counter, "Connections refused at the -c limit (maxconns_fast).", rejected);
     }
@@ -316,13 +305,13 @@ fn general(p: &mut Page, sh: &Shared, t: &Totals, s: &mnemo_store::StoreStats) {
     p.one("memcached_items_reclaimed_total", Counter, "Expired items whose memory was taken back.", s.reclaimed);
     p.one("memcached_item_too_large_total", Counter, "Stores refused: larger than -I.", t.store_too_large);
     p.one("memcached_item_no_memory_total", Counter, "Stores refused: out of memory.", t.store_no_memory);
-    if sh.crawler_enabled.load(Relaxed) {
+    if f.show_crawler {
         p.one("memcached_lru_crawler_starts_total", Counter, "Crawls and metadumps started.", sh.crawler_starts.load(Relaxed));
     }
     // No crawler runs in the background (see stats.rs): these stay 0, as `stats` says.
     p.one("memcached_lru_crawler_items_checked_total", Counter, "Items examined by the LRU crawler.", 0);
     p.one("memcached_lru_crawler_reclaimed_total", Counter, "Items freed by the LRU crawler.", 0);
-    if ext.lru_maintainer {
+    if f.show_lru_maintainer {
         p.one("memcached_direct_reclaims_total", Counter, "Times a worker reclaimed or evicted directly.", 0);
         for (name, help) in [
             ("memcached_lru_crawler_moves_to_cold_total", "Items moved to the COLD LRU (mnemo has no LRUs)."),

@@ -87,12 +87,58 @@ impl Shared {
     }
 }
 
-fn rusage() -> (String, String) {
-    // SAFETY: getrusage only writes the struct we hand it.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
-    let tv = |t: libc::timeval| format!("{}.{:06}", t.tv_sec, t.tv_usec);
-    (tv(ru.ru_utime), tv(ru.ru_stime))
+/// The process figures `stats` (and so binary STAT, which renders it) and `/metrics` both
+/// report, computed here once, with memcached's rules for which optional lines are shown.
+pub(crate) struct Figures {
+    /// Seconds since start (the clock starts 60 s in, as memcached's does).
+    pub uptime: u64,
+    /// Current UNIX time by the server's clock.
+    pub time: u64,
+    /// CPU time of the process (getrusage), user and system.
+    pub cpu_user: CpuTime,
+    pub cpu_system: CpuTime,
+    /// rejected_connections: only with maxconns_fast (memcached's default).
+    pub show_rejected: bool,
+    /// idle_kicks: only with `-o idle_timeout`.
+    pub show_idle_kicks: bool,
+    /// lru_crawler_running/starts: only while `lru_crawler enable` holds.
+    pub show_crawler: bool,
+    /// The LRU maintainer's lines: only without `-o no_lru_maintainer`.
+    pub show_lru_maintainer: bool,
+}
+
+#[derive(Clone, Copy)]
+pub(crate) struct CpuTime(libc::timeval);
+
+impl CpuTime {
+    /// memcached's `seconds.microseconds`, six digits.
+    pub fn text(self) -> String {
+        format!("{}.{:06}", self.0.tv_sec, self.0.tv_usec)
+    }
+
+    pub fn seconds(self) -> f64 {
+        self.0.tv_sec as f64 + self.0.tv_usec as f64 / 1e6
+    }
+}
+
+impl Figures {
+    pub fn now(sh: &Shared) -> Figures {
+        let now = sh.clock.now();
+        // SAFETY: getrusage only writes the struct we hand it.
+        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+        let ext = &sh.config.ext;
+        Figures {
+            uptime: u64::from(now).saturating_sub(60),
+            time: u64::from(now) + sh.clock.process_started(),
+            cpu_user: CpuTime(ru.ru_utime),
+            cpu_system: CpuTime(ru.ru_stime),
+            show_rejected: ext.maxconns_fast,
+            show_idle_kicks: ext.idle_timeout > 0,
+            show_crawler: sh.crawler_enabled.load(Relaxed),
+            show_lru_maintainer: ext.lru_maintainer,
+        }
+    }
 }
 
 /// `stats` with no argument: memcached 1.6.18's fields in its order (monitoring tools and
@@ -106,20 +152,20 @@ pub fn general(sh: &Shared, out: &mut Vec<u8>) {
     let t = sh.totals();
     let s = sh.store.stats();
     let ext = &sh.config.ext;
-    let (user, system) = rusage();
+    let f = Figures::now(sh);
     stat(out, "pid", std::process::id());
-    stat(out, "uptime", now.saturating_sub(60));
-    stat(out, "time", u64::from(now) + sh.clock.process_started());
+    stat(out, "uptime", f.uptime);
+    stat(out, "time", f.time);
     stat(out, "version", crate::config::PROTOCOL_VERSION);
     // memcached prints its libevent's version; mnemo's event loops are mio's.
     stat(out, "libevent", "mio");
     stat(out, "pointer_size", usize::BITS);
-    stat(out, "rusage_user", user);
-    stat(out, "rusage_system", system);
+    stat(out, "rusage_user", f.cpu_user.text());
+    stat(out, "rusage_system", f.cpu_system.text());
     stat(out, "max_connections", sh.config.max_conns);
     stat(out, "curr_connections", sh.curr_conns.load(Relaxed));
     stat(out, "total_connections", sh.total_conns.load(Relaxed));
-    if ext.maxconns_fast {
+    if f.show_rejected {
         stat(out, "rejected_connections", sh.rejected_conns.load(Relaxed));
     }
     // Listening sockets plus the connection slots the workers have made (kept for reuse).
@@ -160,7 +206,7 @@ pub fn general(sh: &Shared, out: &mut Vec<u8>) {
     stat(out, "store_no_memory", t.store_no_memory);
     stat(out, "auth_cmds", sh.auth_cmds.load(Relaxed));
     stat(out, "auth_errors", sh.auth_errors.load(Relaxed));
-    if ext.idle_timeout > 0 {
+    if f.show_idle_kicks {
         stat(out, "idle_kicks", t.idle_kicks);
     }
     stat(out, "bytes_read", t.bytes_read);
@@ -193,13 +239,13 @@ pub fn general(sh: &Shared, out: &mut Vec<u8>) {
         // live items moved so the segment is reused instead of fresh memory taken; README).
         stat(out, "slabs_moved", s.compactions);
     }
-    if sh.crawler_enabled.load(Relaxed) {
+    if f.show_crawler {
         // No crawler runs in the background (the maintenance thread drops expired segments);
         // starts are the crawls and metadumps clients asked for.
         stat(out, "lru_crawler_running", 0);
         stat(out, "lru_crawler_starts", sh.crawler_starts.load(Relaxed));
     }
-    if ext.lru_maintainer {
+    if f.show_lru_maintainer {
         stat(out, "lru_maintainer_juggles", 0);
     }
     for name in [
@@ -229,7 +275,7 @@ pub fn general(sh: &Shared, out: &mut Vec<u8>) {
     stat(out, "slab_global_page_pool", 0);
     stat(out, "expired_unfetched", s.expired_unfetched);
     stat(out, "evicted_unfetched", s.evicted_unfetched);
-    if ext.lru_maintainer {
+    if f.show_lru_maintainer {
         stat(out, "evicted_active", 0);
     }
     stat(out, "evictions", s.evictions);
@@ -237,7 +283,7 @@ pub fn general(sh: &Shared, out: &mut Vec<u8>) {
     stat(out, "crawler_reclaimed", 0);
     stat(out, "crawler_items_checked", 0);
     stat(out, "lrutail_reflocked", 0);
-    if ext.lru_maintainer {
+    if f.show_lru_maintainer {
         for name in ["moves_to_cold", "moves_to_warm", "moves_within_lru", "direct_reclaims", "lru_bumps_dropped"] {
             stat(out, name, 0);
         }

@@ -1,29 +1,50 @@
 //! The binary commands that touch items: the get family, touch, storage, append/prepend,
-//! delete and incr/decr, with memcached's statuses, CAS rules and counters.
-//!
-//! The binary protocol lets a client attach a CAS to commands the store has no CAS form of
-//! (append/prepend, incr/decr, delete). Those are built from a read and a CAS-guarded write,
-//! so they stay atomic: a write that lands in between changes the CAS and the guarded write
-//! fails with "exists", as it would in memcached. Delete is the exception (see `delete`).
+//! delete and incr/decr. Each is parsed into the command layer (crate::command), which does
+//! the store calls, the CAS rules and the counting; here its answer becomes memcached's
+//! binary statuses and bodies.
 
 use mnemo_proto::binary::{Status, StoreOp, DELTA_NO_CREATE};
-use mnemo_proto::num::parse_u64;
-use mnemo_proto::text::Limits;
-use mnemo_store::{DeltaError, Lookup, Mode, StoreError, StoreOutcome};
+use mnemo_store::{Item, Mode};
 
 use super::{expiry, After, Reply};
-use crate::detail::Event;
-use crate::stats::{bump, Counters};
+use crate::command::arith::{self, Counted};
+use crate::command::concat;
+use crate::command::delete::{self, Deleted};
+use crate::command::read::{self, Read};
+use crate::command::write::{self, Stored};
+use crate::command::{Answer, Proto};
+use crate::stats::Counters;
 use crate::Shared;
 
-/// `stats detail`: memcached's binary get family (touch and gat included) records a get,
-/// storage and append/prepend a set, delete a delete.
-fn record(sh: &Shared, key: &[u8], ev: Event) {
-    sh.detail.record(key, sh.config.prefix_delimiter, ev);
+/// A GET family hit: header, flags, the key for GETK/GATK, then the value (nothing after it).
+struct BinHit<'k> {
+    key: &'k [u8],
+    op: u8,
+    opaque: u32,
 }
 
-/// How often incr/decr retries when the item it creates is added by someone else first.
-const DELTA_ATTEMPTS: usize = 8;
+impl read::Hit for BinHit<'_> {
+    fn head(&mut self, it: &Item<'_>, out: &mut Vec<u8>) -> Option<&'static [u8]> {
+        let k = self.key;
+        mnemo_proto::binary::response_header(out, self.op, Status::Ok, self.opaque, it.cas, 4, k.len() as u16, it.value.len());
+        out.extend_from_slice(&it.flags.to_be_bytes());
+        out.extend_from_slice(k);
+        Some(b"")
+    }
+}
+
+/// A TOUCH hit: the item's flags and CAS, no value.
+struct BinTouched {
+    op: u8,
+    opaque: u32,
+}
+
+impl read::Hit for BinTouched {
+    fn head(&mut self, it: &Item<'_>, out: &mut Vec<u8>) -> Option<&'static [u8]> {
+        mnemo_proto::binary::response(out, self.op, Status::Ok, self.opaque, it.cas, &it.flags.to_be_bytes(), &[], &[]);
+        None
+    }
+}
 
 pub(super) fn get(
     key: &[u8],
@@ -34,37 +55,16 @@ pub(super) fn get(
     c: &Counters,
     r: &mut Reply<'_>,
 ) -> After {
-    let now = sh.clock.now();
-    let (op, opaque) = (r.opcode, r.opaque);
-    let direct = &mut r.direct;
-    let mut write = |it: mnemo_store::Item<'_>, out: &mut Vec<u8>| {
-        let shown_key = if with_key { key } else { &[] };
-        mnemo_proto::binary::response_header(out, op, Status::Ok, opaque, it.cas, 4, shown_key.len() as u16, it.value.len());
-        out.extend_from_slice(&it.flags.to_be_bytes());
-        out.extend_from_slice(shown_key);
-        match direct.as_deref_mut() {
-            // As text get: a large value leaves in one writev with the output before it,
-            // while the shard still holds it, instead of being copied into `out`.
-            Some(d) if it.value.len() >= crate::exec::DIRECT_MIN => {
-                d.send_value(out, it.value, it.pages, &[]);
-            }
-            _ => out.extend_from_slice(it.value),
-        }
+    let how = match touch {
+        None => Read::Get,
+        Some(e) => Read::Touch(expiry(sh, e)),
     };
-    let found = match touch {
-        None => {
-            bump(&c.cmd_get, 1);
-            sh.store.get(key, now, |it| write(it, r.out))
-        }
-        Some(e) => {
-            bump(&c.cmd_touch, 1);
-            sh.store.get_and_touch(key, expiry(sh, e), now, |it| write(it, r.out))
-        }
+    let mut hit = BinHit { key: if with_key { key } else { &[] }, op: r.opcode, opaque: r.opaque };
+    let sent = match read::get(key, how, &mut hit, sh, c, r.out, r.direct.as_deref_mut()) {
+        Answer::Now(sent) => sent,
+        Answer::Later(p) => match p {},
     };
-    let (hits, misses) = if touch.is_some() { (&c.touch_hits, &c.touch_misses) } else { (&c.get_hits, &c.get_misses) };
-    count_lookup(found, hits, misses, c);
-    record(sh, key, Event::Get { hit: found.is_hit() });
-    if !found.is_hit() && !quiet {
+    if !sent.found.is_hit() && !quiet {
         if with_key {
             // GETK / GATK: the miss carries the key instead of a message.
             bin_response(r, Status::KeyNotFound, key);
@@ -79,30 +79,13 @@ fn bin_response(r: &mut Reply<'_>, status: Status, key: &[u8]) {
     mnemo_proto::binary::response(r.out, r.opcode, status, r.opaque, 0, &[], key, &[]);
 }
 
-fn count_lookup<R>(found: Lookup<R>, hits: &std::sync::atomic::AtomicU64, misses: &std::sync::atomic::AtomicU64, c: &Counters) {
-    match found {
-        Lookup::Hit(_) => bump(hits, 1),
-        Lookup::Miss => bump(misses, 1),
-        Lookup::Expired => {
-            bump(misses, 1);
-            bump(&c.get_expired, 1);
-        }
-        Lookup::Flushed => {
-            bump(misses, 1);
-            bump(&c.get_flushed, 1);
-        }
-    }
-}
-
 /// TOUCH: a hit answers with the item's flags and CAS but no value.
 pub(super) fn touch(key: &[u8], exptime: u32, sh: &Shared, c: &Counters, r: &mut Reply<'_>) -> After {
-    bump(&c.cmd_touch, 1);
-    let found = sh.store.get_and_touch(key, expiry(sh, exptime), sh.clock.now(), |it| (it.flags, it.cas));
-    count_lookup(found, &c.touch_hits, &c.touch_misses, c);
-    record(sh, key, Event::Get { hit: found.is_hit() });
-    match found {
-        Lookup::Hit((flags, cas)) => r.ok(cas, &flags.to_be_bytes(), &[], &[]),
-        _ => r.error(Status::KeyNotFound),
+    let mut hit = BinTouched { op: r.opcode, opaque: r.opaque };
+    match read::get(key, Read::Touch(expiry(sh, exptime)), &mut hit, sh, c, r.out, None) {
+        Answer::Now(sent) if !sent.found.is_hit() => r.error(Status::KeyNotFound),
+        Answer::Now(_) => {}
+        Answer::Later(p) => match p {},
     }
     After::Continue
 }
@@ -120,9 +103,6 @@ pub(super) fn store(
     c: &Counters,
     r: &mut Reply<'_>,
 ) -> After {
-    bump(&c.cmd_set, 1);
-    record(sh, key, Event::Set);
-    let now = sh.clock.now();
     // memcached turns any SET/ADD/REPLACE that carries a CAS into a compare-and-swap; with
     // -C items hold no CAS and the field is ignored.
     let guarded = cas != 0 && sh.config.use_cas;
@@ -132,40 +112,35 @@ pub(super) fn store(
         (false, StoreOp::Add) => Mode::Add,
         (false, StoreOp::Replace) => Mode::Replace,
     };
-    match sh.store.store(mode, key, flags, expiry(sh, exptime), value, now) {
-        Ok(StoreOutcome::Stored { cas }) => {
-            if guarded {
-                bump(&c.cas_hits, 1);
-            }
+    let s = write::Store { mode, key, flags, exp: expiry(sh, exptime), data: value, stale_if_older: false };
+    let answer = match write::store(&s, Proto::Binary, sh, c) {
+        Answer::Now(a) => a,
+        Answer::Later(p) => match p {},
+    };
+    match answer {
+        Stored::Stored { cas } => {
             if !quiet {
                 r.ok(cas, &[], &[], &[]);
             }
         }
-        Ok(StoreOutcome::NotStored) => r.error(match op {
+        Stored::NotStored => r.error(match op {
             StoreOp::Add => Status::KeyExists,
             StoreOp::Replace => Status::KeyNotFound,
             StoreOp::Set => Status::NotStored,
         }),
-        Ok(StoreOutcome::Exists) => {
-            bump(&c.cas_badval, 1);
-            r.error(Status::KeyExists);
-        }
-        Ok(StoreOutcome::NotFound) => {
-            bump(&c.cas_misses, 1);
-            r.error(Status::KeyNotFound);
-        }
-        Err(e) => {
+        Stored::Exists => r.error(Status::KeyExists),
+        Stored::NotFound => r.error(Status::KeyNotFound),
+        failed @ (Stored::TooLarge | Stored::NoMemory) => {
             if guarded && op == StoreOp::Set {
                 // The store drops the old value of a failed plain set; memcached does it for
                 // a set with a CAS too.
-                sh.store.delete(key, now);
+                sh.store.delete(key, sh.clock.now());
             }
-            let (counter, status) = match e {
-                StoreError::TooLarge => (&c.store_too_large, Status::TooLarge),
-                StoreError::OutOfMemory => (&c.store_no_memory, Status::OutOfMemory),
-            };
-            bump(counter, 1);
-            r.error(status);
+            match failed {
+                Stored::TooLarge => r.error(Status::TooLarge),
+                // memcached's binary text for a store that found no memory.
+                _ => r.status(Status::OutOfMemory, b"Out of memory allocating item"),
+            }
         }
     }
     After::Continue
@@ -182,97 +157,33 @@ pub(super) fn concat(
     c: &Counters,
     r: &mut Reply<'_>,
 ) -> After {
-    bump(&c.cmd_set, 1);
-    record(sh, key, Event::Set);
-    let now = sh.clock.now();
-    let outcome = if cas != 0 && sh.config.use_cas {
-        concat_guarded(append, key, value, cas, sh)
-    } else if !joined_fits(key, value.len(), sh) {
-        StoreOutcome::NotStored
-    } else {
-        let mode = if append { Mode::Append } else { Mode::Prepend };
-        // The store answers NotStored itself when the result would be too large or finds no
-        // memory, as memcached does for append/prepend.
-        sh.store.store(mode, key, 0, 0, value, now).unwrap_or(StoreOutcome::NotStored)
-    };
-    match outcome {
-        StoreOutcome::Stored { cas } => {
+    // With -C the CAS field is ignored, as for SET.
+    let j = concat::Concat { append, key, data: value, cas: (cas != 0 && sh.config.use_cas).then_some(cas) };
+    match concat::concat(&j, Proto::Binary, sh, c) {
+        Answer::Now(Stored::Stored { cas }) => {
             if !quiet {
                 r.ok(cas, &[], &[], &[]);
             }
         }
-        StoreOutcome::Exists => r.error(Status::KeyExists),
-        StoreOutcome::NotStored | StoreOutcome::NotFound => r.error(Status::NotStored),
+        Answer::Now(Stored::Exists) => r.error(Status::KeyExists),
+        Answer::Now(_) => r.error(Status::NotStored),
+        Answer::Later(p) => match p {},
     }
     After::Continue
 }
 
-/// Whether appending `extra` bytes keeps the item within memcached's exact size rule (the
-/// store's own bound is a little looser). An append racing in between can only be caught by
-/// the store's bound, which still holds.
-fn joined_fits(key: &[u8], extra: usize, sh: &Shared) -> bool {
-    let limits = Limits { item_size_max: sh.config.item_size_max, use_cas: sh.config.use_cas };
-    match sh.store.get(key, sh.clock.now(), |it| (it.flags, it.value.len())).hit() {
-        Some((flags, len)) => limits.item_fits(key.len(), flags, len + extra),
-        // Missing: the store answers NotStored.
-        None => true,
-    }
-}
-
-/// Append/prepend with a CAS: read, compare, and write the joined value only if the CAS
-/// still matches.
-fn concat_guarded(append: bool, key: &[u8], value: &[u8], cas: u64, sh: &Shared) -> StoreOutcome {
-    let now = sh.clock.now();
-    let joined = sh.store.get(key, now, |it| {
-        if it.cas != cas {
-            return None;
-        }
-        let mut v = Vec::with_capacity(it.value.len() + value.len());
-        if append {
-            v.extend_from_slice(it.value);
-            v.extend_from_slice(value);
-        } else {
-            v.extend_from_slice(value);
-            v.extend_from_slice(it.value);
-        }
-        Some((it.flags, it.exp, v))
-    });
-    let Some(found) = joined.hit() else { return StoreOutcome::NotStored };
-    let Some((flags, exp, v)) = found else { return StoreOutcome::Exists };
-    let limits = Limits { item_size_max: sh.config.item_size_max, use_cas: sh.config.use_cas };
-    if !limits.item_fits(key.len(), flags, v.len()) {
-        return StoreOutcome::NotStored;
-    }
-    match sh.store.store(Mode::Cas(cas), key, flags, exp, &v, now) {
-        Ok(StoreOutcome::NotFound) | Err(_) => StoreOutcome::NotStored,
-        Ok(o) => o,
-    }
-}
-
-/// DELETE. With a CAS the compare and the delete are two store calls: the store has no
-/// conditional delete, so a write landing between them is deleted too (a narrow window that
-/// memcached, holding the item lock, does not have).
+/// DELETE, with the compare of a CAS when one is given (command/delete.rs).
 pub(super) fn delete(key: &[u8], cas: u64, quiet: bool, sh: &Shared, c: &Counters, r: &mut Reply<'_>) -> After {
-    record(sh, key, Event::Delete);
-    let now = sh.clock.now();
-    if cas != 0 {
-        // memcached compares even with -C, where every item's CAS is 0.
-        match sh.store.get(key, now, |it| it.cas).hit() {
-            Some(current) if current != cas => {
-                r.error(Status::KeyExists);
-                return After::Continue;
+    let d = delete::Delete { key, cas: (cas != 0).then_some(cas), invalidate: None };
+    match delete::delete(&d, Proto::Binary, sh, c) {
+        Answer::Now(Deleted::Exists) => r.error(Status::KeyExists),
+        Answer::Now(Deleted::Deleted) => {
+            if !quiet {
+                r.ok(0, &[], &[], &[]);
             }
-            _ => {}
         }
-    }
-    if sh.store.delete(key, now) {
-        bump(&c.delete_hits, 1);
-        if !quiet {
-            r.ok(0, &[], &[], &[]);
-        }
-    } else {
-        bump(&c.delete_misses, 1);
-        r.error(Status::KeyNotFound);
+        Answer::Now(Deleted::NotFound) => r.error(Status::KeyNotFound),
+        Answer::Later(p) => match p {},
     }
     After::Continue
 }
@@ -287,117 +198,32 @@ pub(super) struct DeltaArgs<'a> {
     pub quiet: bool,
 }
 
-enum DeltaResult {
-    Value(u64, u64),
-    Missing,
-    Failed(Status),
-}
-
-/// INCREMENT / DECREMENT: u64, incr wraps, decr stops at 0; a missing item is created with
-/// `initial` (flags 0) unless the expiration is 0xffffffff.
+/// INCREMENT / DECREMENT (command/arith.rs): a missing item is created with `initial` (flags
+/// 0) unless the expiration is 0xffffffff; a CAS guards the write.
 pub(super) fn delta(a: DeltaArgs<'_>, sh: &Shared, c: &Counters, r: &mut Reply<'_>) -> After {
-    let (hits, misses) = if a.incr { (&c.incr_hits, &c.incr_misses) } else { (&c.decr_hits, &c.decr_misses) };
-    let now = sh.clock.now();
-    for _ in 0..DELTA_ATTEMPTS {
-        let res = if a.cas != 0 { delta_guarded(&a, sh) } else { delta_plain(&a, sh) };
-        match res {
-            DeltaResult::Value(n, cas) => {
-                bump(hits, 1);
-                if !a.quiet {
-                    r.ok(cas, &[], &[], &n.to_be_bytes());
-                }
-                return After::Continue;
-            }
-            DeltaResult::Failed(status) => {
-                r.error(status);
-                return After::Continue;
-            }
-            DeltaResult::Missing if a.exptime == DELTA_NO_CREATE => {
-                bump(misses, 1);
-                r.error(Status::KeyNotFound);
-                return After::Continue;
-            }
-            DeltaResult::Missing => {
-                let mut digits = [0; 20];
-                let text = decimal(a.initial, &mut digits);
-                match sh.store.store(Mode::Add, a.key, 0, expiry(sh, a.exptime), text, now) {
-                    Ok(StoreOutcome::Stored { cas }) => {
-                        if !a.quiet {
-                            r.ok(cas, &[], &[], &a.initial.to_be_bytes());
-                        }
-                        return After::Continue;
-                    }
-                    // Someone else created it first: apply the delta to theirs.
-                    Ok(_) => continue,
-                    Err(StoreError::OutOfMemory) => {
-                        bump(&c.store_no_memory, 1);
-                        r.error(Status::OutOfMemory);
-                        return After::Continue;
-                    }
-                    Err(StoreError::TooLarge) => {
-                        r.error(Status::NotStored);
-                        return After::Continue;
-                    }
-                }
-            }
-        }
-    }
-    // memcached's answer when its add of the initial value fails.
-    r.error(Status::NotStored);
-    After::Continue
-}
-
-fn delta_plain(a: &DeltaArgs<'_>, sh: &Shared) -> DeltaResult {
-    match sh.store.delta(a.key, a.incr, a.delta, sh.clock.now(), parse_u64) {
-        Ok((n, cas)) => DeltaResult::Value(n, cas),
-        Err(DeltaError::NotFound) => DeltaResult::Missing,
-        Err(DeltaError::NonNumeric) => DeltaResult::Failed(Status::NonNumeric),
-    }
-}
-
-/// incr/decr with a CAS: the CAS is compared before the value is parsed (memcached's order),
-/// and the new number is written with a CAS-guarded store. Like the store's own delta, a
-/// shorter number keeps the old length, padded with spaces, as memcached rewrites in place.
-fn delta_guarded(a: &DeltaArgs<'_>, sh: &Shared) -> DeltaResult {
-    let now = sh.clock.now();
-    let found = sh.store.get(a.key, now, |it| {
-        if it.cas != a.cas {
-            return Err(Status::KeyExists);
-        }
-        let n = match parse_u64(it.value) {
-            Some(v) if !it.value.is_empty() => v,
-            _ => return Err(Status::NonNumeric),
-        };
-        let n = if a.incr { n.wrapping_add(a.delta) } else { n.saturating_sub(a.delta) };
-        Ok((n, it.flags, it.exp, it.value.len()))
-    });
-    let (n, flags, exp, old_len) = match found.hit() {
-        None => return DeltaResult::Missing,
-        Some(Err(status)) => return DeltaResult::Failed(status),
-        Some(Ok(v)) => v,
+    let d = arith::Delta {
+        key: a.key,
+        incr: a.incr,
+        by: a.delta,
+        pad: true,
+        cas: (a.cas != 0).then_some(a.cas),
+        create: (a.exptime != DELTA_NO_CREATE).then(|| (a.initial, expiry(sh, a.exptime))),
     };
-    let mut digits = [0; 20];
-    let mut text = decimal(n, &mut digits).to_vec();
-    if text.len() < old_len {
-        text.resize(old_len, b' ');
-    }
-    match sh.store.store(Mode::Cas(a.cas), a.key, flags, exp, &text, now) {
-        Ok(StoreOutcome::Stored { cas }) => DeltaResult::Value(n, cas),
-        Ok(StoreOutcome::Exists) => DeltaResult::Failed(Status::KeyExists),
-        Ok(_) => DeltaResult::Missing,
-        Err(_) => DeltaResult::Failed(Status::OutOfMemory),
-    }
-}
-
-/// `n` in decimal, without allocating.
-fn decimal(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
-    let mut i = buf.len();
-    loop {
-        i -= 1;
-        buf[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            return &buf[i..];
+    let answer = match arith::delta(&d, Proto::Binary, sh, c) {
+        Answer::Now(answer) => answer,
+        Answer::Later(p) => match p {},
+    };
+    match answer {
+        Counted::Value { n, cas } | Counted::Created { n, cas } => {
+            if !a.quiet {
+                r.ok(cas, &[], &[], &n.to_be_bytes());
+            }
         }
+        Counted::NotFound => r.error(Status::KeyNotFound),
+        Counted::NonNumeric => r.error(Status::NonNumeric),
+        Counted::Exists => r.error(Status::KeyExists),
+        Counted::NoMemory => r.error(Status::OutOfMemory),
+        Counted::NotStored => r.error(Status::NotStored),
     }
+    After::Continue
 }

@@ -13,13 +13,14 @@
 //!
 //! The stream stays in step exactly as when the block is buffered: the same bytes are
 //! consumed (line, block, two bytes after it) and the same reply is sent, by the same code
-//! (exec::store_reply). No lock is held while the value is read; until `finish` links it, the
+//! (command::write, exec::store_reply). No lock is held while the value is read; until `finish` links it, the
 //! item is the connection's alone, so a client that goes away half-way leaves nothing behind.
 
 use mnemo_proto::text::{self, StoreKind};
 use mnemo_proto::ErrorReply;
 use mnemo_store::Incoming;
 
+use crate::command::write;
 use crate::exec;
 use crate::stats::Counters;
 use crate::Shared;
@@ -97,8 +98,8 @@ impl LargeSet {
             key[..k.len()].copy_from_slice(k);
             &key[..k.len()]
         };
-        exec::count_store(key, sh, c);
-        let result = sh.store.finish_value(self.inc, exec::mode_of(self.kind, self.cas), sh.clock.now());
-        exec::store_reply(self.kind, key, result, self.noreply, sh, c, out);
+        let mode = exec::mode_of(self.kind, self.cas);
+        let result = sh.store.finish_value(self.inc, mode, sh.clock.now());
+        exec::store_reply(write::received(key, mode, result, sh, c), self.noreply, out);
     }
 }

@@ -1,0 +1,183 @@
+//! The read commands: get, gets, gat, gats, touch, meta mg, and binary GET/GETK/GAT/TOUCH.
+//!
+//! ```text
+//!   get(key, Read, hit writer)
+//!     count the command (cmd_get or cmd_touch)
+//!     store: get | get_and_touch | touch + peek | peek      (the shard lock is held from here ...
+//!       hit -> writer.head(item): the protocol's header, and the bytes after the value
+//!              value: >= DIRECT_MIN and a Direct -> one nonblocking writev/vmsplice
+//!                     otherwise                  -> copied into the output  (... to here)
+//!     mg N on a miss: add a placeholder, the writer's `vivified` answers it
+//!     count the outcome (hits, misses, expired, flushed) and `stats detail`
+//!   -> Answer::Now(Sent)
+//! ```
+
+use mnemo_store::{Item, Lookup, Mode, Pages, StoreOutcome, Time};
+
+use super::Answer;
+use crate::detail::Event;
+use crate::stats::{bump, Counters};
+use crate::Shared;
+
+/// Values at least this long go from the segment straight to the socket (see [`Direct`]).
+pub const DIRECT_MIN: usize = 32 * 1024;
+
+/// A way to hand a large value to the socket without first copying it into the output buffer.
+///
+/// Without it a 100 KB get costs two copies (segment -> output buffer -> kernel); memcached
+/// costs one, because its reply holds a reference to the item. Here the value is written with
+/// one writev of [unsent output, value, tail] while the store still has it (the shard lock
+/// is held for that nonblocking call: the same bytes would otherwise be copied under it), and
+/// only what the socket did not take is copied. Small values never take this path, so a
+/// pipelined batch of ordinary gets is still one write. The bytes that follow the value (its
+/// `\r\n`, and `END\r\n` after the last key) go in the same writev: sent later on their own they
+/// cost a second syscall and a second TCP segment per get (measured: 1.9 writes per 100 KB get).
+/// With `--zero-copy` (`auto`, the default, when the worker measures it faster) a TCP connection skips
+/// even the kernel's copy: the value's pages are lent to the socket (splice.rs), still as one
+/// reply into the socket.
+pub trait Direct {
+    /// Appends `value` and `tail` to the logical output `out` (whose first bytes may already
+    /// be written), writing as much as the socket takes now. Returns true if everything in
+    /// `out` before the value was written (so `out` was emptied).
+    ///
+    /// `pages` (the item's, when it has pages of its own) may be lent to the kernel instead of
+    /// copying `value` (splice.rs); `tail` is static so that its pages can be too.
+    fn send_value(&mut self, out: &mut Vec<u8>, value: &[u8], pages: Option<Pages<'_>>, tail: &'static [u8]) -> bool;
+}
+
+/// How a read looks the item up and what it counts.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Read {
+    /// get, gets, binary GET/GETK: cmd_get, get_hits/get_misses, `stats detail` get.
+    Get,
+    /// gat, gats, binary GAT/GATK/TOUCH: the item's expiry becomes this; cmd_touch,
+    /// touch_hits/touch_misses, `stats detail` get.
+    Touch(Time),
+    /// mg: cmd_get (and cmd_touch with T), get_hits/get_misses, no `stats detail` (memcached
+    /// 1.6.18 records none for meta).
+    Meta {
+        /// T: the new expiry.
+        touch: Option<Time>,
+        /// u: the read does not count as one (the item stays unfetched: a later h says h0).
+        peek: bool,
+        /// N: on a miss, create an empty placeholder with this expiry and hand it out as won.
+        vivify: Option<Time>,
+    },
+}
+
+/// The protocol's side of a hit: what it writes around the value.
+pub(crate) trait Hit {
+    /// Writes what precedes a hit's value into `out`; returns the bytes that follow the value,
+    /// or None when the reply carries no value (binary TOUCH, mg without v).
+    fn head(&mut self, it: &Item<'_>, out: &mut Vec<u8>) -> Option<&'static [u8]>;
+
+    /// mg N: the placeholder this client created and won (a read with `vivify` only).
+    fn vivified(&mut self, _it: &Item<'_>, _out: &mut Vec<u8>) {}
+}
+
+/// What a read did.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Sent {
+    /// mg N's placeholder counts as the miss it was but is answered as a hit: Hit.
+    pub found: Lookup<()>,
+    /// A direct send emptied the output: every earlier reply is on the wire.
+    pub flushed: bool,
+}
+
+/// One key's read: the store call, the hit written by `hit` (its value copied or sent
+/// directly), every counter and `stats detail`.
+#[inline]
+pub(crate) fn get<H: Hit>(
+    key: &[u8],
+    read: Read,
+    hit: &mut H,
+    sh: &Shared,
+    c: &Counters,
+    out: &mut Vec<u8>,
+    // Two lifetimes: a caller lends its connection's Direct once per key.
+    mut direct: Option<&mut (dyn Direct + '_)>,
+) -> Answer<Sent> {
+    let now = sh.clock.now();
+    let mut flushed = false;
+    let mut write = |it: Item<'_>, out: &mut Vec<u8>| {
+        let Some(tail) = hit.head(&it, out) else { return };
+        match direct.as_deref_mut() {
+            Some(d) if it.value.len() >= DIRECT_MIN => {
+                flushed = d.send_value(out, it.value, it.pages, tail);
+            }
+            _ => {
+                out.extend_from_slice(it.value);
+                out.extend_from_slice(tail);
+            }
+        }
+    };
+    let found = match read {
+        Read::Get => {
+            bump(&c.cmd_get, 1);
+            sh.store.get(key, now, |it| write(it, out))
+        }
+        Read::Touch(exp) => {
+            bump(&c.cmd_touch, 1);
+            sh.store.get_and_touch(key, exp, now, |it| write(it, out))
+        }
+        Read::Meta { touch, peek, vivify } => {
+            bump(&c.cmd_get, 1);
+            if touch.is_some() {
+                bump(&c.cmd_touch, 1);
+            }
+            let found = match (touch, peek) {
+                (Some(exp), false) => sh.store.get_and_touch(key, exp, now, |it| write(it, out)),
+                (Some(exp), true) => {
+                    sh.store.touch(key, exp, now);
+                    sh.store.peek(key, now, |it| write(it, out))
+                }
+                (None, false) => sh.store.get(key, now, |it| write(it, out)),
+                (None, true) => sh.store.peek(key, now, |it| write(it, out)),
+            };
+            match (found.is_hit(), vivify) {
+                (false, Some(exp)) => {
+                    // Vivify: an empty placeholder, and this client holds the win token;
+                    // everyone else sees the placeholder with Z until the winner stores the
+                    // real value. It counts as the miss it was.
+                    if let Ok(StoreOutcome::Stored { cas }) = sh.store.store(Mode::Add, key, 0, exp, b"", now) {
+                        sh.marks.set(key, cas, crate::marks::Mark { stale: false, win_sent: true });
+                        hit.vivified(&Item { flags: 0, value: b"", cas, exp, fetched: false, pages: None }, out);
+                        bump(&c.get_misses, 1);
+                        return Answer::Now(Sent { found: Lookup::Hit(()), flushed: false });
+                    }
+                    // Someone created it first: read theirs.
+                    sh.store.get(key, now, |it| write(it, out))
+                }
+                _ => found,
+            }
+        }
+    };
+    let (hits, misses) = match read {
+        Read::Touch(_) => (&c.touch_hits, &c.touch_misses),
+        Read::Get | Read::Meta { .. } => (&c.get_hits, &c.get_misses),
+    };
+    match found {
+        Lookup::Hit(()) => bump(hits, 1),
+        Lookup::Miss => bump(misses, 1),
+        Lookup::Expired => {
+            bump(misses, 1);
+            bump(&c.get_expired, 1);
+        }
+        Lookup::Flushed => {
+            bump(misses, 1);
+            bump(&c.get_flushed, 1);
+        }
+    }
+    if !matches!(read, Read::Meta { .. }) {
+        sh.detail.record(key, sh.config.prefix_delimiter, Event::Get { hit: found.is_hit() });
+    }
+    Answer::Now(Sent { found, flushed })
+}
+
+/// The text `touch` command: a new expiry, no value, no `stats detail` (memcached's).
+pub(crate) fn touch(key: &[u8], exp: Time, sh: &Shared, c: &Counters) -> Answer<bool> {
+    bump(&c.cmd_touch, 1);
+    let hit = sh.store.touch(key, exp, sh.clock.now());
+    bump(if hit { &c.touch_hits } else { &c.touch_misses }, 1);
+    Answer::Now(hit)
+}

@@ -1,0 +1,145 @@
+//! The storage commands: set, add, replace, append, prepend and cas in every protocol (text
+//! `set`, its in-place large form exec/largeset.rs, meta `ms`, binary SET/ADD/REPLACE), and a
+//! storage command refused before its data was read (too large).
+//!
+//! Counting, as memcached 1.6.18 does (tests/test_command_counters.py):
+//!
+//! ```text
+//!   stats detail set   text and binary, before the store (a failed store is recorded too)
+//!   cmd_set            once the item is allocated: not for a store that finds no memory or
+//!                      is too large; an append/prepend whose join fails still counts
+//!   cas_hits / cas_badval / cas_misses   stored / EXISTS / NOT_FOUND of a cas
+//!   store_no_memory / store_too_large    text and meta only: binary counts neither
+//! ```
+//!
+//! A `set` that fails leaves no old value readable: the store drops it itself
+//! (mnemo_store::Store::store); only a set refused before it reached the store deletes here.
+
+use mnemo_store::{Mode, StoreError, StoreOutcome, Time};
+
+use super::{Answer, Proto};
+use crate::detail::Event;
+use crate::stats::{bump, Counters};
+use crate::Shared;
+
+/// A storage command as parsed.
+pub(crate) struct Store<'a> {
+    pub mode: Mode,
+    pub key: &'a [u8],
+    pub flags: u32,
+    pub exp: Time,
+    pub data: &'a [u8],
+    /// ms I: a cas carrying an older CAS still lands, as a stale item (see [`store`]).
+    pub stale_if_older: bool,
+}
+
+/// A storage command's outcome, for the protocol to encode.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Stored {
+    Stored { cas: u64 },
+    NotStored,
+    /// A cas found the item under another CAS.
+    Exists,
+    /// A cas found no item.
+    NotFound,
+    TooLarge,
+    NoMemory,
+}
+
+/// Stores `s` by its mode's rules and counts it.
+pub(crate) fn store(s: &Store<'_>, proto: Proto, sh: &Shared, c: &Counters) -> Answer<Stored> {
+    record(s.key, proto, sh);
+    let now = sh.clock.now();
+    let result = match s.mode {
+        // memcached -C: items hold no CAS, so a text cas can match none: it fails on any
+        // item there is. (Binary ignores a CAS under -C; it never asks for one.)
+        Mode::Cas(_) if !sh.config.use_cas && proto == Proto::Text => {
+            Ok(if sh.store.get(s.key, now, |_| ()).is_hit() { StoreOutcome::Exists } else { StoreOutcome::NotFound })
+        }
+        mode => sh.store.store(mode, s.key, s.flags, s.exp, s.data, now),
+    };
+    let result = match (result, s.mode, s.stale_if_older) {
+        (Ok(StoreOutcome::Exists), Mode::Cas(want), true) => stale_write(s, want, sh, now),
+        (result, ..) => result,
+    };
+    Answer::Now(count(s.mode, result, proto, c))
+}
+
+/// ms I with a CAS older than the item's: the write still lands, but as a stale item that
+/// keeps the TTL and the "win token sent" state of the item it replaces (memcached), so
+/// readers go on seeing X and Z and nobody is handed a second W. A CAS that is not older
+/// stays EXISTS.
+fn stale_write(s: &Store<'_>, want: u64, sh: &Shared, now: Time) -> Result<StoreOutcome, StoreError> {
+    let old = sh.store.peek(s.key, now, |it| (it.cas, it.exp)).hit();
+    let Some((have, old_exp)) = old.filter(|&(have, _)| want < have) else {
+        return Ok(StoreOutcome::Exists);
+    };
+    let win_sent = sh.marks.get(s.key, have).win_sent;
+    let result = sh.store.store(Mode::Set, s.key, s.flags, old_exp, s.data, now);
+    if let Ok(StoreOutcome::Stored { cas }) = result {
+        sh.marks.set(s.key, cas, crate::marks::Mark { stale: true, win_sent });
+    }
+    result
+}
+
+/// A text value received in place (exec/largeset.rs) was linked in with `result` (the store
+/// call is `finish_value`, the value being in its item already): count it as [`store`] would.
+pub(crate) fn received(key: &[u8], mode: Mode, result: Result<StoreOutcome, StoreError>, sh: &Shared, c: &Counters) -> Answer<Stored> {
+    record(key, Proto::Text, sh);
+    Answer::Now(count(mode, result, Proto::Text, c))
+}
+
+/// A storage command refused before its data was read: its value is over -I.
+pub(crate) fn refused_too_large(key: &[u8], mode: Mode, proto: Proto, sh: &Shared, c: &Counters) -> Answer<Stored> {
+    if proto != Proto::Binary {
+        bump(&c.store_too_large, 1);
+    }
+    // memcached: a failed set must not leave the old value readable.
+    if mode == Mode::Set {
+        sh.store.delete(key, sh.clock.now());
+    }
+    Answer::Now(Stored::TooLarge)
+}
+
+/// `stats detail` set: text and binary (meta records none, as memcached 1.6.18).
+pub(super) fn record(key: &[u8], proto: Proto, sh: &Shared) {
+    if proto != Proto::Meta {
+        sh.detail.record(key, sh.config.prefix_delimiter, Event::Set);
+    }
+}
+
+fn count(mode: Mode, result: Result<StoreOutcome, StoreError>, proto: Proto, c: &Counters) -> Stored {
+    if result.is_ok() || matches!(mode, Mode::Append | Mode::Prepend) {
+        bump(&c.cmd_set, 1);
+    }
+    let counted = proto != Proto::Binary;
+    match result {
+        Ok(StoreOutcome::Stored { cas }) => {
+            if matches!(mode, Mode::Cas(_)) {
+                bump(&c.cas_hits, 1);
+            }
+            Stored::Stored { cas }
+        }
+        Ok(StoreOutcome::NotStored) => Stored::NotStored,
+        Ok(StoreOutcome::Exists) => {
+            bump(&c.cas_badval, 1);
+            Stored::Exists
+        }
+        Ok(StoreOutcome::NotFound) => {
+            bump(&c.cas_misses, 1);
+            Stored::NotFound
+        }
+        Err(StoreError::TooLarge) => {
+            if counted {
+                bump(&c.store_too_large, 1);
+            }
+            Stored::TooLarge
+        }
+        Err(StoreError::OutOfMemory) => {
+            if counted {
+                bump(&c.store_no_memory, 1);
+            }
+            Stored::NoMemory
+        }
+    }
+}
