@@ -64,7 +64,7 @@ pub(crate) struct Reply<'o> {
     opaque: u32,
     out: &'o mut Vec<u8>,
     /// The connection's way to send a large value from the item (exec::Direct), for GET.
-    direct: Option<&'o mut dyn crate::exec::Direct>,
+    direct: Option<&'o mut dyn crate::command::read::Direct>,
 }
 
 impl Reply<'_> {
@@ -100,7 +100,7 @@ pub fn step_direct<'o>(
     sh: &Shared,
     c: &Counters,
     out: &'o mut Vec<u8>,
-    direct: Option<&'o mut dyn crate::exec::Direct>,
+    direct: Option<&'o mut dyn crate::command::read::Direct>,
 ) -> BinNext {
     if session.skip > 0 {
         let n = session.skip.min(input.len() as u64);

@@ -21,8 +21,8 @@ pub const DEFAULT_REQS_PER_EVENT: usize = 20;
 pub const DEFAULT_BACKLOG: i32 = 1024;
 /// Keys one `fget` may name.
 pub const DEFAULT_FILTER_MAX_KEYS: usize = 10_000;
-/// The workers' event loop when `--io-loop` is not given (README "Event loops"): io_uring,
-/// epoll where the kernel refuses it. A close choice (README "Event loops" has the figures):
+/// The workers' event loop when `--io-loop` is not given (docs/operations.md "Event loops"): io_uring,
+/// epoll where the kernel refuses it. A close choice (docs/benchmarks.md has the figures):
 /// io_uring is level with the null servers on small one-at-a-time requests (workload a), epoll
 /// a few percent behind them; epoll is ahead on 100 KB values (d).
 pub const DEFAULT_IO_LOOP: IoLoop = IoLoop::Uring;
@@ -119,7 +119,7 @@ struct Args {
     /// MEMCACHED_SASL_PWDB file, or Cyrus SASL's sasldb named by SASL_CONF_PATH/memcached.conf)
     #[arg(short = 'S', long = "enable-sasl")]
     enable_sasl: bool,
-    /// enable TLS on TCP connections (needs -o ssl_chain_cert=FILE,ssl_key=FILE; README "TLS")
+    /// enable TLS on TCP connections (needs -o ssl_chain_cert=FILE,ssl_key=FILE; docs/operations.md "TLS")
     #[arg(short = 'Z', long = "enable-ssl")]
     enable_ssl: bool,
     /// password file for authentication ("user:password" per line); turns on text-protocol
@@ -152,7 +152,7 @@ struct Args {
     chunk_size: u32,
     /// memcached's extended options (comma separated): idle_timeout, maxconns_fast,
     /// lru_crawler, track_sizes and the slab_* settings take effect; the others are accepted
-    /// and ignored (README)
+    /// and ignored (docs/operations.md)
     #[arg(short = 'o', long = "extended", action = clap::ArgAction::Append)]
     extended: Vec<String>,
     /// install a WebAssembly filter for fget (repeatable): NAME=PATH (.wasm or .wat); reloaded on SIGHUP
@@ -244,7 +244,7 @@ pub struct Config {
     pub filter_max_keys: usize,
     /// --metrics: where `/metrics` is served ("host:port"), or None (metrics.rs).
     pub metrics: Option<String>,
-    /// --io-loop: which event loop the workers run (worker.rs, uring.rs).
+    /// --io-loop: which event loop the workers run (worker/epoll.rs, worker/uring.rs).
     pub io_loop: IoLoop,
     /// Whether --io-loop (or MNEMO_IO_LOOP) named it: a fallback from io_uring to epoll is
     /// reported on stderr only then, or with -v, so that the default stays as quiet as
@@ -257,9 +257,9 @@ pub struct Config {
 /// The workers' event loop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum IoLoop {
-    /// mio over epoll (worker.rs).
+    /// mio over epoll (worker/epoll.rs).
     Epoll,
-    /// io_uring (uring.rs), falling back to epoll where the kernel refuses it.
+    /// io_uring (worker/uring.rs), falling back to epoll where the kernel refuses it.
     Uring,
 }
 

@@ -29,6 +29,7 @@ mod stream;
 pub use stream::{Io, Stream};
 
 use crate::binary::{self, BinNext, BinSession};
+use crate::command::read::Direct;
 use crate::exec::{self, Next};
 use crate::stats::{bump, regauge, Counters};
 use crate::Shared;
@@ -116,7 +117,7 @@ pub struct Conn<S> {
     accounted: Option<(u64, u64)>,
 }
 
-/// The connection's side of [`exec::Direct`]: its socket and how much of its output is sent.
+/// The connection's side of [`Direct`] (the command layer decides when it is used): its socket and how much of its output is sent.
 struct DirectSend<'a, S> {
     stream: &'a mut S,
     wpos: &'a mut usize,
@@ -125,7 +126,7 @@ struct DirectSend<'a, S> {
     zero_copy: crate::config::ZeroCopy,
 }
 
-impl<S: Io> exec::Direct for DirectSend<'_, S> {
+impl<S: Io> Direct for DirectSend<'_, S> {
     fn send_value(&mut self, out: &mut Vec<u8>, value: &[u8], pages: Option<mnemo_store::Pages<'_>>, tail: &'static [u8]) -> bool {
         let pending = out.len() - *self.wpos;
         // Asked for every large value, so that `auto` counts each in its current mode's rate

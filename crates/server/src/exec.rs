@@ -56,8 +56,7 @@ fn error(out: &mut Vec<u8>, noreply: bool, e: ErrorReply) {
     }
 }
 
-// The connection implements Direct (conn.rs); the command layer decides when it is used.
-pub use crate::command::read::Direct;
+use crate::command::read::Direct;
 
 /// Keys whose values sit in this connection's unsent output. memcached's replies hold a
 /// reference to such items, and an incr/decr that shrinks a referenced number stores a new

@@ -6,8 +6,8 @@
 //!
 //! ```text
 //!              accept thread                       worker threads (-t, default 4)
-//!   listen ──> accept, -c check, TCP_NODELAY ──┬──> worker 0: io_uring loop (uring.rs) ──┐
-//!   sockets    round robin via channel + waker ├──> worker 1:   or mio/epoll (worker.rs) ├─> Store
+//!   listen ──> accept, -c check, TCP_NODELAY ──┬──> worker 0: io_uring (worker/uring.rs) ──┐
+//!   sockets    round robin via channel + waker ├──> worker 1:   or epoll (worker/epoll.rs) ├─> Store
 //!                                              └──> worker N-1                           │  (sharded,
 //!   maintenance thread: advances the clock once a second, reclaims expired segments ─────┘   lock per shard)
 //! ```
@@ -15,14 +15,16 @@
 //! Layers, top to bottom:
 //!
 //! ```text
-//!   listener.rs, worker.rs / uring.rs, conn.rs   bytes in and out, connection state
+//!   listener.rs, worker/ (serve.rs: the one       bytes in and out, connection slots, turns,
+//!   connection layer; epoll.rs, uring.rs move     idle kicks; conn.rs: one connection's
+//!   the bytes), conn.rs                           buffers and state
 //!   exec.rs (text), meta.rs, binary/             parse a request, encode the answer
 //!   command/                                     what a get, a store or a delete does: the
 //!                                                store call, counters, stats detail, CAS/TTL
 //!   mnemo_store                                  items, memory, shards
 //! ```
 //!
-//! Which loop a worker runs is chosen at start-up (`--io-loop`, README "Event loops"):
+//! Which loop a worker runs is chosen at start-up (`--io-loop`, docs/operations.md "Event loops"):
 //! io_uring by default, epoll when asked, when the kernel refuses io_uring, or with -Z. A
 //! connection never moves between workers; a request is parsed, executed and answered on the
 //! worker that read it, and all replies of a batch leave in one write.
@@ -32,7 +34,9 @@
 //!   under it is deliberate: a value of `command::read::DIRECT_MIN` bytes or more is handed to
 //!   the socket by one nonblocking writev (or vmsplice) from inside the store's read callback
 //!   (`command::read::Direct`), which cannot block, so that the value is not first copied
-//!   under the same lock.
+//!   under the same lock. The other exception is warm restart's snapshot (`-e`): at shutdown
+//!   every shard is locked and stays locked while the file is written, so that no write is
+//!   acknowledged after the snapshot; the process exits after it.
 //! - Replies on a connection leave in request order.
 //! - Counters are per worker (`stats::Counters`), summed when read.
 
@@ -240,7 +244,7 @@ pub fn run(config: Config) -> Result<(), ServerError> {
     let metrics_listener = config.metrics.as_deref().map(metrics::bind).transpose()?;
     process_setup(&config)?;
     for opt in &config.ext.ignored {
-        eprintln!("mnemod: -o {opt}: accepted for compatibility; mnemo has nothing it tunes (README)");
+        eprintln!("mnemod: -o {opt}: accepted for compatibility; mnemo has nothing it tunes (docs/operations.md)");
     }
     let sh = Arc::new(Shared::build(config, credentials, filters));
     if let Some(path) = &sh.config.memory_file {

@@ -236,7 +236,7 @@ pub fn general(sh: &Shared, out: &mut Vec<u8>) {
             stat(out, name, 0);
         }
         // memcached's "slab pages moved" to reuse memory; here, segments compacted (their
-        // live items moved so the segment is reused instead of fresh memory taken; README).
+        // live items moved so the segment is reused instead of fresh memory taken; docs/architecture.md).
         stat(out, "slabs_moved", s.compactions);
     }
     if f.show_crawler {
@@ -294,7 +294,7 @@ pub fn general(sh: &Shared, out: &mut Vec<u8>) {
 /// `stats settings`: memcached 1.6.18's lines in its order, then mnemo's own. Values are the
 /// settings in effect; for knobs of mechanisms mnemo does not have (its LRU segments,
 /// extstore, TLS, the logger), memcached's defaults, which say the mechanism is off or idle
-/// (README lists the `-o` options accepted and ignored).
+/// (docs/operations.md lists the `-o` options accepted and ignored).
 pub fn settings(sh: &Shared, out: &mut Vec<u8>) {
     let c = &sh.config;
     let ext = &c.ext;

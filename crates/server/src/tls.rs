@@ -10,7 +10,7 @@
 //! ```
 //!
 //! The handshake is driven by socket readiness like every other read: nothing here blocks.
-//! What cannot be honoured with rustls is mapped to the nearest safe setting (README "TLS"):
+//! What cannot be honoured with rustls is mapped to the nearest safe setting (docs/compatibility.md "TLS"):
 //! `ssl_min_version` 0 or 1 (TLS 1.0/1.1) serves TLS 1.2 and up; `ssl_ciphers` selects among
 //! rustls's TLS 1.2 suites only (TLS 1.3 suites are not affected, as with OpenSSL).
 
