@@ -42,9 +42,17 @@ def pool():
 @pytest.mark.parametrize("case,recorded_version", all_cases())
 def test_conversation(pool, case, recorded_version):
     # Both servers at once: cases whose sentinel is swallowed wait out a quiet period.
-    mc_f = pool.submit(run_on, "memcached", case)
-    mn_f = pool.submit(run_on, "mnemod", case)
-    mc, mn = normalize_all(mc_f.result()), normalize_all(mn_f.result())
+    def both():
+        mc_f = pool.submit(run_on, "memcached", case)
+        mn_f = pool.submit(run_on, "mnemod", case)
+        return normalize_all(mc_f.result()), normalize_all(mn_f.result())
+
+    mc, mn = both()
+    if mn != mc:
+        # Each server's clock ticks once a second on its own, so a step that shows a remaining
+        # TTL can land either side of a tick on one server only (t29 against t30 in a loaded
+        # CI run). Such a case is run once more; a real difference shows both times.
+        mc, mn = both()
     recorded = [rep for _, rep, _ in case.steps]
     if recorded_version == LIVE_VERSION and None not in recorded:
         table = normalize_all(recorded)
