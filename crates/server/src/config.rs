@@ -76,9 +76,12 @@ struct Args {
     /// interfaces to listen on, comma separated (default 127.0.0.1: local clients only)
     #[arg(short = 'l', long = "listen", default_value = DEFAULT_LISTEN)]
     listen: String,
-    /// UDP port; UDP is not served, so only 0 is accepted
-    #[arg(short = 'U', long = "udp-port", default_value_t = 0)]
-    udp_port: u32,
+    /// UDP port (memcached's UDP protocol; 0, the default: off; -1: any free port)
+    #[arg(short = 'U', long = "udp-port", default_value_t = 0, allow_negative_numbers = true, value_parser = clap::value_parser!(i32).range(-1..=65535))]
+    udp_port: i32,
+    /// run as a daemon (fork, detach from the terminal; the parent exits 0)
+    #[arg(short = 'd', long = "daemon")]
+    daemonize: bool,
     /// item memory in megabytes
     #[arg(short = 'm', long = "memory-limit", default_value_t = DEFAULT_MEMORY_MB, value_parser = clap::value_parser!(u64).range(1..=1024 * 1024))]
     memory_mb: u64,
@@ -227,6 +230,10 @@ pub struct Config {
     pub text_auth: bool,
     pub user: Option<String>,
     pub pidfile: Option<std::path::PathBuf>,
+    /// -U: serve UDP on this port (0: one the kernel picks), or not at all (udp.rs).
+    pub udp_port: Option<u16>,
+    /// -d: run as a daemon (main.rs).
+    pub daemonize: bool,
     /// -e: the warm-restart snapshot (restart.rs).
     pub memory_file: Option<std::path::PathBuf>,
     pub coredumps: bool,
@@ -364,12 +371,6 @@ impl Config {
     /// The flags as parsed (and the event loop the environment names, when `--io-loop` does
     /// not), checked and turned into a Config; or the one-line error.
     fn from_parsed(a: Args, env_loop: Option<String>) -> Result<Config, String> {
-        if a.udp_port != 0 {
-            return Err(format!(
-                "mnemod: -U {}: UDP is not served (memcached disables it by default too); use -U 0",
-                a.udp_port
-            ));
-        }
         let memory_limit = (a.memory_mb as usize) << 20;
         if a.item_size_max > memory_limit / 2 {
             return Err(format!(
@@ -459,6 +460,12 @@ impl Config {
             },
             user: a.user,
             pidfile: a.pidfile,
+            udp_port: match a.udp_port {
+                0 => None,
+                -1 => Some(0),
+                p => Some(p as u16),
+            },
+            daemonize: a.daemonize,
             memory_file: a.memory_file,
             coredumps: a.coredumps,
             prefix_delimiter: a.prefix_delimiter,
@@ -617,7 +624,7 @@ mod tests {
 
     #[test]
     fn errors_are_one_line() {
-        for bad in [&["--nope"][..], &["-p", "abc"], &["-U", "1"], &["-I", "10"], &["-I", "5x"], &["-m", "4", "-I", "3m"]] {
+        for bad in [&["--nope"][..], &["-p", "abc"], &["-U", "-2"], &["-U", "65536"], &["-I", "10"], &["-I", "5x"], &["-m", "4", "-I", "3m"]] {
             match run(bad) {
                 Cli::Fail(msg) => assert!(!msg.contains('\n'), "{msg}"),
                 _ => panic!("{bad:?} accepted"),

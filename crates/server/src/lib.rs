@@ -59,6 +59,7 @@ mod restart;
 mod splice;
 mod stats;
 mod tls;
+mod udp;
 mod worker;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering::Relaxed};
@@ -140,7 +141,8 @@ impl Shared {
         });
         let ext = config.ext.clone();
         Shared {
-            counters: (0..config.threads).map(|_| Arc::new(stats::Counters::default())).collect(),
+            // The workers' blocks, then the UDP threads' (udp.rs).
+            counters: (0..config.threads + udp::threads(&config)).map(|_| Arc::new(stats::Counters::default())).collect(),
             verbosity: AtomicU8::new(config.verbose.min(MAX_VERBOSITY)),
             config,
             store,
@@ -241,6 +243,7 @@ pub fn run(config: Config) -> Result<(), ServerError> {
     // Filters load (and compile) before anything is bound: a bad one stops the start-up.
     let filters = mnemo_filter::FilterHost::new(config.filter_limits, config.filters.clone())?;
     let listeners = listener::bind(&config)?;
+    let udp_sockets = udp::bind(&config)?;
     let metrics_listener = config.metrics.as_deref().map(metrics::bind).transpose()?;
     process_setup(&config)?;
     for opt in &config.ext.ignored {
@@ -269,6 +272,7 @@ pub fn run(config: Config) -> Result<(), ServerError> {
         senders.push(handoff);
         handles.push(std::thread::Builder::new().name(format!("mnemo-worker-{i}")).stack_size(WORKER_STACK).spawn(run)?);
     }
+    udp::spawn(udp_sockets, &sh, sh.config.threads)?;
     let maint = sh.clone();
     std::thread::Builder::new().name("mnemo-maint".into()).spawn(move || maintenance(&maint))?;
     if let Some(l) = metrics_listener {

@@ -52,6 +52,8 @@ pub enum Listener {
 pub enum BindError {
     #[error("failed to listen on {addr}: {source}")]
     Tcp { addr: String, source: std::io::Error },
+    #[error("failed to listen on UDP {addr}: {source}")]
+    Udp { addr: String, source: std::io::Error },
     #[error("failed to listen on UNIX socket \"{path}\": {source}")]
     Unix { path: String, source: std::io::Error },
 }
@@ -80,16 +82,7 @@ pub fn bind(config: &Config) -> Result<Vec<Listener>, BindError> {
             Some(h) => (h.to_string(), false),
             None => (host.clone(), config.tls.is_some()),
         };
-        let host = &host;
-        let with_port = host.contains(':') && !host.starts_with('[') && host.matches(':').count() == 1 // host:port
-            || host.starts_with('[') && host.contains("]:"); // [v6]:port
-        let addr = if with_port {
-            host.clone()
-        } else if host.contains(':') {
-            format!("[{}]:{}", host.trim_matches(|c| c == '[' || c == ']'), config.port)
-        } else {
-            format!("{host}:{}", config.port)
-        };
+        let addr = socket_addr(&host, config.port);
         let err = |source| BindError::Tcp { addr: addr.clone(), source };
         let l = std::net::TcpListener::bind(addr.as_str()).map_err(err)?;
         relisten(l.as_raw_fd(), config.backlog);
@@ -97,6 +90,19 @@ pub fn bind(config: &Config) -> Result<Vec<Listener>, BindError> {
         out.push(Listener::Tcp(mio::net::TcpListener::from_std(l), tls));
     }
     Ok(out)
+}
+
+/// A `-l` entry as an address to bind: its own port when it names one, else `port`.
+pub fn socket_addr(host: &str, port: u16) -> String {
+    let with_port = host.contains(':') && !host.starts_with('[') && host.matches(':').count() == 1 // host:port
+        || host.starts_with('[') && host.contains("]:"); // [v6]:port
+    if with_port {
+        host.to_string()
+    } else if host.contains(':') {
+        format!("[{}]:{}", host.trim_matches(|c| c == '[' || c == ']'), port)
+    } else {
+        format!("{host}:{port}")
+    }
 }
 
 /// std listens with a fixed backlog; calling listen() again on Linux applies -b.

@@ -302,7 +302,7 @@ pub fn settings(sh: &Shared, out: &mut Vec<u8>) {
     stat(out, "maxbytes", sh.store.stats().limit_maxbytes);
     stat(out, "maxconns", c.max_conns);
     stat(out, "tcpport", c.port);
-    stat(out, "udpport", 0);
+    stat(out, "udpport", c.udp_port.unwrap_or(0));
     stat(out, "inter", c.listen.join(","));
     stat(out, "verbosity", sh.verbosity.load(Relaxed));
     stat(out, "oldest", 0);
