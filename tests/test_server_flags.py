@@ -76,10 +76,12 @@ def test_bad_flags_exit_2_with_one_line(args):
     assert r.stdout == ""
 
 
-def test_udp_refused_clearly():
-    r = run("-U", "1")
+@pytest.mark.parametrize("port", ["65536", "-2", "x"])
+def test_a_bad_udp_port_is_refused_clearly(port):
+    """UDP itself is served (tests/test_udp.py); a port out of range stops the start-up."""
+    r = run("-U", port)
     assert r.returncode == 2
-    assert len(r.stderr.strip().splitlines()) == 1 and "UDP" in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "udp-port" in r.stderr, r.stderr
 
 
 def test_port_in_use_fails():

@@ -58,7 +58,9 @@ const VERSION_LINE: &str = concat!(env!("CARGO_PKG_VERSION"), " (memcached 1.6.1
     version = VERSION_LINE,
     about = "mnemo: a memcached-compatible memory cache server",
     disable_help_flag = true,
-    disable_version_flag = true
+    disable_version_flag = true,
+    // As memcached's getopt: a flag given twice takes its last value.
+    args_override_self = true
 )]
 struct Args {
     /// TCP port to listen on
@@ -620,6 +622,18 @@ mod tests {
         };
         assert_eq!((c.port, c.memory_limit, c.item_size_max, c.verbose), (1, 128 << 20, 2 << 20, 2));
         assert!(!c.use_cas && !c.evict && !c.flush_enabled && c.enable_shutdown);
+    }
+
+    #[test]
+    fn udp_port_as_memcached() {
+        let udp = |args: &[&str]| match run(args) {
+            Cli::Run(c) => c.udp_port,
+            _ => panic!("{args:?} refused"),
+        };
+        assert_eq!(udp(&[]), None);
+        assert_eq!(udp(&["-U", "0"]), None);
+        assert_eq!(udp(&["-U", "-1"]), Some(0));
+        assert_eq!(udp(&["-U", "0", "-U", "11299"]), Some(11299));
     }
 
     #[test]

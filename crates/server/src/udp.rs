@@ -1,6 +1,7 @@
 //! memcached's UDP protocol (`-U PORT`, off by default as in memcached 1.6): one socket per
 //! `-l` interface, served by `-t` threads each (memcached's num_threads_per_udp), every
 //! datagram run through the same text and binary execution TCP uses (exec.rs, binary/).
+//! The datagram's first byte picks its protocol (0x80: binary), as memcached does.
 //!
 //! ```text
 //!   datagram in:   | request id | sequence | total | reserved | request(s) ...      |
@@ -14,6 +15,9 @@
 //! than 1 (a request in several datagrams), are dropped without a reply; a request cut short
 //! by the end of its datagram is dropped (memcached carries it over to whatever datagram comes
 //! next, from any client — not reproduced: a datagram here never affects another's parse).
+//! Requests that follow a get-family request or `mn` in the same datagram are all served;
+//! memcached serves them or drops them depending on timing (the same datagram sent twice to
+//! an idle memcached got both answers, then one).
 //!
 //! Amplification: memcached sends however much a datagram's requests produce. Here a
 //! datagram's replies stop growing once they reach `REPLY_MAX` (the item size limit, at least
@@ -143,8 +147,10 @@ impl Run {
         let max = sh.config.item_size_max.max(REPLY_MAX_MIN);
         let limits = text::Limits { item_size_max: sh.config.item_size_max, use_cas: sh.config.use_cas };
         let mut input = &d[HEADER..];
+        // As memcached: the datagram's first byte picks the protocol of all its requests.
+        let binary = input[0] == 0x80;
         while !input.is_empty() && self.out.len() < max {
-            let n = if input[0] == 0x80 { self.binary(input, sh, c) } else { self.text(input, &limits, max, sh, c) };
+            let n = if binary { self.binary(input, sh, c) } else { self.text(input, &limits, max, sh, c) };
             match n {
                 Some(n) => input = &input[n..],
                 None => break,
@@ -157,8 +163,7 @@ impl Run {
         self.msgs.push(Msg { end: self.out.len(), skip, flush });
     }
 
-    /// One binary request (memcached picks the protocol per request over UDP); the bytes it
-    /// took, or None: stop here.
+    /// One binary request; the bytes it took, or None: stop here.
     fn binary(&mut self, input: &[u8], sh: &Shared, c: &Counters) -> Option<usize> {
         if sh.config.protocol == crate::config::Protocols::Ascii {
             return None;
@@ -373,6 +378,12 @@ mod tests {
         assert_eq!(ex(&mut run, b"set x 0 0 1 noreply\r\na\r\nget nokey k2\r\n"), [empty.clone(), v("END\r\n")]);
         assert_eq!(ex(&mut run, b"get s\r\nquit\r\nversion\r\n"), [v("VALUE s 0 1\r\na\r\nEND\r\n"), empty]);
         assert_eq!(ex(&mut run, b"mn\r\nbogus\r\n"), [v("MN\r\n"), v("ERROR\r\n")]);
+        // The first request's protocol is the datagram's: here the rest is a "line" "\x80\n".
+        let noop = [0x80, 0x0a, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+        assert_eq!(ex(&mut run, &[&b"version\r\n"[..], &noop].concat()), [v("VERSION 1.6.18\r\n"), v("ERROR\r\n")]);
+        let got = ex(&mut run, &[&noop[..], b"version\r\n"].concat());
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].2[..2], [0x81, 0x0a]);
     }
 
     #[test]
