@@ -269,3 +269,37 @@ def test_daemonize(kind, tmp_path):
     finally:
         if pid:
             os.kill(pid, signal.SIGKILL)
+
+
+# --- which ports, as memcached's t/issue_67.t asks -------------------------------------------
+
+def port_file_lines(kind, args, tmp_path):
+    """The MEMCACHED_PORT_FILENAME lines a server writes for `args` (memcached's test-suite
+    protocol: NAME.lck, renamed to NAME once every socket is bound)."""
+    path = tmp_path / f"ports.{kind}"
+    path.unlink(missing_ok=True)
+    env = dict(os.environ, MEMCACHED_PORT_FILENAME=str(path))
+    proc = subprocess.Popen(command(kind, "-l", "127.0.0.1", *args), env=env,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 30
+        while not path.exists():
+            assert proc.poll() is None, proc.stderr.read()
+            assert time.monotonic() < deadline, f"{kind} {args}: no port file"
+            time.sleep(0.01)  # polling until the deadline
+        return path.read_text().splitlines()
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_ports_are_memcacheds(tmp_path):
+    tcp, udp = str(free_port()), str(free_udp_port())
+    for args in (["-p", tcp], ["-U", udp], ["-p", "-1", "-U", udp], ["-p", tcp, "-U", "-1"],
+                 ["-p", "0"], ["-p", "0", "-U", udp], ["-U", "-1"], ["-p", tcp, "-U", "0"]):
+        got = {}
+        for kind in ("memcached", "mnemod"):
+            lines = port_file_lines(kind, args, tmp_path)
+            # A port the kernel picked is "any"; one the arguments named stays.
+            got[kind] = [l if l.split(": ")[1] in (tcp, udp) else l.split(": ")[0] + ": any" for l in lines]
+        assert got["mnemod"] == got["memcached"], args

@@ -63,9 +63,10 @@ const VERSION_LINE: &str = concat!(env!("CARGO_PKG_VERSION"), " (memcached 1.6.1
     args_override_self = true
 )]
 struct Args {
-    /// TCP port to listen on
-    #[arg(short = 'p', long = "port", default_value_t = DEFAULT_PORT)]
-    port: u16,
+    /// TCP port to listen on (0: no TCP; -1: any free port; default 11211, or -U's port
+    /// when only -U is given, as memcached)
+    #[arg(short = 'p', long = "port", allow_negative_numbers = true, value_parser = clap::value_parser!(i32).range(-1..=65535))]
+    port: Option<i32>,
     /// UNIX socket to listen on (disables network support)
     #[arg(short = 's', long = "unix-socket")]
     unix_socket: Option<String>,
@@ -202,7 +203,8 @@ struct Args {
 /// Everything the server reads from its flags.
 #[derive(Debug, Clone)]
 pub struct Config {
-    pub port: u16,
+    /// -p: the TCP port (Some(0): one the kernel picks), or None: no TCP listener (-p 0).
+    pub port: Option<u16>,
     pub listen: Vec<String>,
     pub unix_socket: Option<String>,
     pub unix_mask: u32,
@@ -485,7 +487,12 @@ impl Config {
             auth_file,
             sasldb,
             text_auth,
-            port: a.port,
+            // memcached: -U alone moves TCP to the UDP port too.
+            port: match a.port.unwrap_or(if a.udp_port == 0 { i32::from(DEFAULT_PORT) } else { a.udp_port }) {
+                0 => None,
+                -1 => Some(0),
+                p => Some(p as u16),
+            },
             listen: a.listen.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect(),
             unix_socket: a.unix_socket,
             unix_mask: a.unix_mask,
@@ -585,7 +592,7 @@ mod tests {
     #[test]
     fn defaults_are_memcached_s_except_listen() {
         let Cli::Run(c) = run(&[]) else { panic!() };
-        assert_eq!(c.port, 11211);
+        assert_eq!(c.port, Some(11211));
         assert_eq!(c.listen, vec!["127.0.0.1"]);
         assert_eq!(c.memory_limit, 64 << 20);
         assert_eq!(c.item_size_max, 1 << 20);
@@ -595,7 +602,7 @@ mod tests {
     #[test]
     fn default_is_an_empty_command_line() {
         let c = Config::default();
-        assert_eq!((c.port, c.unix_mask, c.memory_limit, c.max_conns), (DEFAULT_PORT, 0o700, (DEFAULT_MEMORY_MB as usize) << 20, DEFAULT_MAX_CONNS));
+        assert_eq!((c.port, c.unix_mask, c.memory_limit, c.max_conns), (Some(DEFAULT_PORT), 0o700, (DEFAULT_MEMORY_MB as usize) << 20, DEFAULT_MAX_CONNS));
         assert_eq!((c.threads, c.reqs_per_event, c.backlog, c.item_size_max), (DEFAULT_THREADS, DEFAULT_REQS_PER_EVENT, DEFAULT_BACKLOG, 1 << 20));
         assert_eq!((c.io_loop, c.io_loop_named, c.zero_copy, c.filter_max_keys), (DEFAULT_IO_LOOP, false, DEFAULT_ZERO_COPY, DEFAULT_FILTER_MAX_KEYS));
         assert_eq!(c.filter_limits, mnemo_filter::Limits { concurrency: DEFAULT_THREADS as u32, ..Default::default() });
@@ -620,7 +627,7 @@ mod tests {
         let Cli::Run(c) = run(&["-p", "1", "--memory-limit=128", "-I", "2m", "-vv", "-C", "-M", "-F", "-A", "-t", "2"]) else {
             panic!()
         };
-        assert_eq!((c.port, c.memory_limit, c.item_size_max, c.verbose), (1, 128 << 20, 2 << 20, 2));
+        assert_eq!((c.port, c.memory_limit, c.item_size_max, c.verbose), (Some(1), 128 << 20, 2 << 20, 2));
         assert!(!c.use_cas && !c.evict && !c.flush_enabled && c.enable_shutdown);
     }
 
@@ -634,6 +641,22 @@ mod tests {
         assert_eq!(udp(&["-U", "0"]), None);
         assert_eq!(udp(&["-U", "-1"]), Some(0));
         assert_eq!(udp(&["-U", "0", "-U", "11299"]), Some(11299));
+    }
+
+    #[test]
+    fn tcp_port_as_memcached() {
+        let ports = |args: &[&str]| match run(args) {
+            Cli::Run(c) => (c.port, c.udp_port),
+            _ => panic!("{args:?} refused"),
+        };
+        assert_eq!(ports(&[]), (Some(11211), None));
+        assert_eq!(ports(&["-p", "0"]), (None, None));
+        assert_eq!(ports(&["-p", "-1"]), (Some(0), None));
+        assert_eq!(ports(&["-U", "11222"]), (Some(11222), Some(11222)));
+        assert_eq!(ports(&["-U", "-1"]), (Some(0), Some(0)));
+        assert_eq!(ports(&["-U", "0"]), (Some(11211), None));
+        assert_eq!(ports(&["-p", "-1", "-U", "11252"]), (Some(0), Some(11252)));
+        assert!(matches!(run(&["-p", "-2"]), Cli::Fail(_)));
     }
 
     #[test]

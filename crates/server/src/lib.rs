@@ -217,6 +217,8 @@ pub enum ServerError {
     User(String),
     #[error("{0}")]
     MemoryFile(String),
+    #[error("cannot write MEMCACHED_PORT_FILENAME: {0}")]
+    PortFile(std::io::Error),
     #[error("cannot write pid file {0}: {1}")]
     Pidfile(String, std::io::Error),
     #[error("cannot start a thread: {0}")]
@@ -244,6 +246,7 @@ pub fn run(config: Config) -> Result<(), ServerError> {
     let filters = mnemo_filter::FilterHost::new(config.filter_limits, config.filters.clone())?;
     let listeners = listener::bind(&config)?;
     let udp_sockets = udp::bind(&config)?;
+    listener::write_port_file(&listeners, &udp_sockets).map_err(ServerError::PortFile)?;
     let metrics_listener = config.metrics.as_deref().map(metrics::bind).transpose()?;
     process_setup(&config)?;
     for opt in &config.ext.ignored {

@@ -76,13 +76,14 @@ pub fn bind(config: &Config) -> Result<Vec<Listener>, BindError> {
         return Ok(vec![Listener::Unix(mio::net::UnixListener::from_std(l))]);
     }
     let mut out = Vec::new();
+    let Some(port) = config.port else { return Ok(out) };
     for host in &config.listen {
         // memcached's `-l notls:ADDR`: with -Z, this listener stays plain.
         let (host, tls) = match host.strip_prefix("notls:") {
             Some(h) => (h.to_string(), false),
             None => (host.clone(), config.tls.is_some()),
         };
-        let addr = socket_addr(&host, config.port);
+        let addr = socket_addr(&host, port);
         let err = |source| BindError::Tcp { addr: addr.clone(), source };
         let l = std::net::TcpListener::bind(addr.as_str()).map_err(err)?;
         relisten(l.as_raw_fd(), config.backlog);
@@ -90,6 +91,31 @@ pub fn bind(config: &Config) -> Result<Vec<Listener>, BindError> {
         out.push(Listener::Tcp(mio::net::TcpListener::from_std(l), tls));
     }
     Ok(out)
+}
+
+/// The environment variable naming memcached's port file (its test suite reads it).
+const PORT_FILE_ENV: &str = "MEMCACHED_PORT_FILENAME";
+
+/// As memcached: with MEMCACHED_PORT_FILENAME set, the ports bound ("TCP INET: 11211", "UDP
+/// INET6: 11211" ...) are written to NAME.lck, then renamed to NAME once all are bound.
+pub fn write_port_file(listeners: &[Listener], udp: &[std::net::UdpSocket]) -> std::io::Result<()> {
+    let Some(path) = std::env::var_os(PORT_FILE_ENV) else { return Ok(()) };
+    let line = |kind: &str, addr: std::net::SocketAddr| {
+        format!("{kind} INET{}: {}\n", if addr.is_ipv6() { "6" } else { "" }, addr.port())
+    };
+    let mut text = String::new();
+    for l in listeners {
+        if let Listener::Tcp(l, _) = l {
+            text += &line("TCP", l.local_addr()?);
+        }
+    }
+    for s in udp {
+        text += &line("UDP", s.local_addr()?);
+    }
+    let mut lck = path.clone();
+    lck.push(".lck");
+    std::fs::write(&lck, text)?;
+    std::fs::rename(&lck, &path)
 }
 
 /// A `-l` entry as an address to bind: its own port when it names one, else `port`.
