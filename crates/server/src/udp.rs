@@ -44,6 +44,9 @@ pub const UDP_MAX_DATAGRAM: usize = 1400;
 const READ_BUFFER: usize = 65536;
 /// The least `REPLY_MAX` is (module docs, "Amplification").
 const REPLY_MAX_MIN: usize = 1 << 20;
+/// A thread's reply buffer is given back down to this after a datagram whose replies grew it
+/// (up to REPLY_MAX and one item): what -U holds outside -m is then this per UDP thread.
+const BUF_KEEP: usize = 64 * 1024;
 /// A get's reply that carries its END.
 const END: &[u8] = b"END\r\n";
 
@@ -138,6 +141,7 @@ impl Run {
     /// Run one datagram's requests; its request id, or None for a datagram memcached drops.
     fn datagram(&mut self, d: &[u8], sh: &Shared, c: &Counters) -> Option<u16> {
         self.out.clear();
+        self.out.shrink_to(BUF_KEEP);
         self.msgs.clear();
         self.reads.clear();
         if d.len() <= HEADER || d[4..6] != [0, 1] {
