@@ -303,3 +303,18 @@ def test_ports_are_memcacheds(tmp_path):
             # A port the kernel picked is "any"; one the arguments named stays.
             got[kind] = [l if l.split(": ")[1] in (tcp, udp) else l.split(": ")[0] + ": any" for l in lines]
         assert got["mnemod"] == got["memcached"], args
+
+
+def test_a_refused_value_inside_its_datagram_is_answered():
+    """A value over -I that the datagram holds whole: SERVER_ERROR (none with noreply), and the
+    requests after it run."""
+    got = []
+    for kind, extra in (("mnemod", []), ("memcached", ["-o", "slab_chunk_max=512"])):
+        u = Udp(kind, "-I", "1k", "-m", "8", *extra)
+        try:
+            got.append([u.exchange(frame(5, b"set big 0 0 2000\r\n" + b"x" * 2000 + b"\r\nversion\r\n")),
+                        u.exchange(frame(6, b"set big 0 0 2000 noreply\r\n" + b"x" * 2000 + b"\r\nget big\r\n"))])
+        finally:
+            u.close()
+    assert got[0] == got[1]
+    assert got[0][0][0] == frame(5, b"SERVER_ERROR object too large for cache\r\n")
