@@ -24,8 +24,10 @@ command -v saslpasswd2 >/dev/null 2>&1 || need+=(sasl2-bin)
 command -v nutcracker >/dev/null 2>&1 || need+=(nutcracker)
 command -v openssl >/dev/null 2>&1 || need+=(openssl)
 dpkg -s libsasl2-modules >/dev/null 2>&1 || need+=(libsasl2-modules)
-# The PHP and Perl memcached clients of crates/client/tests/profiles.rs (flag profiles).
-for p in php-cli php-memcached php-memcache libcache-memcached-perl libcache-memcached-fast-perl; do
+# The PHP and Perl memcached clients of crates/client/tests/profiles.rs (flag profiles); Perl's TLS
+# sockets and dpkg-source for memcached's own suite (tests/memcached_suite.py).
+for p in php-cli php-memcached php-memcache libcache-memcached-perl libcache-memcached-fast-perl \
+         libio-socket-ssl-perl dpkg-dev; do
     dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
 done
 if [ ${#need[@]} -gt 0 ]; then
@@ -148,6 +150,11 @@ for io_loop in uring epoll; do
     fi
 done
 unset MNEMO_IO_LOOP
+
+echo "== memcached's own test suite (t/*.t of Debian's memcached source package) against mnemod"
+# Once, not per io loop: it checks protocol behaviour; the suites above cover both loops.
+memcached_src=$(bash scripts/memcached-src.sh | tail -n 1)
+MEMCACHED_SRC="$memcached_src" .venv/bin/python -m pytest -q -rfE -s -p no:cacheprovider tests/memcached_suite.py
 
 echo "== Debian package: build (debug binaries), install with dpkg, run the unit's command line"
 deb=$(MNEMO_PACKAGE_PROFILE=debug SKIP_BUILD=1 bash scripts/package.sh | tail -n 1)
