@@ -232,6 +232,12 @@ def test_amplification_is_bounded():
     assert 2 * len(value) < sizes["mnemod"] < (1 << 20) + 2 * len(value), sizes
 
 
+def test_stats_settings_any_free_port():
+    for kind in ("mnemod", "memcached"):
+        with Server(kind, "-U", "-1") as srv, srv.connect() as c:
+            assert stats(c, b"settings")["udpport"] == "-1", kind
+
+
 def test_udp_is_off_unless_asked():
     with Server("mnemod") as srv:
         with srv.connect() as c:

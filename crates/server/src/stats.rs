@@ -301,9 +301,10 @@ pub fn settings(sh: &Shared, out: &mut Vec<u8>) {
     let yes_no = |b: bool| if b { "yes" } else { "no" };
     stat(out, "maxbytes", sh.store.stats().limit_maxbytes);
     stat(out, "maxconns", c.max_conns);
-    // memcached's setting as given: -1 for "any free port", 0 for no TCP.
-    stat(out, "tcpport", c.port.map_or(0, |p| if p == 0 { -1 } else { i32::from(p) }));
-    stat(out, "udpport", c.udp_port.unwrap_or(0));
+    // memcached's settings as given: -1 for "any free port", 0 for none.
+    let given = |p: Option<u16>| p.map_or(0, |p| if p == 0 { -1 } else { i32::from(p) });
+    stat(out, "tcpport", given(c.port));
+    stat(out, "udpport", given(c.udp_port));
     stat(out, "inter", c.listen.join(","));
     stat(out, "verbosity", sh.verbosity.load(Relaxed));
     stat(out, "oldest", 0);
