@@ -196,6 +196,30 @@ def test_stats_settings_udpport(pair):
             assert stats(c, b"settings")["udpport"] == str(s.udp_port)
 
 
+def test_hostile_datagrams_never_hurt():
+    """Random bytes, cut requests, a 64 KB datagram of keys and a binary header that
+    claims 4 GB: mnemod stays up and answers the next request (seeded, so a failure repeats)."""
+    import random
+    rng = random.Random(67)
+    pieces = [b"get ", b"set k 0 0 ", b"4294967295", b"\r\n", b"\n", b" ", b"\x80", b"\x00" * 24,
+              b"mg k v ", b"ms k ", b"incr k ", b"k" * 300, b"gat -1 k ", b"noreply"]
+    u = Udp("mnemod")
+    try:
+        for i in range(400):
+            if i % 3 == 0:
+                body = bytes(rng.randrange(256) for _ in range(rng.randrange(64)))
+            else:
+                body = b"".join(rng.choice(pieces) for _ in range(rng.randrange(1, 12)))
+            u.send(frame(rng.randrange(SENTINEL_ID), body, total=rng.choice((1, 1, 1, 2))))
+        u.send(frame(1, b"get " + b"k " * 32000 + b"\r\n"))  # 64 KB of keys
+        u.send(frame(2, struct.pack(BIN_HEADER, 0x80, 0x01, 1, 8, 0, 0, 0xFFFFFFFF, 0, 0) + b"x" * 9))
+        got = u.exchange(frame(3, b"version\r\n"))
+        assert got[-1].startswith(frame(3, b"VERSION ")), got[-1:]
+        assert u.server.alive()
+    finally:
+        u.close()
+
+
 def test_a_request_cut_short_gets_nothing_and_leaves_nothing():
     """A data block that does not fit its datagram: no reply from either server. memcached then
     takes the next datagram, from whichever client, as the rest of the block (its reply to that
