@@ -326,7 +326,8 @@ def port_file_lines(kind, args, tmp_path):
 def test_ports_are_memcacheds(tmp_path):
     tcp, udp = str(free_port()), str(free_udp_port())
     for args in (["-p", tcp], ["-U", udp], ["-p", "-1", "-U", udp], ["-p", tcp, "-U", "-1"],
-                 ["-p", "0"], ["-p", "0", "-U", udp], ["-U", "-1"], ["-p", tcp, "-U", "0"]):
+                 ["-p", "0"], ["-p", "0", "-U", udp], ["-U", "-1"], ["-p", tcp, "-U", "0"],
+                 ["-l", "127.0.0.2", "-p", tcp, "-U", udp]):  # -l twice: both, as memcached
         got = {}
         for kind in ("memcached", "mnemod"):
             lines = port_file_lines(kind, args, tmp_path)

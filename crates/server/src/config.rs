@@ -76,9 +76,10 @@ struct Args {
     /// enable the ascii "shutdown" command
     #[arg(short = 'A', long = "enable-shutdown")]
     enable_shutdown: bool,
-    /// interfaces to listen on, comma separated (default 127.0.0.1: local clients only)
-    #[arg(short = 'l', long = "listen", default_value = DEFAULT_LISTEN)]
-    listen: String,
+    /// interfaces to listen on, comma separated, -l again adds more, as memcached (default
+    /// 127.0.0.1: local clients only)
+    #[arg(short = 'l', long = "listen", default_value = DEFAULT_LISTEN, action = clap::ArgAction::Append)]
+    listen: Vec<String>,
     /// UDP port (memcached's UDP protocol; 0, the default: off; -1: any free port)
     #[arg(short = 'U', long = "udp-port", default_value_t = 0, allow_negative_numbers = true, value_parser = clap::value_parser!(i32).range(-1..=65535))]
     udp_port: i32,
@@ -493,7 +494,7 @@ impl Config {
                 -1 => Some(0),
                 p => Some(p as u16),
             },
-            listen: a.listen.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect(),
+            listen: a.listen.iter().flat_map(|l| l.split(',')).map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect(),
             unix_socket: a.unix_socket,
             unix_mask: a.unix_mask,
             enable_shutdown: a.enable_shutdown,
@@ -641,6 +642,15 @@ mod tests {
         assert_eq!(udp(&["-U", "0"]), None);
         assert_eq!(udp(&["-U", "-1"]), Some(0));
         assert_eq!(udp(&["-U", "0", "-U", "11299"]), Some(11299));
+    }
+
+    #[test]
+    fn flags_given_twice_as_memcached() {
+        let Cli::Run(c) = run(&["-m", "10", "-m", "20", "-l", "127.0.0.1", "-l", "127.0.0.2,::1"]) else { panic!() };
+        assert_eq!(c.memory_limit, 20 << 20);
+        assert_eq!(c.listen, ["127.0.0.1", "127.0.0.2", "::1"]);
+        let Cli::Run(c) = run(&[]) else { panic!() };
+        assert_eq!(c.listen, [DEFAULT_LISTEN]);
     }
 
     #[test]
