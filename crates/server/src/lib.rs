@@ -9,7 +9,8 @@
 //!   listen ──> accept, -c check, TCP_NODELAY ──┬──> worker 0: io_uring (worker/uring.rs) ──┐
 //!   sockets    round robin via channel + waker ├──> worker 1:   or epoll (worker/epoll.rs) ├─> Store
 //!                                              └──> worker N-1                           │  (sharded,
-//!   maintenance thread: advances the clock once a second, reclaims expired segments ─────┘   lock per shard)
+//!   maintenance thread: advances the clock once a second, reclaims expired segments ─────┤   lock per shard)
+//!   -U: per interface, -t UDP threads (udp.rs): a datagram in, its replies out ──────────┘
 //! ```
 //!
 //! Layers, top to bottom:

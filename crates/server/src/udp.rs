@@ -47,6 +47,8 @@ const REPLY_MAX_MIN: usize = 1 << 20;
 /// A thread's reply buffer is given back down to this after a datagram whose replies grew it
 /// (up to REPLY_MAX and one item): what -U holds outside -m is then this per UDP thread.
 const BUF_KEEP: usize = 64 * 1024;
+/// How long a UDP thread waits after a failed receive before the next.
+const RECV_ERROR_PAUSE: std::time::Duration = std::time::Duration::from_millis(10);
 /// A get's reply that carries its END.
 const END: &[u8] = b"END\r\n";
 
@@ -101,7 +103,12 @@ fn serve(sock: &UdpSocket, sh: &Shared, c: &Counters) {
     loop {
         let (n, peer): (usize, SocketAddr) = match sock.recv_from(&mut input) {
             Ok(r) => r,
-            Err(_) => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            // Out of memory or the like: whatever it is, do not spin on it.
+            Err(_) => {
+                std::thread::sleep(RECV_ERROR_PAUSE);
+                continue;
+            }
         };
         bump(&c.bytes_read, n as u64);
         let Some(id) = run.datagram(&input[..n], sh, c) else { continue };
