@@ -208,10 +208,17 @@ fn copies_everything(from: &Server, to: &Server) {
         "64",
     ]));
     let n = items.len() as u64;
+    // The hash walk lists every key once: nothing for a second listing to find.
     assert_eq!(summary(&out, "listed"), n, "{out}");
+    assert_eq!(summary(&out, "relisted"), 0, "{out}");
     assert_eq!(summary(&out, "stored"), n - 1, "{out}");
     assert_eq!(summary(&out, "kept"), 1, "{out}");
     assert_eq!(summary(&out, "failed"), 0, "{out}");
+    // The copy's gets leave the source's items unmarked: to the source they were never read.
+    for k in ["key:1", "key:2999"] {
+        src.send(format!("mg {k} h\r\n").as_bytes());
+        assert_eq!(src.line(), "HD h0", "{} {k}", from.name);
+    }
     for (k, f, _, v) in &items {
         let (sf, st, sv) = src.get(k).unwrap();
         let got = dst.get(k).unwrap_or_else(|| {
@@ -311,9 +318,9 @@ fn unreachable_servers_fail_fast() {
     );
 }
 
-/// A source that is busy crawling at first, then lists two keys of which one is gone by the
-/// time it is fetched, and on the second listing a third key the first passed over (as
-/// memcached's crawler can).
+/// A source without the hash walk (as memcached before 1.6.9) that is busy crawling at first,
+/// then lists two keys of which one is gone by the time it is fetched, and on the second
+/// listing a third key the first passed over (as memcached's LRU crawler can).
 fn scripted_source() -> String {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap().to_string();
@@ -332,6 +339,7 @@ fn serve_script(s: TcpStream, dumps: &std::sync::atomic::AtomicUsize) {
     let mut line = String::new();
     while s.read_line(&mut line).unwrap_or(0) > 0 {
         let reply: Vec<u8> = match line.trim_end() {
+            "lru_crawler metadump hash" => b"BADCLASS invalid class id\r\n".to_vec(),
             "lru_crawler metadump all" => {
                 let first = b"key=a exp=-1 la=1 cas=1 fetch=no cls=1 size=60\nkey=gone exp=-1 la=1 cas=2 fetch=no cls=1 size=60\n";
                 match dumps.fetch_add(1, std::sync::atomic::Ordering::Relaxed) {
@@ -345,10 +353,10 @@ fn serve_script(s: TcpStream, dumps: &std::sync::atomic::AtomicUsize) {
                 }
             }
             "stats" => b"STAT curr_items 3\r\nEND\r\n".to_vec(),
-            "mg a v f t" => b"VA 1 f1 t-1\r\nA\r\n".to_vec(),
-            "mg gone v f t" => b"EN\r\n".to_vec(),
+            "mg a v f t u" => b"VA 1 f1 t-1\r\nA\r\n".to_vec(),
+            "mg gone v f t u" => b"EN\r\n".to_vec(),
             // "c d" travels base64-encoded.
-            "mg YyBk b v f t" => b"VA 2 f2 t50\r\nCD\r\n".to_vec(),
+            "mg YyBk b v f t u" => b"VA 2 f2 t50\r\nCD\r\n".to_vec(),
             other => format!("ERROR unexpected {other}\r\n").into_bytes(),
         };
         s.get_mut().write_all(&reply).unwrap();
