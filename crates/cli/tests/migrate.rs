@@ -392,6 +392,82 @@ fn busy_crawler_and_keys_gone_meanwhile() {
     assert_eq!(d.get(b"gone"), None);
 }
 
+/// Keys the withholding source lists: with 240-byte keys, a dump of ~28 MB, more than the
+/// sockets between it and the tool can buffer.
+const WITHHELD: usize = 100_000;
+
+/// A source whose gets answer only once its whole dump has been read, as memcached's hash walk
+/// can make them: it keeps the lock of the bucket it is in while it waits to send the dump, and
+/// a worker thread that needs that lock for a get waits with it. Every key is gone by then.
+fn withholding_source() -> String {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    let sent = std::sync::Arc::new((std::sync::Mutex::new(false), std::sync::Condvar::new()));
+    std::thread::spawn(move || {
+        for s in l.incoming() {
+            let sent = sent.clone();
+            std::thread::spawn(move || {
+                let s = s.unwrap();
+                s.set_nodelay(true).unwrap();
+                let mut s = BufReader::new(s);
+                let mut line = String::new();
+                while s.read_line(&mut line).unwrap_or(0) > 0 {
+                    let w = s.get_mut();
+                    if line == "lru_crawler metadump hash\r\n" {
+                        let pad = "k".repeat(230);
+                        let mut dump = String::new();
+                        for i in 0..WITHHELD {
+                            dump += &format!(
+                                "key={pad}{i:09} exp=-1 la=1 cas=1 fetch=no cls=1 size=300\n"
+                            );
+                        }
+                        dump += "END\r\n";
+                        // Returns once the tool has read all but what the sockets buffer.
+                        w.write_all(dump.as_bytes()).unwrap();
+                        *sent.0.lock().unwrap() = true;
+                        sent.1.notify_all();
+                    } else if line.starts_with("mg ") {
+                        let mut done = sent.0.lock().unwrap();
+                        while !*done {
+                            done = sent.1.wait(done).unwrap();
+                        }
+                        drop(done);
+                        if w.write_all(b"EN\r\n").is_err() {
+                            return;
+                        }
+                    } else if line == "stats\r\n" {
+                        let _ = w.write_all(b"STAT curr_items 0\r\nEND\r\n");
+                    }
+                    line.clear();
+                }
+            });
+        }
+    });
+    addr
+}
+
+#[test]
+fn a_source_that_answers_only_once_its_dump_is_read() {
+    let to = Server::mnemod(&[]);
+    let out = ok(&mnemo(&[
+        "migrate",
+        "--from",
+        &withholding_source(),
+        "--to",
+        &to.addr(),
+        "--connections",
+        "1",
+        "--batch",
+        "16",
+    ]));
+    let n = WITHHELD as u64;
+    assert_eq!(
+        (summary(&out, "listed"), summary(&out, "gone")),
+        (n, n),
+        "{out}"
+    );
+}
+
 /// A node joins a weighted fleet of memcached and mnemod servers (and one leaves): afterwards
 /// every key sits on the server ketama names under the new list, and only moved keys moved.
 fn fleet_change(hash_tags: bool) {
