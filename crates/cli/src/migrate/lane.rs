@@ -29,7 +29,7 @@ use super::wire::{self, DumpLine, GetReply, KeyRef, SetReply};
 use super::{Counters, MigrateError};
 use std::collections::HashSet;
 use std::hash::{BuildHasherDefault, Hasher};
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::mpsc::{channel, sync_channel, Receiver, Sender, SyncSender};
@@ -219,24 +219,25 @@ fn read_dump(
     let addr = &job.source;
     let io = |e| MigrateError::Io(addr.clone(), e);
     // Nothing follows a dump's END, so nothing is left in this buffer for the next listing.
-    let mut r = BufReader::with_capacity(1 << 16, conn);
+    let mut inb = ReadBuf::new();
     let mut w = conn;
     let mut batches: Vec<Batch> = (0..job.dests.len())
         .map(|d| Batch::new(d, job.batch))
         .collect();
-    let (mut line, mut key) = (Vec::new(), Vec::new());
+    let mut key = Vec::new();
     let mut busy = 0;
     w.write_all(walk.command()).map_err(io)?;
     let mut listed = 0u64;
     loop {
-        line.clear();
-        if r.read_until(b'\n', &mut line).map_err(io)? == 0 {
-            return Err(MigrateError::Closed(addr.clone()));
-        }
-        line.pop();
-        match wire::parse_dump_line(&line, &mut key)
-            .map_err(|l| MigrateError::Protocol(addr.clone(), l))?
-        {
+        let eol = loop {
+            match memchr::memchr(b'\n', inb.data()) {
+                Some(eol) => break eol,
+                None => inb.fill(conn, addr)?,
+            }
+        };
+        let parsed = wire::parse_dump_line(&inb.data()[..eol], &mut key);
+        inb.consume(eol + 1);
+        match parsed.map_err(|l| MigrateError::Protocol(addr.clone(), l))? {
             DumpLine::End => break,
             DumpLine::Refused(l) if l.starts_with("BUSY") && busy < BUSY_RETRIES => {
                 // Another crawl (the server's own, or another tool's) is running: ask again.

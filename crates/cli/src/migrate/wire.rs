@@ -164,12 +164,20 @@ pub fn parse_get_reply(buf: &[u8]) -> Result<Option<(GetReply, usize)>, String> 
         return Err(bad());
     };
     let mut toks = rest.split(|&b| b == b' ');
-    let len: usize = toks.next().and_then(num).ok_or_else(bad)?;
+    let len = toks
+        .next()
+        .and_then(digits)
+        .and_then(|n| usize::try_from(n).ok())
+        .ok_or_else(bad)?;
     let (mut flags, mut ttl) = (0u32, -1i64);
     for t in toks {
         match t.split_first() {
-            Some((b'f', v)) => flags = num(v).ok_or_else(bad)?,
-            Some((b't', v)) => ttl = num(v).ok_or_else(bad)?,
+            Some((b'f', v)) => {
+                flags = digits(v)
+                    .and_then(|n| u32::try_from(n).ok())
+                    .ok_or_else(bad)?
+            }
+            Some((b't', v)) => ttl = signed(v).ok_or_else(bad)?,
             _ => {}
         }
     }
@@ -191,8 +199,24 @@ pub fn parse_get_reply(buf: &[u8]) -> Result<Option<(GetReply, usize)>, String> 
     )))
 }
 
-fn num<T: std::str::FromStr>(b: &[u8]) -> Option<T> {
-    std::str::from_utf8(b).ok()?.parse().ok()
+/// A decimal number of 1 to 19 digits (so it fits), nothing else: every reply's numbers go
+/// through here, so it skips str's UTF-8 check and generic parse.
+fn digits(b: &[u8]) -> Option<u64> {
+    if b.is_empty() || b.len() > 19 {
+        return None;
+    }
+    b.iter().try_fold(0u64, |n, &d| {
+        let v = d.wrapping_sub(b'0');
+        (v <= 9).then(|| n * 10 + u64::from(v))
+    })
+}
+
+/// [`digits`] with an optional minus sign (`t-1`: never expires).
+fn signed(b: &[u8]) -> Option<i64> {
+    match b.strip_prefix(b"-") {
+        Some(m) => digits(m).and_then(|n| i64::try_from(n).ok()).map(|n| -n),
+        None => digits(b).and_then(|n| i64::try_from(n).ok()),
+    }
 }
 
 /// The `T` to store with, from the source's remaining TTL and the time now (Unix seconds).
@@ -320,6 +344,27 @@ mod tests {
             }
         );
         assert!(parse_get_reply(b"SERVER_ERROR out of memory\r\n").is_err());
+        for bad in [
+            &b"VA x f1\r\n"[..],
+            b"VA 1 f-1\r\n",
+            b"VA 1 f4294967296\r\n",
+            b"VA 1 t--1\r\n",
+            b"VA 1 t\r\n",
+            b"VA 99999999999999999999 f1\r\n",
+        ] {
+            assert!(parse_get_reply(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(
+            parse_get_reply(b"VA 0 f4294967295 t9223372036854775807\r\n\r\n")
+                .unwrap()
+                .unwrap()
+                .0,
+            GetReply::Hit {
+                flags: u32::MAX,
+                ttl: i64::MAX,
+                data: 39..39
+            }
+        );
         assert!(parse_get_reply(b"VA 2 f1\r\nabc\r\n").is_err());
     }
 
