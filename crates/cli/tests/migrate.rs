@@ -392,6 +392,82 @@ fn busy_crawler_and_keys_gone_meanwhile() {
     assert_eq!(d.get(b"gone"), None);
 }
 
+/// A destination that answers quiet sets as a server may: nothing for a stored key (`new:`),
+/// `NS` for a key it holds (`exists:`), an error for one it cannot store (`fail:`), and `HD`
+/// anyway for `loud:` keys (a server that ignores `q`). Anything but a quiet add is an error.
+fn scripted_destination() -> String {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        for s in l.incoming() {
+            std::thread::spawn(move || {
+                let mut s = BufReader::new(s.unwrap());
+                let mut line = String::new();
+                while s.read_line(&mut line).unwrap_or(0) > 0 {
+                    let t: Vec<&str> = line.split_whitespace().collect();
+                    let reply: &[u8] = match t.as_slice() {
+                        ["mn"] => b"MN\r\n",
+                        ["ms", key, len, .., "ME", "q"] => {
+                            let mut data = vec![0; len.parse::<usize>().unwrap() + 2];
+                            s.read_exact(&mut data).unwrap();
+                            match key.split(':').next().unwrap() {
+                                "exists" => b"NS\r\n",
+                                "fail" => b"SERVER_ERROR out of memory storing object\r\n",
+                                "loud" => b"HD\r\n",
+                                _ => b"",
+                            }
+                        }
+                        _ => b"ERROR\r\n",
+                    };
+                    s.get_mut().write_all(reply).unwrap();
+                    line.clear();
+                }
+            });
+        }
+    });
+    addr
+}
+
+#[test]
+fn quiet_sets_still_count_what_was_kept_and_refused() {
+    let from = Server::mnemod(&[]);
+    let keys = [
+        "new:1", "exists:1", "new:2", "fail:1", "loud:1", "new:3", "exists:2", "loud:2",
+    ];
+    let items: Vec<Item> = keys
+        .iter()
+        .map(|k| (k.as_bytes().to_vec(), 0, 0, b"v".to_vec()))
+        .collect();
+    Conn::new(&from.addr()).set_all(&items);
+    let out = mnemo(&[
+        "migrate",
+        "--from",
+        &from.addr(),
+        "--to",
+        &scripted_destination(),
+        "--connections",
+        "2",
+        "--batch",
+        "3",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert_eq!(
+        (
+            summary(&text, "fetched"),
+            summary(&text, "stored"),
+            summary(&text, "kept"),
+            summary(&text, "failed")
+        ),
+        (8, 5, 2, 1),
+        "{text}"
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("SERVER_ERROR out of memory storing object"),
+        "{out:?}"
+    );
+}
+
 /// Keys the withholding source lists: with 240-byte keys, a dump of ~28 MB, more than the
 /// sockets between it and the tool can buffer.
 const WITHHELD: usize = 100_000;
