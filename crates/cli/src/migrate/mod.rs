@@ -57,7 +57,7 @@ pub struct MigrateArgs {
     /// Fleet mode: the server list after the change.
     #[arg(long, requires = "from_servers")]
     pub to_servers: Option<String>,
-    /// Parallel connections per source server.
+    /// Parallel connections per source server (the sources are copied at the same time).
     #[arg(long, default_value_t = DEFAULT_CONNECTIONS, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub connections: u16,
     /// Keys per pipelined batch.
@@ -211,18 +211,30 @@ fn migrate(hash_tags: bool, args: &MigrateArgs) -> Result<bool, MigrateError> {
                 eprint!("\r\x1b[K");
             });
         }
-        let r = plans.iter().zip(&items).try_for_each(|(p, &expect)| {
-            let job = lane::Job {
-                source: p.source.clone(),
-                dests: p.dests.clone(),
-                route: &*p.route,
-                lanes: usize::from(args.connections),
-                batch: args.batch as usize,
-                second_listing: !args.one_listing,
-                expect: expect as usize,
-            };
-            lane::run(&job, &c)
-        });
+        // The sources at once (fleet mode): each has its own crawler and its own lanes.
+        let c = &c;
+        let runs: Vec<_> = plans
+            .iter()
+            .zip(&items)
+            .map(|(p, &expect)| {
+                s.spawn(move || {
+                    let job = lane::Job {
+                        source: p.source.clone(),
+                        dests: p.dests.clone(),
+                        route: &*p.route,
+                        lanes: usize::from(args.connections),
+                        batch: args.batch as usize,
+                        second_listing: !args.one_listing,
+                        expect: expect as usize,
+                    };
+                    lane::run(&job, c)
+                })
+            })
+            .collect();
+        let r = runs
+            .into_iter()
+            .map(|h| h.join().unwrap())
+            .fold(Ok(()), Result::and);
         done.store(true, Relaxed);
         r
     });
