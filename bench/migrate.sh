@@ -8,10 +8,15 @@
 #                                                    the replies, as `| nc` would)
 # Each run's time is the whole command's wall time; after each, mnemo migrate's destination
 # must hold as many items as the source (memcached-tool's misses, from memcached's crawler
-# passing over items its LRU maintainer moves during the dump, are counted and shown). CPU time is counted too, for the tool (its process tree: perl and
-# the relay for memcached-tool) and each server (/proc/PID/stat): on a busy machine the wall
-# time says how long the copy took there, the CPU time what it costs anywhere. Prints a
-# markdown table, with the load average before and after.
+# passing over items its LRU maintainer moves during the dump, are counted and shown). CPU
+# time is counted too, for the tool (its process tree: perl and the relay for memcached-tool)
+# and each server (/proc/PID/stat): on a busy machine the wall time says how long the copy
+# took there, the CPU time what it costs anywhere. The two tools take turns on fresh servers,
+# run after run; the table has each tool's median and the median of the per-run ratios (a run
+# of memcached-tool against the migrate run just before it, under much the same load), the
+# load average before and after, and the commit measured. Before each timing the loaded
+# memcached is left to finish growing its hash table (its assoc thread), which a fresh load of
+# a million items starts and a long-running cache finished long ago.
 #   bash bench/migrate.sh
 #   ITEMS=200000 RUNS=3 bash bench/migrate.sh
 #   SKIP_BUILD=1 ...: use target/release's binaries as they are
@@ -62,16 +67,28 @@ while not r.endswith(b"MN\r\n"):
 PY
 }
 
-curr_items() { # port
-    python3 - "$1" <<'PY'
+stat() { # port name: one `stats` value
+    python3 - "$1" "$2" <<'PY'
 import socket, sys
 s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
 s.sendall(b"stats\r\n")
 r = b""
 while not r.endswith(b"END\r\n"):
     r += s.recv(1 << 16)
-print(next(l.split()[2].decode() for l in r.split(b"\r\n") if l.startswith(b"STAT curr_items ")))
+name = b"STAT " + sys.argv[2].encode() + b" "
+print(next(l[len(name):].decode() for l in r.split(b"\r\n") if l.startswith(name)))
 PY
+}
+curr_items() { stat "$1" curr_items; }
+
+# Until memcached's hash table has finished growing (a poll of its stats, at most 60 s).
+settled() { # port
+    local i
+    for i in $(seq 600); do
+        [ "$(stat "$1" hash_is_expanding)" = 0 ] && return 0
+        sleep 0.1
+    done
+    note "hash table still expanding after 60 s"
 }
 
 # stdin to 127.0.0.1:PORT, the replies read (and counted) as they come: `| nc` without nc.
@@ -110,6 +127,7 @@ for run in $(seq "$RUNS"); do
         start memcached; src=$STARTED_PORT src_pid=$STARTED_PID
         start mnemod; dst=$STARTED_PORT dst_pid=$STARTED_PID
         load "$src"
+        settled "$src"
         have=$(curr_items "$src")
         c0="$(cpu_secs "$src_pid") $(cpu_secs "$dst_pid")"
         t0=$(date +%s.%N)
@@ -140,24 +158,30 @@ for run in $(seq "$RUNS"); do
 done
 
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
-python3 - "$have" "$VALUE_SIZE" "$RUNS" "$THREADS" "$load_before" "$load_after" \
+commit=$(git -C "$ROOT" rev-parse --short HEAD)
+git -C "$ROOT" diff --quiet HEAD -- crates || commit="$commit+changes"
+python3 - "$have" "$VALUE_SIZE" "$RUNS" "$THREADS" "$load_before" "$load_after" "$commit" \
     "${SECS[migrate]}" "${SECS[memcached-tool]}" "${CPU[migrate]}" "${CPU[memcached-tool]}" \
     "${MISSED[migrate]}" "${MISSED[memcached-tool]}" <<'PY'
 import statistics, sys
 n, size, runs, threads = (int(x) for x in sys.argv[1:5])
-load_before, load_after = sys.argv[5:7]
-secs = {t: [float(x) for x in sys.argv[i].split()] for t, i in (("migrate", 7), ("memcached-tool", 8))}
-cpu = {t: [[float(x) for x in r.split()] for r in sys.argv[i].split(",") if r] for t, i in (("migrate", 9), ("memcached-tool", 10))}
-missed = {t: [int(x) for x in sys.argv[i].split()] for t, i in (("migrate", 11), ("memcached-tool", 12))}
+load_before, load_after, commit = sys.argv[5:8]
+secs = {t: [float(x) for x in sys.argv[i].split()] for t, i in (("migrate", 8), ("memcached-tool", 9))}
+cpu = {t: [[float(x) for x in r.split()] for r in sys.argv[i].split(",") if r] for t, i in (("migrate", 10), ("memcached-tool", 11))}
+missed = {t: [int(x) for x in sys.argv[i].split()] for t, i in (("migrate", 12), ("memcached-tool", 13))}
 med = {t: statistics.median(v) for t, v in secs.items()}
+paired = [b / a for a, b in zip(secs["migrate"], secs["memcached-tool"])]
 print(f"{n:,} items of {size} B, memcached -> mnemod (each -t {threads}), median of {runs} runs; "
-      f"load average {load_before} before, {load_after} after")
+      f"load average {load_before} before, {load_after} after; commit {commit}")
 print()
-print("| tool | wall s (min-max) | items/s | vs memcached-tool | CPU s: tool + memcached + mnemod | CPU us/item | items not copied, per run |")
+print("| tool | wall s (min-max) | items/s | vs memcached-tool: of the medians; per run, median (min-max) | CPU s: tool + memcached + mnemod | CPU us/item | items not copied, per run |")
 print("|---|---|---|---|---|---|---|")
 for t, name in (("migrate", "mnemo migrate"), ("memcached-tool", "memcached-tool dump \\| relay")):
     c = [statistics.median(r[i] for r in cpu[t]) for i in range(3)]
+    ratio = f"{med['memcached-tool'] / med[t]:.1f}x"
+    if t == "migrate":
+        ratio += f"; {statistics.median(paired):.1f}x ({min(paired):.1f}-{max(paired):.1f})"
     print(f"| {name} | {med[t]:.2f} ({min(secs[t]):.2f}-{max(secs[t]):.2f}) | {n / med[t]:,.0f} | "
-          f"{med['memcached-tool'] / med[t]:.1f}x | {c[0]:.2f} + {c[1]:.2f} + {c[2]:.2f} | {sum(c) / n * 1e6:.2f} | "
+          f"{ratio} | {c[0]:.2f} + {c[1]:.2f} + {c[2]:.2f} | {sum(c) / n * 1e6:.2f} | "
           f"{', '.join(map(str, missed[t]))} |")
 PY

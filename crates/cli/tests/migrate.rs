@@ -208,10 +208,17 @@ fn copies_everything(from: &Server, to: &Server) {
         "64",
     ]));
     let n = items.len() as u64;
+    // The hash walk lists every key once: nothing for a second listing to find.
     assert_eq!(summary(&out, "listed"), n, "{out}");
+    assert_eq!(summary(&out, "relisted"), 0, "{out}");
     assert_eq!(summary(&out, "stored"), n - 1, "{out}");
     assert_eq!(summary(&out, "kept"), 1, "{out}");
     assert_eq!(summary(&out, "failed"), 0, "{out}");
+    // The copy's gets leave the source's items unmarked: to the source they were never read.
+    for k in ["key:1", "key:2999"] {
+        src.send(format!("mg {k} h\r\n").as_bytes());
+        assert_eq!(src.line(), "HD h0", "{} {k}", from.name);
+    }
     for (k, f, _, v) in &items {
         let (sf, st, sv) = src.get(k).unwrap();
         let got = dst.get(k).unwrap_or_else(|| {
@@ -311,9 +318,9 @@ fn unreachable_servers_fail_fast() {
     );
 }
 
-/// A source that is busy crawling at first, then lists two keys of which one is gone by the
-/// time it is fetched, and on the second listing a third key the first passed over (as
-/// memcached's crawler can).
+/// A source without the hash walk (as memcached before 1.6.9) that is busy crawling at first,
+/// then lists two keys of which one is gone by the time it is fetched, and on the second
+/// listing a third key the first passed over (as memcached's LRU crawler can).
 fn scripted_source() -> String {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap().to_string();
@@ -332,6 +339,7 @@ fn serve_script(s: TcpStream, dumps: &std::sync::atomic::AtomicUsize) {
     let mut line = String::new();
     while s.read_line(&mut line).unwrap_or(0) > 0 {
         let reply: Vec<u8> = match line.trim_end() {
+            "lru_crawler metadump hash" => b"BADCLASS invalid class id\r\n".to_vec(),
             "lru_crawler metadump all" => {
                 let first = b"key=a exp=-1 la=1 cas=1 fetch=no cls=1 size=60\nkey=gone exp=-1 la=1 cas=2 fetch=no cls=1 size=60\n";
                 match dumps.fetch_add(1, std::sync::atomic::Ordering::Relaxed) {
@@ -345,10 +353,10 @@ fn serve_script(s: TcpStream, dumps: &std::sync::atomic::AtomicUsize) {
                 }
             }
             "stats" => b"STAT curr_items 3\r\nEND\r\n".to_vec(),
-            "mg a v f t" => b"VA 1 f1 t-1\r\nA\r\n".to_vec(),
-            "mg gone v f t" => b"EN\r\n".to_vec(),
+            "mg a v f t u" => b"VA 1 f1 t-1\r\nA\r\n".to_vec(),
+            "mg gone v f t u" => b"EN\r\n".to_vec(),
             // "c d" travels base64-encoded.
-            "mg YyBk b v f t" => b"VA 2 f2 t50\r\nCD\r\n".to_vec(),
+            "mg YyBk b v f t u" => b"VA 2 f2 t50\r\nCD\r\n".to_vec(),
             other => format!("ERROR unexpected {other}\r\n").into_bytes(),
         };
         s.get_mut().write_all(&reply).unwrap();
@@ -382,6 +390,158 @@ fn busy_crawler_and_keys_gone_meanwhile() {
     assert_eq!((f, v), (2, b"CD".to_vec()));
     assert!((48..=50).contains(&t), "{t}");
     assert_eq!(d.get(b"gone"), None);
+}
+
+/// A destination that answers quiet sets as a server may: nothing for a stored key (`new:`),
+/// `NS` for a key it holds (`exists:`), an error for one it cannot store (`fail:`), and `HD`
+/// anyway for `loud:` keys (a server that ignores `q`). Anything but a quiet add is an error.
+fn scripted_destination() -> String {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        for s in l.incoming() {
+            std::thread::spawn(move || {
+                let mut s = BufReader::new(s.unwrap());
+                let mut line = String::new();
+                while s.read_line(&mut line).unwrap_or(0) > 0 {
+                    let t: Vec<&str> = line.split_whitespace().collect();
+                    let reply: &[u8] = match t.as_slice() {
+                        ["mn"] => b"MN\r\n",
+                        ["ms", key, len, .., "ME", "q"] => {
+                            let mut data = vec![0; len.parse::<usize>().unwrap() + 2];
+                            s.read_exact(&mut data).unwrap();
+                            match key.split(':').next().unwrap() {
+                                "exists" => b"NS\r\n",
+                                "fail" => b"SERVER_ERROR out of memory storing object\r\n",
+                                "loud" => b"HD\r\n",
+                                _ => b"",
+                            }
+                        }
+                        _ => b"ERROR\r\n",
+                    };
+                    s.get_mut().write_all(reply).unwrap();
+                    line.clear();
+                }
+            });
+        }
+    });
+    addr
+}
+
+#[test]
+fn quiet_sets_still_count_what_was_kept_and_refused() {
+    let from = Server::mnemod(&[]);
+    let keys = [
+        "new:1", "exists:1", "new:2", "fail:1", "loud:1", "new:3", "exists:2", "loud:2",
+    ];
+    let items: Vec<Item> = keys
+        .iter()
+        .map(|k| (k.as_bytes().to_vec(), 0, 0, b"v".to_vec()))
+        .collect();
+    Conn::new(&from.addr()).set_all(&items);
+    let out = mnemo(&[
+        "migrate",
+        "--from",
+        &from.addr(),
+        "--to",
+        &scripted_destination(),
+        "--connections",
+        "2",
+        "--batch",
+        "3",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert_eq!(
+        (
+            summary(&text, "fetched"),
+            summary(&text, "stored"),
+            summary(&text, "kept"),
+            summary(&text, "failed")
+        ),
+        (8, 5, 2, 1),
+        "{text}"
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("SERVER_ERROR out of memory storing object"),
+        "{out:?}"
+    );
+}
+
+/// Keys the withholding source lists: with 240-byte keys, a dump of ~28 MB, more than the
+/// sockets between it and the tool can buffer.
+const WITHHELD: usize = 100_000;
+
+/// A source whose gets answer only once its whole dump has been read, as memcached's hash walk
+/// can make them: it keeps the lock of the bucket it is in while it waits to send the dump, and
+/// a worker thread that needs that lock for a get waits with it. Every key is gone by then.
+fn withholding_source() -> String {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    let sent = std::sync::Arc::new((std::sync::Mutex::new(false), std::sync::Condvar::new()));
+    std::thread::spawn(move || {
+        for s in l.incoming() {
+            let sent = sent.clone();
+            std::thread::spawn(move || {
+                let s = s.unwrap();
+                s.set_nodelay(true).unwrap();
+                let mut s = BufReader::new(s);
+                let mut line = String::new();
+                while s.read_line(&mut line).unwrap_or(0) > 0 {
+                    let w = s.get_mut();
+                    if line == "lru_crawler metadump hash\r\n" {
+                        let pad = "k".repeat(230);
+                        let mut dump = String::new();
+                        for i in 0..WITHHELD {
+                            dump += &format!(
+                                "key={pad}{i:09} exp=-1 la=1 cas=1 fetch=no cls=1 size=300\n"
+                            );
+                        }
+                        dump += "END\r\n";
+                        // Returns once the tool has read all but what the sockets buffer.
+                        w.write_all(dump.as_bytes()).unwrap();
+                        *sent.0.lock().unwrap() = true;
+                        sent.1.notify_all();
+                    } else if line.starts_with("mg ") {
+                        let mut done = sent.0.lock().unwrap();
+                        while !*done {
+                            done = sent.1.wait(done).unwrap();
+                        }
+                        drop(done);
+                        if w.write_all(b"EN\r\n").is_err() {
+                            return;
+                        }
+                    } else if line == "stats\r\n" {
+                        let _ = w.write_all(b"STAT curr_items 0\r\nEND\r\n");
+                    }
+                    line.clear();
+                }
+            });
+        }
+    });
+    addr
+}
+
+#[test]
+fn a_source_that_answers_only_once_its_dump_is_read() {
+    let to = Server::mnemod(&[]);
+    let out = ok(&mnemo(&[
+        "migrate",
+        "--from",
+        &withholding_source(),
+        "--to",
+        &to.addr(),
+        "--connections",
+        "1",
+        "--batch",
+        "16",
+    ]));
+    let n = WITHHELD as u64;
+    assert_eq!(
+        (summary(&out, "listed"), summary(&out, "gone")),
+        (n, n),
+        "{out}"
+    );
 }
 
 /// A node joins a weighted fleet of memcached and mnemod servers (and one leaves): afterwards

@@ -6,25 +6,33 @@
 //!   metadump ──batches──►  A: writes the batch's mg requests to its source connection
 //!   (keys routed to          │ batch
 //!    a destination)          ▼
-//!                          B: reads the mg replies, writes ms (mode E) to the batch's destination
+//!                          B: reads the mg replies, writes quiet ms (mode E) and an mn to the
+//!                            │ batch's destination
 //!                            │ count of sets written
 //!                            ▼
-//!                          C: reads that many ms replies from the destination, tallies them
+//!                          C: reads the destination's answers up to the MN, tallies them
 //! ```
 //!
 //! Each connection is written by one thread and read by another, so requests stream while
 //! replies come back (pipelined), and neither side can wait on the other: A waits only on the
 //! source, B on the source's replies and the destination, C on the destination's replies.
-//! Channels between threads are bounded, so memory stays at a few batches per lane.
+//! Channels inside a lane are bounded, so memory stays at a few batches per lane. The one from
+//! the dump thread to the lanes is not: the dump is read as fast as the source sends it, and
+//! the keys wait in memory (their bytes and ~40 more each) when the copy is slower. A dump
+//! left unread stalls the source: memcached's hash walk keeps the lock of the bucket it is
+//! in while it waits to send, and a worker thread that needs that lock (for one of the
+//! lanes' gets, or any client's request) waits with all its connections. That is a
+//! deadlock if the dump waited on the lanes (it did, with bounded batches: 106,496 of
+//! 1,000,000 items copied, then nothing for 60 s).
 
 use super::wire::{self, DumpLine, GetReply, KeyRef, SetReply};
 use super::{Counters, MigrateError};
 use std::collections::HashSet;
 use std::hash::{BuildHasherDefault, Hasher};
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::sync::mpsc::{channel, sync_channel, Receiver, Sender, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -64,13 +72,33 @@ pub enum Route {
     Stray,
 }
 
-/// Which listing of a source a run is. memcached's crawler is not a snapshot: an item its LRU
-/// maintainer moves while the dump walks the LRUs can be passed over (about 1 in 10,000 of a
-/// freshly loaded cache here). The first listing remembers a 64-bit hash of every key it
-/// lists; a second, started as soon as the first ends, copies only the keys the first did
-/// not list.
+/// How a source's crawler walks its items.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Walk {
+    /// `metadump hash` (memcached 1.6.9 on; mnemod walks its index either way): over the hash
+    /// table, each bucket under its lock, with the table's growth paused. An item live during
+    /// the whole walk is listed exactly once: one listing is enough.
+    Hash,
+    /// `metadump all`: over the LRUs, for a source that refuses `hash`. Not a snapshot: an
+    /// item the LRU maintainer moves meanwhile can be passed over (379 of 1,000,000 in one run
+    /// here), so this walk is done twice ([`Listing`]).
+    Lru,
+}
+
+impl Walk {
+    fn command(self) -> &'static [u8] {
+        match self {
+            Walk::Hash => b"lru_crawler metadump hash\r\n",
+            Walk::Lru => b"lru_crawler metadump all\r\n",
+        }
+    }
+}
+
+/// Which listing of a source a run is. After an LRU walk ([`Walk::Lru`]) the first listing
+/// remembers a 64-bit hash of every key it lists; a second, started as soon as the first
+/// ends, copies only the keys the first did not list.
 enum Listing<'a> {
-    /// The one listing (`--one-listing`): nothing to remember.
+    /// The one listing (a hash walk, or `--one-listing`): nothing to remember.
     Only,
     First(&'a mut KeySet),
     Second(&'a KeySet),
@@ -138,7 +166,7 @@ pub fn run(job: &Job, c: &Counters) -> Result<(), MigrateError> {
         lanes.push((src, dests));
     }
     let dump = connect(&job.source)?;
-    let (tx, rx) = sync_channel::<Batch>(job.lanes.max(1) * IN_FLIGHT);
+    let (tx, rx) = channel::<Batch>();
     let rx = Arc::new(Mutex::new(rx));
     let errors: Mutex<Vec<MigrateError>> = Mutex::new(Vec::new());
     std::thread::scope(|s| {
@@ -152,12 +180,20 @@ pub fn run(job: &Job, c: &Counters) -> Result<(), MigrateError> {
             });
         }
         drop(rx);
-        let listed = if job.second_listing {
-            let mut seen = KeySet::with_capacity_and_hasher(job.expect, Default::default());
-            read_dump(job, &dump, &tx, c, Listing::First(&mut seen))
-                .and_then(|()| read_dump(job, &dump, &tx, c, Listing::Second(&seen)))
-        } else {
-            read_dump(job, &dump, &tx, c, Listing::Only)
+        let listed = match read_dump(job, &dump, &tx, c, Walk::Hash, Listing::Only) {
+            // A source without the hash walk (memcached before 1.6.9) says so before
+            // any item: walk its LRUs instead. BUSY was retried already, and stays an error.
+            Err(MigrateError::DumpRefused(_, l)) if !l.starts_with("BUSY") => {
+                if job.second_listing {
+                    let mut seen = KeySet::with_capacity_and_hasher(job.expect, Default::default());
+                    read_dump(job, &dump, &tx, c, Walk::Lru, Listing::First(&mut seen)).and_then(
+                        |()| read_dump(job, &dump, &tx, c, Walk::Lru, Listing::Second(&seen)),
+                    )
+                } else {
+                    read_dump(job, &dump, &tx, c, Walk::Lru, Listing::Only)
+                }
+            }
+            r => r,
         };
         // The lanes finish the batches queued and stop.
         drop(tx);
@@ -175,37 +211,39 @@ pub fn run(job: &Job, c: &Counters) -> Result<(), MigrateError> {
 fn read_dump(
     job: &Job,
     conn: &TcpStream,
-    tx: &SyncSender<Batch>,
+    tx: &Sender<Batch>,
     c: &Counters,
+    walk: Walk,
     mut listing: Listing,
 ) -> Result<(), MigrateError> {
     let addr = &job.source;
     let io = |e| MigrateError::Io(addr.clone(), e);
     // Nothing follows a dump's END, so nothing is left in this buffer for the next listing.
-    let mut r = BufReader::with_capacity(1 << 16, conn);
+    let mut inb = ReadBuf::new();
     let mut w = conn;
     let mut batches: Vec<Batch> = (0..job.dests.len())
         .map(|d| Batch::new(d, job.batch))
         .collect();
-    let (mut line, mut key) = (Vec::new(), Vec::new());
+    let mut key = Vec::new();
     let mut busy = 0;
-    w.write_all(b"lru_crawler metadump all\r\n").map_err(io)?;
+    w.write_all(walk.command()).map_err(io)?;
     let mut listed = 0u64;
     loop {
-        line.clear();
-        if r.read_until(b'\n', &mut line).map_err(io)? == 0 {
-            return Err(MigrateError::Closed(addr.clone()));
-        }
-        line.pop();
-        match wire::parse_dump_line(&line, &mut key)
-            .map_err(|l| MigrateError::Protocol(addr.clone(), l))?
-        {
+        let eol = loop {
+            match memchr::memchr(b'\n', inb.data()) {
+                Some(eol) => break eol,
+                None => inb.fill(conn, addr)?,
+            }
+        };
+        let parsed = wire::parse_dump_line(&inb.data()[..eol], &mut key);
+        inb.consume(eol + 1);
+        match parsed.map_err(|l| MigrateError::Protocol(addr.clone(), l))? {
             DumpLine::End => break,
             DumpLine::Refused(l) if l.starts_with("BUSY") && busy < BUSY_RETRIES => {
                 // Another crawl (the server's own, or another tool's) is running: ask again.
                 busy += 1;
                 std::thread::sleep(BUSY_WAIT);
-                w.write_all(b"lru_crawler metadump all\r\n").map_err(io)?;
+                w.write_all(walk.command()).map_err(io)?;
             }
             DumpLine::Refused(l) => return Err(MigrateError::DumpRefused(addr.clone(), l)),
             DumpLine::Item => {
@@ -330,6 +368,7 @@ fn fetch_and_store(
             let now = super::unix_now();
             let (mut sets, mut gone, mut bytes) = (0usize, 0u64, 0u64);
             let mut flush = |out: &mut Vec<u8>, sets: &mut usize| -> Result<(), MigrateError> {
+                out.extend_from_slice(wire::SYNC);
                 dests[d]
                     .write_all(out)
                     .map_err(|e| MigrateError::Io(dest_addrs[d].clone(), e))?;
@@ -400,8 +439,9 @@ fn tally_replies(
 ) -> Result<(), MigrateError> {
     let mut inb = ReadBuf::new();
     for n in from_b.iter() {
-        let (mut stored, mut exists) = (0u64, 0u64);
-        for _ in 0..n {
+        // Quiet sets answer only when not stored; the MN ends the run's answers.
+        let (mut answered, mut exists, mut failed) = (0usize, 0u64, 0u64);
+        loop {
             let (reply, used) = loop {
                 match wire::parse_set_reply(inb.data()) {
                     Some(r) => break r,
@@ -409,10 +449,21 @@ fn tally_replies(
                 }
             };
             inb.consume(used);
+            if reply == SetReply::Synced {
+                break;
+            }
+            answered += 1;
+            if answered > n {
+                return Err(MigrateError::Protocol(
+                    addr.to_owned(),
+                    format!("more answers than the {n} sets sent"),
+                ));
+            }
             match reply {
-                SetReply::Stored => stored += 1,
+                SetReply::Synced | SetReply::Stored => {}
                 SetReply::Exists => exists += 1,
                 SetReply::Failed(line) => {
+                    failed += 1;
                     c.failed.fetch_add(1, Relaxed);
                     let mut first = c.first_failure.lock().unwrap();
                     if first.is_none() {
@@ -425,7 +476,7 @@ fn tally_replies(
                 }
             }
         }
-        c.stored.fetch_add(stored, Relaxed);
+        c.stored.fetch_add(n as u64 - exists - failed, Relaxed);
         c.exists.fetch_add(exists, Relaxed);
     }
     Ok(())

@@ -7,10 +7,11 @@
 //!   applies): for a fleet whose server list changes, each old server's keys whose ketama owner
 //!   changes are copied to their new owner, and no other key is.
 //!
-//! Each source lists its keys with `lru_crawler metadump all`, twice (the second listing
-//! copies what the first passed over: lane.rs, `Listing`); each key is fetched with a meta
-//! get (value, flags and the TTL left, as of the fetch) and stored with a meta set in add mode,
-//! keeping the TTL's moment of expiry. What a cache does with items that change meanwhile:
+//! Each source lists its keys with `lru_crawler metadump hash` (a walk of its hash table that
+//! lists every item once), or on a source without it `metadump all` twice (the second listing
+//! copies what the first passed over: lane.rs, `Walk`, `Listing`); each key is fetched with a
+//! meta get that leaves the source's LRU as it was (value, flags and the TTL left, as of the
+//! fetch) and stored with a quiet meta set in add mode, keeping the TTL's moment of expiry. What a cache does with items that change meanwhile:
 //! * expired, evicted or deleted at the source before the fetch: not copied ("gone");
 //! * already on the destination (a client wrote it there since): kept, not overwritten ("kept");
 //! * changed at the source after the fetch: the copy has the fetched value. Switch the clients
@@ -56,15 +57,16 @@ pub struct MigrateArgs {
     /// Fleet mode: the server list after the change.
     #[arg(long, requires = "from_servers")]
     pub to_servers: Option<String>,
-    /// Parallel connections per source server.
+    /// Parallel connections per source server (the sources are copied at the same time).
     #[arg(long, default_value_t = DEFAULT_CONNECTIONS, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub connections: u16,
     /// Keys per pipelined batch.
     #[arg(long, default_value_t = DEFAULT_BATCH, value_parser = clap::value_parser!(u32).range(1..=65536))]
     pub batch: u32,
-    /// List each source once: no second listing to catch the keys the first passed over
-    /// (memcached's crawler can miss an item its LRU maintainer moves meanwhile). Saves the
-    /// second dump and about 16 bytes of memory per key.
+    /// For a source without the hash walk (memcached before 1.6.9), whose keys are listed by
+    /// walking its LRUs: list once, with no second listing to catch the keys the first passed
+    /// over (the crawler can miss an item its LRU maintainer moves meanwhile). Saves the second
+    /// dump and about 16 bytes of memory per key. A hash walk is always one listing.
     #[arg(long)]
     pub one_listing: bool,
     /// No progress line, even on a terminal.
@@ -209,18 +211,30 @@ fn migrate(hash_tags: bool, args: &MigrateArgs) -> Result<bool, MigrateError> {
                 eprint!("\r\x1b[K");
             });
         }
-        let r = plans.iter().zip(&items).try_for_each(|(p, &expect)| {
-            let job = lane::Job {
-                source: p.source.clone(),
-                dests: p.dests.clone(),
-                route: &*p.route,
-                lanes: usize::from(args.connections),
-                batch: args.batch as usize,
-                second_listing: !args.one_listing,
-                expect: expect as usize,
-            };
-            lane::run(&job, &c)
-        });
+        // The sources at once (fleet mode): each has its own crawler and its own lanes.
+        let c = &c;
+        let runs: Vec<_> = plans
+            .iter()
+            .zip(&items)
+            .map(|(p, &expect)| {
+                s.spawn(move || {
+                    let job = lane::Job {
+                        source: p.source.clone(),
+                        dests: p.dests.clone(),
+                        route: &*p.route,
+                        lanes: usize::from(args.connections),
+                        batch: args.batch as usize,
+                        second_listing: !args.one_listing,
+                        expect: expect as usize,
+                    };
+                    lane::run(&job, c)
+                })
+            })
+            .collect();
+        let r = runs
+            .into_iter()
+            .map(|h| h.join().unwrap())
+            .fold(Ok(()), Result::and);
         done.store(true, Relaxed);
         r
     });

@@ -2,14 +2,18 @@
 //! meta get that fetches an item and the meta set that stores it, and reading their replies.
 //!
 //! ```text
-//!   source:       lru_crawler metadump all   ->  key=<%XX-encoded> exp=<unix|-1> la=.. ..\n ... END\r\n
-//!                 mg <key> v f t             ->  VA <len> f<flags> t<remaining|-1>\r\n<data>\r\n | EN\r\n
-//!   destination:  ms <key> <len> T<ttl> F<flags> ME\r\n<data>\r\n   ->  HD (stored) | NS (key exists)
+//!   source:       lru_crawler metadump hash  ->  key=<%XX-encoded> exp=<unix|-1> la=.. ..\n ... END\r\n
+//!                 mg <key> v f t u           ->  VA <len> f<flags> t<remaining|-1>\r\n<data>\r\n | EN\r\n
+//!   destination:  ms <key> <len> T<ttl> F<flags> ME q\r\n<data>\r\n ... mn\r\n
+//!                                            ->  (nothing when stored) NS (key exists) | <error> ... MN\r\n
 //! ```
 //!
-//! The destination's store is meta `ms` in mode E ("add"): it stores only when the key is absent,
-//! so a value a client wrote to the destination while the copy ran is never replaced by the
-//! older copy. `ms` rather than the text `add` because a key a binary-protocol client stored can
+//! The get's `u` leaves the source's LRU and hit marks as they were: the copy is not a client's
+//! read (and it spares the source the bump). The destination's store is meta `ms` in mode E
+//! ("add"): it stores only when the key is absent, so a value a client wrote to the destination
+//! while the copy ran is never replaced by the older copy. The set is quiet (`q`): the
+//! destination answers only the sets it did not store, and an `mn` after each run of sets says
+//! where that run's answers end, so a stored item costs no reply to write and to read. `ms` rather than the text `add` because a key a binary-protocol client stored can
 //! hold bytes the text protocol cannot name (spaces, control bytes); meta commands carry such a
 //! key base64-encoded (`b`), in the get and the set alike.
 
@@ -119,9 +123,9 @@ pub fn push_get(req: &mut Vec<u8>, key: &[u8]) -> KeyRef {
     }
     let len = req.len() as u32 - start;
     req.extend_from_slice(if base64 {
-        b" b v f t\r\n"
+        b" b v f t u\r\n"
     } else {
-        b" v f t\r\n"
+        b" v f t u\r\n"
     });
     KeyRef { start, len, base64 }
 }
@@ -160,12 +164,20 @@ pub fn parse_get_reply(buf: &[u8]) -> Result<Option<(GetReply, usize)>, String> 
         return Err(bad());
     };
     let mut toks = rest.split(|&b| b == b' ');
-    let len: usize = toks.next().and_then(num).ok_or_else(bad)?;
+    let len = toks
+        .next()
+        .and_then(digits)
+        .and_then(|n| usize::try_from(n).ok())
+        .ok_or_else(bad)?;
     let (mut flags, mut ttl) = (0u32, -1i64);
     for t in toks {
         match t.split_first() {
-            Some((b'f', v)) => flags = num(v).ok_or_else(bad)?,
-            Some((b't', v)) => ttl = num(v).ok_or_else(bad)?,
+            Some((b'f', v)) => {
+                flags = digits(v)
+                    .and_then(|n| u32::try_from(n).ok())
+                    .ok_or_else(bad)?
+            }
+            Some((b't', v)) => ttl = signed(v).ok_or_else(bad)?,
             _ => {}
         }
     }
@@ -187,8 +199,24 @@ pub fn parse_get_reply(buf: &[u8]) -> Result<Option<(GetReply, usize)>, String> 
     )))
 }
 
-fn num<T: std::str::FromStr>(b: &[u8]) -> Option<T> {
-    std::str::from_utf8(b).ok()?.parse().ok()
+/// A decimal number of 1 to 19 digits (so it fits), nothing else: every reply's numbers go
+/// through here, so it skips str's UTF-8 check and generic parse.
+fn digits(b: &[u8]) -> Option<u64> {
+    if b.is_empty() || b.len() > 19 {
+        return None;
+    }
+    b.iter().try_fold(0u64, |n, &d| {
+        let v = d.wrapping_sub(b'0');
+        (v <= 9).then(|| n * 10 + u64::from(v))
+    })
+}
+
+/// [`digits`] with an optional minus sign (`t-1`: never expires).
+fn signed(b: &[u8]) -> Option<i64> {
+    match b.strip_prefix(b"-") {
+        Some(m) => digits(m).and_then(|n| i64::try_from(n).ok()).map(|n| -n),
+        None => digits(b).and_then(|n| i64::try_from(n).ok()),
+    }
 }
 
 /// The `T` to store with, from the source's remaining TTL and the time now (Unix seconds).
@@ -204,7 +232,7 @@ pub fn dest_ttl(remaining: i64, now: i64) -> i64 {
     }
 }
 
-/// Append the add-mode meta set of one item to `out`.
+/// Append the quiet add-mode meta set of one item to `out`.
 pub fn push_set(out: &mut Vec<u8>, key: KeyRef, req: &[u8], flags: u32, ttl: i64, data: &[u8]) {
     out.extend_from_slice(b"ms ");
     out.extend_from_slice(key.token(req));
@@ -217,14 +245,20 @@ pub fn push_set(out: &mut Vec<u8>, key: KeyRef, req: &[u8], flags: u32, ttl: i64
     out.extend_from_slice(itoa::Buffer::new().format(ttl).as_bytes());
     out.extend_from_slice(b" F");
     out.extend_from_slice(itoa::Buffer::new().format(flags).as_bytes());
-    out.extend_from_slice(b" ME\r\n");
+    out.extend_from_slice(b" ME q\r\n");
     out.extend_from_slice(data);
     out.extend_from_slice(b"\r\n");
 }
 
-/// A meta set's answer.
+/// Ends a run of quiet sets: its answer, `MN`, follows the answers of the sets before it.
+pub const SYNC: &[u8] = b"mn\r\n";
+
+/// An answer on the destination connection.
 #[derive(Debug, PartialEq, Eq)]
 pub enum SetReply {
+    /// `MN`: the run of sets before the [`SYNC`] is all answered.
+    Synced,
+    /// `HD`, which a quiet set does not send; a destination that sends it anyway is understood.
     Stored,
     /// The destination holds the key already (its value is newer than this copy: kept).
     Exists,
@@ -232,10 +266,11 @@ pub enum SetReply {
     Failed(String),
 }
 
-/// Read one meta set reply from the front of `buf`: `None` until its line is all there.
+/// Read one answer from the front of `buf`: `None` until its line is all there.
 pub fn parse_set_reply(buf: &[u8]) -> Option<(SetReply, usize)> {
     let eol = memchr::memmem::find(buf, b"\r\n")?;
     let r = match &buf[..eol] {
+        b"MN" => SetReply::Synced,
         b"HD" => SetReply::Stored,
         b"NS" => SetReply::Exists,
         l => SetReply::Failed(String::from_utf8_lossy(l).into_owned()),
@@ -276,7 +311,7 @@ mod tests {
         let mut req = Vec::new();
         let a = push_get(&mut req, b"user:1");
         let b = push_get(&mut req, b"a b");
-        assert_eq!(req, b"mg user:1 v f t\r\nmg YSBi b v f t\r\n");
+        assert_eq!(req, b"mg user:1 v f t u\r\nmg YSBi b v f t u\r\n");
         assert_eq!(a.token(&req), b"user:1");
         assert_eq!((b.token(&req), b.base64), (&b"YSBi"[..], true));
         let long = vec![b'k'; MAX_KEY + 1];
@@ -309,6 +344,27 @@ mod tests {
             }
         );
         assert!(parse_get_reply(b"SERVER_ERROR out of memory\r\n").is_err());
+        for bad in [
+            &b"VA x f1\r\n"[..],
+            b"VA 1 f-1\r\n",
+            b"VA 1 f4294967296\r\n",
+            b"VA 1 t--1\r\n",
+            b"VA 1 t\r\n",
+            b"VA 99999999999999999999 f1\r\n",
+        ] {
+            assert!(parse_get_reply(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(
+            parse_get_reply(b"VA 0 f4294967295 t9223372036854775807\r\n\r\n")
+                .unwrap()
+                .unwrap()
+                .0,
+            GetReply::Hit {
+                flags: u32::MAX,
+                ttl: i64::MAX,
+                data: 39..39
+            }
+        );
         assert!(parse_get_reply(b"VA 2 f1\r\nabc\r\n").is_err());
     }
 
@@ -326,16 +382,17 @@ mod tests {
     }
 
     #[test]
-    fn sets_are_add_mode() {
+    fn sets_are_quiet_and_add_mode() {
         let mut req = Vec::new();
         let k = push_get(&mut req, b"a b");
         let mut out = Vec::new();
         push_set(&mut out, k, &req, 7, 100, b"xyz");
-        assert_eq!(out, b"ms YSBi 3 b T100 F7 ME\r\nxyz\r\n");
+        assert_eq!(out, b"ms YSBi 3 b T100 F7 ME q\r\nxyz\r\n");
         assert_eq!(
-            parse_set_reply(b"HD\r\nNS\r\n"),
-            Some((SetReply::Stored, 4))
+            parse_set_reply(b"MN\r\nNS\r\n"),
+            Some((SetReply::Synced, 4))
         );
+        assert_eq!(parse_set_reply(b"HD\r\n"), Some((SetReply::Stored, 4)));
         assert_eq!(parse_set_reply(b"NS\r\n"), Some((SetReply::Exists, 4)));
         assert_eq!(
             parse_set_reply(b"SERVER_ERROR object too large for cache\r\n"),
