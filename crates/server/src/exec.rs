@@ -16,7 +16,7 @@ use crate::stats::{self, bump, Counters};
 use crate::Shared;
 
 /// What the connection does after a request.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug)]
 pub enum Next {
     Continue,
     /// Discard this many bytes of input (the data of a refused storage command), then send
@@ -34,6 +34,9 @@ pub enum Next {
     /// `lru_crawler metadump`: the connection streams the dump, one store batch at a time
     /// while its unsent output is small, before it reads the next request.
     Metadump(Box<crate::crawler::Metadump>),
+    /// The reply comes from a job run off the event loop (command/mod.rs, "Pending answers"):
+    /// the connection keeps its place in the output and parses nothing more until it is done.
+    Later(crate::command::Pending),
 }
 
 /// A multi-get pauses when this much output is pending, so `get k k k ...` over large values
@@ -250,7 +253,10 @@ pub fn execute_from(
             crate::crawler::slabs_automove(setting, noreply, sh, out);
             Next::Continue
         }
-        Request::Fget { filter, args, keys } => crate::fget::execute(filter, args, keys, sh, out),
+        Request::Fget { filter, args, keys } => match crate::fget::execute(filter, args, keys, sh, out) {
+            Answer::Now(()) => Next::Continue,
+            Answer::Later(job) => Next::Later(job),
+        },
         Request::FgetArgsTooLong { swallow } => Next::Swallow(swallow, Some(ErrorReply::FilterArgsTooLong)),
     }
 }

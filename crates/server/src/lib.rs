@@ -51,6 +51,7 @@ mod crawler;
 mod detail;
 mod exec;
 mod fget;
+mod jobs;
 mod listener;
 mod marks;
 mod meta;
@@ -94,6 +95,8 @@ pub(crate) struct Shared {
     pub crawler_enabled: AtomicBool,
     /// The filters `fget` may run (none unless the operator installed some).
     pub filters: mnemo_filter::FilterHost,
+    /// Where filter calls run, off the event loops (jobs.rs).
+    pub jobs: jobs::Pool,
     /// `slabs automove` as clients last set it (reported by `stats settings`).
     pub slab_automove: config::SlabAutomove,
     /// `lru_crawler crawl` and `metadump` requests started (memcached's lru_crawler_starts).
@@ -139,6 +142,7 @@ impl Shared {
             ..StoreConfig::default()
         });
         let ext = config.ext.clone();
+        let jobs = jobs::Pool::new(config.job_threads);
         Shared {
             counters: (0..config.threads).map(|_| Arc::new(stats::Counters::default())).collect(),
             verbosity: AtomicU8::new(config.verbose.min(MAX_VERBOSITY)),
@@ -155,6 +159,7 @@ impl Shared {
             detail: detail::Detail::default(),
             crawler_enabled: AtomicBool::new(ext.lru_crawler),
             filters,
+            jobs,
             slab_automove: config::SlabAutomove::new(ext.slab_automove, ext.slab_automove_ratio),
             crawler_starts: AtomicU64::new(0),
             crawler_sleep: ext.lru_crawler_sleep.into(),
@@ -223,9 +228,9 @@ pub enum ServerError {
     Filter(#[from] mnemo_filter::FilterError),
 }
 
-/// Worker threads run WebAssembly filters on their own stacks: room for the largest
-/// `--filter-stack` on top of the server's own needs.
-const WORKER_STACK: usize = 2 * 1024 * 1024 + config::MAX_FILTER_STACK;
+/// Worker and job threads (jobs.rs runs WebAssembly filters on its own stacks): room for the
+/// largest `--filter-stack` on top of the server's own needs.
+pub(crate) const WORKER_STACK: usize = 2 * 1024 * 1024 + config::MAX_FILTER_STACK;
 
 /// Bind, start every thread, and serve until shutdown.
 pub fn run(config: Config) -> Result<(), ServerError> {

@@ -28,13 +28,19 @@
 //! names its protocol ([`Proto`]) and the rule is written here, once, beside the others.
 //!
 //! # Pending answers
-//! Every command answers through [`Answer`]. Today each answer is `Now`: the store is memory
-//! and a read completes under its shard lock. A tier whose reads complete later (a flash read,
-//! issue 37) answers `Later(Pending)`: the protocol keeps the reply's place in the
-//! connection's output (replies leave in request order) and encodes the item when the read
-//! completes, while the worker serves other connections. [`Pending`] has no value yet, so the
-//! compiler proves no encoder is reached with one; giving it a variant makes every encoder
-//! that must handle it a compile error until it does.
+//! Every command answers through [`Answer`]: `Now` with its outcome, or `Later` with a
+//! [`Pending`] job that completes off the event loop (jobs.rs runs it on the job pool and
+//! hands the finished reply back to the connection's worker). The connection keeps the
+//! reply's place in its output: replies leave in request order, and it parses none of its
+//! later requests until the job is done (so a later `set` cannot change what the job
+//! reads), while the worker serves its other connections.
+//!
+//! `Answer`'s second parameter says whether a command can answer later at all. It is
+//! [`Never`] (an empty type) for every command that completes under its shard lock, so
+//! their encoders' `Later` arms are `match pending {}`, proven unreachable by the compiler;
+//! a command that can defer returns `Answer<T, Pending>` and its encoder must handle the
+//! job. A new kind of job (a flash read, issue 37) is one more [`Pending`] variant: the
+//! pool, the wake-up and the ordering are the same.
 
 pub(crate) mod arith;
 pub(crate) mod concat;
@@ -43,19 +49,41 @@ pub(crate) mod flush;
 pub(crate) mod read;
 pub(crate) mod write;
 
-/// A command's answer: now, or once a read that cannot complete at once has (see the module
-/// docs).
-pub(crate) enum Answer<T> {
+/// A command's answer: now, or once a job run off the event loop has finished (see the module
+/// docs). `P` is [`Never`] for commands that always answer now.
+pub(crate) enum Answer<T, P = Never> {
     Now(T),
-    // Never built while Pending is empty: the flash tier (issue 37) builds it. Kept so that
-    // every encoder already matches it (with `match pending {}`).
+    // Never built where P is Never; kept so that every encoder already matches it.
     #[allow(dead_code)]
-    Later(Pending),
+    Later(P),
 }
 
-/// A read in flight (issue 37's flash tier). No store produces one yet: the type is empty,
-/// so `Answer::Later` arms are `match pending {}`, checked by the compiler.
-pub(crate) enum Pending {}
+/// No value: the `P` of commands that cannot answer later.
+pub(crate) enum Never {}
+
+/// Work that completes off the event loop (jobs.rs). Each variant knows how to run itself and
+/// to encode its reply in the protocol that asked for it.
+pub(crate) enum Pending {
+    /// An `fget`'s filter call: reading its keys, the call, the reply (fget.rs).
+    Filter(crate::fget::Call),
+}
+
+impl Pending {
+    /// Run the job (on a pool thread) and return its encoded reply.
+    pub fn run(self, sh: &crate::Shared) -> Vec<u8> {
+        match self {
+            Pending::Filter(call) => call.run(sh),
+        }
+    }
+}
+
+impl std::fmt::Debug for Pending {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Pending::Filter(_) => f.write_str("Pending::Filter"),
+        }
+    }
+}
 
 /// Which protocol carried a command, for the counting rules memcached applies per protocol.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
