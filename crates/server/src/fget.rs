@@ -41,6 +41,11 @@ use crate::Shared;
 /// 001, wasm fget, one worker): 6, 8, 10 and 14 were within the machine's noise of each other.
 const AHEAD: usize = 10;
 
+/// Past its deadline, how long a WebAssembly call has before the watchdog answers for it: the
+/// epoch that interrupts it ticks once a millisecond, so an interruptible call times out by
+/// itself within about a tick; this leaves that reply time to come first.
+const DEADLINE_SLACK: std::time::Duration = std::time::Duration::from_millis(2);
+
 /// One filter call, ready to run off the event loop: what it needs of the request, owned.
 pub struct Call {
     filter: Arc<mnemo_filter::Filter>,
@@ -80,8 +85,10 @@ pub fn execute(filter: &[u8], args: &[u8], keys: Keys<'_>, sh: &Shared, out: &mu
 }
 
 impl Call {
-    /// The call, on a job pool thread: its encoded reply.
-    pub fn run(self, sh: &Shared) -> Vec<u8> {
+    /// The call, on a job pool thread: its encoded reply. A WebAssembly call's reply leaves by
+    /// its deadline, counted from when its input is written, whatever the guest does (jobs.rs).
+    pub fn run(self, sh: &Shared, watch: &crate::jobs::Watch<'_>) -> Vec<u8> {
+        let deadline = (self.filter.spec().kind == mnemo_filter::FilterKind::Wasm).then_some(sh.config.filter_limits.deadline);
         let keys = Keys::new(&self.keys);
         let now = sh.clock.now();
         let mut fill = |sink: &mut dyn mnemo_filter::InputSink| {
@@ -104,6 +111,11 @@ impl Call {
                 if !found.is_hit() {
                     sink.missing();
                 }
+            }
+            if let Some(d) = deadline {
+                let mut late = Vec::new();
+                line(&mut late, format!("SERVER_ERROR filter {}", mnemo_filter::FilterError::Timeout).as_bytes());
+                watch.arm(d + DEADLINE_SLACK, late);
             }
         };
         // The output goes straight into the reply; its header is put in front once the

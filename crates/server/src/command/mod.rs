@@ -69,10 +69,11 @@ pub(crate) enum Pending {
 }
 
 impl Pending {
-    /// Run the job (on a pool thread) and return its encoded reply.
-    pub fn run(self, sh: &crate::Shared) -> Vec<u8> {
+    /// Run the job (on a pool thread) and return its encoded reply; `watch` bounds when the
+    /// reply leaves (jobs.rs).
+    pub fn run(self, sh: &crate::Shared, watch: &crate::jobs::Watch<'_>) -> Vec<u8> {
         match self {
-            Pending::Filter(call) => call.run(sh),
+            Pending::Filter(call) => call.run(sh, watch),
         }
     }
 }
