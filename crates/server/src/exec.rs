@@ -47,6 +47,7 @@ pub enum Next {
 pub const GET_PAUSE_BYTES: usize = 256 * 1024;
 
 /// Append a reply line unless the client asked for none.
+#[inline(always)]
 fn reply(out: &mut Vec<u8>, noreply: bool, text: &[u8]) {
     if !noreply {
         line(out, text);
@@ -102,16 +103,17 @@ pub(crate) fn mode_of(kind: StoreKind, cas: u64) -> Mode {
 /// A storage command's reply for the command layer's answer; shared by the buffered path and
 /// values received in place (exec/largeset.rs).
 pub(crate) fn store_reply(answer: Answer<Stored>, noreply: bool, out: &mut Vec<u8>) {
-    let text: &[u8] = match answer {
-        Answer::Now(Stored::Stored { .. }) => b"STORED",
-        Answer::Now(Stored::NotStored) => b"NOT_STORED",
-        Answer::Now(Stored::Exists) => b"EXISTS",
-        Answer::Now(Stored::NotFound) => b"NOT_FOUND",
-        Answer::Now(Stored::TooLarge) => return error(out, noreply, ErrorReply::TooLarge),
-        Answer::Now(Stored::NoMemory) => return error(out, noreply, ErrorReply::OutOfMemory),
+    // One reply call per arm: each line is then a constant (a memcpy call per set where the
+    // line was chosen first: 14 instructions, callgrind).
+    match answer {
+        Answer::Now(Stored::Stored { .. }) => reply(out, noreply, b"STORED"),
+        Answer::Now(Stored::NotStored) => reply(out, noreply, b"NOT_STORED"),
+        Answer::Now(Stored::Exists) => reply(out, noreply, b"EXISTS"),
+        Answer::Now(Stored::NotFound) => reply(out, noreply, b"NOT_FOUND"),
+        Answer::Now(Stored::TooLarge) => error(out, noreply, ErrorReply::TooLarge),
+        Answer::Now(Stored::NoMemory) => error(out, noreply, ErrorReply::OutOfMemory),
         Answer::Later(p) => match p {},
-    };
-    reply(out, noreply, text);
+    }
 }
 
 /// Execute one text request, its reply appended to `out`; `skip`: the first keys of a
