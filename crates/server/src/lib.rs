@@ -9,7 +9,9 @@
 //!   listen ──> accept, -c check, TCP_NODELAY ──┬──> worker 0: io_uring (worker/uring.rs) ──┐
 //!   sockets    round robin via channel + waker ├──> worker 1:   or epoll (worker/epoll.rs) ├─> Store
 //!                                              └──> worker N-1                           │  (sharded,
-//!   maintenance thread: advances the clock once a second, reclaims expired segments ─────┘   lock per shard)
+//!   maintenance thread: advances the clock once a second, reclaims expired segments ─────┤   lock per shard)
+//!   job pool (jobs.rs, --job-threads): fget's filter calls, off the event loops; ─────────┘
+//!     a reply goes back to its worker's mailbox and wakes it (the accept thread's waker)
 //! ```
 //!
 //! Layers, top to bottom:
@@ -27,7 +29,8 @@
 //! Which loop a worker runs is chosen at start-up (`--io-loop`, docs/operations.md "Event loops"):
 //! io_uring by default, epoll when asked, when the kernel refuses io_uring, or with -Z. A
 //! connection never moves between workers; a request is parsed, executed and answered on the
-//! worker that read it, and all replies of a batch leave in one write.
+//! worker that read it (an fget's filter call excepted: it runs on the job pool, and its
+//! reply leaves from the worker in its place), and all replies of a batch leave in one write.
 //!
 //! Invariants:
 //! - A shard lock is held only inside one store call, never across a wait. The one I/O done
