@@ -577,8 +577,10 @@ mod tests {
     fn a_job_holds_its_place_and_later_replies_queue_behind_it() {
         let ((mut w, tx), mut poll) = echo_worker();
         let mut c = connect(&w, &tx);
-        c.write_all(b"set k 0 0 1\r\nv\r\nfget echo 2 k\r\nhi\r\nget k\r\nfget echo 1 k\r\nx\r\nversion\r\n").unwrap();
+        // Adopted first: a round the accept thread woke also delivers finished jobs.
         round(&mut w, true, &[]);
+        c.write_all(b"set k 0 0 1\r\nv\r\nfget echo 2 k\r\nhi\r\nget k\r\nfget echo 1 k\r\nx\r\nversion\r\n").unwrap();
+        round(&mut w, false, &[0]);
         // The reply before the job left; nothing after it was even parsed.
         assert_eq!(read_now(&mut c), b"STORED\r\n");
         assert!(!w.slots.conn_mut(0).unwrap().is_idle(), "a job in flight is no idleness");
@@ -598,8 +600,9 @@ mod tests {
     fn a_reply_for_a_closed_connection_never_reaches_the_next_one_in_its_slot() {
         let ((mut w, tx), mut poll) = echo_worker();
         let mut c = connect(&w, &tx);
-        c.write_all(b"fget echo 3 k\r\nold\r\n").unwrap();
         round(&mut w, true, &[]);
+        c.write_all(b"fget echo 3 k\r\nold\r\n").unwrap();
+        round(&mut w, false, &[0]);
         w.close(0);
         assert_eq!(read_some(&mut c), b"", "closed with its job in flight");
         wait_for_wake(&mut poll);
