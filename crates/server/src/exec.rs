@@ -133,7 +133,7 @@ pub fn execute_from(
         Request::Get { keys, cas, touch } => get(keys, skip, cas, touch, sh, c, out, reads, direct),
         Request::Store { kind, key, flags, exptime, data, cas, noreply } => {
             let exp = sh.clock.item_expiry(exptime);
-            let s = write::Store { mode: mode_of(kind, cas), key, flags, exp, data, stale_if_older: false };
+            let s = write::Store { mode: mode_of(kind, cas), key, flags, exp, data, stale_if_older: false, drop_on_failure: false };
             store_reply(write::store(&s, Proto::Text, sh, c), noreply, out);
             Next::Continue
         }

@@ -195,6 +195,7 @@ fn set(m: &Meta<'_>, sh: &Shared, c: &Counters, out: &mut Vec<u8>) {
         exp: sh.clock.item_expiry(f.ttl.unwrap_or(0)),
         data: m.data,
         stale_if_older: f.invalidate,
+        drop_on_failure: false,
     };
     let (word, cas): (&[u8], u64) = match write::store(&s, Proto::Meta, sh, c) {
         Answer::Now(Stored::Stored { cas }) => {

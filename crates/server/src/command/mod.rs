@@ -20,8 +20,8 @@
 //! A protocol module parses a request, calls one function here, and encodes the answer in its
 //! own reply format; it does not bump these commands' counters. A change to what `get` counts,
 //! or a new counter, is one edit here. Store calls left outside, each protocol-only: meta's
-//! `ma` T/t (touch after the delta, read the TTL back) and `me`, binary's delete after a
-//! failed SET that carried a CAS, and the admin commands (cache_memlimit, crawler, metadump).
+//! `ma` T/t (touch after the delta, read the TTL back) and `me`, and the admin commands
+//! (cache_memlimit, crawler, metadump).
 //!
 //! Where memcached 1.6.18 itself counts a command differently by protocol (meta records no
 //! `stats detail`; binary counts neither `store_no_memory` nor `store_too_large`), the caller
