@@ -12,7 +12,7 @@ use mnemo_store::Mode;
 
 use crate::command::arith::{self, Counted};
 use crate::command::{delete, flush, read, write, write::Stored, Answer, Proto};
-use crate::stats::{self, bump, Counters};
+use crate::stats::{self, Counters};
 use crate::Shared;
 
 /// What the connection does after a request.
@@ -202,11 +202,7 @@ pub fn execute_from(
             Next::Continue
         }
         Request::Meta(ref m) => crate::meta::execute(m, sh, c, out, direct),
-        Request::MetaDebug { key } => {
-            // memcached 1.6.18's cmd_meta counts `me` only.
-            bump(&c.cmd_meta, 1);
-            crate::meta::debug(key, sh, out)
-        }
+        Request::MetaDebug { key } => crate::meta::debug(key, sh, c, out),
         Request::CacheMemlimit { megabytes, noreply } => {
             let text: &[u8] = if megabytes < 8 {
                 b"MEMLIMIT_TOO_SMALL cannot set maxbytes to less than 8m"

@@ -301,24 +301,26 @@ fn arith(m: &Meta<'_>, sh: &Shared, c: &Counters, out: &mut Vec<u8>) {
 }
 
 /// `me <key>`: mnemo's item details (memcached's fields where mnemo has them).
-pub fn debug(key: &[u8], sh: &Shared, out: &mut Vec<u8>) -> Next {
-    let now = sh.clock.now();
-    let found = sh.store.get(key, now, |it| {
-        out.extend_from_slice(b"ME ");
-        out.extend_from_slice(key);
-        out.extend_from_slice(b" exp=");
-        push_num(out, ttl_left(it.exp, now));
-        out.extend_from_slice(b" cas=");
-        push_num(out, it.cas);
-        out.extend_from_slice(if it.fetched { b" fetch=yes" } else { b" fetch=no" });
-        out.extend_from_slice(b" flags=");
-        push_num(out, it.flags);
-        out.extend_from_slice(b" size=");
-        push_num(out, it.value.len());
-        out.extend_from_slice(b"\r\n");
-    });
-    if !found.is_hit() {
-        line(out, b"EN");
-    }
+pub fn debug(key: &[u8], sh: &Shared, c: &Counters, out: &mut Vec<u8>) -> Next {
+    let d = match read::details(key, sh, c) {
+        Answer::Now(Some(d)) => d,
+        Answer::Now(None) => {
+            line(out, b"EN");
+            return Next::Continue;
+        }
+        Answer::Later(p) => match p {},
+    };
+    out.extend_from_slice(b"ME ");
+    out.extend_from_slice(key);
+    out.extend_from_slice(b" exp=");
+    push_num(out, ttl_left(d.exp, d.now));
+    out.extend_from_slice(b" cas=");
+    push_num(out, d.cas);
+    out.extend_from_slice(if d.fetched { b" fetch=yes" } else { b" fetch=no" });
+    out.extend_from_slice(b" flags=");
+    push_num(out, d.flags);
+    out.extend_from_slice(b" size=");
+    push_num(out, d.size);
+    out.extend_from_slice(b"\r\n");
     Next::Continue
 }

@@ -9,7 +9,7 @@
 //! ```
 //!
 //! ```text
-//!   read.rs     get gets gat gats touch, mg, binary GET/GETK/GAT/GATK/TOUCH; Direct
+//!   read.rs     get gets gat gats touch, mg, me, binary GET/GETK/GAT/GATK/TOUCH; Direct
 //!   write.rs    set add replace append prepend cas (text, in-place text, ms, binary SET/ADD/REPLACE)
 //!   concat.rs   binary APPEND/PREPEND (with a CAS, memcached's exact size rule)
 //!   delete.rs   delete, md (C, I), binary DELETE (with a CAS)
@@ -20,7 +20,7 @@
 //! A protocol module parses a request, calls one function here, and encodes the answer in its
 //! own reply format; it does not bump these commands' counters. A change to what `get` counts,
 //! or a new counter, is one edit here. Store calls left outside, each protocol-only: meta's
-//! `ma` T/t (touch after the delta, read the TTL back) and `me`, and the admin commands
+//! `ma` T/t (touch after the delta, read the TTL back) and the admin commands
 //! (cache_memlimit, crawler, metadump).
 //!
 //! Where memcached 1.6.18 itself counts a command differently by protocol (meta records no

@@ -189,6 +189,34 @@ pub(crate) fn get<H: Hit>(
     Answer::Now(Sent { found, flushed })
 }
 
+/// What `me` shows of an item, as read (meta.rs encodes it).
+pub(crate) struct Details {
+    pub exp: Time,
+    pub cas: u64,
+    /// Whether it had been fetched before this read.
+    pub fetched: bool,
+    pub flags: u32,
+    pub size: usize,
+    /// The time of the read (the TTL left counts from it).
+    pub now: Time,
+}
+
+/// `me`: an item's details, read as a get reads it. Counted in `cmd_meta` only: memcached
+/// 1.6.18's cmd_meta counts `me` and no other meta command, and `me` counts as no get.
+pub(crate) fn details(key: &[u8], sh: &Shared, c: &Counters) -> Answer<Option<Details>> {
+    bump(&c.cmd_meta, 1);
+    let now = sh.clock.now();
+    let found = sh.store.get(key, now, |it| Details {
+        exp: it.exp,
+        cas: it.cas,
+        fetched: it.fetched,
+        flags: it.flags,
+        size: it.value.len(),
+        now,
+    });
+    Answer::Now(found.hit())
+}
+
 /// The text `touch` command: a new expiry, no value, no `stats detail` (memcached's).
 pub(crate) fn touch(key: &[u8], exp: Time, sh: &Shared, c: &Counters) -> Answer<bool> {
     bump(&c.cmd_touch, 1);
