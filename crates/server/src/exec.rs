@@ -155,7 +155,7 @@ pub fn execute_from(
         }
         Request::Delta { key, incr, delta, noreply } => {
             // A number shrunk while a reply still holds the item is not padded (PendingReads).
-            let d = arith::Delta { key, incr, by: delta, pad: !reads.holds(key), cas: None, create: None };
+            let d = arith::Delta { key, incr, by: delta, pad: !reads.holds(key), cas: None, create: None, touch: None, read_exp: false };
             match arith::delta(&d, Proto::Text, sh, c) {
                 Answer::Now(Counted::Value { n, .. } | Counted::Created { n, .. }) => {
                     if !noreply {

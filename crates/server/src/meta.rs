@@ -255,23 +255,21 @@ fn arith(m: &Meta<'_>, sh: &Shared, c: &Counters, out: &mut Vec<u8>) {
         pad: true,
         cas: f.compare_cas,
         create: f.vivify.map(|ttl| (f.initial.unwrap_or(0), sh.clock.item_expiry(ttl))),
+        touch: f.ttl.map(|t| sh.clock.item_expiry(t)),
+        read_exp: f.has(b't') && !f.quiet,
     };
-    let (value, cas) = match arith::delta(&d, Proto::Meta, sh, c) {
-        Answer::Now(Counted::Value { n, cas } | Counted::Created { n, cas }) => (n, cas),
+    let (value, cas, exp) = match arith::delta(&d, Proto::Meta, sh, c) {
+        Answer::Now(Counted::Value { n, cas, exp } | Counted::Created { n, cas, exp }) => (n, cas, exp),
         Answer::Now(Counted::Exists) => return status(m, b"EX", m.raw_key, out),
         Answer::Now(Counted::NonNumeric) => return ErrorReply::NonNumeric.write(out),
         // Meta neither guards by CAS nor gives up on a create: the rest is a missing item.
         Answer::Now(_) => return status(m, b"NF", m.raw_key, out),
         Answer::Later(p) => match p {},
     };
-    let now = sh.clock.now();
-    if let Some(t) = f.ttl {
-        sh.store.touch(key, sh.clock.item_expiry(t), now);
-    }
     if f.quiet {
         return;
     }
-    let exp = if f.has(b't') { sh.store.get(key, now, |it| it.exp).hit() } else { None };
+    let now = sh.clock.now();
     let digits = itoa::Buffer::new().format(value).as_bytes().to_vec();
     if f.has(b'v') {
         out.extend_from_slice(b"VA ");

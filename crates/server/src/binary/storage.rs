@@ -202,13 +202,15 @@ pub(super) fn delta(a: DeltaArgs<'_>, sh: &Shared, c: &Counters, r: &mut Reply<'
         pad: true,
         cas: (a.cas != 0).then_some(a.cas),
         create: (a.exptime != DELTA_NO_CREATE).then(|| (a.initial, expiry(sh, a.exptime))),
+        touch: None,
+        read_exp: false,
     };
     let answer = match arith::delta(&d, Proto::Binary, sh, c) {
         Answer::Now(answer) => answer,
         Answer::Later(p) => match p {},
     };
     match answer {
-        Counted::Value { n, cas } | Counted::Created { n, cas } => {
+        Counted::Value { n, cas, .. } | Counted::Created { n, cas, .. } => {
             if !a.quiet {
                 r.ok(cas, &[], &[], &n.to_be_bytes());
             }

@@ -19,9 +19,8 @@
 //!
 //! A protocol module parses a request, calls one function here, and encodes the answer in its
 //! own reply format; it does not bump these commands' counters. A change to what `get` counts,
-//! or a new counter, is one edit here. Store calls left outside, each protocol-only: meta's
-//! `ma` T/t (touch after the delta, read the TTL back) and the admin commands
-//! (cache_memlimit, crawler, metadump).
+//! or a new counter, is one edit here. Store calls left outside, each protocol-only: the admin
+//! commands (cache_memlimit, crawler, metadump).
 //!
 //! Where memcached 1.6.18 itself counts a command differently by protocol (meta records no
 //! `stats detail`; binary counts neither `store_no_memory` nor `store_too_large`), the caller
