@@ -167,6 +167,12 @@ impl Pool {
 
 /// Pool thread `me`: run jobs for ever.
 fn run(sh: &Shared, me: usize) {
+    // SCHED_BATCH: a job thread is CPU-bound and must not take a core from an event loop
+    // waking up (a worker's wake-up preempts it, not the other way round). No privilege is
+    // needed; if refused, the thread runs as an ordinary one.
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: pid 0 is the calling thread; `param` is a live, initialised struct.
+    unsafe { libc::sched_setscheduler(0, libc::SCHED_BATCH, &param) };
     let pool = &sh.jobs;
     loop {
         let job = {

@@ -264,9 +264,15 @@ fn hostile_filters_fail_alone_within_their_limits() {
     // 30 hostile calls, several of which touched their whole 16 MiB: memory went back.
     let grown = srv.rss_kb().saturating_sub(baseline);
     assert!(grown < 64 * 1024, "RSS grew by {grown} KiB");
+    // A call the job pool's watchdog answered (its deadline passed) is counted when its guest
+    // stops, which on a loaded machine can come after the reply.
+    let until = Instant::now() + Duration::from_secs(30);
+    while c.stat("filters", "filter_errors") != "30" {
+        assert!(Instant::now() < until, "{} errors counted", c.stat("filters", "filter_errors"));
+        std::thread::yield_now();
+    }
     assert_eq!(c.stat("filters", "filter_timeouts"), "5");
     assert_eq!(c.stat("filters", "hostile_memory:out_of_memory"), "5");
-    assert_eq!(c.stat("filters", "filter_errors"), "30");
 }
 
 #[test]
@@ -402,7 +408,9 @@ const LOOPS: [&str; 2] = ["--io-loop=uring", "--io-loop=epoll"];
 #[test]
 fn a_get_waits_for_no_filter_call_on_its_worker() {
     let ex = examples();
-    const DEADLINE_MS: u64 = 20;
+    // Long enough that a loaded 2-core machine's scheduling noise (other builds and tests)
+    // stays well inside 2x; the calls ran on the worker before: 8 s of them per round here.
+    const DEADLINE_MS: u64 = 25;
     const CLIENTS: usize = 8;
     const CALLS: usize = 20;
     for io_loop in LOOPS {
@@ -443,7 +451,13 @@ fn a_get_waits_for_no_filter_call_on_its_worker() {
         eprintln!("{io_loop}: {} gets during {} calls of {DEADLINE_MS} ms: p50 {p50:?} p99 {p99:?} max {max:?}", waits.len(), CLIENTS * CALLS);
         assert!(p99 <= Duration::from_millis(2 * DEADLINE_MS), "{io_loop}: get p99 {p99:?} (p50 {p50:?}, max {max:?})");
         assert!(waits.len() >= 20, "{io_loop}: only {} gets were answered while the calls ran", waits.len());
-        assert_eq!(g.stat("filters", "spin:timeouts"), (CLIENTS * CALLS).to_string(), "{io_loop}");
+        // Every call timed out. A call the job pool's watchdog answered is counted when its
+        // guest stops, which on a loaded machine can come after the last reply.
+        let until = Instant::now() + Duration::from_secs(30);
+        while g.stat("filters", "spin:timeouts") != (CLIENTS * CALLS).to_string() {
+            assert!(Instant::now() < until, "{io_loop}: {} timeouts counted", g.stat("filters", "spin:timeouts"));
+            std::thread::yield_now();
+        }
     }
 }
 
