@@ -57,6 +57,8 @@ pub struct Call {
 }
 
 /// The request's checks, then the call as a job: `Now` once an error reply is written.
+// Out of line: kept out of the text protocol's execute_from (the get and set hot path).
+#[inline(never)]
 pub fn execute(filter: &[u8], args: &[u8], keys: Keys<'_>, sh: &Shared, out: &mut Vec<u8>) -> Answer<(), Pending> {
     let Some(f) = sh.filters.get(filter) else {
         ErrorReply::UnknownFilter.write(out);

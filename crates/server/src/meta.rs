@@ -299,6 +299,10 @@ fn arith(m: &Meta<'_>, sh: &Shared, c: &Counters, out: &mut Vec<u8>) {
 }
 
 /// `me <key>`: mnemo's item details (memcached's fields where mnemo has them).
+// Out of line: a rare command, kept out of the text protocol's execute_from (the get and set
+// hot path, bench/instructions.sh).
+#[cold]
+#[inline(never)]
 pub fn debug(key: &[u8], sh: &Shared, c: &Counters, out: &mut Vec<u8>) -> Next {
     let d = match read::details(key, sh, c) {
         Answer::Now(Some(d)) => d,
