@@ -15,6 +15,8 @@
 #
 #   bash bench/instructions.sh
 #   SERVERS=memcached bash bench/instructions.sh
+#   MNEMOD_BASE=path/to/older/mnemod SERVERS="mnemod-base mnemod" bash bench/instructions.sh
+#   SKIP_BUILD=1 MNEMOD_BASE=path/to/mnemod SERVERS=mnemod-base bash bench/instructions.sh
 #   KEEP=/tmp/cg SERVERS=mnemod bash bench/instructions.sh   # keep the dumps, then e.g.
 #       callgrind_annotate /tmp/cg/cg.mnemod/callgrind.out.*.2-02   # (phase 2: get_hit)
 set -euo pipefail
@@ -23,7 +25,9 @@ source "$(dirname "$0")/lib.sh"
 SERVERS=${SERVERS:-memcached mnemod}
 
 need_tools memcached:memcached valgrind:valgrind callgrind_control:valgrind python3:python3
-build_release
+# SKIP_BUILD=1: measure the binaries as they are (e.g. only mnemod-base, while the tree is
+# being edited).
+[ -n "${SKIP_BUILD:-}" ] || build_release
 
 CLIENT=$BENCH_TMP/client.py
 cat >"$CLIENT" <<'PY'
@@ -110,7 +114,8 @@ for s in $SERVERS; do
     CONN_LIMIT=19988 server_argv "$s" "$port"
     # valgrind does not follow io_uring (the kernel fills its buffers behind valgrind's back):
     # mnemod is measured on its epoll loop, which runs the same connection code.
-    case $s in mnemod) SERVER_ARGV+=(--io-loop=epoll) ;; esac
+    # mnemod-base (MNEMOD_BASE=an earlier build) too: before and after in one sitting.
+    case $s in mnemod | mnemod-base) SERVER_ARGV+=(--io-loop=epoll) ;; esac
     out=$BENCH_TMP/cg.$s
     mkdir -p "$out"
     spawn valgrind -q --tool=callgrind --separate-threads=yes --dump-instr=no \

@@ -21,6 +21,9 @@ pub const DEFAULT_REQS_PER_EVENT: usize = 20;
 pub const DEFAULT_BACKLOG: i32 = 1024;
 /// Keys one `fget` may name.
 pub const DEFAULT_FILTER_MAX_KEYS: usize = 10_000;
+/// Threads of the job pool (jobs.rs), where filter calls run: as many calls at once as the
+/// default workers ran when each ran its own.
+pub const DEFAULT_JOB_THREADS: usize = 4;
 /// The workers' event loop when `--io-loop` is not given (docs/operations.md "Event loops"): io_uring,
 /// epoll where the kernel refuses it. A close choice (docs/benchmarks.md has the figures):
 /// io_uring is level with the null servers on small one-at-a-time requests (workload a), epoll
@@ -183,6 +186,9 @@ struct Args {
     /// most keys one fget may name
     #[arg(long = "filter-max-keys", default_value_t = DEFAULT_FILTER_MAX_KEYS, value_parser = clap::value_parser!(u32).range(1..=1_000_000).map(|v| v as usize))]
     filter_max_keys: usize,
+    /// threads that run filter calls off the event loops (the job pool)
+    #[arg(long = "job-threads", default_value_t = DEFAULT_JOB_THREADS, value_parser = clap::value_parser!(u32).range(1..=256).map(|v| v as usize))]
+    job_threads: usize,
     /// serve Prometheus metrics at http://ADDR/metrics (a bare port means 127.0.0.1:PORT; off by default)
     #[arg(long = "metrics", value_name = "ADDR", value_parser = parse_metrics_addr)]
     metrics: Option<String>,
@@ -254,6 +260,8 @@ pub struct Config {
     /// Limits of every filter call.
     pub filter_limits: mnemo_filter::Limits,
     pub filter_max_keys: usize,
+    /// --job-threads: the job pool's threads (jobs.rs), where filter calls run.
+    pub job_threads: usize,
     /// --metrics: where `/metrics` is served ("host:port"), or None (metrics.rs).
     pub metrics: Option<String>,
     /// --io-loop: which event loop the workers run (worker/epoll.rs, worker/uring.rs).
@@ -442,7 +450,8 @@ impl Config {
             memory: a.filter_memory,
             stack: a.filter_stack,
             output_max: a.filter_output_max,
-            concurrency: a.threads as u32,
+            // Calls run on the job pool: at most one per job thread at a time.
+            concurrency: a.job_threads as u32,
         };
         let io_loop = match a.io_loop.as_deref().or(env_loop.as_deref()) {
             None => None,
@@ -454,6 +463,7 @@ impl Config {
             filters,
             filter_limits,
             filter_max_keys: a.filter_max_keys,
+            job_threads: a.job_threads,
             metrics: a.metrics,
             io_loop: io_loop.unwrap_or(DEFAULT_IO_LOOP),
             io_loop_named: io_loop.is_some(),

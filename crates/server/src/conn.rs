@@ -16,6 +16,18 @@
 //! A large `set` is read straight into its item (exec/largeset.rs): while its value arrives,
 //! each read is a readv of [rest of the value, input buffer].
 //!
+//! A reply that comes from a job (an fget's filter call, `Next::Later`) is made off the event
+//! loop (jobs.rs): the turn ends with [`Turn::Later`] and the worker submits the job. Until the
+//! worker hands the reply back ([`Conn::complete`]) the connection writes the replies before
+//! it and parses nothing more, so the job's reply takes its place at the end of the output and
+//! every later request's reply follows it; the input waits in the buffers and the socket
+//! (backpressure: one job in flight per connection).
+//!
+//! ```text
+//!   wbuf: [ replies before the fget ][ the fget's reply, once done ][ replies after it ... ]
+//!          written while it runs       appended by complete()        parsed only after
+//! ```
+//!
 //! A `-Z` connection is a [`Stream::Tls`]: the same loop over plaintext, with the handshake
 //! and the records inside the stream (tls.rs); the batch's replies are encrypted together
 //! and leave in one writev of their records.
@@ -29,6 +41,7 @@ mod stream;
 pub use stream::{Io, Stream};
 
 use crate::binary::{self, BinNext, BinSession};
+use crate::command::Pending;
 use crate::command::read::Direct;
 use crate::exec::{self, Next};
 use crate::stats::{bump, regauge, Counters};
@@ -51,6 +64,9 @@ pub enum Turn {
     Yield,
     Close,
     Shutdown,
+    /// A request's reply comes from a job: submit it ([`Conn::take_job`]); the connection
+    /// waits for [`Conn::complete`].
+    Later,
 }
 
 enum Progress {
@@ -59,6 +75,7 @@ enum Progress {
     OutputFull,
     Close,
     Shutdown,
+    Later,
 }
 
 /// memcached picks the protocol per connection from its first byte.
@@ -98,6 +115,10 @@ pub struct Conn<S> {
     large: Option<Box<exec::largeset::LargeSet>>,
     /// Keys whose values are in the unsent output (see `exec::PendingReads`).
     reads: exec::PendingReads,
+    /// The job whose reply comes next, until the worker submits it.
+    job: Option<Pending>,
+    /// A job is in flight: its reply is the next output, and no request is parsed before it.
+    waiting: bool,
     /// Close as soon as the pending output is written.
     closing: bool,
     shutdown: bool,
@@ -190,6 +211,8 @@ impl<S: Io> Conn<S> {
             stacked: false,
             large: None,
             reads: exec::PendingReads::default(),
+            job: None,
+            waiting: false,
             closing: false,
             shutdown: false,
             drained: false,
@@ -233,6 +256,10 @@ impl<S: Io> Conn<S> {
     /// Run the connection as far as it can go without blocking.
     pub fn turn(&mut self, sh: &Shared, c: &Counters) -> Turn {
         crate::conns::set_current(self.fd);
+        // The one check a pending reply adds to a turn.
+        if self.waiting {
+            return self.waiting_turn(c);
+        }
         let mut budget = sh.config.reqs_per_event;
         let t = self.run_turn(sh, c, &mut budget);
         if budget < sh.config.reqs_per_event {
@@ -244,6 +271,37 @@ impl<S: Io> Conn<S> {
         self.account(c);
         self.info.writing.store(self.wpos < self.wbuf.len(), std::sync::atomic::Ordering::Relaxed);
         t
+    }
+
+    /// A turn while a job is in flight: write the replies before it; read and parse nothing.
+    #[cold]
+    #[inline(never)]
+    fn waiting_turn(&mut self, c: &Counters) -> Turn {
+        let t = match self.flush(c) {
+            Ok(_) => Turn::Wait,
+            Err(_) => Turn::Close,
+        };
+        self.account(c);
+        self.info.writing.store(self.wpos < self.wbuf.len(), std::sync::atomic::Ordering::Relaxed);
+        t
+    }
+
+    /// The job of the turn that returned [`Turn::Later`], for the worker to submit.
+    pub fn take_job(&mut self) -> Option<Pending> {
+        self.job.take()
+    }
+
+    /// The job's reply: it takes its place (the end of the output, as nothing was parsed
+    /// since) and the connection goes on with its input at its next turn. `now` counts as a
+    /// command's completion for `-o idle_timeout`.
+    pub fn complete(&mut self, reply: &[u8], now: mnemo_store::Time) {
+        debug_assert!(self.waiting);
+        self.wbuf.extend_from_slice(reply);
+        self.waiting = false;
+        // Input that arrived meanwhile was not read, and an edge-triggered loop reports it
+        // only once: the next turn reads whatever the last one said.
+        self.drained = false;
+        self.set_last_active(now);
     }
 
     /// When a command last completed, or the connection was adopted (the clock's seconds).
@@ -285,7 +343,8 @@ impl<S: Io> Conn<S> {
     /// refused data block is being read (memcached kicks only connections that wait for a
     /// command, a partial command line included).
     pub fn is_idle(&self) -> bool {
-        self.wpos == self.wbuf.len()
+        !self.waiting
+            && self.wpos == self.wbuf.len()
             && self.dump.is_none()
             && self.swallow == 0
             && self.large.is_none()
@@ -312,10 +371,13 @@ impl<S: Io> Conn<S> {
             }
             match self.flush(c) {
                 Ok(true) => {}
+                // A job's turn ends in Later whatever the socket took: the job must be submitted.
+                Ok(false) if matches!(progress, Progress::Later) => return Turn::Later,
                 Ok(false) => return Turn::Wait,
                 Err(_) => return Turn::Close,
             }
             match progress {
+                Progress::Later => return Turn::Later,
                 Progress::Close => return Turn::Close,
                 Progress::Shutdown => return Turn::Shutdown,
                 Progress::Budget => {
@@ -443,11 +505,16 @@ impl<S: Io> Conn<S> {
                     self.resume = 0;
                     self.rpos += n;
                     let stacked = std::mem::replace(&mut self.stacked, !matches!(req, text::Request::Get { .. }));
-                    if next == Next::Flush {
+                    if let Next::Flush = next {
                         return Progress::OutputFull;
                     }
                     match next {
                         Next::Continue | Next::Resume(_) | Next::Flush => {}
+                        Next::Later(job) => {
+                            self.job = Some(job);
+                            self.waiting = true;
+                            return Progress::Later;
+                        }
                         Next::Metadump(dump) => self.dump = dump.begin(stacked, sh, &mut self.wbuf),
                         Next::Swallow(s, reply) => {
                             self.swallow = s;

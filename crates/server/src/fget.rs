@@ -2,18 +2,30 @@
 //! values and reply with its output as one value named after the filter.
 //!
 //! ```text
-//!   worker thread
+//!   worker thread (the event loop)
 //!   ├─ look the filter up (read lock for a map probe; an Arc is kept, no lock after)
+//!   ├─ unknown filter, too many keys: the error reply, at once
+//!   └─ else a job (command::Pending::Filter) holding the filter, the arguments and the keys;
+//!      the connection keeps the reply's place and reads no further request meanwhile
+//!   job pool thread (jobs.rs)
 //!   ├─ fill: per key, store.get under that key's shard lock, copying the value straight
 //!   │        into the filter's input (guest memory for WebAssembly); the lock is released
 //!   │        before the next key
 //!   ├─ run the filter with no lock held (deadline, memory and output caps: mnemo-filter)
 //!   └─ VALUE <filter> <flags> <len>\r\n<output>\r\nEND\r\n   or   SERVER_ERROR filter <reason>
+//!      back to the connection's worker, which puts it in the reply's place
 //! ```
+//!
+//! The values are read by the job, not when the request is parsed: the connection runs no
+//! later request before the job is done, so the call sees the store as a sequential server
+//! would (`fget k` then `set k` pipelined: the filter reads the old value), and no copy of
+//! the values waits in a queue.
 //!
 //! Keys count as gets for the store (a read keeps an item from eviction like any get) and in
 //! `stats detail`, but not in `cmd_get`/`get_hits`: those count what clients fetched, and an
 //! fget's values never leave the server. `stats filters` counts calls per filter.
+
+use std::sync::Arc;
 
 use mnemo_proto::reply::{line, value_header};
 use mnemo_proto::text::Keys;
@@ -21,66 +33,112 @@ use mnemo_proto::ErrorReply;
 
 use mnemo_store::{Prefetch, PREFETCH_VALUE};
 
+use crate::command::{Answer, Pending};
 use crate::detail::Event;
-use crate::exec::Next;
 use crate::Shared;
 
-/// Keys between the lookups' prefetch stages (see `execute`). Measured at 1M users (seed 001,
-/// wasm fget, one worker): 6, 8, 10 and 14 were within the machine's noise of each other.
+/// Keys between the lookups' prefetch stages (see `Call::run`). Measured at 1M users (seed
+/// 001, wasm fget, one worker): 6, 8, 10 and 14 were within the machine's noise of each other.
 const AHEAD: usize = 10;
 
-pub fn execute(filter: &[u8], args: &[u8], keys: Keys<'_>, sh: &Shared, out: &mut Vec<u8>) -> Next {
+/// Past its deadline, how long a WebAssembly call has before the watchdog answers for it: the
+/// epoch that interrupts it ticks once a millisecond, so an interruptible call times out by
+/// itself within about a tick; this leaves that reply time to come first.
+const DEADLINE_SLACK: std::time::Duration = std::time::Duration::from_millis(2);
+
+/// One filter call, ready to run off the event loop: what it needs of the request, owned.
+pub struct Call {
+    filter: Arc<mnemo_filter::Filter>,
+    name: Box<[u8]>,
+    args: Box<[u8]>,
+    /// The keys as the request named them, separated by single spaces.
+    keys: Box<[u8]>,
+    nkeys: u32,
+}
+
+/// The request's checks, then the call as a job: `Now` once an error reply is written.
+// Out of line: kept out of the text protocol's execute_from (the get and set hot path).
+#[inline(never)]
+pub fn execute(filter: &[u8], args: &[u8], keys: Keys<'_>, sh: &Shared, out: &mut Vec<u8>) -> Answer<(), Pending> {
     let Some(f) = sh.filters.get(filter) else {
         ErrorReply::UnknownFilter.write(out);
-        return Next::Continue;
+        return Answer::Now(());
     };
-    let n = keys.iter().count();
-    if n > sh.config.filter_max_keys {
-        ErrorReply::TooManyKeys.write(out);
-        return Next::Continue;
-    }
-    let now = sh.clock.now();
-    let mut fill = |sink: &mut dyn mnemo_filter::InputSink| {
-        // Walk ahead of the lookups in stages (mnemo_store::Prefetch), AHEAD keys apart, so
-        // a large cache's misses (index bucket, overflow bucket, item, per key) overlap
-        // instead of coming one after another.
-        let stages = [Prefetch::Bucket, Prefetch::Home, Prefetch::Chain];
-        let mut ahead = [keys.iter(), keys.iter(), keys.iter()];
-        for (i, it) in ahead.iter_mut().enumerate() {
-            it.by_ref().take((stages.len() - i) * AHEAD).for_each(|k| sh.store.prefetch(k, stages[i], PREFETCH_VALUE));
+    let mut n = 0;
+    let mut joined = Vec::new();
+    for k in keys.iter() {
+        n += 1;
+        if n > sh.config.filter_max_keys {
+            ErrorReply::TooManyKeys.write(out);
+            return Answer::Now(());
         }
-        for key in keys.iter() {
-            for (it, &stage) in ahead.iter_mut().zip(&stages) {
-                if let Some(k) = it.next() {
-                    sh.store.prefetch(k, stage, PREFETCH_VALUE);
+        if !joined.is_empty() {
+            joined.push(b' ');
+        }
+        joined.extend_from_slice(k);
+    }
+    Answer::Later(Pending::Filter(Call {
+        filter: f,
+        name: filter.into(),
+        args: args.into(),
+        keys: joined.into(),
+        nkeys: n as u32,
+    }))
+}
+
+impl Call {
+    /// The call, on a job pool thread: its encoded reply. A WebAssembly call's reply leaves by
+    /// its deadline, counted from when its input is written, whatever the guest does (jobs.rs).
+    pub fn run(self, sh: &Shared, watch: &crate::jobs::Watch<'_>) -> Vec<u8> {
+        let deadline = (self.filter.spec().kind == mnemo_filter::FilterKind::Wasm).then_some(sh.config.filter_limits.deadline);
+        let keys = Keys::new(&self.keys);
+        let now = sh.clock.now();
+        let mut fill = |sink: &mut dyn mnemo_filter::InputSink| {
+            // Walk ahead of the lookups in stages (mnemo_store::Prefetch), AHEAD keys apart, so
+            // a large cache's misses (index bucket, overflow bucket, item, per key) overlap
+            // instead of coming one after another.
+            let stages = [Prefetch::Bucket, Prefetch::Home, Prefetch::Chain];
+            let mut ahead = [keys.iter(), keys.iter(), keys.iter()];
+            for (i, it) in ahead.iter_mut().enumerate() {
+                it.by_ref().take((stages.len() - i) * AHEAD).for_each(|k| sh.store.prefetch(k, stages[i], PREFETCH_VALUE));
+            }
+            for key in keys.iter() {
+                for (it, &stage) in ahead.iter_mut().zip(&stages) {
+                    if let Some(k) = it.next() {
+                        sh.store.prefetch(k, stage, PREFETCH_VALUE);
+                    }
+                }
+                let found = sh.store.get(key, now, |it| sink.value(it.flags, it.value));
+                sh.detail.record(key, sh.config.prefix_delimiter, Event::Get { hit: found.is_hit() });
+                if !found.is_hit() {
+                    sink.missing();
                 }
             }
-            let found = sh.store.get(key, now, |it| sink.value(it.flags, it.value));
-            sh.detail.record(key, sh.config.prefix_delimiter, Event::Get { hit: found.is_hit() });
-            if !found.is_hit() {
-                sink.missing();
+            if let Some(d) = deadline {
+                let mut late = Vec::new();
+                line(&mut late, format!("SERVER_ERROR filter {}", mnemo_filter::FilterError::Timeout).as_bytes());
+                watch.arm(d + DEADLINE_SLACK, late);
+            }
+        };
+        // The output goes straight into the reply; its header is put in front once the
+        // length is known (a small move: outputs are bounded by --filter-output-max).
+        let mut out = Vec::new();
+        match self.filter.call(&self.args, self.nkeys, &mut fill, &mut out) {
+            Ok(flags) => {
+                let mut header = Vec::with_capacity(32 + self.name.len());
+                value_header(&mut header, &self.name, flags, out.len(), None);
+                out.splice(0..0, header);
+                out.extend_from_slice(b"\r\nEND\r\n");
+            }
+            Err(e) => {
+                if sh.verbosity.load(std::sync::atomic::Ordering::Relaxed) > 0 {
+                    eprintln!("mnemod: filter {}: {e}", String::from_utf8_lossy(&self.name));
+                }
+                line(&mut out, format!("SERVER_ERROR filter {e}").as_bytes());
             }
         }
-    };
-    // The output goes straight into the reply buffer; its header is put in front once the
-    // length is known (a small move: outputs are bounded by --filter-output-max).
-    let start = out.len();
-    match f.call(args, n as u32, &mut fill, out) {
-        Ok(flags) => {
-            let len = out.len() - start;
-            let mut header = Vec::with_capacity(32 + filter.len());
-            value_header(&mut header, filter, flags, len, None);
-            out.splice(start..start, header);
-            out.extend_from_slice(b"\r\nEND\r\n");
-        }
-        Err(e) => {
-            if sh.verbosity.load(std::sync::atomic::Ordering::Relaxed) > 0 {
-                eprintln!("mnemod: filter {}: {e}", String::from_utf8_lossy(filter));
-            }
-            line(out, format!("SERVER_ERROR filter {e}").as_bytes());
-        }
+        out
     }
-    Next::Continue
 }
 
 /// `stats filters`: totals, then each installed filter's kind, path and counters.

@@ -10,7 +10,9 @@
 //!   sockets    round robin via channel + waker ├──> worker 1:   or epoll (worker/epoll.rs) ├─> Store
 //!                                              └──> worker N-1                           │  (sharded,
 //!   maintenance thread: advances the clock once a second, reclaims expired segments ─────┤   lock per shard)
-//!   -U: per interface, -t UDP threads (udp.rs): a datagram in, its replies out ──────────┘
+//!   -U: per interface, -t UDP threads (udp.rs): a datagram in, its replies out ──────────┤
+//!   job pool (jobs.rs, --job-threads): fget's filter calls, off the event loops; ─────────┘
+//!     a reply goes back to its worker's mailbox and wakes it (the accept thread's waker)
 //! ```
 //!
 //! Layers, top to bottom:
@@ -28,7 +30,8 @@
 //! Which loop a worker runs is chosen at start-up (`--io-loop`, docs/operations.md "Event loops"):
 //! io_uring by default, epoll when asked, when the kernel refuses io_uring, or with -Z. A
 //! connection never moves between workers; a request is parsed, executed and answered on the
-//! worker that read it, and all replies of a batch leave in one write.
+//! worker that read it (an fget's filter call excepted: it runs on the job pool, and its
+//! reply leaves from the worker in its place), and all replies of a batch leave in one write.
 //!
 //! Invariants:
 //! - A shard lock is held only inside one store call, never across a wait. The one I/O done
@@ -52,6 +55,7 @@ mod crawler;
 mod detail;
 mod exec;
 mod fget;
+mod jobs;
 mod listener;
 mod marks;
 mod meta;
@@ -96,6 +100,8 @@ pub(crate) struct Shared {
     pub crawler_enabled: AtomicBool,
     /// The filters `fget` may run (none unless the operator installed some).
     pub filters: mnemo_filter::FilterHost,
+    /// Where filter calls run, off the event loops (jobs.rs).
+    pub jobs: jobs::Pool,
     /// `slabs automove` as clients last set it (reported by `stats settings`).
     pub slab_automove: config::SlabAutomove,
     /// `lru_crawler crawl` and `metadump` requests started (memcached's lru_crawler_starts).
@@ -141,6 +147,7 @@ impl Shared {
             ..StoreConfig::default()
         });
         let ext = config.ext.clone();
+        let jobs = jobs::Pool::new(config.job_threads);
         Shared {
             // The workers' blocks, then the UDP threads' (udp.rs).
             counters: (0..config.threads + udp::threads(&config)).map(|_| Arc::new(stats::Counters::default())).collect(),
@@ -158,6 +165,7 @@ impl Shared {
             detail: detail::Detail::default(),
             crawler_enabled: AtomicBool::new(ext.lru_crawler),
             filters,
+            jobs,
             slab_automove: config::SlabAutomove::new(ext.slab_automove, ext.slab_automove_ratio),
             crawler_starts: AtomicU64::new(0),
             crawler_sleep: ext.lru_crawler_sleep.into(),
@@ -228,9 +236,9 @@ pub enum ServerError {
     Filter(#[from] mnemo_filter::FilterError),
 }
 
-/// Worker threads run WebAssembly filters on their own stacks: room for the largest
-/// `--filter-stack` on top of the server's own needs.
-const WORKER_STACK: usize = 2 * 1024 * 1024 + config::MAX_FILTER_STACK;
+/// Worker and job threads (jobs.rs runs WebAssembly filters on its own stacks): room for the
+/// largest `--filter-stack` on top of the server's own needs.
+pub(crate) const WORKER_STACK: usize = 2 * 1024 * 1024 + config::MAX_FILTER_STACK;
 
 /// Bind, start every thread, and serve until shutdown.
 pub fn run(config: Config) -> Result<(), ServerError> {

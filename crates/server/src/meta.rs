@@ -195,6 +195,7 @@ fn set(m: &Meta<'_>, sh: &Shared, c: &Counters, out: &mut Vec<u8>) {
         exp: sh.clock.item_expiry(f.ttl.unwrap_or(0)),
         data: m.data,
         stale_if_older: f.invalidate,
+        drop_on_failure: false,
     };
     let (word, cas): (&[u8], u64) = match write::store(&s, Proto::Meta, sh, c) {
         Answer::Now(Stored::Stored { cas }) => {
@@ -254,23 +255,21 @@ fn arith(m: &Meta<'_>, sh: &Shared, c: &Counters, out: &mut Vec<u8>) {
         pad: true,
         cas: f.compare_cas,
         create: f.vivify.map(|ttl| (f.initial.unwrap_or(0), sh.clock.item_expiry(ttl))),
+        touch: f.ttl.map(|t| sh.clock.item_expiry(t)),
+        read_exp: f.has(b't') && !f.quiet,
     };
-    let (value, cas) = match arith::delta(&d, Proto::Meta, sh, c) {
-        Answer::Now(Counted::Value { n, cas } | Counted::Created { n, cas }) => (n, cas),
+    let (value, cas, exp) = match arith::delta(&d, Proto::Meta, sh, c) {
+        Answer::Now(Counted::Value { n, cas, exp } | Counted::Created { n, cas, exp }) => (n, cas, exp),
         Answer::Now(Counted::Exists) => return status(m, b"EX", m.raw_key, out),
         Answer::Now(Counted::NonNumeric) => return ErrorReply::NonNumeric.write(out),
         // Meta neither guards by CAS nor gives up on a create: the rest is a missing item.
         Answer::Now(_) => return status(m, b"NF", m.raw_key, out),
         Answer::Later(p) => match p {},
     };
-    let now = sh.clock.now();
-    if let Some(t) = f.ttl {
-        sh.store.touch(key, sh.clock.item_expiry(t), now);
-    }
     if f.quiet {
         return;
     }
-    let exp = if f.has(b't') { sh.store.get(key, now, |it| it.exp).hit() } else { None };
+    let now = sh.clock.now();
     let digits = itoa::Buffer::new().format(value).as_bytes().to_vec();
     if f.has(b'v') {
         out.extend_from_slice(b"VA ");
@@ -300,24 +299,30 @@ fn arith(m: &Meta<'_>, sh: &Shared, c: &Counters, out: &mut Vec<u8>) {
 }
 
 /// `me <key>`: mnemo's item details (memcached's fields where mnemo has them).
-pub fn debug(key: &[u8], sh: &Shared, out: &mut Vec<u8>) -> Next {
-    let now = sh.clock.now();
-    let found = sh.store.get(key, now, |it| {
-        out.extend_from_slice(b"ME ");
-        out.extend_from_slice(key);
-        out.extend_from_slice(b" exp=");
-        push_num(out, ttl_left(it.exp, now));
-        out.extend_from_slice(b" cas=");
-        push_num(out, it.cas);
-        out.extend_from_slice(if it.fetched { b" fetch=yes" } else { b" fetch=no" });
-        out.extend_from_slice(b" flags=");
-        push_num(out, it.flags);
-        out.extend_from_slice(b" size=");
-        push_num(out, it.value.len());
-        out.extend_from_slice(b"\r\n");
-    });
-    if !found.is_hit() {
-        line(out, b"EN");
-    }
+// Out of line: a rare command, kept out of the text protocol's execute_from (the get and set
+// hot path, bench/instructions.sh).
+#[cold]
+#[inline(never)]
+pub fn debug(key: &[u8], sh: &Shared, c: &Counters, out: &mut Vec<u8>) -> Next {
+    let d = match read::details(key, sh, c) {
+        Answer::Now(Some(d)) => d,
+        Answer::Now(None) => {
+            line(out, b"EN");
+            return Next::Continue;
+        }
+        Answer::Later(p) => match p {},
+    };
+    out.extend_from_slice(b"ME ");
+    out.extend_from_slice(key);
+    out.extend_from_slice(b" exp=");
+    push_num(out, ttl_left(d.exp, d.now));
+    out.extend_from_slice(b" cas=");
+    push_num(out, d.cas);
+    out.extend_from_slice(if d.fetched { b" fetch=yes" } else { b" fetch=no" });
+    out.extend_from_slice(b" flags=");
+    push_num(out, d.flags);
+    out.extend_from_slice(b" size=");
+    push_num(out, d.size);
+    out.extend_from_slice(b"\r\n");
     Next::Continue
 }

@@ -38,9 +38,11 @@ use std::sync::Arc;
 use crate::conn::Stream;
 use crate::Shared;
 
-/// How the accept thread tells a worker that sockets wait in its channel.
+/// How the accept thread tells a worker that sockets wait in its channel, and the job pool
+/// that replies wait in its mailbox (jobs.rs).
+#[derive(Clone)]
 pub enum Wake {
-    Epoll(mio::Waker),
+    Epoll(Arc<mio::Waker>),
     Uring(Arc<uring::EventFd>),
 }
 
@@ -68,13 +70,16 @@ pub fn start(sh: &Arc<Shared>, i: usize, uring: bool) -> std::io::Result<(Run, H
         match uring::Ring::new(uring::RingConfig::default(), sh.counters[i].clone()) {
             Ok(ring) => {
                 let wake = Wake::Uring(ring.waker());
-                let w = serve::Worker::new(ring, sh.clone(), sh.counters[i].clone(), rx);
+                let mailbox = Arc::new(crate::jobs::Mailbox::new(wake.clone()));
+                let w = serve::Worker::new(ring, sh.clone(), sh.counters[i].clone(), rx, mailbox);
                 return Ok((Box::new(move || w.run()), (tx, wake), None));
             }
             Err(e) => why = Some(e.to_string()),
         }
     }
     let (epoll, waker) = epoll::Epoll::new()?;
-    let w = serve::Worker::new(epoll, sh.clone(), sh.counters[i].clone(), rx);
-    Ok((Box::new(move || w.run()), (tx, Wake::Epoll(waker)), why))
+    let wake = Wake::Epoll(Arc::new(waker));
+    let mailbox = Arc::new(crate::jobs::Mailbox::new(wake.clone()));
+    let w = serve::Worker::new(epoll, sh.clone(), sh.counters[i].clone(), rx, mailbox);
+    Ok((Box::new(move || w.run()), (tx, wake), why))
 }

@@ -112,7 +112,10 @@ pub(super) fn store(
         (false, StoreOp::Add) => Mode::Add,
         (false, StoreOp::Replace) => Mode::Replace,
     };
-    let s = write::Store { mode, key, flags, exp: expiry(sh, exptime), data: value, stale_if_older: false };
+    // memcached drops the old value of a failed SET carrying a CAS too (the store drops a
+    // plain set's itself).
+    let drop_on_failure = guarded && op == StoreOp::Set;
+    let s = write::Store { mode, key, flags, exp: expiry(sh, exptime), data: value, stale_if_older: false, drop_on_failure };
     let answer = match write::store(&s, Proto::Binary, sh, c) {
         Answer::Now(a) => a,
         Answer::Later(p) => match p {},
@@ -130,18 +133,9 @@ pub(super) fn store(
         }),
         Stored::Exists => r.error(Status::KeyExists),
         Stored::NotFound => r.error(Status::KeyNotFound),
-        failed @ (Stored::TooLarge | Stored::NoMemory) => {
-            if guarded && op == StoreOp::Set {
-                // The store drops the old value of a failed plain set; memcached does it for
-                // a set with a CAS too.
-                sh.store.delete(key, sh.clock.now());
-            }
-            match failed {
-                Stored::TooLarge => r.error(Status::TooLarge),
-                // memcached's binary text for a store that found no memory.
-                _ => r.status(Status::OutOfMemory, b"Out of memory allocating item"),
-            }
-        }
+        Stored::TooLarge => r.error(Status::TooLarge),
+        // memcached's binary text for a store that found no memory.
+        Stored::NoMemory => r.status(Status::OutOfMemory, b"Out of memory allocating item"),
     }
     After::Continue
 }
@@ -208,13 +202,15 @@ pub(super) fn delta(a: DeltaArgs<'_>, sh: &Shared, c: &Counters, r: &mut Reply<'
         pad: true,
         cas: (a.cas != 0).then_some(a.cas),
         create: (a.exptime != DELTA_NO_CREATE).then(|| (a.initial, expiry(sh, a.exptime))),
+        touch: None,
+        read_exp: false,
     };
     let answer = match arith::delta(&d, Proto::Binary, sh, c) {
         Answer::Now(answer) => answer,
         Answer::Later(p) => match p {},
     };
     match answer {
-        Counted::Value { n, cas } | Counted::Created { n, cas } => {
+        Counted::Value { n, cas, .. } | Counted::Created { n, cas, .. } => {
             if !a.quiet {
                 r.ok(cas, &[], &[], &n.to_be_bytes());
             }

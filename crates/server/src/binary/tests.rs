@@ -186,3 +186,30 @@ fn sasl_commands_are_unknown_without_sasl() {
     assert_eq!(replies, vec![(opcode::SASL_LIST_MECHS, unknown), (opcode::SASL_AUTH, unknown), (opcode::NOOP, 0)]);
     assert_eq!((used, closed), (input.len(), false));
 }
+
+#[test]
+fn a_set_with_a_cas_that_finds_no_memory_drops_the_old_value() {
+    // -M: no eviction, so the store runs out of memory.
+    let sh = shared(Config { evict: false, ..Config::default() });
+    let mut s = BinSession::default();
+    let (r, ..) = run(&sh, &mut s, &set(b"k", b"small"));
+    assert_eq!(r, [(opcode::SET, Status::Ok as u16)]);
+    let value = vec![b'x'; 100_000];
+    let mut full = false;
+    for i in 0..1000 {
+        let (r, ..) = run(&sh, &mut s, &set(format!("fill{i}").as_bytes(), &value));
+        if r[0].1 != Status::Ok as u16 {
+            full = true;
+            break;
+        }
+    }
+    assert!(full, "the store never ran out of memory");
+    // The item's own CAS: a compare that matches, then a store that finds no memory.
+    let cas = sh.store.get(b"k", sh.clock.now(), |it| it.cas).hit().expect("k is stored");
+    let mut with_cas = Vec::new();
+    encode_request(&mut with_cas, opcode::SET, 7, cas, &[0; 8], b"k", &value);
+    let (r, ..) = run(&sh, &mut s, &with_cas);
+    assert_eq!(r, [(opcode::SET, Status::OutOfMemory as u16)]);
+    let (r, ..) = run(&sh, &mut s, &req(opcode::GET, &[], b"k", &[]));
+    assert_eq!(r, [(opcode::GET, Status::KeyNotFound as u16)], "memcached drops the old value");
+}

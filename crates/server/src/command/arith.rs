@@ -7,6 +7,7 @@
 //!                   space padded, unless the caller says an unsent reply holds the item
 //!   missing item    created with the initial value when asked (ma N, binary unless the
 //!                   expiry is 0xffffffff); a racing creator wins and the delta applies to it
+//!   then (ma)       a number answered: T touches the item, t reads its expiry back
 //!   counted         incr_hits/decr_hits for a number answered, *_misses for a missing item;
 //!                   a created item counts as a hit in meta, as nothing in binary, whose
 //!                   failed create counts store_no_memory (all as mnemo has always answered
@@ -32,14 +33,18 @@ pub(crate) struct Delta<'a> {
     pub cas: Option<u64>,
     /// A missing item is created with `initial` and this expiry.
     pub create: Option<(u64, Time)>,
+    /// ma T: once a number is answered, the item's expiry becomes this.
+    pub touch: Option<Time>,
+    /// ma t: once a number is answered (and touched), read the item's expiry back.
+    pub read_exp: bool,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) enum Counted {
-    /// The new number and CAS.
-    Value { n: u64, cas: u64 },
+    /// The new number and CAS; `exp`: the item's expiry, if `read_exp` asked and it is there.
+    Value { n: u64, cas: u64, exp: Option<Time> },
     /// The item was missing and is created with the initial value.
-    Created { n: u64, cas: u64 },
+    Created { n: u64, cas: u64, exp: Option<Time> },
     NotFound,
     NonNumeric,
     /// The item has another CAS than the one given.
@@ -53,7 +58,18 @@ const DELTA_ATTEMPTS: usize = 8;
 
 pub(crate) fn delta(d: &Delta<'_>, proto: Proto, sh: &Shared, c: &Counters) -> Answer<Counted> {
     let (hits, misses) = if d.incr { (&c.incr_hits, &c.incr_misses) } else { (&c.decr_hits, &c.decr_misses) };
-    let answer = apply(d, proto, sh, c);
+    let mut answer = apply(d, proto, sh, c);
+    if let Counted::Value { exp, .. } | Counted::Created { exp, .. } = &mut answer {
+        if d.touch.is_some() || d.read_exp {
+            let now = sh.clock.now();
+            if let Some(t) = d.touch {
+                sh.store.touch(d.key, t, now);
+            }
+            if d.read_exp {
+                *exp = sh.store.get(d.key, now, |it| it.exp).hit();
+            }
+        }
+    }
     match answer {
         Counted::Value { .. } => bump(hits, 1),
         Counted::Created { .. } if proto == Proto::Meta => bump(hits, 1),
@@ -83,7 +99,7 @@ fn apply(d: &Delta<'_>, proto: Proto, sh: &Shared, c: &Counters) -> Counted {
         };
         let mut digits = [0; 20];
         match sh.store.store(Mode::Add, d.key, 0, exp, decimal(initial, &mut digits), now) {
-            Ok(StoreOutcome::Stored { cas }) => return Counted::Created { n: initial, cas },
+            Ok(StoreOutcome::Stored { cas }) => return Counted::Created { n: initial, cas, exp: None },
             // Someone else created it first: apply the delta to theirs.
             Ok(_) => continue,
             // Meta: whatever kept the add out, the delta is tried once more.
@@ -105,7 +121,7 @@ fn apply(d: &Delta<'_>, proto: Proto, sh: &Shared, c: &Counters) -> Counted {
 
 fn plain(d: &Delta<'_>, sh: &Shared, now: Time) -> Counted {
     match sh.store.delta_padded(d.key, d.incr, d.by, now, parse_u64, d.pad) {
-        Ok((n, cas)) => Counted::Value { n, cas },
+        Ok((n, cas)) => Counted::Value { n, cas, exp: None },
         Err(DeltaError::NotFound) => Counted::NotFound,
         Err(DeltaError::NonNumeric) => Counted::NonNumeric,
     }
@@ -137,7 +153,7 @@ fn guarded(d: &Delta<'_>, want: u64, sh: &Shared, now: Time) -> Counted {
         text.resize(old_len, b' ');
     }
     match sh.store.store(Mode::Cas(want), d.key, flags, exp, &text, now) {
-        Ok(StoreOutcome::Stored { cas }) => Counted::Value { n, cas },
+        Ok(StoreOutcome::Stored { cas }) => Counted::Value { n, cas, exp: None },
         Ok(StoreOutcome::Exists) => Counted::Exists,
         Ok(_) => Counted::NotFound,
         Err(_) => Counted::NoMemory,

@@ -9,7 +9,7 @@
 //! ```
 //!
 //! ```text
-//!   read.rs     get gets gat gats touch, mg, binary GET/GETK/GAT/GATK/TOUCH; Direct
+//!   read.rs     get gets gat gats touch, mg, me, binary GET/GETK/GAT/GATK/TOUCH; Direct
 //!   write.rs    set add replace append prepend cas (text, in-place text, ms, binary SET/ADD/REPLACE)
 //!   concat.rs   binary APPEND/PREPEND (with a CAS, memcached's exact size rule)
 //!   delete.rs   delete, md (C, I), binary DELETE (with a CAS)
@@ -19,22 +19,27 @@
 //!
 //! A protocol module parses a request, calls one function here, and encodes the answer in its
 //! own reply format; it does not bump these commands' counters. A change to what `get` counts,
-//! or a new counter, is one edit here. Store calls left outside, each protocol-only: meta's
-//! `ma` T/t (touch after the delta, read the TTL back) and `me`, binary's delete after a
-//! failed SET that carried a CAS, and the admin commands (cache_memlimit, crawler, metadump).
+//! or a new counter, is one edit here. Store calls left outside, each protocol-only: the admin
+//! commands (cache_memlimit, crawler, metadump).
 //!
 //! Where memcached 1.6.18 itself counts a command differently by protocol (meta records no
 //! `stats detail`; binary counts neither `store_no_memory` nor `store_too_large`), the caller
 //! names its protocol ([`Proto`]) and the rule is written here, once, beside the others.
 //!
 //! # Pending answers
-//! Every command answers through [`Answer`]. Today each answer is `Now`: the store is memory
-//! and a read completes under its shard lock. A tier whose reads complete later (a flash read,
-//! issue 37) answers `Later(Pending)`: the protocol keeps the reply's place in the
-//! connection's output (replies leave in request order) and encodes the item when the read
-//! completes, while the worker serves other connections. [`Pending`] has no value yet, so the
-//! compiler proves no encoder is reached with one; giving it a variant makes every encoder
-//! that must handle it a compile error until it does.
+//! Every command answers through [`Answer`]: `Now` with its outcome, or `Later` with a
+//! [`Pending`] job that completes off the event loop (jobs.rs runs it on the job pool and
+//! hands the finished reply back to the connection's worker). The connection keeps the
+//! reply's place in its output: replies leave in request order, and it parses none of its
+//! later requests until the job is done (so a later `set` cannot change what the job
+//! reads), while the worker serves its other connections.
+//!
+//! `Answer`'s second parameter says whether a command can answer later at all. It is
+//! [`Never`] (an empty type) for every command that completes under its shard lock, so
+//! their encoders' `Later` arms are `match pending {}`, proven unreachable by the compiler;
+//! a command that can defer returns `Answer<T, Pending>` and its encoder must handle the
+//! job. A new kind of job (a flash read, issue 37) is one more [`Pending`] variant: the
+//! pool, the wake-up and the ordering are the same.
 
 pub(crate) mod arith;
 pub(crate) mod concat;
@@ -43,19 +48,42 @@ pub(crate) mod flush;
 pub(crate) mod read;
 pub(crate) mod write;
 
-/// A command's answer: now, or once a read that cannot complete at once has (see the module
-/// docs).
-pub(crate) enum Answer<T> {
+/// A command's answer: now, or once a job run off the event loop has finished (see the module
+/// docs). `P` is [`Never`] for commands that always answer now.
+pub(crate) enum Answer<T, P = Never> {
     Now(T),
-    // Never built while Pending is empty: the flash tier (issue 37) builds it. Kept so that
-    // every encoder already matches it (with `match pending {}`).
+    // Never built where P is Never; kept so that every encoder already matches it.
     #[allow(dead_code)]
-    Later(Pending),
+    Later(P),
 }
 
-/// A read in flight (issue 37's flash tier). No store produces one yet: the type is empty,
-/// so `Answer::Later` arms are `match pending {}`, checked by the compiler.
-pub(crate) enum Pending {}
+/// No value: the `P` of commands that cannot answer later.
+pub(crate) enum Never {}
+
+/// Work that completes off the event loop (jobs.rs). Each variant knows how to run itself and
+/// to encode its reply in the protocol that asked for it.
+pub(crate) enum Pending {
+    /// An `fget`'s filter call: reading its keys, the call, the reply (fget.rs).
+    Filter(crate::fget::Call),
+}
+
+impl Pending {
+    /// Run the job (on a pool thread) and return its encoded reply; `watch` bounds when the
+    /// reply leaves (jobs.rs).
+    pub fn run(self, sh: &crate::Shared, watch: &crate::jobs::Watch<'_>) -> Vec<u8> {
+        match self {
+            Pending::Filter(call) => call.run(sh, watch),
+        }
+    }
+}
+
+impl std::fmt::Debug for Pending {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Pending::Filter(_) => f.write_str("Pending::Filter"),
+        }
+    }
+}
 
 /// Which protocol carried a command, for the counting rules memcached applies per protocol.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]

@@ -13,7 +13,9 @@
 //! ```
 //!
 //! A `set` that fails leaves no old value readable: the store drops it itself
-//! (mnemo_store::Store::store); only a set refused before it reached the store deletes here.
+//! (mnemo_store::Store::store); a set refused before it reached the store, and a binary SET
+//! with a CAS (a compare-and-swap to the store, a set to memcached's failure rule:
+//! `Store::drop_on_failure`), delete here.
 
 use mnemo_store::{Mode, StoreError, StoreOutcome, Time};
 
@@ -31,6 +33,9 @@ pub(crate) struct Store<'a> {
     pub data: &'a [u8],
     /// ms I: a cas carrying an older CAS still lands, as a stale item (see [`store`]).
     pub stale_if_older: bool,
+    /// A store that fails (too large, no memory) drops the key's old value, as a plain set's
+    /// failure does in the store itself: memcached's binary SET with a CAS.
+    pub drop_on_failure: bool,
 }
 
 /// A storage command's outcome, for the protocol to encode.
@@ -62,6 +67,9 @@ pub(crate) fn store(s: &Store<'_>, proto: Proto, sh: &Shared, c: &Counters) -> A
         (Ok(StoreOutcome::Exists), Mode::Cas(want), true) => stale_write(s, want, sh, now),
         (result, ..) => result,
     };
+    if result.is_err() && s.drop_on_failure {
+        sh.store.delete(s.key, now);
+    }
     Answer::Now(count(s.mode, result, proto, c))
 }
 

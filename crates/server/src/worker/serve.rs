@@ -7,6 +7,8 @@
 //!     T::poll(wait)            wait (no wait while -R yielders wait; IDLE_SWEEP at most with
 //!                              idle_timeout), mark the slots with work, say if woken
 //!     adopt                    if woken: every socket in the channel gets a slot and a turn
+//!     deliver                  if woken: finished jobs' replies (jobs.rs) go to their
+//!                              connections, which are marked for a turn
 //!     read-ahead               the marked connections' first reads, then prefetches
 //!     drive each marked slot   T::before_turn, Conn::turn, Turn -> yield | close, T::settle
 //!     drive the -R yielders    (those of the round before)
@@ -14,7 +16,9 @@
 //! ```
 //!
 //! A slot's index and generation name its connection to the loop (an epoll token, an
-//! io_uring tag); a slot is reused only once its transport holds nothing of the old one.
+//! io_uring tag) and to the job pool (a job's reply); a slot is reused only once its
+//! transport holds nothing of the old one, and under a new generation, so a reply for a
+//! closed connection is dropped, never given to the slot's next one.
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::mpsc::Receiver;
@@ -24,6 +28,7 @@ use std::time::Duration;
 use mnemo_store::{Prefetch, PREFETCH_HEAD};
 
 use crate::conn::{Conn, Io, Stream, Turn};
+use crate::jobs::{Job, Mailbox};
 use crate::stats::{bump, Counters};
 use crate::Shared;
 
@@ -146,10 +151,12 @@ pub struct Worker<T: Transport> {
     /// The yielders being driven this round (kept for its allocation).
     yielded: Vec<usize>,
     ahead: ReadAhead,
+    /// Where the job pool leaves this worker's replies.
+    mailbox: Arc<Mailbox>,
 }
 
 impl<T: Transport> Worker<T> {
-    pub fn new(io: T, sh: Arc<Shared>, counters: Arc<Counters>, incoming: Receiver<Stream>) -> Self {
+    pub fn new(io: T, sh: Arc<Shared>, counters: Arc<Counters>, incoming: Receiver<Stream>, mailbox: Arc<Mailbox>) -> Self {
         Worker {
             io,
             incoming,
@@ -159,6 +166,7 @@ impl<T: Transport> Worker<T> {
             ready: Vec::new(),
             yielded: Vec::new(),
             ahead: ReadAhead::default(),
+            mailbox,
         }
     }
 
@@ -183,6 +191,7 @@ impl<T: Transport> Worker<T> {
         };
         if self.io.poll(wait, &mut self.slots) {
             self.adopt();
+            self.deliver();
         }
         self.read_ahead();
         let mut k = 0;
@@ -236,6 +245,25 @@ impl<T: Transport> Worker<T> {
         }
     }
 
+    /// Finished jobs' replies to the connections that still wait for them; a connection that
+    /// closed meanwhile (its slot closed, or reused under a new generation) gets nothing.
+    fn deliver(&mut self) {
+        let done = self.mailbox.take();
+        if done.is_empty() {
+            return;
+        }
+        let now = self.sh.clock.now();
+        for d in done {
+            let Some(slot) = self.slots.slots.get_mut(d.slot) else { continue };
+            if slot.gen != d.gen || slot.closed {
+                continue;
+            }
+            let Some(conn) = slot.conn.as_mut() else { continue };
+            conn.complete(&d.reply, now);
+            self.slots.mark(d.slot, false);
+        }
+    }
+
     /// The read-ahead ([`ReadAhead`]) of this iteration's readable connections.
     fn read_ahead(&mut self) {
         self.ahead.clear();
@@ -270,6 +298,12 @@ impl<T: Transport> Worker<T> {
             Turn::Yield => {
                 if !self.ready.contains(&i) {
                     self.ready.push(i);
+                }
+                self.io.settle(i, gen, &mut conn.stream, false);
+            }
+            Turn::Later => {
+                if let Some(work) = conn.take_job() {
+                    self.sh.jobs.submit(&self.sh, Job { work, to: self.mailbox.clone(), slot: i, gen });
                 }
                 self.io.settle(i, gen, &mut conn.stream, false);
             }
@@ -402,9 +436,65 @@ mod tests {
 
     fn worker(config: Config) -> (Worker<Script>, std::sync::mpsc::Sender<Stream>) {
         let sh = Arc::new(Shared::new(Config { memory_limit: 8 << 20, threads: 1, ..config }));
+        with_shared(sh).0
+    }
+
+    /// A worker over `sh`, and the poll its mailbox's waker reports to (the job tests wait on
+    /// it as the event loop would).
+    fn with_shared(sh: Arc<Shared>) -> ((Worker<Script>, std::sync::mpsc::Sender<Stream>), mio::Poll) {
         let (tx, rx) = std::sync::mpsc::channel();
         let counters = sh.counters[0].clone();
-        (Worker::new(Script::default(), sh, counters, rx), tx)
+        let poll = mio::Poll::new().unwrap();
+        let waker = mio::Waker::new(poll.registry(), mio::Token(7)).unwrap();
+        let mailbox = Arc::new(Mailbox::new(crate::worker::Wake::Epoll(Arc::new(waker))));
+        ((Worker::new(Script::default(), sh, counters, rx, mailbox), tx), poll)
+    }
+
+    /// A worker whose server has one WebAssembly filter, `echo`: its output is its arguments.
+    fn echo_worker() -> ((Worker<Script>, std::sync::mpsc::Sender<Stream>), mio::Poll) {
+        let path = std::env::temp_dir().join(format!("mnemod-serve-echo-{}-{:?}.wat", std::process::id(), std::thread::current().id()));
+        std::fs::write(
+            &path,
+            r#"(module (memory (export "memory") 1)
+  (func (export "mnemo_abi_version") (result i32) (i32.const 1))
+  (func (export "mnemo_filter") (param $p i32) (param $n i32) (result i32)
+    (i32.store (i32.const 16) (i32.const 0))
+    (i32.store (i32.const 20) (i32.const 0))
+    (i32.store (i32.const 24) (i32.add (local.get $p) (i32.const 4)))
+    (i32.store (i32.const 28) (i32.load (local.get $p)))
+    (i32.const 16)))"#,
+        )
+        .unwrap();
+        let config = Config { memory_limit: 8 << 20, threads: 1, job_threads: 1, ..Config::default() };
+        let spec = mnemo_filter::FilterSpec { name: "echo".into(), path: path.clone(), kind: mnemo_filter::FilterKind::Wasm };
+        let filters = mnemo_filter::FilterHost::new(config.filter_limits, vec![spec]).unwrap();
+        let _ = std::fs::remove_file(&path);
+        with_shared(Arc::new(Shared::build(config, crate::auth::Credentials::default(), filters)))
+    }
+
+    /// Wait (as the event loop does) until the job pool wakes the worker.
+    fn wait_for_wake(poll: &mut mio::Poll) {
+        let mut events = mio::Events::with_capacity(4);
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while events.is_empty() {
+            assert!(std::time::Instant::now() < deadline, "the job pool never woke the worker");
+            poll.poll(&mut events, Some(Duration::from_secs(1))).unwrap();
+        }
+    }
+
+    /// Everything the client can read now, without waiting.
+    fn read_now(c: &mut UnixStream) -> Vec<u8> {
+        c.set_nonblocking(true).unwrap();
+        let mut got = Vec::new();
+        let mut buf = [0; 256];
+        while let Ok(n) = c.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            got.extend_from_slice(&buf[..n]);
+        }
+        c.set_nonblocking(false).unwrap();
+        got
     }
 
     /// A client, its server end sent to the worker as the accept thread would.
@@ -481,6 +571,47 @@ mod tests {
         }
         assert!(w.ready.is_empty());
         assert_eq!(w.counters.conn_yields.load(Relaxed), 2);
+    }
+
+    #[test]
+    fn a_job_holds_its_place_and_later_replies_queue_behind_it() {
+        let ((mut w, tx), mut poll) = echo_worker();
+        let mut c = connect(&w, &tx);
+        // Adopted first: a round the accept thread woke also delivers finished jobs.
+        round(&mut w, true, &[]);
+        c.write_all(b"set k 0 0 1\r\nv\r\nfget echo 2 k\r\nhi\r\nget k\r\nfget echo 1 k\r\nx\r\nversion\r\n").unwrap();
+        round(&mut w, false, &[0]);
+        // The reply before the job left; nothing after it was even parsed.
+        assert_eq!(read_now(&mut c), b"STORED\r\n");
+        assert!(!w.slots.conn_mut(0).unwrap().is_idle(), "a job in flight is no idleness");
+        // Turns while the job runs (an event for the connection) answer nothing more.
+        round(&mut w, false, &[0]);
+        assert_eq!(read_now(&mut c), b"");
+        wait_for_wake(&mut poll);
+        round(&mut w, true, &[]);
+        assert_eq!(read_now(&mut c), b"VALUE echo 0 2\r\nhi\r\nEND\r\nVALUE k 0 1\r\nv\r\nEND\r\n");
+        wait_for_wake(&mut poll);
+        round(&mut w, true, &[]);
+        assert_eq!(read_now(&mut c), b"VALUE echo 0 1\r\nx\r\nEND\r\nVERSION 1.6.18\r\n");
+        assert!(w.slots.conn_mut(0).unwrap().is_idle());
+    }
+
+    #[test]
+    fn a_reply_for_a_closed_connection_never_reaches_the_next_one_in_its_slot() {
+        let ((mut w, tx), mut poll) = echo_worker();
+        let mut c = connect(&w, &tx);
+        round(&mut w, true, &[]);
+        c.write_all(b"fget echo 3 k\r\nold\r\n").unwrap();
+        round(&mut w, false, &[0]);
+        w.close(0);
+        assert_eq!(read_some(&mut c), b"", "closed with its job in flight");
+        wait_for_wake(&mut poll);
+        let mut d = connect(&w, &tx);
+        round(&mut w, true, &[]);
+        assert_eq!((w.slots.slots.len(), w.slots.slots[0].gen), (1, 2), "the slot is reused");
+        d.write_all(b"version\r\n").unwrap();
+        round(&mut w, false, &[0]);
+        assert_eq!(read_some(&mut d), b"VERSION 1.6.18\r\n", "and the old reply was dropped");
     }
 
     #[test]
