@@ -349,3 +349,23 @@ def test_a_refused_value_inside_its_datagram_is_answered():
             u.close()
     assert got[0] == got[1]
     assert got[0][0][0] == frame(5, b"SERVER_ERROR object too large for cache\r\n")
+
+
+def test_fget_over_udp_is_refused_and_the_datagram_goes_on(tmp_path):
+    """fget (mnemo's own) runs its filter off the event loop and answers a TCP connection later;
+    over UDP it is refused with one line, and the datagram's next request is still served."""
+    wat = tmp_path / "noop.wat"
+    wat.write_text('(module (memory (export "memory") 1)'
+                   ' (func (export "mnemo_abi_version") (result i32) (i32.const 1))'
+                   ' (func (export "mnemo_filter") (param i32 i32) (result i32) (i32.const 0)))')
+    u = Udp("mnemod", "--filter", f"noop={wat}", "--filter-timeout-ms", "2000")
+    try:
+        with u.server.connect() as c:
+            # Over TCP the same call answers (the filter is loaded).
+            assert roundtrip(c, b"fget noop 0 a\r\n\r\n", b"END\r\n") == b"VALUE noop 0 0\r\n\r\nEND\r\n"
+        got = u.exchange(frame(5, b"fget noop 0 a\r\n\r\nversion\r\n"))
+        body = b"".join(d[8:] for d in got)
+        assert body.startswith(b"SERVER_ERROR fget is not served over UDP\r\n"), body
+        assert body.endswith(b"\r\n") and b"VERSION " in body, body
+    finally:
+        u.close()

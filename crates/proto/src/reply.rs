@@ -38,6 +38,8 @@ pub enum ErrorReply {
     UnknownFilter,
     TooManyKeys,
     FilterArgsTooLong,
+    /// fget over UDP: a filter call completes off the event loop, a datagram's replies now.
+    FgetOverUdp,
 }
 
 impl ErrorReply {
@@ -78,6 +80,7 @@ impl ErrorReply {
             ErrorReply::UnknownFilter => "CLIENT_ERROR unknown filter",
             ErrorReply::TooManyKeys => "CLIENT_ERROR too many keys",
             ErrorReply::FilterArgsTooLong => "CLIENT_ERROR filter arguments too long",
+            ErrorReply::FgetOverUdp => "SERVER_ERROR fget is not served over UDP",
         }
     }
 

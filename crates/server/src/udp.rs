@@ -30,6 +30,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use mnemo_proto::text::{self, Keys, Parsed, Request};
+use mnemo_proto::ErrorReply;
 
 use crate::binary::{self, BinNext, BinSession};
 use crate::exec::{self, Next, PendingReads};
@@ -244,6 +245,14 @@ impl Run {
                         self.out.truncate(start);
                         return None;
                     }
+                    // fget's filter call runs on the job pool and answers a TCP connection
+                    // later; a datagram's replies are sent when it has been run, so fget is
+                    // refused here (the job is dropped unrun).
+                    Next::Later(_) => {
+                        self.out.truncate(start);
+                        ErrorReply::FgetOverUdp.write(&mut self.out);
+                        self.push(false, false);
+                    }
                 }
                 Some(n)
             }
@@ -265,7 +274,7 @@ impl Run {
         while let Some(key) = todo.next() {
             let one = Request::Get { keys: Keys::new(key), cas, touch };
             let next = exec::execute_from(&one, 0, sh, c, &mut self.out, &mut self.reads, None);
-            debug_assert_eq!(next, Next::Continue);
+            debug_assert!(matches!(next, Next::Continue));
             let last = todo.peek().is_none() || self.out.len() >= max;
             if !last {
                 debug_assert!(self.out.ends_with(END));
