@@ -51,7 +51,7 @@ use xxhash_rust::xxh3::{xxh3_64, xxh3_64_with_seed};
 
 use crate::item;
 use crate::segment::SegState;
-use crate::shard::{Env, Shard};
+use crate::shard::Shard;
 use crate::{Mode, Store, Time};
 
 const MAGIC: &[u8; 8] = b"MNEMOSNP";
@@ -297,7 +297,7 @@ impl Frozen<'_> {
         w.out.write_all(&head)?;
         let st = self.store;
         for (me, s) in self.shards.iter_mut().enumerate() {
-            let env = Env { geo: &st.geo, budget: &st.budget, shards: &st.shards, me };
+            let env = st.env(me);
             s.apply_flush(&env, now);
             let mut id = s.segs.head();
             while id != 0 {
