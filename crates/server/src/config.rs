@@ -381,6 +381,18 @@ impl Config {
             Ok(ext) => ext,
             Err(e) => return Err(format!("mnemod: -o: {e}")),
         };
+        // The flash tier: memcached's start-up checks, and the file made before serving.
+        if let Some(fc) = ext.flash.store_config() {
+            if a.item_size_max > fc.wbuf_size {
+                return Err(format!(
+                    "mnemod: -I (item_size_max: {}) cannot be larger than ext_wbuf_size: {}",
+                    a.item_size_max, fc.wbuf_size
+                ));
+            }
+            if let Err(e) = fc.check() {
+                return Err(format!("mnemod: -o: Failed to initialize external storage: {e}"));
+            }
+        }
         // As memcached: certificates load at start-up and a bad one stops it.
         let tls = match a.enable_ssl {
             true => match crate::tls::Tls::load(&ext.ssl) {

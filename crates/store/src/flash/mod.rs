@@ -92,6 +92,34 @@ impl FlashConfig {
     pub fn pages(&self) -> usize {
         (self.size / self.page_size.max(1) as u64) as usize
     }
+
+    /// Checks the settings and makes the file (its space reserved): what `Store::open` would
+    /// refuse, found before the server starts.
+    pub fn check(&self) -> Result<(), FlashError> {
+        self.open_file().map(drop)
+    }
+
+    fn open_file(&self) -> Result<File, FlashError> {
+        if self.page_size == 0 || self.page_size > MAX_PAGE_SIZE || self.page_size % record::ALIGN != 0 {
+            return Err(FlashError::PageSize);
+        }
+        if self.wbuf_size == 0 || self.page_size % self.wbuf_size != 0 {
+            return Err(FlashError::WbufSize);
+        }
+        let pages = self.pages();
+        if pages < 1 {
+            return Err(FlashError::TooSmall);
+        }
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&self.path)
+            .map_err(FlashError::Open)?;
+        reserve(&file, (pages * self.page_size) as u64).map_err(FlashError::Allocate)?;
+        Ok(file)
+    }
 }
 
 /// Why the flash file could not be used.
@@ -101,7 +129,7 @@ pub enum FlashError {
     WbufSize,
     #[error("page size must be between 1 and {} MB", MAX_PAGE_SIZE >> 20)]
     PageSize,
-    #[error("the file must hold at least 2 pages")]
+    #[error("the file must hold at least one page (ext_page_size)")]
     TooSmall,
     #[error("failed to open file: {0}")]
     Open(std::io::Error),
@@ -252,25 +280,8 @@ pub(crate) struct Flash {
 
 impl Flash {
     pub fn open(cfg: &FlashConfig) -> Result<Flash, FlashError> {
-        if cfg.page_size == 0 || cfg.page_size > MAX_PAGE_SIZE || cfg.page_size % record::ALIGN != 0 {
-            return Err(FlashError::PageSize);
-        }
-        if cfg.wbuf_size == 0 || cfg.page_size % cfg.wbuf_size != 0 {
-            return Err(FlashError::WbufSize);
-        }
+        let file = cfg.open_file()?;
         let pages = cfg.pages();
-        if pages < 2 {
-            return Err(FlashError::TooSmall);
-        }
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&cfg.path)
-            .map_err(FlashError::Open)?;
-        let bytes = (pages * cfg.page_size) as u64;
-        reserve(&file, bytes).map_err(FlashError::Allocate)?;
         let zeros = |n: usize| (0..n).map(|_| AtomicU64::new(0)).collect::<Box<[_]>>();
         let sh = Arc::new(Shared {
             file,
@@ -384,7 +395,8 @@ impl Flash {
                 }
                 None => {
                     sh.c.page_evictions.fetch_add(1, Relaxed);
-                    w.full.pop_front().expect("at least two pages")
+                    // With one page, the page just closed is the one recycled.
+                    w.full.pop_front().expect("at least one page")
                 }
             };
             sh.gens[p as usize].fetch_add(1, Relaxed);

@@ -51,7 +51,7 @@ fn read(f: &Flash, loc: &Loc, key: &[u8]) -> Result<Vec<u8>, Reject> {
 fn settings_are_checked() {
     let t = TempFile::new("cfg");
     assert!(matches!(Flash::open(&cfg(&t, 8 << 20, 1 << 20, 3 << 18)), Err(FlashError::WbufSize)));
-    assert!(matches!(Flash::open(&cfg(&t, 1 << 20, 1 << 20, 1 << 18)), Err(FlashError::TooSmall)));
+    assert!(matches!(Flash::open(&cfg(&t, 1 << 19, 1 << 20, 1 << 18)), Err(FlashError::TooSmall)));
     assert!(matches!(Flash::open(&cfg(&t, 1 << 30, 256 << 20, 1 << 20)), Err(FlashError::PageSize)));
     let missing = FlashConfig { page_size: 1 << 20, wbuf_size: 1 << 18, ..FlashConfig::new("/nonexistent-dir/flash", 8 << 20) };
     assert!(matches!(Flash::open(&missing), Err(FlashError::Open(_))));
