@@ -475,6 +475,26 @@ impl Store {
             return false;
         }
         let h = Self::hash(key);
+        if self.flash.is_some() {
+            // A flashed item's expiry is in its record: read it, so that an expired (or
+            // damaged) one is NOT_FOUND, as memcached answers for an expired item.
+            for _ in 0..FLASH_RETRIES {
+                let found = self.with_shard(h, now, |s, env| match s.find(env, h, key, now) {
+                    Found::Flash { fref, .. } => Some(fref),
+                    _ => None,
+                });
+                let Some(fref) = found else { break };
+                let live = matches!(self.read_flash(&fref, key), Ok(v) if v.exp() == 0 || v.exp() > now);
+                let gone = self.with_shard(h, now, |s, env| {
+                    let pos = s.refind_flash(env, key, &fref, now)?;
+                    s.remove_flash(env, pos, &fref);
+                    Some(())
+                });
+                if gone.is_some() {
+                    return live;
+                }
+            }
+        }
         self.with_shard(h, now, |s, env| s.delete(env, h, key, now))
     }
 

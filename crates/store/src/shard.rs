@@ -719,6 +719,13 @@ impl Shard {
         for _ in 0..MAX_ATTEMPTS {
             let (pos, seg, off, hdr) = match self.find(env, h, key, now) {
                 Found::Live { pos, seg, off, hdr } => (pos, seg, off, hdr),
+                // The store brought it back to RAM before; on flash again means making room
+                // for the rewrite evicted it there: this change fails as for an evicted item,
+                // and the old copy must not outlive the failure.
+                Found::Flash { pos, fref } => {
+                    self.remove_flash(env, pos, &fref);
+                    return Ok(Found::Absent);
+                }
                 other => return Ok(other),
             };
             let s = self.index.get(pos);
@@ -831,8 +838,14 @@ impl Shard {
         // changes, items) or none.
         let mut result: Option<(u64, [u8; 20], usize)> = None;
         for _ in 0..MAX_ATTEMPTS {
-            let Found::Live { pos, seg, off, hdr } = self.find(env, h, key, now) else {
-                return Err(DeltaError::NotFound);
+            let (pos, seg, off, hdr) = match self.find(env, h, key, now) {
+                Found::Live { pos, seg, off, hdr } => (pos, seg, off, hdr),
+                // As in retime: back on flash after the store brought it to RAM.
+                Found::Flash { pos, fref } => {
+                    self.remove_flash(env, pos, &fref);
+                    return Err(DeltaError::NotFound);
+                }
+                _ => return Err(DeltaError::NotFound),
             };
             let old_len = hdr.value_len as usize;
             if result.is_none() {
