@@ -283,3 +283,24 @@ fn a_damaged_file_yields_misses_and_counts_badcrc() {
     let extra = s.stats().flash.unwrap().get_extstore - again;
     assert!(extra <= served as u64, "{extra} reads of {served} still served");
 }
+
+/// RAM per flashed item: its index slot (the index's bytes per entry) and its 16-byte entry.
+/// memcached keeps the whole item header (48 bytes with CAS), the key and a 12-byte flash
+/// pointer in a slab chunk (96 bytes for a 9-byte key), plus 8 bytes of hash bucket.
+#[test]
+fn ram_per_flashed_item_is_index_slot_plus_sixteen_bytes() {
+    let t = TempFile::new("ram");
+    let mut fc = cfg(&t, 256 << 20, 1 << 20, 256 << 10);
+    fc.recache_rate = 0;
+    let s = Store::new(StoreConfig { mem_limit: 4 << 20, shards: 1, huge_pages: false, flash: Some(fc), ..Default::default() });
+    for i in 0..60_000u32 {
+        s.store(Mode::Set, format!("fk:{i:06}").as_bytes(), 0, 0, &value(i, 4000), 1).unwrap();
+    }
+    let st = s.stats();
+    assert!(st.flash_items > 50_000, "{st:?}");
+    let per_slot = st.index_bytes as f64 / st.index_entries as f64;
+    let per_entry = st.flash_entry_bytes as f64 / st.flash_items as f64;
+    let per_item = per_slot + per_entry;
+    println!("RAM per flashed item: {per_item:.1} B (index {per_slot:.1} + entry {per_entry:.1}); memcached: 104");
+    assert!(per_item <= 32.0, "{per_item}");
+}
