@@ -4,6 +4,7 @@ that leave RAM are read back, overwritten and deleted keys never return an old v
 flash file keeps serving, a damaged or truncated file yields misses (never wrong bytes), and
 the issue's setting (-m 64, a 1 GB file, 120,000 values of 4 KB) on both servers."""
 import os
+import signal
 
 import pytest
 
@@ -169,6 +170,31 @@ def test_a_truncated_file_is_misses_and_the_server_lives(tmp_path):
         got = get_many(s, [key(i) for i in range(n, n + 2000)])
         assert all(v == make_value(k) for k, v in got.items())
         assert srv.alive()
+
+
+def test_a_graceful_restart_with_e_keeps_what_was_on_flash(tmp_path):
+    """Beyond memcached: with -e, flashed values survive a graceful restart (memcached's
+    extstore contents are lost on every restart); deleted keys stay deleted."""
+    n = 12_000
+    args = ["-m", "16", "-e", str(tmp_path / "snap"), *flash_args(tmp_path / "flash", "256m")]
+    with Server("mnemod", *args) as first:
+        with first.connect() as s:
+            set_many(s, [key(i) for i in range(n)], make_value)
+            for i in range(0, 100):
+                assert roundtrip(s, b"delete %s\r\n" % key(i)) == b"DELETED\r\n"
+            before = get_many(s, [key(i) for i in range(n)])
+            on_flash = int(stats(s)["extstore_objects_used"])
+        first.proc.send_signal(signal.SIGTERM)  # -e: write the snapshot and exit
+        assert first.proc.wait(timeout=120) == 0, first.stderr()
+    with Server("mnemod", *args) as srv, srv.connect() as s:
+        after = get_many(s, [key(i) for i in range(n)])
+        st = stats(s)
+    print(f"mnemod: {len(before)} served before the restart ({on_flash} on flash), {len(after)} after")
+    assert on_flash > n // 2
+    assert all(v == make_value(k) for k, v in after.items())
+    assert not any(key(i) in after for i in range(100)), "a deleted key came back"
+    assert len(after) >= 0.99 * len(before), (len(after), len(before))
+    assert int(st["extstore_objects_used"]) > n // 2
 
 
 def test_incr_append_and_touch_work_on_flashed_items(tmp_path):

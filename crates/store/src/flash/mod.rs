@@ -493,6 +493,16 @@ impl Flash {
         }
     }
 
+    /// Waits until a write buffer is free (a bulk load, the snapshot's restore, must not run
+    /// ahead of the writer: its demotions would turn into evictions).
+    pub fn settle(&self) {
+        let sh = &*self.sh;
+        let mut w = sh.w.lock();
+        while w.spare.is_empty() {
+            sh.wake.wait(&mut w);
+        }
+    }
+
     pub fn add_stats(&self, st: &mut FlashStats) {
         let sh = &*self.sh;
         let c = &sh.c;

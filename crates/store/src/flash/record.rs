@@ -97,6 +97,16 @@ pub(crate) struct View<'a> {
 /// Checks `rec` (the bytes read at the location the index gave) against what the index
 /// expects: the place it was written, and the key.
 pub(crate) fn verify<'a>(rec: &'a [u8], at: Place, key: &[u8]) -> Result<View<'a>, Reject> {
+    let (k, v) = verify_any(rec, at)?;
+    if k != key {
+        return Err(Reject::OtherKey);
+    }
+    Ok(v)
+}
+
+/// `verify` without a key to compare: the record's own key and its view (a walk over the
+/// index entries, which keep no key: the snapshot).
+pub(crate) fn verify_any(rec: &[u8], at: Place) -> Result<(&[u8], View<'_>), Reject> {
     if rec.len() < HEADER || rec[0..2] != MAGIC {
         return Err(Reject::Gone);
     }
@@ -115,18 +125,8 @@ pub(crate) fn verify<'a>(rec: &'a [u8], at: Place, key: &[u8]) -> Result<View<'a
     if u32_at(4) != at.gen || u32_at(20) != at.page {
         return Err(Reject::Gone);
     }
-    if &rec[HEADER..HEADER + klen] != key {
-        return Err(Reject::OtherKey);
-    }
     let meta = Meta { flags: u32_at(12), exp: u32_at(16), cas: u64::from_le_bytes(rec[24..32].try_into().unwrap()) };
-    Ok(View { meta, value: &rec[HEADER + klen..HEADER + klen + vlen] })
-}
-
-/// The key hash of a record, for a scan that has no index entry (kept beside `verify` so the
-/// two agree on the layout). Unused until recovery scans the file.
-#[allow(dead_code)]
-pub(crate) fn key_of(rec: &[u8]) -> Option<&[u8]> {
-    (rec.len() >= HEADER && rec[0..2] == MAGIC).then(|| &rec[HEADER..(HEADER + rec[2] as usize).min(rec.len())])
+    Ok((&rec[HEADER..HEADER + klen], View { meta, value: &rec[HEADER + klen..HEADER + klen + vlen] }))
 }
 
 /// xxh3 of a key, as the store hashes keys (for tests).
@@ -154,7 +154,7 @@ mod tests {
         let v = verify(&r, AT, b"key").unwrap();
         assert_eq!(v.value, b"hello world");
         assert_eq!(v.meta, Meta { flags: 7, exp: 99, cas: 12345 });
-        assert_eq!(key_of(&r), Some(&b"key"[..]));
+        assert_eq!(verify_any(&r, AT).unwrap().0, b"key");
         assert_ne!(key_hash(b"key"), 0);
     }
 

@@ -304,3 +304,35 @@ fn ram_per_flashed_item_is_index_slot_plus_sixteen_bytes() {
     println!("RAM per flashed item: {per_item:.1} B (index {per_slot:.1} + entry {per_entry:.1}); memcached: 104");
     assert!(per_item <= 32.0, "{per_item}");
 }
+
+/// Warm restart: flashed items are written to the snapshot (read back from flash) and a
+/// restore into a store with a flash tier sends what overflows RAM back to flash. Deleted and
+/// overwritten keys stay so.
+#[test]
+fn a_snapshot_keeps_flashed_items_across_a_restart() {
+    let t = TempFile::new("snap-a");
+    let s = store(&t, 1000);
+    fill(&s, 3000, 2000);
+    s.delete(b"k5", 1);
+    s.store(Mode::Set, b"k6", 0, 0, b"six", 1).unwrap();
+    let before: Vec<u32> = (0..3000).filter(|&i| get(&s, &format!("k{i}")).is_some()).collect();
+    assert!(s.stats().flash_items > 2000);
+    let mut snap = Vec::new();
+    s.write_snapshot(&mut snap, 1, 1_000_000).unwrap();
+    drop(s);
+    let t2 = TempFile::new("snap-b");
+    let r = store(&t2, 1000);
+    let rep = r.restore_snapshot(&snap[..], snap.len() as u64, 1, 1_000_000).unwrap();
+    assert!(rep.complete, "{rep:?}");
+    let mut served = 0;
+    for &i in &before {
+        if let Some(v) = get(&r, &format!("k{i}")) {
+            let want = if i == 6 { b"six".to_vec() } else { value(i, 2000) };
+            assert_eq!(v, want, "key {i}");
+            served += 1;
+        }
+    }
+    assert_eq!(get(&r, "k5"), None, "a deleted key came back");
+    assert!(served * 100 >= before.len() * 99, "{served} of {} served after the restart", before.len());
+    assert!(r.stats().flash.unwrap().objects_written > 2000);
+}
