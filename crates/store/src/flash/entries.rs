@@ -64,7 +64,7 @@ impl Entries {
             self.v.push([0, 0]);
             (self.v.len() - 1) as u32
         };
-        debug_assert!(loc.off % 8 == 0 && u64::from(loc.off / 8) <= F24 && u64::from(loc.len) <= F24);
+        debug_assert!(loc.off.is_multiple_of(8) && u64::from(loc.off / 8) <= F24 && u64::from(loc.len) <= F24);
         self.v[i as usize] = [
             hash_check(h) | (u64::from(loc.page) & F24) << 40,
             u64::from(loc.gen) << 48 | u64::from(loc.off / 8) << 24 | u64::from(loc.len),

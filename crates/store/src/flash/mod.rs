@@ -104,10 +104,10 @@ impl FlashConfig {
     }
 
     fn open_file(&self) -> Result<File, FlashError> {
-        if self.page_size == 0 || self.page_size > MAX_PAGE_SIZE || self.page_size % record::ALIGN != 0 {
+        if self.page_size == 0 || self.page_size > MAX_PAGE_SIZE || !self.page_size.is_multiple_of(record::ALIGN) {
             return Err(FlashError::PageSize);
         }
-        if self.wbuf_size == 0 || self.page_size % self.wbuf_size != 0 {
+        if self.wbuf_size == 0 || !self.page_size.is_multiple_of(self.wbuf_size) {
             return Err(FlashError::WbufSize);
         }
         let pages = self.pages();
@@ -477,7 +477,7 @@ impl Flash {
     /// Counts a flash hit; true when this one should bring its item back to RAM.
     pub fn recache_due(&self) -> bool {
         let rate = u64::from(self.cfg.recache_rate);
-        rate != 0 && (self.hits.fetch_add(1, Relaxed) + 1) % rate == 0
+        rate != 0 && (self.hits.fetch_add(1, Relaxed) + 1).is_multiple_of(rate)
     }
 
     /// Writes out the buffer being filled and waits until nothing is queued (tests, shutdown).
