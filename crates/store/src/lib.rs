@@ -479,11 +479,19 @@ impl Store {
             // A flashed item's expiry is in its record: read it, so that an expired (or
             // damaged) one is NOT_FOUND, as memcached answers for an expired item.
             for _ in 0..FLASH_RETRIES {
+                // One lookup decides: an item in RAM (or none) is deleted as without flash.
                 let found = self.with_shard(h, now, |s, env| match s.find(env, h, key, now) {
-                    Found::Flash { fref, .. } => Some(fref),
-                    _ => None,
+                    Found::Flash { fref, .. } => Err(fref),
+                    Found::Live { pos, .. } => {
+                        s.remove(env, pos);
+                        Ok(true)
+                    }
+                    _ => Ok(false),
                 });
-                let Some(fref) = found else { break };
+                let fref = match found {
+                    Ok(deleted) => return deleted,
+                    Err(fref) => fref,
+                };
                 let live = matches!(self.read_flash(&fref, key), Ok(v) if v.exp() == 0 || v.exp() > now);
                 let gone = self.with_shard(h, now, |s, env| {
                     let pos = s.refind_flash(env, key, &fref, now)?;
