@@ -5,6 +5,7 @@ flash file keeps serving, a damaged or truncated file yields misses (never wrong
 the issue's setting (-m 64, a 1 GB file, 120,000 values of 4 KB) on both servers."""
 import os
 import signal
+import time
 
 import pytest
 
@@ -195,6 +196,25 @@ def test_a_graceful_restart_with_e_keeps_what_was_on_flash(tmp_path):
     assert not any(key(i) in after for i in range(100)), "a deleted key came back"
     assert len(after) >= 0.99 * len(before), (len(after), len(before))
     assert int(st["extstore_objects_used"]) > n // 2
+
+
+def test_compaction_keeps_the_live_records_of_churned_pages(tmp_path):
+    """Nine in ten keys overwritten: their pages are mostly dead; compaction (once a second, in
+    the background) copies the live tenth out before the pages are reused."""
+    with Server("mnemod", "-m", "8", *flash_args(tmp_path / "flash", "16m")) as srv, srv.connect() as s:
+        n = 4000
+        set_many(s, [key(i) for i in range(n)], make_value)
+        set_many(s, [key(i) for i in range(n) if i % 10], lambda k: b"x")
+        deadline = time.monotonic() + 30
+        while int(stats(s)["extstore_compact_rescues"]) == 0:
+            assert time.monotonic() < deadline, stats(s)
+            # New data keeps the file full (compaction runs while few pages are free).
+            set_many(s, [key(i) for i in range(n, n + 200)], make_value)
+            n += 200
+        survivors = [key(i) for i in range(0, 4000, 10)]
+        got = get_many(s, survivors)
+        assert all(v == make_value(k) for k, v in got.items())
+        assert len(got) > 0
 
 
 def test_incr_append_and_touch_work_on_flashed_items(tmp_path):

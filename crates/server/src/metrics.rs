@@ -343,6 +343,8 @@ fn extstore(p: &mut Page, x: &mnemo_store::FlashStats) {
         ("memcached_extstore_bytes_evicted_total", "Bytes of records lost to page recycling.", x.bytes_evicted),
         ("memcached_extstore_bytes_written_total", "Bytes of records written to flash.", x.bytes_written),
         ("memcached_extstore_bytes_read_total", "Bytes read from the flash file.", x.bytes_read),
+        ("memcached_extstore_compact_rescues_total", "Live records compaction copied out of a page.", x.compact_rescues),
+        ("memcached_extstore_compact_skipped_total", "Records compaction left in place.", x.compact_skipped),
     ] {
         p.one(name, Counter, help, v);
     }

@@ -304,12 +304,13 @@ pub fn general(sh: &Shared, out: &mut Vec<u8>) {
     line(out, b"END");
 }
 
-/// memcached's extstore_* lines of `stats` (no compaction yet: its three counters stay 0).
+/// memcached's extstore_* lines of `stats`. compact_lost stays 0: a record compaction could
+/// not copy is left in place and tried again (compact_skipped), not dropped.
 fn extstore(x: &mnemo_store::FlashStats, out: &mut Vec<u8>) {
     for (name, v) in [
         ("extstore_compact_lost", 0),
-        ("extstore_compact_rescues", 0),
-        ("extstore_compact_skipped", 0),
+        ("extstore_compact_rescues", x.compact_rescues),
+        ("extstore_compact_skipped", x.compact_skipped),
         ("extstore_page_allocs", x.page_allocs),
         ("extstore_page_evictions", x.page_evictions),
         ("extstore_page_reclaims", x.page_reclaims),

@@ -13,10 +13,11 @@
 //!                     ssl_chain_cert  ssl_key  ssl_ca_cert  ssl_verify_mode  ssl_min_version
 //!                     ssl_ciphers  ssl_session_cache  ssl_keyformat (TLS with -Z: tls.rs)
 //!                     ext_path  ext_page_size  ext_wbuf_size  ext_item_size  ext_low_ttl
-//!                     ext_recache_rate (the flash tier: mnemo-store's flash module)
-//!   checked, shown    ext_item_age  ext_compact_under  ext_drop_under  ext_max_frag
-//!   by stats settings ext_drop_unread  ext_threads  ext_io_depth  ext_max_sleep
-//!   but ignored       slab_automove_freeratio (no compaction or I/O threads yet: docs/flash.md)
+//!                     ext_recache_rate  ext_compact_under  ext_max_frag (the flash tier:
+//!                     mnemo-store's flash module)
+//!   checked, shown    ext_item_age  ext_drop_under  ext_drop_unread  ext_threads
+//!   by stats settings ext_io_depth  ext_max_sleep  slab_automove_freeratio
+//!   but ignored       (no age-based flushing or I/O threads yet: docs/flash.md)
 //!   reported only     ssl_wbuf_size  ssl_kernel_tls (rustls sizes its own records; no kTLS)
 //!   checked, ignored  hashpower  lru_crawler_sleep  lru_crawler_tocrawl  hot_lru_pct  warm_lru_pct
 //!                     hash_algorithm  and every other name memcached 1.6.18 accepts
@@ -223,6 +224,8 @@ impl FlashOptions {
             item_size: self.item_size as usize,
             low_ttl: self.low_ttl,
             recache_rate: self.recache_rate,
+            compact_under: self.compact_under.map(|n| n as usize),
+            max_frag_permille: (self.max_frag * 1000.0).round().clamp(0.0, 1001.0) as u32,
             ..mnemo_store::FlashConfig::new(path, size)
         })
     }
@@ -248,10 +251,10 @@ impl FlashOptions {
             "ext_threads" => int().map(|v| self.threads = v).map(|()| false),
             "ext_io_depth" => int().map(|v| self.io_depth = v).map(|()| false),
             "ext_item_age" => int().map(|v| self.item_age = v).map(|()| false),
-            "ext_compact_under" => int().map(|v| self.compact_under = Some(v)).map(|()| false),
+            "ext_compact_under" => int().map(|v| self.compact_under = Some(v)).map(|()| true),
             "ext_drop_under" => int().map(|v| self.drop_under = Some(v)).map(|()| false),
             "ext_max_sleep" => int().map(|v| self.max_sleep = v).map(|()| false),
-            "ext_max_frag" => float().map(|v| self.max_frag = v).map(|()| false),
+            "ext_max_frag" => float().map(|v| self.max_frag = v).map(|()| true),
             "slab_automove_freeratio" => float().map(|v| self.automove_freeratio = v).map(|()| false),
             "ext_drop_unread" => {
                 self.drop_unread = true;
@@ -440,9 +443,10 @@ mod tests {
 
     #[test]
     fn memcached_names_and_errors() {
-        let o = ExtOptions::parse(&["idle_timeout=5,no_lru_crawler", "track_sizes,ext_path=/x:1g,ext_max_frag=0.5"]).unwrap();
+        let o = ExtOptions::parse(&["idle_timeout=5,no_lru_crawler", "track_sizes,ext_path=/x:1g,ext_max_frag=0.5,ext_item_age=9"]).unwrap();
         assert_eq!((o.idle_timeout, o.lru_crawler, o.track_sizes), (5, false, true));
-        assert_eq!(o.ignored, vec!["ext_max_frag=0.5"]);
+        assert_eq!(o.ignored, vec!["ext_item_age=9"]);
+        assert_eq!(o.flash.store_config().unwrap().max_frag_permille, 500);
         assert_eq!(o.flash.path, Some(("/x".to_string(), 1 << 30)));
         assert_eq!(ExtOptions::parse(&["idle_timeout=abc"]).unwrap().idle_timeout, 0);
         assert_eq!(ExtOptions::parse(&["bogus"]), Err("Illegal suboption \"bogus\"".into()));

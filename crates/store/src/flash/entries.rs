@@ -89,6 +89,15 @@ impl Entries {
         Some((a & HASH_BITS, loc))
     }
 
+    /// Points entry `i` at a new location (compaction copied its record), keeping its hash.
+    pub fn relocate(&mut self, i: u32, loc: Loc) {
+        let (check, _) = self.get(i).expect("a live entry");
+        self.v[i as usize] = [
+            check | (u64::from(loc.page) & F24) << 40,
+            u64::from(loc.gen) << 48 | u64::from(loc.off / 8) << 24 | u64::from(loc.len),
+        ];
+    }
+
     pub fn free(&mut self, i: u32) {
         debug_assert!(self.get(i).is_some(), "double free of flash entry {i}");
         self.v[i as usize] = [u64::from(self.free), FREE];

@@ -54,6 +54,7 @@ pub const DEFAULT_WBUF_SIZE: usize = 4 << 20;
 pub const DEFAULT_ITEM_SIZE: usize = 512;
 pub const DEFAULT_RECACHE_RATE: u32 = 2000;
 pub const DEFAULT_LOW_TTL: u32 = 0;
+pub const DEFAULT_MAX_FRAG_PERMILLE: u32 = 800;
 /// Largest page: record offsets are kept in 24 bits of 8-byte units (entries.rs).
 pub const MAX_PAGE_SIZE: usize = 128 << 20;
 /// Largest record: its length is kept in 24 bits.
@@ -79,6 +80,12 @@ pub struct FlashConfig {
     pub low_ttl: u32,
     /// One flash hit in this many brings its item back to RAM (0: never).
     pub recache_rate: u32,
+    /// Compaction runs while at most this many pages were never written (None: a quarter of
+    /// the file's pages, memcached's default for ext_compact_under).
+    pub compact_under: Option<usize>,
+    /// A full page is compacted when at least this share of it (per mille) is dead: memcached's
+    /// ext_max_frag (0.80 = 800).
+    pub max_frag_permille: u32,
 }
 
 impl FlashConfig {
@@ -91,6 +98,8 @@ impl FlashConfig {
             item_size: DEFAULT_ITEM_SIZE,
             low_ttl: DEFAULT_LOW_TTL,
             recache_rate: DEFAULT_RECACHE_RATE,
+            compact_under: None,
+            max_frag_permille: DEFAULT_MAX_FRAG_PERMILLE,
         }
     }
     pub fn pages(&self) -> usize {
@@ -199,6 +208,10 @@ pub(crate) struct Counters {
     /// Demotions refused because no write buffer was free (the item was evicted instead).
     pub write_behind: AtomicU64,
     pub io_errors: AtomicU64,
+    /// Compaction: live records copied out of a page before it is recycled, and the ones it
+    /// left in place (expired, or no write buffer free: tried again next time).
+    pub compact_rescues: AtomicU64,
+    pub compact_skipped: AtomicU64,
 }
 
 /// What `stats` reports about the flash tier (memcached's extstore fields).
@@ -226,6 +239,8 @@ pub struct FlashStats {
     pub io_queue: u64,
     pub write_behind: u64,
     pub io_errors: u64,
+    pub compact_rescues: u64,
+    pub compact_skipped: u64,
     /// RAM of the per-shard entry tables (bytes), and entries in use.
     pub entry_bytes: u64,
     pub entries: u64,
@@ -474,6 +489,26 @@ impl Flash {
         Ok(gen)
     }
 
+    /// The page to compact now, if any (with its generation): while few never-written pages
+    /// are left (`compact_under`), the oldest full page whose dead share reaches `max_frag`
+    /// and that still holds live records. Copying those out (`Store::maintain`) leaves the
+    /// page with none, so it is the next one reused, before any page with live records is.
+    pub fn compaction_victim(&self) -> Option<(u32, u16)> {
+        let sh = &*self.sh;
+        let w = sh.w.lock();
+        let under = self.cfg.compact_under.unwrap_or(sh.gens.len() / 4);
+        if w.free.len() > under {
+            return None;
+        }
+        let page = sh.page_size as u64;
+        w.full.iter().copied().find(|&p| {
+            let live = sh.live_bytes[p as usize].load(Relaxed);
+            sh.live_objects[p as usize].load(Relaxed) > 0
+                && (page - live.min(page)) * 1000 >= page * u64::from(self.cfg.max_frag_permille)
+        })
+        .map(|p| (p, sh.gens[p as usize].load(Relaxed) as u16))
+    }
+
     /// Counts a flash hit; true when this one should bring its item back to RAM.
     pub fn recache_due(&self) -> bool {
         let rate = u64::from(self.cfg.recache_rate);
@@ -527,6 +562,8 @@ impl Flash {
         st.bytes_written = get(&c.bytes_written);
         st.bytes_read = get(&c.bytes_read);
         st.write_behind = get(&c.write_behind);
+        st.compact_rescues = get(&c.compact_rescues);
+        st.compact_skipped = get(&c.compact_skipped);
         st.io_errors = get(&c.io_errors);
         st.objects_used = sh.live_objects.iter().map(get).sum();
         st.bytes_used = sh.live_bytes.iter().map(get).sum();

@@ -404,3 +404,48 @@ fn concurrent_readers_and_writers_never_see_another_keys_value() {
     assert!(st.flash.as_ref().unwrap().objects_written > 1000, "{st:?}");
     assert!(st.mem_used <= st.limit_maxbytes);
 }
+
+/// Compaction: while free pages run short, a page mostly dead (>= ext_max_frag) has its live
+/// records copied out, so they outlive the page's reuse; without it they go with the page.
+#[test]
+fn compaction_rescues_the_live_records_of_fragmented_pages() {
+    let run = |compact: bool| -> (usize, FlashStats) {
+        let t = TempFile::new("compact");
+        let mut fc = cfg(&t, 16 << 20, 1 << 20, 256 << 10);
+        fc.item_size = 1000;
+        fc.recache_rate = 0;
+        fc.compact_under = Some(if compact { 8 } else { 0 });
+        if !compact {
+            fc.max_frag_permille = 1001; // never
+        }
+        let s = Store::new(StoreConfig { mem_limit: 1 << 20, shards: 1, huge_pages: false, flash: Some(fc), ..Default::default() });
+        fill(&s, 3000, 2000);
+        // Nine in ten overwritten (small values: they stay in RAM or are evicted): the pages
+        // of the first fill are 90% dead.
+        for i in (0..3000).filter(|i| i % 10 != 0) {
+            s.store(Mode::Set, format!("k{i}").as_bytes(), 0, 0, b"x", 1).unwrap();
+        }
+        // New data fills the file and makes the first pages the oldest full ones.
+        for round in 0..9u32 {
+            for i in 0..1000 {
+                let n = 10_000 + round * 1000 + i;
+                s.store(Mode::Set, format!("k{n}").as_bytes(), 0, 0, &value(n, 2000), 1).unwrap();
+            }
+            s.flash_sync();
+            s.maintain(1);
+            s.flash_sync();
+        }
+        let kept = (0..3000).step_by(10).filter(|&i| match get(&s, &format!("k{i}")) {
+            Some(v) => {
+                assert_eq!(v, value(i, 2000), "key {i}");
+                true
+            }
+            None => false,
+        });
+        (kept.count(), s.stats().flash.unwrap())
+    };
+    let (with, st) = run(true);
+    let (without, st0) = run(false);
+    assert!(st.compact_rescues > 0 && st0.compact_rescues == 0, "{st:?}");
+    assert!(with >= 200 && without <= 50, "kept {with} with compaction, {without} without");
+}
