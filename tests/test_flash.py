@@ -5,11 +5,12 @@ flash file keeps serving, a damaged or truncated file yields misses (never wrong
 the issue's setting (-m 64, a 1 GB file, 120,000 values of 4 KB) on both servers."""
 import os
 import signal
+import subprocess
 import time
 
 import pytest
 
-from servers import Server, roundtrip, stats
+from servers import MNEMOD, Server, roundtrip, stats
 
 VALUE = 4096
 
@@ -215,6 +216,26 @@ def test_compaction_keeps_the_live_records_of_churned_pages(tmp_path):
         got = get_many(s, survivors)
         assert all(v == make_value(k) for k, v in got.items())
         assert len(got) > 0
+
+
+def test_a_flash_file_on_a_full_disk_stops_the_start(tmp_path):
+    """The file's space is reserved at start: a disk without room for it stops mnemod with one
+    line (memcached starts and loses the writes later). A 4 MiB tmpfs plays the full disk."""
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mnt)], capture_output=True).returncode:
+        pytest.skip("mounting a small tmpfs needs root")
+    try:
+        args = ["-o", f"ext_page_size=2,ext_wbuf_size=2,ext_path={mnt}/flash:64m"]
+        mn = subprocess.run([MNEMOD, "-p", "0", "-U", "0", *args], capture_output=True, text=True, timeout=30)
+        assert mn.returncode == 2, mn
+        assert mn.stderr.strip().splitlines() == [
+            "mnemod: -o: Failed to initialize external storage: cannot reserve the file's space: "
+            "No space left on device (os error 28)"], mn.stderr
+        with Server("memcached", *args) as srv:
+            print(f"memcached starts with a 64 MB ext_path on a 4 MB disk: {srv.alive()}")
+    finally:
+        subprocess.run(["umount", str(mnt)], capture_output=True)
 
 
 def test_incr_append_and_touch_work_on_flashed_items(tmp_path):
