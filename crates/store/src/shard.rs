@@ -12,7 +12,7 @@ use parking_lot::Mutex;
 
 use crate::budget::Budget;
 use crate::flash::entries::{self, Entries};
-use crate::flash::{Flash, FlashRef, Loc, Meta};
+use crate::flash::{Flash, FlashRef};
 use crate::config::Geometry;
 use crate::ghost::Ghost;
 use crate::index::{slot, Index, Pos, Visit};
@@ -37,7 +37,7 @@ const COMPACT_DEAD_SHARE: usize = 4;
 
 /// Bound on make-room rounds for one operation; each round frees a segment or ages a hot one,
 /// so hitting this means memory cannot be had.
-const MAX_ATTEMPTS: usize = 100_000;
+pub(crate) const MAX_ATTEMPTS: usize = 100_000;
 
 pub(crate) struct Shard {
     pub(crate) index: Index,
@@ -313,73 +313,6 @@ impl Shard {
         let s = self.index.get(pos);
         self.index.remove(pos);
         self.item_gone(env, slot::seg(s), slot::off(s) as usize);
-    }
-
-    /// Drops a flashed item's slot and entry: its record is unreachable from now on.
-    pub fn remove_flash(&mut self, env: &Env<'_>, pos: Pos, fref: &FlashRef) {
-        self.index.remove(pos);
-        self.flash.free(fref.entry);
-        if let Some(f) = env.flash {
-            f.release(&fref.loc);
-        }
-    }
-
-    /// The slot of `fref` if it is still where a lookup left it (no write, delete, recache or
-    /// page recycling since).
-    pub fn refind_flash(&mut self, env: &Env<'_>, key: &[u8], fref: &FlashRef, now: Time) -> Option<Pos> {
-        match self.find(env, fref.h, key, now) {
-            Found::Flash { pos, fref: now_ref } if now_ref == *fref => Some(pos),
-            _ => None,
-        }
-    }
-
-    /// Brings a flashed item read back (`v`) into RAM, keeping its CAS, flags and expiry, and
-    /// drops its flash entry. false if its slot changed since the lookup or no memory was had.
-    pub fn recache(&mut self, env: &Env<'_>, key: &[u8], fref: &FlashRef, v: &crate::FlashValue, now: Time) -> bool {
-        for _ in 0..MAX_ATTEMPTS {
-            let Some(pos) = self.refind_flash(env, key, fref, now) else { return false };
-            let m = v.meta;
-            let nh = NewHeader {
-                key_len: key.len() as u8,
-                value_len: v.value().len() as u32,
-                flags: m.flags,
-                exp: m.exp,
-                cas: env.geo.use_cas.then_some(m.cas),
-            };
-            // Read from flash: it has proved itself, as an item promoted out of Small has.
-            let (seg, off) = match self.reserve(env, nh.total_len(), ttl_bucket(m.exp, now), Queue::Main, now) {
-                Ok(Reserve::At(a, b)) => (a, b),
-                Ok(Reserve::Retry) => continue,
-                Err(_) => return false,
-            };
-            self.place(seg, off, &nh, Part::Bytes(key), &[Part::Bytes(v.value())]);
-            let s = self.index.get(pos);
-            self.index.set(pos, slot::moved(s, seg, off as u32));
-            self.flash.free(fref.entry);
-            if let Some(f) = env.flash {
-                f.release(&fref.loc);
-            }
-            return true;
-        }
-        false
-    }
-
-    /// Writes the live item at (seg, off) to flash if it qualifies (flash configured, value
-    /// large enough, not about to expire, a write buffer free). Returns its new entry; the
-    /// caller repoints the slot and drops the RAM copy.
-    pub(crate) fn demote(&mut self, env: &Env<'_>, seg: u32, off: usize, hdr: &Header, h: u64, now: Time) -> Option<u32> {
-        let f = env.flash?;
-        if !f.wants(hdr.key_len as usize, hdr.value_len as usize, hdr.exp, now) {
-            return None;
-        }
-        let cas = self.cas_of(env.geo, seg, off, hdr);
-        let d = &self.segs.metas[seg as usize].data[off..];
-        let loc: Loc = f.append(&d[hdr.key_range()], &d[hdr.value_range()], Meta { flags: hdr.flags, exp: hdr.exp, cas })?;
-        let i = self.flash.alloc(h, loc);
-        if i.is_none() {
-            f.release(&loc);
-        }
-        i
     }
 
     pub fn delete(&mut self, env: &Env<'_>, h: u64, key: &[u8], now: Time) -> bool {

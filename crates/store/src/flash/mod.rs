@@ -2,7 +2,8 @@
 //! `-o ext_path=FILE:SIZE`), and their index slots keep where.
 //!
 //! Owns the file, its pages, the write buffers and the writer thread (this file), the record
-//! format (record.rs) and the per-shard table of flashed items (entries.rs). The shards decide
+//! format (record.rs), the per-shard table of flashed items (entries.rs) and the shard
+//! operations on them (ops.rs: demote, recache, drop). The shards decide
 //! what goes to flash (evict.rs: what eviction would otherwise drop) and serve reads
 //! (lib.rs, shard.rs); this module only writes records and reads them back.
 //!
@@ -34,6 +35,7 @@
 //! the read elsewhere (an I/O thread, io_uring) and finish later.
 
 pub(crate) mod entries;
+mod ops;
 pub(crate) mod record;
 
 use std::collections::VecDeque;
