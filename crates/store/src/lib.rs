@@ -85,6 +85,13 @@ const FLASH_RETRIES: usize = 4;
 /// Seconds on the server's relative clock.
 pub type Time = u32;
 
+/// What `Store::get_located` found: the answer, or where on flash the value is (with the
+/// caller's closure handed back, for `Store::finish_get`).
+pub enum Located<R, F> {
+    Done(Lookup<R>),
+    Flash { fref: FlashRef, fetched: bool, f: F },
+}
+
 /// A key's hash, as `Store::key_hash` gives it for `Store::prefetch_hashed`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KeyHash(u64);
@@ -255,7 +262,54 @@ impl Store {
         recache: bool,
         f: F,
     ) -> Result<Lookup<R>, F> {
-        let v = match self.read_flash(&fref, key) {
+        let read = self.read_flash(&fref, key);
+        self.complete_flash(key, fref, fetched, read, now, recache, f)
+    }
+
+    /// A get in two halves, for a caller that reads flash elsewhere (an I/O thread, io_uring)
+    /// and answers later: the lookup, under the shard lock. `Located::Done` is the answer as
+    /// `get` gives it; `Located::Flash` hands `f` back with where the value is: read it with
+    /// [`Store::read_flash`] (no lock, may block on the disk), then finish with
+    /// [`Store::finish_get`].
+    pub fn get_located<R, F: FnOnce(Item<'_>) -> R>(&self, key: &[u8], now: Time, f: F) -> Located<R, F> {
+        if !Self::valid_key(key) {
+            return Located::Done(Lookup::Miss);
+        }
+        let h = Self::hash(key);
+        match self.with_shard(h, now, |s, env| s.get(env, h, key, now, f)) {
+            Ok(l) => Located::Done(l),
+            Err((fref, fetched, f)) => Located::Flash { fref, fetched, f },
+        }
+    }
+
+    /// The second half of a `get_located` that found its item on flash: `read` is what
+    /// [`Store::read_flash`] gave for `fref`. Runs `f` on the value (no lock held), or answers
+    /// a miss for a record that failed (and drops its slot: a `get_located` again may find the
+    /// key elsewhere, after an index tag collision); recaches per `ext_recache_rate`.
+    pub fn finish_get<R, F: FnOnce(Item<'_>) -> R>(
+        &self,
+        key: &[u8],
+        fref: FlashRef,
+        fetched: bool,
+        read: Result<FlashValue, FlashReject>,
+        now: Time,
+        f: F,
+    ) -> Lookup<R> {
+        self.complete_flash(key, fref, fetched, read, now, true, f).unwrap_or(Lookup::Miss)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn complete_flash<R, F: FnOnce(Item<'_>) -> R>(
+        &self,
+        key: &[u8],
+        fref: FlashRef,
+        fetched: bool,
+        read: Result<FlashValue, FlashReject>,
+        now: Time,
+        recache: bool,
+        f: F,
+    ) -> Result<Lookup<R>, F> {
+        let v = match read {
             Ok(v) => v,
             Err(_) => {
                 self.forget_flash(key, &fref, now);

@@ -31,8 +31,8 @@
 //! Reads happen outside the shard lock: a lookup under the lock yields a [`FlashRef`] (where
 //! the record is, which generation), [`crate::Store::read_flash`] reads and verifies it without
 //! any lock, and the caller finishes the request with the value. The store's closure-under-lock
-//! entry points (`get`, `peek`, ...) do exactly that in sequence; an asynchronous caller can run
-//! the read elsewhere (an I/O thread, io_uring) and finish later.
+//! entry points (`get`, `peek`, ...) do exactly that in sequence; an asynchronous caller runs
+//! `Store::get_located`, the read elsewhere (an I/O thread, io_uring), and `Store::finish_get`.
 
 pub(crate) mod entries;
 mod ops;

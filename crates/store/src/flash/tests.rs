@@ -449,3 +449,29 @@ fn compaction_rescues_the_live_records_of_fragmented_pages() {
     assert!(st.compact_rescues > 0 && st0.compact_rescues == 0, "{st:?}");
     assert!(with >= 200 && without <= 50, "kept {with} with compaction, {without} without");
 }
+
+/// The two halves of a flash hit as an asynchronous caller would run them: the lookup under
+/// the lock, the read elsewhere, the answer later.
+#[test]
+fn a_get_in_two_halves() {
+    let t = TempFile::new("halves");
+    let s = store(&t, 1000);
+    fill(&s, 3000, 2000);
+    let (mut flash, mut ram) = (0, 0);
+    for i in 0..3000u32 {
+        let key = format!("k{i}");
+        let f = |it: crate::Item<'_>| (it.flags, it.value.to_vec());
+        match s.get_located(key.as_bytes(), 1, f) {
+            crate::Located::Done(l) => {
+                ram += 1;
+                assert_eq!(l.hit(), Some((i, value(i, 2000))));
+            }
+            crate::Located::Flash { fref, fetched, f } => {
+                flash += 1;
+                let read = std::thread::scope(|sc| sc.spawn(|| s.read_flash(&fref, key.as_bytes())).join().unwrap());
+                assert_eq!(s.finish_get(key.as_bytes(), fref, fetched, read, 1, f).hit(), Some((i, value(i, 2000))));
+            }
+        }
+    }
+    assert!(flash > 2000 && ram > 0, "{flash} {ram}");
+}
