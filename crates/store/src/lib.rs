@@ -237,13 +237,32 @@ impl Store {
             return Lookup::Miss;
         }
         let h = Self::hash(key);
-        let mut f = f;
+        match self.with_shard(h, now, |s, env| s.get(env, h, key, now, f)) {
+            Ok(l) => l,
+            Err((fref, fetched, f)) => self.get_from_flash(key, h, fref, fetched, now, f),
+        }
+    }
+
+    /// The rest of a `get` that found its item on flash, out of the RAM hit's way: read,
+    /// verify, answer; a record that fails is dropped and the key looked up again.
+    #[cold]
+    #[inline(never)]
+    fn get_from_flash<R, F: FnOnce(Item<'_>) -> R>(
+        &self,
+        key: &[u8],
+        h: u64,
+        fref: FlashRef,
+        fetched: bool,
+        now: Time,
+        f: F,
+    ) -> Lookup<R> {
+        let (mut fref, mut fetched, mut f) = (fref, fetched, f);
         for _ in 0..FLASH_RETRIES {
-            match self.with_shard(h, now, |s, env| s.get(env, h, key, now, f)) {
+            match self.finish_flash(key, fref, fetched, now, true, f) {
                 Ok(l) => return l,
-                Err((fref, fetched, g)) => match self.finish_flash(key, fref, fetched, now, true, g) {
+                Err(g) => match self.with_shard(h, now, |s, env| s.get(env, h, key, now, g)) {
                     Ok(l) => return l,
-                    Err(g) => f = g,
+                    Err((r, fe, g)) => (fref, fetched, f) = (r, fe, g),
                 },
             }
         }
