@@ -395,6 +395,27 @@ impl Config {
             Ok(ext) => ext,
             Err(e) => return Err(format!("mnemod: -o: {e}")),
         };
+        // The flash tier: memcached's start-up checks, and the file made before serving.
+        if let Some(fc) = ext.flash.store_config() {
+            if a.item_size_max > fc.wbuf_size {
+                return Err(format!(
+                    "mnemod: -I (item_size_max: {}) cannot be larger than ext_wbuf_size: {}",
+                    a.item_size_max, fc.wbuf_size
+                ));
+            }
+            // memcached's checks, in its order (the store works with any page multiple of the
+            // buffer, and tests use smaller ones).
+            let x = &ext.flash;
+            if x.page_size_mb % x.wbuf_size_mb.max(1) == 0 && (x.page_size_mb % 2 != 0 || x.wbuf_size_mb % 2 != 0) {
+                return Err(
+                    "mnemod: -o: Failed to initialize external storage: page_size and wbuf_size must be divisible by 1024*1024*2"
+                        .into(),
+                );
+            }
+            if let Err(e) = fc.check() {
+                return Err(format!("mnemod: -o: Failed to initialize external storage: {e}"));
+            }
+        }
         // As memcached: certificates load at start-up and a bad one stops it.
         let tls = match a.enable_ssl {
             true => match crate::tls::Tls::load(&ext.ssl) {

@@ -144,6 +144,7 @@ impl Shared {
             evict: config.evict,
             eviction: config.eviction,
             use_cas: config.use_cas,
+            flash: config.ext.flash.store_config(),
             ..StoreConfig::default()
         });
         let ext = config.ext.clone();

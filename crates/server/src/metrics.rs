@@ -305,6 +305,9 @@ fn general(p: &mut Page, sh: &Shared, t: &Totals, s: &mnemo_store::StoreStats) {
     p.one("memcached_items_reclaimed_total", Counter, "Expired items whose memory was taken back.", s.reclaimed);
     p.one("memcached_item_too_large_total", Counter, "Stores refused: larger than -I.", t.store_too_large);
     p.one("memcached_item_no_memory_total", Counter, "Stores refused: out of memory.", t.store_no_memory);
+    if let Some(x) = &s.flash {
+        extstore(p, x);
+    }
     if f.show_crawler {
         p.one("memcached_lru_crawler_starts_total", Counter, "Crawls and metadumps started.", sh.crawler_starts.load(Relaxed));
     }
@@ -320,6 +323,41 @@ fn general(p: &mut Page, sh: &Shared, t: &Totals, s: &mnemo_store::StoreStats) {
         ] {
             p.one(name, Counter, help, 0);
         }
+    }
+}
+
+/// The flash tier, as memcached_exporter names memcached's extstore fields (present only
+/// with `-o ext_path`, as in `stats`).
+fn extstore(p: &mut Page, x: &mnemo_store::FlashStats) {
+    for (name, help, v) in [
+        ("memcached_extstore_get_total", "Gets that read a value from flash (get_extstore).", x.get_extstore),
+        ("memcached_extstore_recache_total", "Flashed items brought back to RAM by reads.", x.recache_from_extstore),
+        ("memcached_extstore_miss_total", "Flash reads that found the record gone.", x.miss_from_extstore),
+        ("memcached_extstore_badcrc_total", "Flash reads whose record failed its checksum.", x.badcrc_from_extstore),
+        ("memcached_extstore_page_allocs_total", "Flash pages taken from the free list.", x.page_allocs),
+        ("memcached_extstore_page_evictions_total", "Flash pages recycled with live records.", x.page_evictions),
+        ("memcached_extstore_page_reclaims_total", "Flash pages recycled with no live record.", x.page_reclaims),
+        ("memcached_extstore_objects_evicted_total", "Flashed items lost to page recycling.", x.objects_evicted),
+        ("memcached_extstore_objects_read_total", "Records read from the flash file.", x.objects_read),
+        ("memcached_extstore_objects_written_total", "Records written to flash.", x.objects_written),
+        ("memcached_extstore_bytes_evicted_total", "Bytes of records lost to page recycling.", x.bytes_evicted),
+        ("memcached_extstore_bytes_written_total", "Bytes of records written to flash.", x.bytes_written),
+        ("memcached_extstore_bytes_read_total", "Bytes read from the flash file.", x.bytes_read),
+        ("memcached_extstore_compact_rescues_total", "Live records compaction copied out of a page.", x.compact_rescues),
+        ("memcached_extstore_compact_skipped_total", "Records compaction left in place.", x.compact_skipped),
+    ] {
+        p.one(name, Counter, help, v);
+    }
+    for (name, help, v) in [
+        ("memcached_extstore_pages_free", "Flash pages never written.", x.pages_free),
+        ("memcached_extstore_pages_used", "Flash pages written.", x.pages_used),
+        ("memcached_extstore_objects_used", "Live records on flash.", x.objects_used),
+        ("memcached_extstore_bytes_used", "Bytes of live records on flash.", x.bytes_used),
+        ("memcached_extstore_bytes_fragmented", "Bytes of used pages not held by live records.", x.bytes_fragmented),
+        ("memcached_extstore_limit_maxbytes", "Bytes of flash in whole pages.", x.limit_maxbytes),
+        ("memcached_extstore_io_queue", "Write buffers waiting for the writer.", x.io_queue),
+    ] {
+        p.one(name, Gauge, help, v);
     }
 }
 

@@ -191,6 +191,16 @@ pub fn general(sh: &Shared, out: &mut Vec<u8>) {
     stat(out, "get_misses", t.get_misses);
     stat(out, "get_expired", t.get_expired);
     stat(out, "get_flushed", t.get_flushed);
+    // memcached prints these only with ext_path; aborted/oom: a flash read here never
+    // gives up half-way, and needs no item memory.
+    if let Some(x) = &s.flash {
+        stat(out, "get_extstore", x.get_extstore);
+        stat(out, "get_aborted_extstore", 0);
+        stat(out, "get_oom_extstore", 0);
+        stat(out, "recache_from_extstore", x.recache_from_extstore);
+        stat(out, "miss_from_extstore", x.miss_from_extstore);
+        stat(out, "badcrc_from_extstore", x.badcrc_from_extstore);
+    }
     stat(out, "delete_misses", t.delete_misses);
     stat(out, "delete_hits", t.delete_hits);
     stat(out, "incr_misses", t.incr_misses);
@@ -258,6 +268,9 @@ pub fn general(sh: &Shared, out: &mut Vec<u8>) {
     ] {
         stat(out, name, 0);
     }
+    if let Some(x) = &s.flash {
+        extstore(x, out);
+    }
     // memcached 1.6.18 built with TLS prints these with -Z only, ssl_new_sessions only with
     // -o ssl_session_cache.
     if let Some(tls) = &sh.config.tls {
@@ -289,6 +302,34 @@ pub fn general(sh: &Shared, out: &mut Vec<u8>) {
         }
     }
     line(out, b"END");
+}
+
+/// memcached's extstore_* lines of `stats`. compact_lost stays 0: a record compaction could
+/// not copy is left in place and tried again (compact_skipped), not dropped.
+fn extstore(x: &mnemo_store::FlashStats, out: &mut Vec<u8>) {
+    for (name, v) in [
+        ("extstore_compact_lost", 0),
+        ("extstore_compact_rescues", x.compact_rescues),
+        ("extstore_compact_skipped", x.compact_skipped),
+        ("extstore_page_allocs", x.page_allocs),
+        ("extstore_page_evictions", x.page_evictions),
+        ("extstore_page_reclaims", x.page_reclaims),
+        ("extstore_pages_free", x.pages_free),
+        ("extstore_pages_used", x.pages_used),
+        ("extstore_objects_evicted", x.objects_evicted),
+        ("extstore_objects_read", x.objects_read),
+        ("extstore_objects_written", x.objects_written),
+        ("extstore_objects_used", x.objects_used),
+        ("extstore_bytes_evicted", x.bytes_evicted),
+        ("extstore_bytes_written", x.bytes_written),
+        ("extstore_bytes_read", x.bytes_read),
+        ("extstore_bytes_used", x.bytes_used),
+        ("extstore_bytes_fragmented", x.bytes_fragmented),
+        ("extstore_limit_maxbytes", x.limit_maxbytes),
+        ("extstore_io_queue", x.io_queue),
+    ] {
+        stat(out, name, v);
+    }
 }
 
 /// `stats settings`: memcached 1.6.18's lines in its order, then mnemo's own. Values are the
@@ -364,21 +405,18 @@ pub fn settings(sh: &Shared, out: &mut Vec<u8>) {
     stat(out, "read_buf_mem_limit", 0);
     stat(out, "track_sizes", yes_no(sh.sizes_enabled.load(Relaxed)));
     stat(out, "inline_ascii_response", "no");
-    for (name, value) in [
-        ("ext_item_size", "512"),
-        ("ext_item_age", "4294967295"),
-        ("ext_low_ttl", "0"),
-        ("ext_recache_rate", "2000"),
-        ("ext_wbuf_size", "4194304"),
-        ("ext_compact_under", "0"),
-        ("ext_drop_under", "0"),
-        ("ext_max_sleep", "1000000"),
-        ("ext_max_frag", "0.80"),
-        ("slab_automove_freeratio", "0.010"),
-        ("ext_drop_unread", "no"),
-    ] {
-        stat(out, name, value);
-    }
+    let x = &ext.flash;
+    stat(out, "ext_item_size", x.item_size);
+    stat(out, "ext_item_age", x.item_age);
+    stat(out, "ext_low_ttl", x.low_ttl);
+    stat(out, "ext_recache_rate", x.recache_rate);
+    stat(out, "ext_wbuf_size", u64::from(x.wbuf_size_mb) << 20);
+    stat(out, "ext_compact_under", x.compact_under());
+    stat(out, "ext_drop_under", x.drop_under());
+    stat(out, "ext_max_sleep", x.max_sleep);
+    stat(out, "ext_max_frag", c_fixed2(x.max_frag));
+    stat(out, "slab_automove_freeratio", format!("{:.3}", x.automove_freeratio));
+    stat(out, "ext_drop_unread", yes_no(x.drop_unread));
     // As given, in memcached's forms (its NULL and "(null)" spellings for unset files
     // included), with -Z or without.
     let ssl = &ext.ssl;

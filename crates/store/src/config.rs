@@ -70,6 +70,8 @@ pub struct StoreConfig {
     pub huge_pages: bool,
     /// The eviction policy.
     pub eviction: Eviction,
+    /// The flash tier (memcached's `-o ext_path=FILE:SIZE` and `ext_*`): None = RAM only.
+    pub flash: Option<crate::FlashConfig>,
 }
 
 impl Default for StoreConfig {
@@ -82,6 +84,7 @@ impl Default for StoreConfig {
             shards: DEFAULT_SHARDS,
             huge_pages: true,
             eviction: Eviction::default(),
+            flash: None,
         }
     }
 }

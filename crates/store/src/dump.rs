@@ -115,7 +115,7 @@ impl Store {
         cur.items.clear();
         {
             let me = cur.shard;
-            let env = Env { geo: &self.geo, budget: &self.budget, shards: &self.shards, me };
+            let env = self.env(me);
             let mut s = self.shards[me].lock();
             s.apply_flush(&env, now);
             let (level0, split0) = *cur.start.get_or_insert_with(|| s.index.geometry());
@@ -163,6 +163,10 @@ fn copy_family(
     let mut c = b;
     while c < n {
         s.index.for_each_in_chain(c, |e| {
+            // Flashed items are not listed (their keys are on flash only).
+            if slot::is_flash(e) {
+                return;
+            }
             let seg = slot::seg(e);
             let m = &s.segs.metas[seg as usize];
             // A slot into a dead (expired or flushed) segment is garbage the sweep has not

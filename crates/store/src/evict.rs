@@ -142,6 +142,27 @@ impl Shard {
         self.active = [[0; crate::segment::TTL_BUCKETS]; 2];
         // A key set again after a flush has not come back from an eviction.
         self.ghost.clear();
+        self.flush_flash(env);
+    }
+
+    /// flush_all for flashed items: every flash slot and entry goes (O(index), as rare as
+    /// flush_all), so no flashed copy written before the flush is ever found again.
+    fn flush_flash(&mut self, env: &Env<'_>) {
+        if self.flash.live() == 0 {
+            return;
+        }
+        let mut cursor = 0;
+        loop {
+            cursor = self.index.sweep(cursor, self.index.buckets(), slot::is_flash);
+            if cursor == 0 {
+                break;
+            }
+        }
+        self.stats.flushed += self.flash.live() as u64;
+        if let Some(f) = env.flash {
+            self.flash.each(|_, loc| f.release(&loc));
+        }
+        self.flash.clear();
     }
 
     /// Retires a Live segment whose items are all dead, without reading them.
@@ -178,13 +199,26 @@ impl Shard {
     /// One slice of the sweep that drops index slots pointing at dead segments. Returns whether
     /// the current pass has more to do.
     pub fn sweep_step(&mut self, env: &Env<'_>) -> bool {
-        if self.segs.dead_refs == 0 {
-            self.sweep_cursor = 0;
+        // Flash pages recycled since the last pass left entries naming them.
+        let recycled = env.flash.map_or(0, |f| f.recycled());
+        if self.segs.dead_refs == 0 && self.sweep_cursor == 0 && recycled == self.flash_swept {
             return false;
+        }
+        if self.sweep_cursor == 0 {
+            self.flash_swept = recycled;
         }
         let segs = &mut self.segs;
         let stats = &mut self.stats;
+        let flash = &mut self.flash;
         self.sweep_cursor = self.index.sweep(self.sweep_cursor, SWEEP_SLICE, |e| {
+            if slot::is_flash(e) {
+                let i = slot::flash_entry(e);
+                let live = flash.get(i).is_some_and(|(_, loc)| env.flash.is_some_and(|f| f.current(&loc)));
+                if !live && flash.get(i).is_some() {
+                    flash.free(i);
+                }
+                return !live;
+            }
             let sg = slot::seg(e);
             match segs.metas[sg as usize].state {
                 SegState::Dead(r) => {
@@ -397,6 +431,15 @@ impl Shard {
                     continue;
                 }
             }
+            if !expired {
+                if let Some(i) = self.demote(env, v, off, &hdr, h, now) {
+                    // The value goes to flash; the slot stays, naming the flash entry.
+                    self.index.set(pos, slot::to_flash(slot::cleared(s), i));
+                    self.drop_from_victim(v, off, len);
+                    off += len;
+                    continue;
+                }
+            }
             if expired {
                 self.stats.reclaimed += 1;
                 if !slot::fetched(s) {
@@ -508,22 +551,28 @@ impl Shard {
             };
             if let Some(pos) = self.index.find_exact(h, v, 0) {
                 let s = self.index.get(pos);
-                if hdr.exp != 0 && hdr.exp <= now {
-                    self.stats.reclaimed += 1;
-                    if !slot::fetched(s) {
-                        self.stats.expired_unfetched += 1;
-                    }
+                let expired = hdr.exp != 0 && hdr.exp <= now;
+                if let Some(i) = (!expired).then(|| self.demote(env, v, 0, &hdr, h, now)).flatten() {
+                    // The value goes to flash; the slot stays, naming the flash entry.
+                    self.index.set(pos, slot::to_flash(slot::cleared(s), i));
                 } else {
-                    self.stats.evictions += 1;
-                    if !slot::fetched(s) {
-                        self.stats.evicted_unfetched += 1;
+                    if expired {
+                        self.stats.reclaimed += 1;
+                        if !slot::fetched(s) {
+                            self.stats.expired_unfetched += 1;
+                        }
+                    } else {
+                        self.stats.evictions += 1;
+                        if !slot::fetched(s) {
+                            self.stats.evicted_unfetched += 1;
+                        }
+                        if self.segs.metas[v as usize].queue == Queue::Small {
+                            let items = self.stats.curr_items as usize;
+                            self.ghost.insert(h, items);
+                        }
                     }
-                    if self.segs.metas[v as usize].queue == Queue::Small {
-                        let items = self.stats.curr_items as usize;
-                        self.ghost.insert(h, items);
-                    }
+                    self.index.remove(pos);
                 }
-                self.index.remove(pos);
                 self.drop_from_victim(v, 0, hdr.total_len());
             }
         }

@@ -85,6 +85,9 @@ impl Store {
             return Ok(StoreOutcome::NotStored);
         }
         let h = inc.h;
+        if mode != Mode::Set {
+            self.promote(h, inc.key(), now);
+        }
         self.with_shard(h, now, |s, env| {
             let key_at = inc.value_at - inc.key_len;
             // The key is read from the buffer, which moves into the store only on success.
@@ -124,6 +127,11 @@ impl Shard {
         for _ in 0..MAX_ATTEMPTS {
             let old = match self.find(env, inc.h, key, now) {
                 Found::Live { pos, seg, off, hdr } => Some((pos, seg, off, hdr)),
+                // As in store: finish_value brought it back to RAM first where the mode needs it.
+                Found::Flash { pos, fref } => {
+                    self.remove_flash(env, pos, &fref);
+                    continue;
+                }
                 _ => None,
             };
             let refused = match (mode, &old) {

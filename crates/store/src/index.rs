@@ -12,7 +12,8 @@
 //! | 1 |             index of the next overflow bucket (63)                      |  link
 //! +---+-------------------------------------------------------------------------+
 //! F: fetched since written (for *_unfetched stats)   freq: reads, saturating at 7
-//! segment id 0 is never used, so an item slot is never 0.
+//! segment id 0 is never used, so an item slot is never 0. The top 16 segment ids name
+//! flash entries instead (`slot::FLASH_BASE`: an item whose value is on flash).
 //!
 //! bucket = [slot; 8] (one cache line); slot 7 holds a link when the chain continues
 //!
@@ -86,6 +87,22 @@ pub(crate) mod slot {
     #[inline]
     pub fn cleared(s: u64) -> u64 {
         s & !(FREQ_MASK << FREQ_SHIFT)
+    }
+    /// The first of 16 segment ids that never name a segment: a slot with one of them names
+    /// a flash entry instead (flash/entries.rs), index (id - FLASH_BASE) << 20 | offset.
+    pub const FLASH_BASE: u32 = SEG_MAX - 15;
+    #[inline]
+    pub fn is_flash(s: u64) -> bool {
+        seg(s) >= FLASH_BASE
+    }
+    #[inline]
+    pub fn flash_entry(s: u64) -> u32 {
+        ((seg(s) - FLASH_BASE) << 20) | off(s)
+    }
+    /// Same tag and access bits, now naming flash entry `i` (< 2^24).
+    #[inline]
+    pub fn to_flash(s: u64, i: u32) -> u64 {
+        moved(s, FLASH_BASE + (i >> 20), i & OFF_MAX)
     }
     /// Same tag and access bits, new location.
     #[inline]

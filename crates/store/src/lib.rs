@@ -44,6 +44,7 @@ mod buf;
 mod config;
 mod dump;
 mod evict;
+mod flash;
 mod ghost;
 mod incoming;
 mod index;
@@ -61,6 +62,11 @@ use parking_lot::Mutex;
 pub use config::{Eviction, StoreConfig, DEFAULT_SHARDS, MAX_SEGMENT_SIZE, MAX_SHARDS, MIN_SEGMENT_SIZE};
 pub use buf::Pages;
 pub use dump::{DumpCursor, DumpItem, DUMP_BATCH};
+pub use flash::{
+    FlashConfig, FlashError, FlashRef, FlashStats, FlashValue, Reject as FlashReject, DEFAULT_ITEM_SIZE,
+    DEFAULT_LOW_TTL, DEFAULT_MAX_FRAG_PERMILLE, DEFAULT_PAGE_SIZE, DEFAULT_RECACHE_RATE, DEFAULT_WBUF_SIZE,
+    MAX_PAGE_SIZE,
+};
 pub use incoming::Incoming;
 pub use item::MAX_KEY_LEN;
 pub use prefetch::{Prefetch, PREFETCH_HEAD, PREFETCH_VALUE};
@@ -69,10 +75,22 @@ pub use stats::StoreStats;
 
 use budget::Budget;
 use config::Geometry;
-use shard::{Env, Shard};
+use flash::Flash;
+use shard::{Env, Found, Shard};
+
+/// Lookups one read may take: a flashed copy that fails verification is dropped and the key
+/// looked up again (another slot may hold it), which cannot go on for long.
+const FLASH_RETRIES: usize = 4;
 
 /// Seconds on the server's relative clock.
 pub type Time = u32;
+
+/// What `Store::get_located` found: the answer, or where on flash the value is (with the
+/// caller's closure handed back, for `Store::finish_get`).
+pub enum Located<R, F> {
+    Done(Lookup<R>),
+    Flash { fref: FlashRef, fetched: bool, f: F },
+}
 
 /// A key's hash, as `Store::key_hash` gives it for `Store::prefetch_hashed`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -157,15 +175,29 @@ pub struct Store {
     /// Largest `now` any operation passed: lets flush_all apply a pending flush that is due but
     /// was not yet seen by every shard before replacing it.
     seen: AtomicU32,
+    /// The flash tier (`StoreConfig::flash`).
+    flash: Option<Flash>,
 }
 
 impl Store {
+    /// A store as configured. Panics if the flash file cannot be used: see [`Store::open`].
     pub fn new(cfg: StoreConfig) -> Store {
+        Store::open(cfg).unwrap_or_else(|e| panic!("flash tier: {e}"))
+    }
+
+    /// A store as configured; the error says why the flash file could not be used.
+    pub fn open(cfg: StoreConfig) -> Result<Store, FlashError> {
+        let flash = cfg.flash.as_ref().map(Flash::open).transpose()?;
         let geo = Geometry::new(&cfg);
         let budget = Budget::new(geo.limit, geo.seg_size, geo.huge_pages);
         let shards: Box<[Mutex<Shard>]> =
             (0..geo.shards).map(|i| Mutex::new(Shard::new(i as u64, &geo, &budget))).collect();
-        Store { shards, geo, budget, seen: AtomicU32::new(0) }
+        Ok(Store { shards, geo, budget, seen: AtomicU32::new(0), flash })
+    }
+
+    #[inline]
+    fn env(&self, me: usize) -> Env<'_> {
+        Env { geo: &self.geo, budget: &self.budget, shards: &self.shards, me, flash: self.flash.as_ref() }
     }
 
     #[inline]
@@ -186,7 +218,7 @@ impl Store {
     fn with_shard<T>(&self, h: u64, now: Time, op: impl FnOnce(&mut Shard, &Env<'_>) -> T) -> T {
         self.observe(now);
         let me = self.geo.shard_of(h);
-        let env = Env { geo: &self.geo, budget: &self.budget, shards: &self.shards, me };
+        let env = self.env(me);
         let mut shard = self.shards[me].lock();
         shard.apply_flush(&env, now);
         op(&mut shard, &env)
@@ -197,13 +229,208 @@ impl Store {
         !key.is_empty() && key.len() <= MAX_KEY_LEN
     }
 
-    /// Reads an item; `f` runs under the shard lock (copy the value out, don't block).
+    /// Reads an item; `f` runs under the shard lock (copy the value out, don't block). An item
+    /// whose value is on flash is read after the lock is released (a pread) and verified,
+    /// and `f` runs then, with no lock held.
     pub fn get<R>(&self, key: &[u8], now: Time, f: impl FnOnce(Item<'_>) -> R) -> Lookup<R> {
         if !Self::valid_key(key) {
             return Lookup::Miss;
         }
         let h = Self::hash(key);
-        self.with_shard(h, now, |s, env| s.get(env, h, key, now, f))
+        match self.with_shard(h, now, |s, env| s.get(env, h, key, now, f)) {
+            Ok(l) => l,
+            Err((fref, fetched, f)) => self.get_from_flash(key, h, fref, fetched, now, f),
+        }
+    }
+
+    /// The rest of a `get` that found its item on flash, out of the RAM hit's way: read,
+    /// verify, answer; a record that fails is dropped and the key looked up again.
+    #[cold]
+    #[inline(never)]
+    fn get_from_flash<R, F: FnOnce(Item<'_>) -> R>(
+        &self,
+        key: &[u8],
+        h: u64,
+        fref: FlashRef,
+        fetched: bool,
+        now: Time,
+        f: F,
+    ) -> Lookup<R> {
+        let (mut fref, mut fetched, mut f) = (fref, fetched, f);
+        for _ in 0..FLASH_RETRIES {
+            match self.finish_flash(key, fref, fetched, now, true, f) {
+                Ok(l) => return l,
+                Err(g) => match self.with_shard(h, now, |s, env| s.get(env, h, key, now, g)) {
+                    Ok(l) => return l,
+                    Err((r, fe, g)) => (fref, fetched, f) = (r, fe, g),
+                },
+            }
+        }
+        Lookup::Miss
+    }
+
+    /// The second half of a read that found its item on flash: reads and verifies the record
+    /// (no lock held), then runs `f` on it. A record that fails verification is dropped from
+    /// the index and `f` handed back, for the caller to look the key up again.
+    fn finish_flash<R, F: FnOnce(Item<'_>) -> R>(
+        &self,
+        key: &[u8],
+        fref: FlashRef,
+        fetched: bool,
+        now: Time,
+        recache: bool,
+        f: F,
+    ) -> Result<Lookup<R>, F> {
+        let read = self.read_flash(&fref, key);
+        self.complete_flash(key, fref, fetched, read, now, recache, f)
+    }
+
+    /// A get in two halves, for a caller that reads flash elsewhere (an I/O thread, io_uring)
+    /// and answers later: the lookup, under the shard lock. `Located::Done` is the answer as
+    /// `get` gives it; `Located::Flash` hands `f` back with where the value is: read it with
+    /// [`Store::read_flash`] (no lock, may block on the disk), then finish with
+    /// [`Store::finish_get`].
+    pub fn get_located<R, F: FnOnce(Item<'_>) -> R>(&self, key: &[u8], now: Time, f: F) -> Located<R, F> {
+        if !Self::valid_key(key) {
+            return Located::Done(Lookup::Miss);
+        }
+        let h = Self::hash(key);
+        match self.with_shard(h, now, |s, env| s.get(env, h, key, now, f)) {
+            Ok(l) => Located::Done(l),
+            Err((fref, fetched, f)) => Located::Flash { fref, fetched, f },
+        }
+    }
+
+    /// The second half of a `get_located` that found its item on flash: `read` is what
+    /// [`Store::read_flash`] gave for `fref`. Runs `f` on the value (no lock held), or answers
+    /// a miss for a record that failed (and drops its slot: a `get_located` again may find the
+    /// key elsewhere, after an index tag collision); recaches per `ext_recache_rate`.
+    pub fn finish_get<R, F: FnOnce(Item<'_>) -> R>(
+        &self,
+        key: &[u8],
+        fref: FlashRef,
+        fetched: bool,
+        read: Result<FlashValue, FlashReject>,
+        now: Time,
+        f: F,
+    ) -> Lookup<R> {
+        self.complete_flash(key, fref, fetched, read, now, true, f).unwrap_or(Lookup::Miss)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn complete_flash<R, F: FnOnce(Item<'_>) -> R>(
+        &self,
+        key: &[u8],
+        fref: FlashRef,
+        fetched: bool,
+        read: Result<FlashValue, FlashReject>,
+        now: Time,
+        recache: bool,
+        f: F,
+    ) -> Result<Lookup<R>, F> {
+        let v = match read {
+            Ok(v) => v,
+            Err(_) => {
+                self.forget_flash(key, &fref, now);
+                return Err(f);
+            }
+        };
+        if v.exp() != 0 && v.exp() <= now {
+            self.forget_flash(key, &fref, now);
+            return Ok(Lookup::Expired);
+        }
+        let it = Item {
+            flags: v.flags(),
+            value: v.value(),
+            cas: if self.geo.use_cas { v.meta.cas } else { 0 },
+            exp: v.exp(),
+            fetched,
+            pages: None,
+        };
+        let r = f(it);
+        let fl = self.flash.as_ref().expect("a FlashRef comes from the flash tier");
+        if recache && fl.recache_due() {
+            let back = self.with_shard(fref.h, now, |s, env| {
+                let ok = s.recache(env, key, &fref, &v, now);
+                s.sync_overhead(env);
+                s.trim(env, now);
+                ok
+            });
+            if back {
+                fl.counters().recache_from_extstore.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        Ok(Lookup::Hit(r))
+    }
+
+    /// Reads a flashed item's record and verifies it (magic, checksum, page generation, key):
+    /// the half of a flash hit that needs no lock, for a caller that runs it elsewhere (an
+    /// I/O thread) after a lookup gave it `fref`. Counts memcached's get_extstore,
+    /// miss_from_extstore and badcrc_from_extstore.
+    pub fn read_flash(&self, fref: &FlashRef, key: &[u8]) -> Result<FlashValue, FlashReject> {
+        let fl = self.flash.as_ref().ok_or(FlashReject::Gone)?;
+        let c = fl.counters();
+        c.get_extstore.fetch_add(1, Ordering::Relaxed);
+        let mut rec = Vec::new();
+        let r = fl.read(&fref.loc, &mut rec).and_then(|gen| {
+            let v = flash::record::verify(&rec, flash::Place { page: fref.loc.page, gen }, key)?;
+            let start = v.value.as_ptr() as usize - rec.as_ptr() as usize;
+            Ok((v.meta, start..start + v.value.len()))
+        });
+        match r {
+            Ok((meta, value)) => Ok(FlashValue { rec, meta, value }),
+            Err(e) => {
+                let n = if e == FlashReject::BadCrc { &c.badcrc_from_extstore } else { &c.miss_from_extstore };
+                n.fetch_add(1, Ordering::Relaxed);
+                Err(e)
+            }
+        }
+    }
+
+    /// Drops the slot `fref` came from, if it still names the same record.
+    fn forget_flash(&self, key: &[u8], fref: &FlashRef, now: Time) {
+        self.with_shard(fref.h, now, |s, env| {
+            if let Some(pos) = s.refind_flash(env, key, fref, now) {
+                s.remove_flash(env, pos, fref);
+            }
+        });
+    }
+
+    /// Brings `key`'s value back from flash into RAM, if it is there, before an operation
+    /// that needs it in RAM (touch, gat, incr/decr, append/prepend, add/replace/cas). A record
+    /// that fails verification, or has expired, is dropped instead.
+    fn promote(&self, h: u64, key: &[u8], now: Time) {
+        if self.flash.is_none() {
+            return;
+        }
+        for _ in 0..FLASH_RETRIES {
+            let found = self.with_shard(h, now, |s, env| match s.find(env, h, key, now) {
+                Found::Flash { fref, .. } => Some(fref),
+                _ => None,
+            });
+            let Some(fref) = found else { return };
+            match self.read_flash(&fref, key) {
+                Ok(v) if v.exp() == 0 || v.exp() > now => {
+                    let back = self.with_shard(h, now, |s, env| {
+                        let ok = s.recache(env, key, &fref, &v, now);
+                        s.sync_overhead(env);
+                        s.trim(env, now);
+                        ok
+                    });
+                    if back {
+                        return;
+                    }
+                }
+                _ => self.forget_flash(key, &fref, now),
+            }
+        }
+    }
+
+    /// Writes out the flash write buffer and waits for the writer (tests; a clean shutdown).
+    pub fn flash_sync(&self) {
+        if let Some(f) = &self.flash {
+            f.sync();
+        }
     }
 
     /// Reads an item without counting the read: the item is not marked fetched and its
@@ -214,16 +441,30 @@ impl Store {
             return Lookup::Miss;
         }
         let h = Self::hash(key);
-        self.with_shard(h, now, |s, env| match s.find(env, h, key, now) {
-            shard::Found::Live { pos, seg, off, hdr } => {
-                let mut it = s.item_at(env.geo, seg, off, &hdr);
-                it.fetched = index::slot::fetched(s.index.get(pos));
-                Lookup::Hit(f(it))
+        let mut f = f;
+        for _ in 0..FLASH_RETRIES {
+            let r = self.with_shard(h, now, |s, env| {
+                Ok(match s.find(env, h, key, now) {
+                    Found::Live { pos, seg, off, hdr } => {
+                        let mut it = s.item_at(env.geo, seg, off, &hdr);
+                        it.fetched = index::slot::fetched(s.index.get(pos));
+                        Lookup::Hit(f(it))
+                    }
+                    Found::Flash { pos, fref } => return Err((fref, index::slot::fetched(s.index.get(pos)), f)),
+                    Found::Dead(segment::DeadReason::Expired) => Lookup::Expired,
+                    Found::Dead(segment::DeadReason::Flushed) => Lookup::Flushed,
+                    Found::Absent => Lookup::Miss,
+                })
+            });
+            match r {
+                Ok(l) => return l,
+                Err((fref, fetched, g)) => match self.finish_flash(key, fref, fetched, now, false, g) {
+                    Ok(l) => return l,
+                    Err(g) => f = g,
+                },
             }
-            shard::Found::Dead(segment::DeadReason::Expired) => Lookup::Expired,
-            shard::Found::Dead(segment::DeadReason::Flushed) => Lookup::Flushed,
-            shard::Found::Absent => Lookup::Miss,
-        })
+        }
+        Lookup::Miss
     }
 
     /// A hint that `key` will be read soon, for a multi-key read that walks ahead of itself
@@ -262,6 +503,7 @@ impl Store {
             return Lookup::Miss;
         }
         let h = Self::hash(key);
+        self.promote(h, key, now);
         self.with_shard(h, now, |s, env| s.get_and_touch(env, h, key, exp, now, f))
     }
 
@@ -272,6 +514,7 @@ impl Store {
             return false;
         }
         let h = Self::hash(key);
+        self.promote(h, key, now);
         self.with_shard(h, now, |s, env| s.touch(env, h, key, exp, now))
     }
 
@@ -294,6 +537,10 @@ impl Store {
             return Err(StoreError::TooLarge);
         }
         let h = Self::hash(key);
+        if mode != Mode::Set {
+            // These need the old value (or to know it exists): bring a flashed one back.
+            self.promote(h, key, now);
+        }
         self.with_shard(h, now, |s, env| s.store(env, h, mode, key, flags, exp, value, now))
     }
 
@@ -302,6 +549,34 @@ impl Store {
             return false;
         }
         let h = Self::hash(key);
+        if self.flash.is_some() {
+            // A flashed item's expiry is in its record: read it, so that an expired (or
+            // damaged) one is NOT_FOUND, as memcached answers for an expired item.
+            for _ in 0..FLASH_RETRIES {
+                // One lookup decides: an item in RAM (or none) is deleted as without flash.
+                let found = self.with_shard(h, now, |s, env| match s.find(env, h, key, now) {
+                    Found::Flash { fref, .. } => Err(fref),
+                    Found::Live { pos, .. } => {
+                        s.remove(env, pos);
+                        Ok(true)
+                    }
+                    _ => Ok(false),
+                });
+                let fref = match found {
+                    Ok(deleted) => return deleted,
+                    Err(fref) => fref,
+                };
+                let live = matches!(self.read_flash(&fref, key), Ok(v) if v.exp() == 0 || v.exp() > now);
+                let gone = self.with_shard(h, now, |s, env| {
+                    let pos = s.refind_flash(env, key, &fref, now)?;
+                    s.remove_flash(env, pos, &fref);
+                    Some(())
+                });
+                if gone.is_some() {
+                    return live;
+                }
+            }
+        }
         self.with_shard(h, now, |s, env| s.delete(env, h, key, now))
     }
 
@@ -314,7 +589,7 @@ impl Store {
         let share = bytes / self.shards.len();
         let now = self.seen.load(Ordering::Relaxed);
         for (me, shard) in self.shards.iter().enumerate() {
-            let env = Env { geo: &self.geo, budget: &self.budget, shards: &self.shards, me };
+            let env = self.env(me);
             let mut s = shard.lock();
             while self.budget.used() > bytes && s.used() > share {
                 if !s.evict_head(&env, now, None) {
@@ -353,6 +628,7 @@ impl Store {
             return Err(DeltaError::NotFound);
         }
         let h = Self::hash(key);
+        self.promote(h, key, now);
         self.with_shard(h, now, |s, env| s.delta(env, h, key, incr, delta, now, parse, pad))
     }
 
@@ -361,7 +637,7 @@ impl Store {
     pub fn flush_all(&self, at: Time) {
         let seen = self.seen.load(Ordering::Relaxed);
         for me in 0..self.shards.len() {
-            let env = Env { geo: &self.geo, budget: &self.budget, shards: &self.shards, me };
+            let env = self.env(me);
             let mut s = self.shards[me].lock();
             // A flush that is already due for the rest of the store must not be cancelled
             // here just because no operation reached this shard yet.
@@ -384,6 +660,11 @@ impl Store {
         st.segments_total = (self.budget.limit() / self.geo.seg_size) as u64;
         st.segments_free =
             (self.budget.limit().saturating_sub(self.budget.used()) / self.geo.seg_size) as u64;
+        st.flash = self.flash.as_ref().map(|f| {
+            let mut fs = FlashStats { entries: st.flash_items, entry_bytes: st.flash_entry_bytes, ..Default::default() };
+            f.add_stats(&mut fs);
+            fs
+        });
         st
     }
 
@@ -391,6 +672,9 @@ impl Store {
     pub fn reset_stats(&self) {
         for s in self.shards.iter() {
             s.lock().reset_stats();
+        }
+        if let Some(f) = &self.flash {
+            f.reset_stats();
         }
     }
 
@@ -400,7 +684,7 @@ impl Store {
     pub fn maintain(&self, now: Time) {
         self.observe(now);
         for me in 0..self.shards.len() {
-            let env = Env { geo: &self.geo, budget: &self.budget, shards: &self.shards, me };
+            let env = self.env(me);
             {
                 let mut s = self.shards[me].lock();
                 s.apply_flush(&env, now);
@@ -416,6 +700,50 @@ impl Store {
                 s.trim(&env, now);
                 if !more {
                     break;
+                }
+            }
+        }
+        self.compact_flash(now);
+    }
+
+    /// Flash compaction, one page per call: the live records of the page `compaction_victim`
+    /// names are read (no lock held), appended again and their entries repointed (the index
+    /// slots name entries, so they do not change). A record that changed meanwhile (deleted,
+    /// overwritten, recached) is skipped; expired ones are left to go with the page.
+    fn compact_flash(&self, now: Time) {
+        let Some(f) = &self.flash else { return };
+        let Some((page, gen)) = f.compaction_victim() else { return };
+        let c = f.counters();
+        let mut rec = Vec::new();
+        for shard in self.shards.iter() {
+            let mut victims = Vec::new();
+            shard.lock().flash.each(|i, loc| {
+                if loc.page == page && loc.gen == gen {
+                    victims.push((i, loc));
+                }
+            });
+            for (i, loc) in victims {
+                let Ok(g) = f.read(&loc, &mut rec) else { continue };
+                let Ok((key, v)) = flash::record::verify_any(&rec, flash::Place { page, gen: g }) else { continue };
+                if v.meta.exp != 0 && v.meta.exp <= now {
+                    c.compact_skipped.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
+                let mut s = shard.lock();
+                if s.flash.get(i).map(|(_, l)| l) != Some(loc) {
+                    continue;
+                }
+                match f.append(key, v.value, v.meta) {
+                    Some(nl) => {
+                        s.flash.relocate(i, nl);
+                        f.release(&loc);
+                        c.compact_rescues.fetch_add(1, Ordering::Relaxed);
+                    }
+                    None => {
+                        // The writer is behind: the rest of the page is left for the next call.
+                        c.compact_skipped.fetch_add(1, Ordering::Relaxed);
+                        return;
+                    }
                 }
             }
         }

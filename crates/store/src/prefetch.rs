@@ -44,7 +44,9 @@ impl Shard {
             return self.index.prefetch(h);
         }
         let next = self.index.candidates(h, stage == Prefetch::Chain, |s| {
-            let m = &self.segs.metas[slot::seg(s) as usize];
+            let Some(m) = self.segs.metas.get(slot::seg(s) as usize) else {
+                return; // a flash entry: nothing in RAM to pull
+            };
             if m.state == SegState::Live {
                 // The header and key, and the value's first lines: small values are read
                 // whole right after (a get's copy), and the CPU's own prefetcher takes over

@@ -226,7 +226,7 @@ impl SegTable {
             return Some(id);
         }
         let id = self.metas.len();
-        if id > crate::index::slot::SEG_MAX as usize {
+        if id >= crate::index::slot::FLASH_BASE as usize {
             return None;
         }
         if self.metas.len() == self.metas.capacity() {

@@ -11,6 +11,8 @@
 use parking_lot::Mutex;
 
 use crate::budget::Budget;
+use crate::flash::entries::{self, Entries};
+use crate::flash::{Flash, FlashRef};
 use crate::config::Geometry;
 use crate::ghost::Ghost;
 use crate::index::{slot, Index, Pos, Visit};
@@ -26,6 +28,8 @@ pub(crate) struct Env<'a> {
     /// All shards (eviction may take memory from a richer one with try_lock).
     pub shards: &'a [Mutex<Shard>],
     pub me: usize,
+    /// The flash tier, if configured.
+    pub flash: Option<&'a Flash>,
 }
 
 /// A head segment this dead (1/4) is compacted rather than more memory taken.
@@ -33,7 +37,7 @@ const COMPACT_DEAD_SHARE: usize = 4;
 
 /// Bound on make-room rounds for one operation; each round frees a segment or ages a hot one,
 /// so hitting this means memory cannot be had.
-const MAX_ATTEMPTS: usize = 100_000;
+pub(crate) const MAX_ATTEMPTS: usize = 100_000;
 
 pub(crate) struct Shard {
     pub(crate) index: Index,
@@ -48,10 +52,17 @@ pub(crate) struct Shard {
     overhead: usize,
     pub(crate) sweep_cursor: usize,
     shard_no: u64,
+    /// Items whose value is on flash (flash/entries.rs).
+    pub(crate) flash: Entries,
+    /// `Flash::recycled` when this shard's last full sweep began: a newer count means some
+    /// entries may name recycled pages.
+    pub(crate) flash_swept: u64,
 }
 
 pub(crate) enum Found {
     Live { pos: Pos, seg: u32, off: usize, hdr: Header },
+    /// The key's value is on flash (by its 55 hash bits; the read checks the key).
+    Flash { pos: Pos, fref: FlashRef },
     Dead(DeadReason),
     Absent,
 }
@@ -97,6 +108,8 @@ impl Shard {
             overhead,
             sweep_cursor: 0,
             shard_no,
+            flash: Entries::new(),
+            flash_swept: 0,
         }
     }
 
@@ -107,7 +120,7 @@ impl Shard {
 
     /// Charges (or refunds) index and metadata growth.
     pub fn sync_overhead(&mut self, env: &Env<'_>) {
-        let cur = self.index.bytes() + self.segs.meta_bytes() + self.ghost.bytes();
+        let cur = self.index.bytes() + self.segs.meta_bytes() + self.ghost.bytes() + self.flash.bytes();
         if cur > self.overhead {
             env.budget.force_add(cur - self.overhead);
         } else if cur < self.overhead {
@@ -157,10 +170,34 @@ impl Shard {
     pub fn find(&mut self, env: &Env<'_>, h: u64, key: &[u8], now: Time) -> Found {
         let segs = &mut self.segs;
         let stats = &mut self.stats;
+        let flash = &mut self.flash;
         let mut dead = None;
         // The matching item's header, decoded once for the key comparison and kept.
         let mut matched = None;
+        let mut flashed = None;
         let pos = self.index.find(h, |s| {
+            if slot::is_flash(s) {
+                let i = slot::flash_entry(s);
+                return match (flash.get(i), env.flash) {
+                    (Some((check, loc)), Some(f)) if f.current(&loc) => {
+                        if check == entries::hash_check(h) {
+                            flashed = Some(FlashRef { h, entry: i, loc });
+                            Visit::Match
+                        } else {
+                            Visit::Skip
+                        }
+                    }
+                    // Its page was recycled (counted there): the item is gone.
+                    (Some(_), _) => {
+                        flash.free(i);
+                        Visit::Purge
+                    }
+                    (None, _) => {
+                        debug_assert!(false, "index slot names a free flash entry");
+                        Visit::Purge
+                    }
+                };
+            }
             let sg = slot::seg(s);
             match segs.metas[sg as usize].state {
                 SegState::Live => {
@@ -194,6 +231,9 @@ impl Shard {
         let Some(pos) = pos else {
             return dead.map_or(Found::Absent, Found::Dead);
         };
+        if let Some(fref) = flashed {
+            return Found::Flash { pos, fref };
+        }
         let s = self.index.get(pos);
         let (seg, off) = (slot::seg(s), slot::off(s) as usize);
         let hdr = matched.expect("decoded before Visit::Match");
@@ -222,17 +262,23 @@ impl Shard {
         }
     }
 
-    /// Reads the live item under `key` (hash `h`) and marks it read.
+    /// Reads the live item under `key` (hash `h`) and marks it read. A flashed item is
+    /// marked read too, and handed back with `f` for a read outside the lock.
     #[inline(always)]
-    pub fn get<R>(
+    pub fn get<R, F: FnOnce(Item<'_>) -> R>(
         &mut self,
         env: &Env<'_>,
         h: u64,
         key: &[u8],
         now: Time,
-        f: impl FnOnce(Item<'_>) -> R,
-    ) -> Lookup<R> {
-        match self.find(env, h, key, now) {
+        f: F,
+    ) -> Result<Lookup<R>, (FlashRef, bool, F)> {
+        Ok(match self.find(env, h, key, now) {
+            Found::Flash { pos, fref } => {
+                let s = self.index.get(pos);
+                self.index.set(pos, slot::touched(s));
+                return Err((fref, slot::fetched(s), f));
+            }
             Found::Live { pos, seg, off, hdr } => {
                 let s = self.index.get(pos);
                 self.index.set(pos, slot::touched(s));
@@ -243,7 +289,7 @@ impl Shard {
             Found::Dead(DeadReason::Expired) => Lookup::Expired,
             Found::Dead(DeadReason::Flushed) => Lookup::Flushed,
             Found::Absent => Lookup::Miss,
-        }
+        })
     }
 
     // ---- removing ------------------------------------------------------------------------
@@ -273,6 +319,10 @@ impl Shard {
         match self.find(env, h, key, now) {
             Found::Live { pos, .. } => {
                 self.remove(env, pos);
+                true
+            }
+            Found::Flash { pos, fref } => {
+                self.remove_flash(env, pos, &fref);
                 true
             }
             _ => false,
@@ -444,7 +494,12 @@ impl Shard {
         while self.index.wants_split() {
             let segs = &mut self.segs;
             let stats = &mut self.stats;
+            let flash = &self.flash;
             self.index.split_one(|e| {
+                if slot::is_flash(e) {
+                    // The entry keeps the hash bits below the tag: all a bucket is chosen by.
+                    return flash.get(slot::flash_entry(e)).map(|(check, _)| check | slot::tag(e) << 40);
+                }
                 let sg = slot::seg(e);
                 match segs.metas[sg as usize].state {
                     SegState::Live => {
@@ -506,6 +561,13 @@ impl Shard {
         for _ in 0..MAX_ATTEMPTS {
             let old = match self.find(env, h, key, now) {
                 Found::Live { pos, seg, off, hdr } => Some((pos, seg, off, hdr)),
+                // The store layer brought a flashed item back to RAM first where the mode needs
+                // the old value; a flashed copy still here is overwritten: it must never be
+                // found again after this write.
+                Found::Flash { pos, fref } => {
+                    self.remove_flash(env, pos, &fref);
+                    continue;
+                }
                 _ => None,
             };
             match (mode, &old) {
@@ -590,6 +652,13 @@ impl Shard {
         for _ in 0..MAX_ATTEMPTS {
             let (pos, seg, off, hdr) = match self.find(env, h, key, now) {
                 Found::Live { pos, seg, off, hdr } => (pos, seg, off, hdr),
+                // The store brought it back to RAM before; on flash again means making room
+                // for the rewrite evicted it there: this change fails as for an evicted item,
+                // and the old copy must not outlive the failure.
+                Found::Flash { pos, fref } => {
+                    self.remove_flash(env, pos, &fref);
+                    return Ok(Found::Absent);
+                }
                 other => return Ok(other),
             };
             let s = self.index.get(pos);
@@ -657,9 +726,10 @@ impl Shard {
             }
             Ok(Found::Dead(DeadReason::Expired)) => Lookup::Expired,
             Ok(Found::Dead(DeadReason::Flushed)) => Lookup::Flushed,
-            Ok(Found::Absent) => Lookup::Miss,
+            // Still on flash: the store could not bring it back (no memory with evict=false).
+            Ok(Found::Absent | Found::Flash { .. }) => Lookup::Miss,
             // No memory to give the item an expiry (evict=false): serve it unchanged.
-            Err(_) => self.get(env, h, key, now, f),
+            Err(_) => self.get(env, h, key, now, f).unwrap_or(Lookup::Miss),
         };
         // After the read: trimming may evict the segment the item was just read from.
         self.trim(env, now);
@@ -701,8 +771,14 @@ impl Shard {
         // changes, items) or none.
         let mut result: Option<(u64, [u8; 20], usize)> = None;
         for _ in 0..MAX_ATTEMPTS {
-            let Found::Live { pos, seg, off, hdr } = self.find(env, h, key, now) else {
-                return Err(DeltaError::NotFound);
+            let (pos, seg, off, hdr) = match self.find(env, h, key, now) {
+                Found::Live { pos, seg, off, hdr } => (pos, seg, off, hdr),
+                // As in retime: back on flash after the store brought it to RAM.
+                Found::Flash { pos, fref } => {
+                    self.remove_flash(env, pos, &fref);
+                    return Err(DeltaError::NotFound);
+                }
+                _ => return Err(DeltaError::NotFound),
             };
             let old_len = hdr.value_len as usize;
             if result.is_none() {
@@ -748,7 +824,10 @@ impl Shard {
 
     pub fn add_stats(&self, st: &mut StoreStats) {
         let c = &self.stats;
-        st.curr_items += c.curr_items;
+        // memcached counts an item whose value is on flash as an item.
+        st.curr_items += c.curr_items + self.flash.live() as u64;
+        st.flash_items += self.flash.live() as u64;
+        st.flash_entry_bytes += self.flash.bytes() as u64;
         st.total_items += c.total_items;
         st.bytes += c.bytes;
         st.evictions += c.evictions;

@@ -39,7 +39,11 @@
 //! match an item by accident.
 //!
 //! Writing walks each shard under its lock, segments oldest first, so items come back in their
-//! age order (eviction keeps its sense of old and new). The walk skips dead items (overwritten,
+//! age order (eviction keeps its sense of old and new). Items whose value is on flash (the
+//! flash tier) come first, read back from the file and verified: the snapshot holds them as
+//! any item, and restoring them into a store with a flash tier sends what overflows RAM back
+//! to flash (the restore waits for the flash writer between blocks). A key deleted or
+//! overwritten before the snapshot cannot come back: only the index's live entries are read. The walk skips dead items (overwritten,
 //! deleted), expired ones and segments that a due `flush_all` empties.
 
 use std::fs::File;
@@ -51,7 +55,7 @@ use xxhash_rust::xxh3::{xxh3_64, xxh3_64_with_seed};
 
 use crate::item;
 use crate::segment::SegState;
-use crate::shard::{Env, Shard};
+use crate::shard::Shard;
 use crate::{Mode, Store, Time};
 
 const MAGIC: &[u8; 8] = b"MNEMOSNP";
@@ -296,9 +300,28 @@ impl Frozen<'_> {
         head[40..48].copy_from_slice(&sum.to_le_bytes());
         w.out.write_all(&head)?;
         let st = self.store;
+        let mut rec = Vec::new();
         for (me, s) in self.shards.iter_mut().enumerate() {
-            let env = Env { geo: &st.geo, budget: &st.budget, shards: &st.shards, me };
+            let env = st.env(me);
             s.apply_flush(&env, now);
+            // Items whose value is on flash first: they are older than what is in RAM, and a
+            // restore that fills RAM sends them back to flash. Each is read and verified; one
+            // that fails is left out, as a read would miss it.
+            if let Some(f) = env.flash {
+                let mut locs = Vec::new();
+                s.flash.each(|_, loc| locs.push(loc));
+                for loc in locs {
+                    let Ok(gen) = f.read(&loc, &mut rec) else { continue };
+                    let Ok((key, v)) = crate::flash::record::verify_any(&rec, crate::flash::Place { page: loc.page, gen })
+                    else {
+                        continue;
+                    };
+                    if v.meta.exp != 0 && v.meta.exp <= now {
+                        continue;
+                    }
+                    w.item(key, v.meta.flags, to_unix(v.meta.exp, origin), v.value)?;
+                }
+            }
             let mut id = s.segs.head();
             while id != 0 {
                 let m = &s.segs.metas[id as usize];
@@ -508,6 +531,10 @@ impl Store {
                     let payload = &w.avail()[bh..bh + plen];
                     if fmt.payload_ok(h, payload) {
                         self.restore_block(payload, now, now_unix, origin, &mut report);
+                        if let Some(f) = &self.flash {
+                            // Items that overflow RAM go to flash: let the writer keep up.
+                            f.settle();
+                        }
                         good += 1;
                     } else {
                         // The header is sound (or, in version 1, all there is to go by): its

@@ -77,4 +77,10 @@ pub struct StoreStats {
     /// Segment metadata.
     pub meta_bytes: u64,
     pub shards: u64,
+    /// Items whose value is on flash (counted in `curr_items` too), and the RAM of their
+    /// entries (flash/entries.rs; their index slots are in `index_bytes`).
+    pub flash_items: u64,
+    pub flash_entry_bytes: u64,
+    /// The flash tier's counters (None without `ext_path`).
+    pub flash: Option<crate::FlashStats>,
 }

@@ -80,3 +80,57 @@ proptest! {
         run(cfg, &ops, true);
     }
 }
+
+/// A flash file for one case, removed after it.
+struct FlashFile(std::path::PathBuf);
+
+impl FlashFile {
+    fn new() -> FlashFile {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        static N: AtomicU32 = AtomicU32::new(0);
+        let n = N.fetch_add(1, Ordering::Relaxed);
+        FlashFile(std::env::temp_dir().join(format!("mnemo-model-flash-{}-{n}", std::process::id())))
+    }
+
+    /// Small pages so that pages are recycled within a case (stale entries, generations), a
+    /// low item size so most values go to flash, and a high recache rate so flash hits come
+    /// back to RAM often.
+    fn config(&self, pages: u64) -> FlashConfig {
+        FlashConfig {
+            page_size: 64 << 10,
+            wbuf_size: 16 << 10,
+            item_size: 16,
+            recache_rate: 3,
+            ..FlashConfig::new(&self.0, pages * (64 << 10))
+        }
+    }
+}
+
+impl Drop for FlashFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 40, ..ProptestConfig::default() })]
+
+    /// The eviction regime with a flash tier: items leave RAM for flash (and come back, by
+    /// reads, recaching and the commands that change them), flash pages are recycled; the
+    /// store may still forget items, but never returns a stale or wrong value.
+    #[test]
+    fn eviction_regime_flash(ops in proptest::collection::vec(op_strategy(300, true), 300..900), pages in 1u64..6) {
+        let f = FlashFile::new();
+        let cfg = StoreConfig { mem_limit: 64 << 10, shards: 2, flash: Some(f.config(pages)), ..Default::default() };
+        run(cfg, &ops, true);
+    }
+
+    /// The same with a flash file that never fills: with the writer keeping up, far fewer
+    /// items are forgotten, and those kept are still exactly the model's.
+    #[test]
+    fn eviction_regime_flash_roomy(ops in proptest::collection::vec(op_strategy(300, true), 300..900)) {
+        let f = FlashFile::new();
+        let cfg = StoreConfig { mem_limit: 64 << 10, shards: 2, eviction: Eviction::Fifo, flash: Some(f.config(256)), ..Default::default() };
+        run(cfg, &ops, true);
+    }
+}

@@ -1,7 +1,7 @@
 //! memcached's extended options (`-o name[=value],...`), read with memcached 1.6.18's names,
 //! checks and error lines. Options whose behaviour exists in mnemo take effect; the ones that
 //! tune a mechanism mnemo does not have (slab classes, the segmented LRU and its maintainer,
-//! extstore, the logger, TLS, seccomp) are accepted, so memcached command lines keep working,
+//! extstore's compaction and I/O threads, the logger, TLS, seccomp) are accepted, so memcached command lines keep working,
 //! reported once on stderr at start-up and listed by `stats settings`
 //! (`extended_options_ignored`). A name memcached does not know stops the start, as there.
 //!
@@ -12,6 +12,12 @@
 //!                     slab_automove_ratio  modern  no_modern (the settings above, as memcached)
 //!                     ssl_chain_cert  ssl_key  ssl_ca_cert  ssl_verify_mode  ssl_min_version
 //!                     ssl_ciphers  ssl_session_cache  ssl_keyformat (TLS with -Z: tls.rs)
+//!                     ext_path  ext_page_size  ext_wbuf_size  ext_item_size  ext_low_ttl
+//!                     ext_recache_rate  ext_compact_under  ext_max_frag (the flash tier:
+//!                     mnemo-store's flash module)
+//!   checked, shown    ext_item_age  ext_drop_under  ext_drop_unread  ext_threads
+//!   by stats settings ext_io_depth  ext_max_sleep  slab_automove_freeratio
+//!   but ignored       (no age-based flushing or I/O threads yet: docs/flash.md)
 //!   reported only     ssl_wbuf_size  ssl_kernel_tls (rustls sizes its own records; no kTLS)
 //!   checked, ignored  hashpower  lru_crawler_sleep  lru_crawler_tocrawl  hot_lru_pct  warm_lru_pct
 //!                     hash_algorithm  and every other name memcached 1.6.18 accepts
@@ -49,6 +55,8 @@ pub struct ExtOptions {
     pub lru_crawler_tocrawl: u32,
     /// The `ssl_*` options (used when -Z turns TLS on; printed by `stats settings` either way).
     pub ssl: SslOptions,
+    /// The `ext_*` options (the flash tier when `ext_path` is given).
+    pub flash: FlashOptions,
     /// Accepted options that change nothing in mnemo, as given.
     pub ignored: Vec<String>,
 }
@@ -144,6 +152,146 @@ impl SslOptions {
     }
 }
 
+/// memcached's `ext_*` options as given, in memcached's units.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FlashOptions {
+    /// `ext_path=FILE:SIZE`: the file and its size in bytes (one: see `apply`).
+    pub path: Option<(String, u64)>,
+    /// Megabytes.
+    pub page_size_mb: u32,
+    pub wbuf_size_mb: u32,
+    pub threads: u32,
+    pub io_depth: u32,
+    /// Bytes.
+    pub item_size: u32,
+    /// Seconds.
+    pub item_age: u32,
+    pub low_ttl: u32,
+    pub recache_rate: u32,
+    /// Pages; None: a quarter of the file's pages (memcached's default).
+    pub compact_under: Option<u32>,
+    pub drop_under: Option<u32>,
+    /// Microseconds.
+    pub max_sleep: u32,
+    pub max_frag: f64,
+    pub drop_unread: bool,
+    pub automove_freeratio: f64,
+}
+
+impl Default for FlashOptions {
+    fn default() -> Self {
+        FlashOptions {
+            path: None,
+            page_size_mb: (mnemo_store::DEFAULT_PAGE_SIZE >> 20) as u32,
+            wbuf_size_mb: (mnemo_store::DEFAULT_WBUF_SIZE >> 20) as u32,
+            threads: 1,
+            io_depth: 1,
+            item_size: mnemo_store::DEFAULT_ITEM_SIZE as u32,
+            item_age: u32::MAX,
+            low_ttl: mnemo_store::DEFAULT_LOW_TTL,
+            recache_rate: mnemo_store::DEFAULT_RECACHE_RATE,
+            compact_under: None,
+            drop_under: None,
+            max_sleep: 1_000_000,
+            max_frag: 0.80,
+            drop_unread: false,
+            automove_freeratio: 0.01,
+        }
+    }
+}
+
+impl FlashOptions {
+    /// Pages of the file (0 without `ext_path`).
+    pub fn pages(&self) -> u64 {
+        self.path.as_ref().map_or(0, |(_, size)| size / (u64::from(self.page_size_mb) << 20).max(1))
+    }
+
+    /// `ext_compact_under` / `ext_drop_under` as memcached reports them: a quarter of the
+    /// pages unless given.
+    pub fn compact_under(&self) -> u64 {
+        self.compact_under.map_or(self.pages() / 4, u64::from)
+    }
+    pub fn drop_under(&self) -> u64 {
+        self.drop_under.map_or(self.pages() / 4, u64::from)
+    }
+
+    /// The store's flash settings, if a file was given.
+    pub fn store_config(&self) -> Option<mnemo_store::FlashConfig> {
+        let (path, size) = self.path.clone()?;
+        Some(mnemo_store::FlashConfig {
+            page_size: (self.page_size_mb as usize) << 20,
+            wbuf_size: (self.wbuf_size_mb as usize) << 20,
+            item_size: self.item_size as usize,
+            low_ttl: self.low_ttl,
+            recache_rate: self.recache_rate,
+            compact_under: self.compact_under.map(|n| n as usize),
+            max_frag_permille: (self.max_frag * 1000.0).round().clamp(0.0, 1001.0) as u32,
+            ..mnemo_store::FlashConfig::new(path, size)
+        })
+    }
+
+    /// One `ext_*` option (or slab_automove_freeratio); None: not one of them. Errors are
+    /// memcached's lines; `effect` says whether the option changes what mnemo does.
+    fn apply(&mut self, name: &str, value: Option<&str>) -> Option<Result<bool, String>> {
+        let bad = || format!("could not parse argument to {name}");
+        let int = || value.and_then(|v| v.trim().parse::<u32>().ok()).ok_or_else(bad);
+        let float = || value.and_then(|v| v.trim().parse::<f64>().ok()).ok_or_else(bad);
+        let r = match name {
+            "ext_path" => return Some(self.set_path(value).map(|()| true)),
+            "ext_page_size" => {
+                if self.path.is_some() {
+                    return Some(Err("Must specify ext_page_size before any ext_path arguments".into()));
+                }
+                int().map(|v| self.page_size_mb = v).map(|()| true)
+            }
+            "ext_wbuf_size" => int().map(|v| self.wbuf_size_mb = v).map(|()| true),
+            "ext_item_size" => int().map(|v| self.item_size = v).map(|()| true),
+            "ext_low_ttl" => int().map(|v| self.low_ttl = v).map(|()| true),
+            "ext_recache_rate" => int().map(|v| self.recache_rate = v).map(|()| true),
+            "ext_threads" => int().map(|v| self.threads = v).map(|()| false),
+            "ext_io_depth" => int().map(|v| self.io_depth = v).map(|()| false),
+            "ext_item_age" => int().map(|v| self.item_age = v).map(|()| false),
+            "ext_compact_under" => int().map(|v| self.compact_under = Some(v)).map(|()| true),
+            "ext_drop_under" => int().map(|v| self.drop_under = Some(v)).map(|()| false),
+            "ext_max_sleep" => int().map(|v| self.max_sleep = v).map(|()| false),
+            "ext_max_frag" => float().map(|v| self.max_frag = v).map(|()| true),
+            "slab_automove_freeratio" => float().map(|v| self.automove_freeratio = v).map(|()| false),
+            "ext_drop_unread" => {
+                self.drop_unread = true;
+                Ok(false)
+            }
+            _ => return None,
+        };
+        Some(r)
+    }
+
+    /// `ext_path=FILE:SIZE`, SIZE with memcached's unit letters (K, M, G, T, P).
+    fn set_path(&mut self, value: Option<&str>) -> Result<(), String> {
+        let no_size = "must supply size to ext_path, ie: ext_path=/f/e:64m (M|G|T|P supported)\nfailed to parse ext_path argument";
+        let v = value.unwrap_or("");
+        let (file, size) = v.rsplit_once(':').ok_or(no_size)?;
+        let digits = size.trim_end_matches(|c: char| c.is_ascii_alphabetic());
+        let unit = &size[digits.len()..];
+        let shift = match unit.to_ascii_lowercase().as_str() {
+            "" => 0,
+            "k" => 10,
+            "m" => 20,
+            "g" => 30,
+            "t" => 40,
+            "p" => 50,
+            _ => return Err("failed to parse ext_path argument".into()),
+        };
+        let n: u64 = digits.parse().map_err(|_| "failed to parse ext_path argument")?;
+        let bytes = n.checked_shl(shift).filter(|b| b >> shift == n).ok_or("failed to parse ext_path argument")?;
+        if self.path.is_some() {
+            // memcached spreads pages over several files; mnemo's flash tier has one.
+            return Err("ext_path given twice: mnemo's flash tier uses one file".into());
+        }
+        self.path = Some((file.to_string(), bytes));
+        Ok(())
+    }
+}
+
 impl Default for ExtOptions {
     fn default() -> Self {
         ExtOptions {
@@ -159,6 +307,7 @@ impl Default for ExtOptions {
             lru_crawler_sleep: DEFAULT_LRU_CRAWLER_SLEEP,
             lru_crawler_tocrawl: 0,
             ssl: SslOptions::default(),
+            flash: FlashOptions::default(),
             ignored: Vec::new(),
         }
     }
@@ -171,10 +320,7 @@ const IGNORED: &[&str] = &[
     "temporary_ttl", "watcher_logbuf_size", "worker_logbuf_size", "slab_sizes", "slab_chunk_max",
     "no_inline_ascii_resp", "inline_ascii_resp", "no_chunked_items", "no_hashexpand",
     "drop_privileges", "no_drop_privileges", "resp_obj_mem_limit", "read_buf_mem_limit",
-    "slab_automove_window", "slab_automove_freeratio", "sock_cookie_id", "ext_page_size", "ext_wbuf_size",
-    "ext_threads", "ext_io_depth", "ext_path", "ext_item_size", "ext_item_age", "ext_low_ttl",
-    "ext_recache_rate", "ext_compact_under", "ext_drop_under", "ext_max_sleep", "ext_max_frag",
-    "ext_drop_unread",
+    "slab_automove_window", "sock_cookie_id",
 ];
 
 /// memcached's HASHPOWER_MAX.
@@ -207,6 +353,13 @@ impl ExtOptions {
                 self.ignored.push(opt.to_string());
             }
             return r;
+        }
+        if let Some(r) = self.flash.apply(name, value) {
+            // Accepted and shown by `stats settings`, but nothing acts on them yet.
+            if r == Ok(false) {
+                self.ignored.push(opt.to_string());
+            }
+            return r.map(|_| ());
         }
         match name {
             "idle_timeout" => {
@@ -290,13 +443,26 @@ mod tests {
 
     #[test]
     fn memcached_names_and_errors() {
-        let o = ExtOptions::parse(&["idle_timeout=5,no_lru_crawler", "track_sizes,ext_path=/x:1g"]).unwrap();
+        let o = ExtOptions::parse(&["idle_timeout=5,no_lru_crawler", "track_sizes,ext_path=/x:1g,ext_max_frag=0.5,ext_item_age=9"]).unwrap();
         assert_eq!((o.idle_timeout, o.lru_crawler, o.track_sizes), (5, false, true));
-        assert_eq!(o.ignored, vec!["ext_path=/x:1g"]);
+        assert_eq!(o.ignored, vec!["ext_item_age=9"]);
+        assert_eq!(o.flash.store_config().unwrap().max_frag_permille, 500);
+        assert_eq!(o.flash.path, Some(("/x".to_string(), 1 << 30)));
         assert_eq!(ExtOptions::parse(&["idle_timeout=abc"]).unwrap().idle_timeout, 0);
         assert_eq!(ExtOptions::parse(&["bogus"]), Err("Illegal suboption \"bogus\"".into()));
         assert_eq!(ExtOptions::parse(&["idle_timeout"]), Err("Missing numeric argument for idle_timeout".into()));
         assert!(ExtOptions::parse(&["hashpower=10"]).unwrap_err().contains("too low"));
+        let fc = ExtOptions::parse(&["ext_page_size=8,ext_wbuf_size=2,ext_item_size=100,ext_path=/f:64M"]).unwrap();
+        assert_eq!((fc.flash.pages(), fc.flash.compact_under(), fc.flash.drop_under()), (8, 2, 2));
+        let sc = fc.flash.store_config().unwrap();
+        assert_eq!((sc.page_size, sc.wbuf_size, sc.item_size, sc.size), (8 << 20, 2 << 20, 100, 64 << 20));
+        let err = |o: &str| ExtOptions::parse(&[o]).unwrap_err();
+        assert_eq!(err("ext_path=/x:1g,ext_page_size=2"), "Must specify ext_page_size before any ext_path arguments");
+        assert!(err("ext_path=/x").starts_with("must supply size to ext_path"));
+        assert_eq!(err("ext_path=/x:12q"), "failed to parse ext_path argument");
+        assert_eq!(err("ext_item_size=abc"), "could not parse argument to ext_item_size");
+        assert_eq!(err("ext_max_frag=abc"), "could not parse argument to ext_max_frag");
+        assert!(err("ext_path=/x:1g,ext_path=/y:1g").contains("one file"));
         let old = ExtOptions::parse(&["no_modern"]).unwrap();
         assert!(!old.maxconns_fast && !old.lru_crawler && !old.slab_reassign && old.slab_automove == 0);
     }

@@ -1,0 +1,635 @@
+//! The flash tier: values of large-enough items leave RAM for a file (memcached's extstore,
+//! `-o ext_path=FILE:SIZE`), and their index slots keep where.
+//!
+//! Owns the file, its pages, the write buffers and the writer thread (this file), the record
+//! format (record.rs), the per-shard table of flashed items (entries.rs) and the shard
+//! operations on them (ops.rs: demote, recache, drop). The shards decide
+//! what goes to flash (evict.rs: what eviction would otherwise drop) and serve reads
+//! (lib.rs, shard.rs); this module only writes records and reads them back.
+//!
+//! ```text
+//!  file (SIZE bytes) = pages of ext_page_size
+//!  +-----------------+-----------------+-----------------+-----+
+//!  | page 0  gen 3   | page 1  gen 1   | page 2  gen 0   | ... |      gen: bumped each time the
+//!  | [rec][rec][rec] | [rec][rec]..... | (free)          |     |      page is recycled
+//!  +-----------------+-----------------+-----------------+-----+
+//!          ^ full, oldest first            ^ free list
+//!  write buffers (ext_wbuf_size, four): demotion (under a shard lock) appends a record to the
+//!    buffer being filled; a full buffer is queued to the writer thread, which writes it with
+//!    one pwrite at its page offset; no buffer free = flash is behind = the item is evicted as
+//!    before (a set never waits for the disk). Queued and filling buffers are read from RAM.
+//!  page choice when the open page is full: a free page; else a full page with no live
+//!    record left (reclaimed); else the oldest full page (evicted: its records become
+//!    unreachable because their generation no longer matches).
+//!
+//!  per shard (entries.rs), one 16-byte entry per flashed item:
+//!    [ key hash bits 0..40 | page (24) ]  [ gen (16) | offset / 8 (24) | record length (24) ]
+//!  index slot of a flashed item: its tag and access bits, with a reserved segment id range
+//!    naming the entry (index.rs `slot::flash`)
+//! ```
+//!
+//! Reads happen outside the shard lock: a lookup under the lock yields a [`FlashRef`] (where
+//! the record is, which generation), [`crate::Store::read_flash`] reads and verifies it without
+//! any lock, and the caller finishes the request with the value. The store's closure-under-lock
+//! entry points (`get`, `peek`, ...) do exactly that in sequence; an asynchronous caller runs
+//! `Store::get_located`, the read elsewhere (an I/O thread, io_uring), and `Store::finish_get`.
+
+pub(crate) mod entries;
+mod ops;
+pub(crate) mod record;
+
+use std::collections::VecDeque;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+
+use parking_lot::{Condvar, Mutex};
+
+pub use record::Reject;
+pub(crate) use record::{Meta, Place};
+
+/// memcached's defaults for the `ext_*` options the store uses.
+pub const DEFAULT_PAGE_SIZE: usize = 64 << 20;
+pub const DEFAULT_WBUF_SIZE: usize = 4 << 20;
+pub const DEFAULT_ITEM_SIZE: usize = 512;
+pub const DEFAULT_RECACHE_RATE: u32 = 2000;
+pub const DEFAULT_LOW_TTL: u32 = 0;
+pub const DEFAULT_MAX_FRAG_PERMILLE: u32 = 800;
+/// Largest page: record offsets are kept in 24 bits of 8-byte units (entries.rs).
+pub const MAX_PAGE_SIZE: usize = 128 << 20;
+/// Largest record: its length is kept in 24 bits.
+pub const MAX_RECORD: usize = (1 << 24) - 8;
+/// Write buffers: one being filled, the others queued for the writer thread. Two were not
+/// enough for issue 37's setting (-m 64, 120,000 sets of 4 KB in batches of 100 as fast as
+/// a client sends them, file on this machine's disk): 1,007 and 4,439 items were evicted
+/// while both buffers were busy; with four, none (120,000 of 120,000 served). memcached
+/// keeps page_size / wbuf_size buffers (16 by default).
+const WBUFS: usize = 4;
+
+/// The flash tier's settings (memcached's `ext_*` options that the store acts on).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FlashConfig {
+    pub path: PathBuf,
+    /// Bytes of file; whole pages of it are used.
+    pub size: u64,
+    pub page_size: usize,
+    pub wbuf_size: usize,
+    /// Items whose value has at least this many bytes go to flash rather than being evicted.
+    pub item_size: usize,
+    /// Items with less than this many seconds to live are evicted, not flashed.
+    pub low_ttl: u32,
+    /// One flash hit in this many brings its item back to RAM (0: never).
+    pub recache_rate: u32,
+    /// Compaction runs while at most this many pages were never written (None: a quarter of
+    /// the file's pages, memcached's default for ext_compact_under).
+    pub compact_under: Option<usize>,
+    /// A full page is compacted when at least this share of it (per mille) is dead: memcached's
+    /// ext_max_frag (0.80 = 800).
+    pub max_frag_permille: u32,
+}
+
+impl FlashConfig {
+    pub fn new(path: impl Into<PathBuf>, size: u64) -> FlashConfig {
+        FlashConfig {
+            path: path.into(),
+            size,
+            page_size: DEFAULT_PAGE_SIZE,
+            wbuf_size: DEFAULT_WBUF_SIZE,
+            item_size: DEFAULT_ITEM_SIZE,
+            low_ttl: DEFAULT_LOW_TTL,
+            recache_rate: DEFAULT_RECACHE_RATE,
+            compact_under: None,
+            max_frag_permille: DEFAULT_MAX_FRAG_PERMILLE,
+        }
+    }
+    pub fn pages(&self) -> usize {
+        (self.size / self.page_size.max(1) as u64) as usize
+    }
+
+    /// Checks the settings and makes the file (its space reserved): what `Store::open` would
+    /// refuse, found before the server starts.
+    pub fn check(&self) -> Result<(), FlashError> {
+        self.open_file().map(drop)
+    }
+
+    fn open_file(&self) -> Result<File, FlashError> {
+        if self.page_size == 0 || self.page_size > MAX_PAGE_SIZE || !self.page_size.is_multiple_of(record::ALIGN) {
+            return Err(FlashError::PageSize);
+        }
+        if self.wbuf_size == 0 || !self.page_size.is_multiple_of(self.wbuf_size) {
+            return Err(FlashError::WbufSize);
+        }
+        let pages = self.pages();
+        if pages < 1 {
+            return Err(FlashError::TooSmall);
+        }
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&self.path)
+            .map_err(FlashError::Open)?;
+        reserve(&file, (pages * self.page_size) as u64).map_err(FlashError::Allocate)?;
+        Ok(file)
+    }
+}
+
+/// Why the flash file could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum FlashError {
+    #[error("page_size must be divisible by wbuf_size")]
+    WbufSize,
+    #[error("page size must be between 1 and {} MB", MAX_PAGE_SIZE >> 20)]
+    PageSize,
+    #[error("the file must hold at least one page (ext_page_size)")]
+    TooSmall,
+    #[error("failed to open file: {0}")]
+    Open(std::io::Error),
+    #[error("cannot reserve the file's space: {0}")]
+    Allocate(std::io::Error),
+}
+
+/// Where a flashed item's record is: what a lookup under the shard lock hands to the read
+/// that runs without it ([`crate::Store::read_flash`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FlashRef {
+    pub(crate) h: u64,
+    pub(crate) entry: u32,
+    pub(crate) loc: Loc,
+}
+
+/// A record's place in the file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Loc {
+    pub page: u32,
+    /// The page's generation when the record was written (low 16 bits, as entries keep it).
+    pub gen: u16,
+    pub off: u32,
+    pub len: u32,
+}
+
+/// A flashed item read back and verified.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FlashValue {
+    pub(crate) rec: Vec<u8>,
+    pub(crate) meta: Meta,
+    pub(crate) value: core::ops::Range<usize>,
+}
+
+impl FlashValue {
+    pub fn value(&self) -> &[u8] {
+        &self.rec[self.value.clone()]
+    }
+    pub fn flags(&self) -> u32 {
+        self.meta.flags
+    }
+    pub fn exp(&self) -> crate::Time {
+        self.meta.exp
+    }
+}
+
+/// Counters, named after memcached's `stats` fields.
+#[derive(Default)]
+pub(crate) struct Counters {
+    pub get_extstore: AtomicU64,
+    pub recache_from_extstore: AtomicU64,
+    pub miss_from_extstore: AtomicU64,
+    pub badcrc_from_extstore: AtomicU64,
+    pub page_allocs: AtomicU64,
+    pub page_evictions: AtomicU64,
+    pub page_reclaims: AtomicU64,
+    pub objects_evicted: AtomicU64,
+    pub objects_read: AtomicU64,
+    pub objects_written: AtomicU64,
+    pub bytes_evicted: AtomicU64,
+    pub bytes_written: AtomicU64,
+    pub bytes_read: AtomicU64,
+    /// Demotions refused because no write buffer was free (the item was evicted instead).
+    pub write_behind: AtomicU64,
+    pub io_errors: AtomicU64,
+    /// Compaction: live records copied out of a page before it is recycled, and the ones it
+    /// left in place (expired, or no write buffer free: tried again next time).
+    pub compact_rescues: AtomicU64,
+    pub compact_skipped: AtomicU64,
+}
+
+/// What `stats` reports about the flash tier (memcached's extstore fields).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FlashStats {
+    pub get_extstore: u64,
+    pub recache_from_extstore: u64,
+    pub miss_from_extstore: u64,
+    pub badcrc_from_extstore: u64,
+    pub page_allocs: u64,
+    pub page_evictions: u64,
+    pub page_reclaims: u64,
+    pub pages_free: u64,
+    pub pages_used: u64,
+    pub objects_evicted: u64,
+    pub objects_read: u64,
+    pub objects_written: u64,
+    pub objects_used: u64,
+    pub bytes_evicted: u64,
+    pub bytes_written: u64,
+    pub bytes_read: u64,
+    pub bytes_used: u64,
+    pub bytes_fragmented: u64,
+    pub limit_maxbytes: u64,
+    pub io_queue: u64,
+    pub write_behind: u64,
+    pub io_errors: u64,
+    pub compact_rescues: u64,
+    pub compact_skipped: u64,
+    /// RAM of the per-shard entry tables (bytes), and entries in use.
+    pub entry_bytes: u64,
+    pub entries: u64,
+}
+
+struct Buf {
+    page: u32,
+    /// Offset in the page of `data[0]`.
+    at: usize,
+    data: Vec<u8>,
+}
+
+impl Buf {
+    fn holds(&self, loc: &Loc) -> bool {
+        self.page == loc.page
+            && self.at <= loc.off as usize
+            && loc.off as usize + loc.len as usize <= self.at + self.data.len()
+    }
+}
+
+const NO_PAGE: u32 = u32::MAX;
+
+struct Writes {
+    filling: Option<Buf>,
+    /// Sealed buffers, oldest first; the writer thread writes the front one.
+    queue: VecDeque<Arc<Buf>>,
+    spare: Vec<Vec<u8>>,
+    page: u32,
+    page_used: usize,
+    full: VecDeque<u32>,
+    free: Vec<u32>,
+    stop: bool,
+}
+
+struct Shared {
+    file: File,
+    page_size: usize,
+    gens: Box<[AtomicU32]>,
+    live_objects: Box<[AtomicU64]>,
+    live_bytes: Box<[AtomicU64]>,
+    w: Mutex<Writes>,
+    wake: Condvar,
+    c: Counters,
+    /// Pages recycled so far: a shard that has not swept since holds stale entries.
+    recycled: AtomicU64,
+}
+
+/// The open flash file; see the module doc.
+pub(crate) struct Flash {
+    sh: Arc<Shared>,
+    writer: Option<std::thread::JoinHandle<()>>,
+    pub cfg: FlashConfig,
+    /// Flash hits, for `recache_rate`.
+    hits: AtomicU64,
+}
+
+impl Flash {
+    pub fn open(cfg: &FlashConfig) -> Result<Flash, FlashError> {
+        let file = cfg.open_file()?;
+        let pages = cfg.pages();
+        let zeros = |n: usize| (0..n).map(|_| AtomicU64::new(0)).collect::<Box<[_]>>();
+        let sh = Arc::new(Shared {
+            file,
+            page_size: cfg.page_size,
+            gens: (0..pages).map(|_| AtomicU32::new(0)).collect(),
+            live_objects: zeros(pages),
+            live_bytes: zeros(pages),
+            w: Mutex::new(Writes {
+                filling: None,
+                queue: VecDeque::new(),
+                spare: (0..WBUFS).map(|_| Vec::with_capacity(cfg.wbuf_size)).collect(),
+                page: NO_PAGE,
+                page_used: 0,
+                full: VecDeque::new(),
+                // Lowest page first: pop from the end.
+                free: (0..pages as u32).rev().collect(),
+                stop: false,
+            }),
+            wake: Condvar::new(),
+            c: Counters::default(),
+            recycled: AtomicU64::new(0),
+        });
+        let worker = Arc::clone(&sh);
+        let writer = std::thread::Builder::new()
+            .name("mnemo-flash-w".into())
+            .spawn(move || write_loop(&worker))
+            .map_err(FlashError::Open)?;
+        Ok(Flash { sh, writer: Some(writer), cfg: cfg.clone(), hits: AtomicU64::new(0) })
+    }
+
+    pub fn counters(&self) -> &Counters {
+        &self.sh.c
+    }
+
+    /// Whether an item of this value length and expiry may go to flash.
+    #[inline]
+    pub fn wants(&self, key_len: usize, value_len: usize, exp: crate::Time, now: crate::Time) -> bool {
+        value_len >= self.cfg.item_size
+            && record::len(key_len, value_len) <= self.cfg.wbuf_size.min(MAX_RECORD)
+            && (self.cfg.low_ttl == 0 || exp == 0 || exp.saturating_sub(now) >= self.cfg.low_ttl)
+    }
+
+    /// Pages recycled so far (shards compare it to sweep their stale entries).
+    pub fn recycled(&self) -> u64 {
+        self.sh.recycled.load(Relaxed)
+    }
+
+    /// Whether `loc`'s page is still the generation it was written in.
+    #[inline]
+    pub fn current(&self, loc: &Loc) -> bool {
+        self.sh.gens.get(loc.page as usize).is_some_and(|g| g.load(Relaxed) as u16 == loc.gen)
+    }
+
+    /// Appends a record to the write buffer. None: no buffer free (the writer is behind), so
+    /// the caller evicts as it would without flash.
+    pub fn append(&self, key: &[u8], value: &[u8], meta: Meta) -> Option<Loc> {
+        let n = record::len(key.len(), value.len());
+        if n > self.cfg.wbuf_size.min(MAX_RECORD) {
+            return None;
+        }
+        let sh = &*self.sh;
+        let mut w = sh.w.lock();
+        let new_page = w.page == NO_PAGE || w.page_used + n > sh.page_size;
+        let new_buf = w.filling.as_ref().is_none_or(|b| b.data.len() + n > self.cfg.wbuf_size);
+        if new_page || new_buf {
+            if w.spare.is_empty() {
+                sh.c.write_behind.fetch_add(1, Relaxed);
+                return None;
+            }
+            if let Some(b) = w.filling.take() {
+                w.queue.push_back(Arc::new(b));
+                sh.wake.notify_all();
+            }
+            if new_page {
+                self.next_page(&mut w);
+            }
+            let mut data = w.spare.pop().expect("checked");
+            data.clear();
+            w.filling = Some(Buf { page: w.page, at: w.page_used, data });
+        }
+        let (page, off) = (w.page, w.page_used);
+        let gen = sh.gens[page as usize].load(Relaxed);
+        let b = w.filling.as_mut().expect("set above");
+        let start = b.data.len();
+        b.data.resize(start + n, 0);
+        record::encode(&mut b.data[start..], Place { page, gen }, key, value, meta);
+        w.page_used += n;
+        sh.live_objects[page as usize].fetch_add(1, Relaxed);
+        sh.live_bytes[page as usize].fetch_add(n as u64, Relaxed);
+        sh.c.objects_written.fetch_add(1, Relaxed);
+        sh.c.bytes_written.fetch_add(n as u64, Relaxed);
+        Some(Loc { page, gen: gen as u16, off: off as u32, len: n as u32 })
+    }
+
+    /// Opens the next page to fill: a free one, a full one whose records are all dead, or the
+    /// oldest full one (its records are lost: they no longer match its generation).
+    fn next_page(&self, w: &mut Writes) {
+        let sh = &*self.sh;
+        if w.page != NO_PAGE {
+            w.full.push_back(w.page);
+        }
+        let p = if let Some(p) = w.free.pop() {
+            sh.c.page_allocs.fetch_add(1, Relaxed);
+            p
+        } else {
+            let empty = w.full.iter().position(|&p| sh.live_objects[p as usize].load(Relaxed) == 0);
+            let p = match empty {
+                Some(i) => {
+                    sh.c.page_reclaims.fetch_add(1, Relaxed);
+                    w.full.remove(i).expect("in range")
+                }
+                None => {
+                    sh.c.page_evictions.fetch_add(1, Relaxed);
+                    // With one page, the page just closed is the one recycled.
+                    w.full.pop_front().expect("at least one page")
+                }
+            };
+            sh.gens[p as usize].fetch_add(1, Relaxed);
+            let objs = sh.live_objects[p as usize].swap(0, Relaxed);
+            let bytes = sh.live_bytes[p as usize].swap(0, Relaxed);
+            sh.c.objects_evicted.fetch_add(objs, Relaxed);
+            sh.c.bytes_evicted.fetch_add(bytes, Relaxed);
+            sh.recycled.fetch_add(1, Relaxed);
+            p
+        };
+        w.page = p;
+        w.page_used = 0;
+    }
+
+    /// An entry for `loc` was dropped (overwritten, deleted, recached, flushed): its record
+    /// no longer counts as live, unless its page was recycled meanwhile (already counted).
+    pub fn release(&self, loc: &Loc) {
+        if !self.current(loc) {
+            return;
+        }
+        let sub = |a: &AtomicU64, n: u64| {
+            let _ = a.fetch_update(Relaxed, Relaxed, |v| Some(v.saturating_sub(n)));
+        };
+        sub(&self.sh.live_objects[loc.page as usize], 1);
+        sub(&self.sh.live_bytes[loc.page as usize], u64::from(loc.len));
+    }
+
+    /// Reads the record at `loc` into `out` (from a write buffer if it is not on disk yet).
+    /// Err: the page was recycled or the file could not be read (a miss either way).
+    pub fn read(&self, loc: &Loc, out: &mut Vec<u8>) -> Result<u32, Reject> {
+        let sh = &*self.sh;
+        let Some(g) = sh.gens.get(loc.page as usize) else { return Err(Reject::Gone) };
+        let gen = g.load(Relaxed);
+        if gen as u16 != loc.gen {
+            return Err(Reject::Gone);
+        }
+        out.clear();
+        {
+            let w = sh.w.lock();
+            let bufs = w.filling.iter().chain(w.queue.iter().map(|b| &**b));
+            for b in bufs {
+                if b.holds(loc) {
+                    let s = loc.off as usize - b.at;
+                    out.extend_from_slice(&b.data[s..s + loc.len as usize]);
+                    return Ok(gen);
+                }
+            }
+        }
+        out.resize(loc.len as usize, 0);
+        let at = loc.page as u64 * sh.page_size as u64 + u64::from(loc.off);
+        let mut got = 0;
+        while got < out.len() {
+            match sh.file.read_at(&mut out[got..], at + got as u64) {
+                Ok(0) => break,
+                Ok(n) => got += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => {
+                    sh.c.io_errors.fetch_add(1, Relaxed);
+                    break;
+                }
+            }
+        }
+        // A short read (truncated file) keeps only what was read: verification rejects it.
+        out.truncate(got);
+        sh.c.objects_read.fetch_add(1, Relaxed);
+        sh.c.bytes_read.fetch_add(got as u64, Relaxed);
+        // Recycled while we read: whatever came back is not this record.
+        if g.load(Relaxed) != gen {
+            return Err(Reject::Gone);
+        }
+        Ok(gen)
+    }
+
+    /// The page to compact now, if any (with its generation): while few never-written pages
+    /// are left (`compact_under`), the oldest full page whose dead share reaches `max_frag`
+    /// and that still holds live records. Copying those out (`Store::maintain`) leaves the
+    /// page with none, so it is the next one reused, before any page with live records is.
+    pub fn compaction_victim(&self) -> Option<(u32, u16)> {
+        let sh = &*self.sh;
+        let w = sh.w.lock();
+        let under = self.cfg.compact_under.unwrap_or(sh.gens.len() / 4);
+        if w.free.len() > under {
+            return None;
+        }
+        let page = sh.page_size as u64;
+        w.full.iter().copied().find(|&p| {
+            let live = sh.live_bytes[p as usize].load(Relaxed);
+            sh.live_objects[p as usize].load(Relaxed) > 0
+                && (page - live.min(page)) * 1000 >= page * u64::from(self.cfg.max_frag_permille)
+        })
+        .map(|p| (p, sh.gens[p as usize].load(Relaxed) as u16))
+    }
+
+    /// Counts a flash hit; true when this one should bring its item back to RAM.
+    pub fn recache_due(&self) -> bool {
+        let rate = u64::from(self.cfg.recache_rate);
+        rate != 0 && (self.hits.fetch_add(1, Relaxed) + 1).is_multiple_of(rate)
+    }
+
+    /// Writes out the buffer being filled and waits until nothing is queued (tests, shutdown).
+    pub fn sync(&self) {
+        let sh = &*self.sh;
+        let mut w = sh.w.lock();
+        if let Some(b) = w.filling.take() {
+            w.queue.push_back(Arc::new(b));
+            sh.wake.notify_all();
+        }
+        while !w.queue.is_empty() {
+            sh.wake.wait(&mut w);
+        }
+    }
+
+    /// Waits until a write buffer is free (a bulk load, the snapshot's restore, must not run
+    /// ahead of the writer: its demotions would turn into evictions).
+    pub fn settle(&self) {
+        let sh = &*self.sh;
+        let mut w = sh.w.lock();
+        while w.spare.is_empty() {
+            sh.wake.wait(&mut w);
+        }
+    }
+
+    pub fn add_stats(&self, st: &mut FlashStats) {
+        let sh = &*self.sh;
+        let c = &sh.c;
+        let get = |a: &AtomicU64| a.load(Relaxed);
+        let w = sh.w.lock();
+        let pages = sh.gens.len() as u64;
+        st.pages_free = w.free.len() as u64;
+        st.pages_used = pages - st.pages_free;
+        st.io_queue = w.queue.len() as u64;
+        drop(w);
+        st.get_extstore = get(&c.get_extstore);
+        st.recache_from_extstore = get(&c.recache_from_extstore);
+        st.miss_from_extstore = get(&c.miss_from_extstore);
+        st.badcrc_from_extstore = get(&c.badcrc_from_extstore);
+        st.page_allocs = get(&c.page_allocs);
+        st.page_evictions = get(&c.page_evictions);
+        st.page_reclaims = get(&c.page_reclaims);
+        st.objects_evicted = get(&c.objects_evicted);
+        st.objects_read = get(&c.objects_read);
+        st.objects_written = get(&c.objects_written);
+        st.bytes_evicted = get(&c.bytes_evicted);
+        st.bytes_written = get(&c.bytes_written);
+        st.bytes_read = get(&c.bytes_read);
+        st.write_behind = get(&c.write_behind);
+        st.compact_rescues = get(&c.compact_rescues);
+        st.compact_skipped = get(&c.compact_skipped);
+        st.io_errors = get(&c.io_errors);
+        st.objects_used = sh.live_objects.iter().map(get).sum();
+        st.bytes_used = sh.live_bytes.iter().map(get).sum();
+        st.bytes_fragmented = (st.pages_used * sh.page_size as u64).saturating_sub(st.bytes_used);
+        st.limit_maxbytes = pages * sh.page_size as u64;
+    }
+
+    /// `stats reset`: memcached zeroes the get/recache/miss/badcrc counters.
+    pub fn reset_stats(&self) {
+        let c = &self.sh.c;
+        for a in [&c.get_extstore, &c.recache_from_extstore, &c.miss_from_extstore, &c.badcrc_from_extstore] {
+            a.store(0, Relaxed);
+        }
+    }
+}
+
+impl Drop for Flash {
+    fn drop(&mut self) {
+        self.sh.w.lock().stop = true;
+        self.sh.wake.notify_all();
+        if let Some(t) = self.writer.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The writer thread: writes queued buffers in order, one pwrite each.
+fn write_loop(sh: &Shared) {
+    let mut w = sh.w.lock();
+    loop {
+        if let Some(b) = w.queue.front().cloned() {
+            drop(w);
+            let at = b.page as u64 * sh.page_size as u64 + b.at as u64;
+            if sh.file.write_all_at(&b.data, at).is_err() {
+                // The records stay unreadable (verification rejects what is there).
+                sh.c.io_errors.fetch_add(1, Relaxed);
+            }
+            w = sh.w.lock();
+            let done = w.queue.pop_front().expect("only the writer pops");
+            drop(b);
+            let buf = Arc::try_unwrap(done).map(|b| b.data).unwrap_or_default();
+            w.spare.push(buf);
+            // sync() waits on the same condvar.
+            sh.wake.notify_all();
+            continue;
+        }
+        if w.stop {
+            return;
+        }
+        sh.wake.wait(&mut w);
+    }
+}
+
+/// Reserves the file's blocks up front, so a full disk shows at start, not as lost writes.
+fn reserve(file: &File, bytes: u64) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: a plain syscall on a descriptor we own.
+    let r = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, bytes as libc::off_t) };
+    match r {
+        0 => Ok(()),
+        libc::EOPNOTSUPP | libc::EINVAL => file.set_len(bytes.max(file.metadata()?.len())),
+        e => Err(std::io::Error::from_raw_os_error(e)),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,110 @@
+//! The `flash_read` fuzz checker: a store with a flash tier whose file is damaged under it
+//! (bytes overwritten, runs of garbage, a truncation), then read. Whatever the damage, no
+//! panic, and every value served is the one stored (a damaged record is a miss, never wrong
+//! bytes); the store keeps working after it. Shared by fuzz/fuzz_targets/flash_read.rs and
+//! tests/flash_fuzz_replay.rs (stable).
+//!
+//! Input: a sequence of damage operations, each one byte of kind and then its arguments:
+//!   kind % 4 == 0: one byte overwritten       offset u24, byte
+//!   kind % 4 == 1: a run of one byte           offset u24, len u8, byte
+//!   kind % 4 == 2: bits flipped in a byte      offset u24, mask
+//!   kind % 4 == 3: the file truncated          offset u24
+//! (offsets modulo the file's length).
+
+use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use mnemo_store::{FlashConfig, Lookup, Mode, Store, StoreConfig};
+
+const ITEMS: u32 = 600;
+const PAGE: usize = 64 << 10;
+const PAGES: u64 = 4;
+
+fn value(i: u32) -> Vec<u8> {
+    let len = 100 + (i as usize * 37) % 1400;
+    let pat = format!("{i:05}:");
+    pat.bytes().cycle().take(len).collect()
+}
+
+fn key(i: u32) -> Vec<u8> {
+    format!("key:{i}").into_bytes()
+}
+
+struct TempPath(std::path::PathBuf);
+
+impl Drop for TempPath {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+pub fn check(data: &[u8]) {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    let path = TempPath(std::env::temp_dir().join(format!("mnemo-flash-check-{}-{n}", std::process::id())));
+    let flash = FlashConfig {
+        page_size: PAGE,
+        wbuf_size: 16 << 10,
+        item_size: 32,
+        recache_rate: 5,
+        ..FlashConfig::new(&path.0, PAGES * PAGE as u64)
+    };
+    let s = Store::new(StoreConfig { mem_limit: 256 << 10, shards: 1, huge_pages: false, flash: Some(flash), ..Default::default() });
+    for i in 0..ITEMS {
+        s.store(Mode::Set, &key(i), i, 0, &value(i), 1).unwrap();
+    }
+    s.flash_sync();
+    assert!(s.stats().flash_items > 0, "nothing went to flash");
+    let file = std::fs::OpenOptions::new().write(true).open(&path.0).unwrap();
+    let len = PAGES * PAGE as u64;
+    let mut d = data;
+    let mut take = |n: usize| -> Option<Vec<u8>> {
+        let (a, b) = (d.get(..n)?, d.get(n..)?);
+        d = b;
+        Some(a.to_vec())
+    };
+    while let Some(op) = take(4) {
+        let off = u64::from(u32::from_le_bytes([op[1], op[2], op[3], 0])) % len;
+        match op[0] % 4 {
+            0 => {
+                let Some(b) = take(1) else { break };
+                file.write_at(&b, off).unwrap();
+            }
+            1 => {
+                let Some(b) = take(2) else { break };
+                file.write_at(&vec![b[1]; usize::from(b[0])], off).unwrap();
+            }
+            2 => {
+                let Some(m) = take(1) else { break };
+                let mut cur = [0u8];
+                if file.read_at(&mut cur, off).unwrap_or(0) == 1 {
+                    file.write_at(&[cur[0] ^ m[0]], off).unwrap();
+                }
+            }
+            _ => file.set_len(off).unwrap(),
+        }
+    }
+    // Twice: the first pass drops what fails, the second must still be right (and recaches).
+    for _ in 0..2 {
+        for i in 0..ITEMS {
+            match s.get(&key(i), 1, |it| (it.flags, it.value.to_vec())) {
+                Lookup::Hit((flags, v)) => {
+                    assert_eq!(flags, i, "key {i}: wrong flags");
+                    assert!(v == value(i), "key {i}: a wrong value");
+                }
+                Lookup::Miss => {}
+                other => panic!("key {i}: {other:?}"),
+            }
+        }
+    }
+    // Still a working store: new items go to flash and read back.
+    for i in ITEMS..2 * ITEMS {
+        s.store(Mode::Set, &key(i), i, 0, &value(i), 1).unwrap();
+    }
+    for i in ITEMS..2 * ITEMS {
+        if let Some(v) = s.get(&key(i), 1, |it| it.value.to_vec()).hit() {
+            assert!(v == value(i), "key {i} after the damage: a wrong value");
+        }
+    }
+    assert!(s.get(&key(2 * ITEMS - 1), 1, |_| ()).is_hit(), "the newest item is gone");
+}

@@ -1,0 +1,298 @@
+"""The flash tier (`-o ext_path=FILE:SIZE`, memcached's extstore) against the real mnemod and,
+where the behaviour is memcached's, memcached with the same flags in the same run: values
+that leave RAM are read back, overwritten and deleted keys never return an old value, a full
+flash file keeps serving, a damaged or truncated file yields misses (never wrong bytes), and
+the issue's setting (-m 64, a 1 GB file, 120,000 values of 4 KB) on both servers."""
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from servers import MNEMOD, Server, roundtrip, stats
+
+VALUE = 4096
+
+
+def value(i, n=VALUE, salt=b""):
+    pat = salt + b"%09d|" % i
+    return (pat * (n // len(pat) + 1))[:n]
+
+
+def set_many(s, keys, make, batch=100):
+    """Pipelined sets, `batch` at a time (each batch's replies read before the next: the pace
+    of a client that waits for its writes)."""
+    for b in range(0, len(keys), batch):
+        chunk = keys[b:b + batch]
+        req = b"".join(b"set %s 0 0 %d\r\n%s\r\n" % (k, len(v), v) for k, v in ((k, make(k)) for k in chunk))
+        s.sendall(req)
+        want = b"STORED\r\n" * len(chunk)
+        got = b""
+        while len(got) < len(want):
+            d = s.recv(1 << 20)
+            assert d, "server closed"
+            got += d
+        assert got == want, got[:200]
+
+
+def get_many(s, keys, batch=100):
+    """Multi-gets; returns {key: value} for the hits."""
+    out = {}
+    for b in range(0, len(keys), batch):
+        reply = roundtrip(s, b"get " + b" ".join(keys[b:b + batch]) + b"\r\n", b"END\r\n")
+        pos = 0
+        while not reply.startswith(b"END\r\n", pos):
+            eol = reply.index(b"\r\n", pos)
+            head = reply[pos:eol].split()
+            assert head[0] == b"VALUE", reply[pos:pos + 100]
+            n = int(head[3])
+            out[head[1]] = reply[eol + 2:eol + 2 + n]
+            pos = eol + 2 + n + 2
+    return out
+
+
+def key(i):
+    return b"fk:%d" % i
+
+
+def flash_args(path, size="64m", *more):
+    opts = ["ext_page_size=2", "ext_wbuf_size=2", *more, f"ext_path={path}:{size}"]
+    return ["-o", ",".join(opts)]
+
+
+def served_and_wrong(s, n, make):
+    got = get_many(s, [key(i) for i in range(n)])
+    wrong = [k for k, v in got.items() if v != make(k)]
+    return len(got), wrong
+
+
+def make_value(k):
+    return value(int(k.split(b":")[1]))
+
+
+@pytest.mark.parametrize("kind", ["mnemod", "memcached"])
+def test_values_beyond_ram_are_served_from_flash(kind, tmp_path):
+    n = 12_000  # 48 MB of values into -m 16
+    with Server(kind, "-m", "16", *flash_args(tmp_path / "flash", "256m")) as srv, srv.connect() as s:
+        set_many(s, [key(i) for i in range(n)], make_value)
+        served, wrong = served_and_wrong(s, n, make_value)
+        st = stats(s)
+    print(f"{kind}: {served} of {n} served from -m 16 + 256 MB of flash, "
+          f"extstore_objects_written {st['extstore_objects_written']}")
+    assert wrong == []
+    assert int(st["extstore_objects_written"]) > 0
+    assert int(st["get_extstore"]) > 0
+    if kind == "mnemod":
+        assert served >= n * 0.95, served
+
+
+@pytest.mark.parametrize("kind", ["mnemod", "memcached"])
+def test_overwritten_and_deleted_flashed_keys_never_come_back(kind, tmp_path):
+    n = 8_000
+    with Server(kind, "-m", "16", *flash_args(tmp_path / "flash", "256m")) as srv, srv.connect() as s:
+        set_many(s, [key(i) for i in range(n)], make_value)
+        # The oldest keys are on flash by now (memcached: if it kept them at all).
+        early = [key(i) for i in range(0, 400)]
+        fresh = lambda k: value(int(k.split(b":")[1]), 3000, salt=b"new")
+        set_many(s, early[:200], fresh)
+        for k in early[200:]:
+            assert roundtrip(s, b"delete %s\r\n" % k) in (b"DELETED\r\n", b"NOT_FOUND\r\n")
+        # Push the new copies out of RAM too.
+        set_many(s, [key(i) for i in range(n, 2 * n)], make_value)
+        got = get_many(s, early)
+        for k in early[:200]:
+            assert got.get(k, fresh(k)) == fresh(k), k
+        assert not any(k in got for k in early[200:]), "a deleted key came back"
+        if kind == "mnemod":
+            assert sum(k in got for k in early[:200]) >= 190
+        # flush_all: nothing written before it is served, from RAM or flash.
+        assert roundtrip(s, b"flush_all\r\n") == b"OK\r\n"
+        assert get_many(s, [key(i) for i in range(2 * n)]) == {}
+
+
+@pytest.mark.parametrize("kind", ["mnemod", "memcached"])
+def test_a_full_flash_file_keeps_serving_right_values(kind, tmp_path):
+    n = 12_000  # 48 MB of values: -m 8 plus a 16 MB file hold about half
+    with Server(kind, "-m", "8", *flash_args(tmp_path / "flash", "16m")) as srv, srv.connect() as s:
+        set_many(s, [key(i) for i in range(n)], make_value)
+        served, wrong = served_and_wrong(s, n, make_value)
+        st = stats(s)
+        assert roundtrip(s, b"version\r\n").startswith(b"VERSION")
+    print(f"{kind}: full 16 MB file: {served} of {n} served, page evictions {st['extstore_page_evictions']}")
+    assert wrong == []
+    if kind == "mnemod":
+        assert int(st["extstore_page_evictions"]) + int(st["extstore_page_reclaims"]) > 0
+        assert int(st["extstore_pages_free"]) == 0
+        # The newest values are the ones kept.
+        assert served > 3000
+
+
+def written_to_file(s):
+    return int(stats(s)["extstore_bytes_written"]) - 2 * (1 << 20)
+
+
+def test_flipped_bytes_in_the_file_are_misses_never_wrong_values(tmp_path):
+    path = tmp_path / "flash"
+    n = 8_000
+    with Server("mnemod", "-m", "16", *flash_args(path, "256m")) as srv, srv.connect() as s:
+        set_many(s, [key(i) for i in range(n)], make_value)
+        assert written_to_file(s) > 8 << 20
+        # Flip one byte in every 4 KB of the first 8 MB written, while the server runs.
+        with open(path, "r+b") as f:
+            for off in range(100, 8 << 20, 4096):
+                f.seek(off)
+                b = f.read(1)
+                f.seek(off)
+                f.write(bytes([b[0] ^ 0x40]))
+        served, wrong = served_and_wrong(s, n, make_value)
+        st = stats(s)
+        assert wrong == []
+        assert served < n
+        assert int(st["badcrc_from_extstore"]) > 0, st
+        # Damaged records are forgotten: asked again, they are plain misses without a read.
+        again, wrong = served_and_wrong(s, n, make_value)
+        assert wrong == [] and again == served
+        assert int(stats(s)["badcrc_from_extstore"]) == int(st["badcrc_from_extstore"])
+
+
+def test_a_truncated_file_is_misses_and_the_server_lives(tmp_path):
+    path = tmp_path / "flash"
+    n = 8_000
+    with Server("mnemod", "-m", "16", *flash_args(path, "256m")) as srv, srv.connect() as s:
+        set_many(s, [key(i) for i in range(n)], make_value)
+        before, _ = served_and_wrong(s, n, make_value)
+        os.truncate(path, 4 << 20)
+        served, wrong = served_and_wrong(s, n, make_value)
+        assert wrong == []
+        assert served < before
+        assert int(stats(s)["miss_from_extstore"]) + int(stats(s)["badcrc_from_extstore"]) > 0
+        # New writes still work (and read back) after the damage.
+        set_many(s, [key(i) for i in range(n, n + 2000)], make_value)
+        got = get_many(s, [key(i) for i in range(n, n + 2000)])
+        assert all(v == make_value(k) for k, v in got.items())
+        assert srv.alive()
+
+
+def test_a_graceful_restart_with_e_keeps_what_was_on_flash(tmp_path):
+    """Beyond memcached: with -e, flashed values survive a graceful restart (memcached's
+    extstore contents are lost on every restart); deleted keys stay deleted."""
+    n = 12_000
+    args = ["-m", "16", "-e", str(tmp_path / "snap"), *flash_args(tmp_path / "flash", "256m")]
+    with Server("mnemod", *args) as first:
+        with first.connect() as s:
+            set_many(s, [key(i) for i in range(n)], make_value)
+            for i in range(0, 100):
+                assert roundtrip(s, b"delete %s\r\n" % key(i)) == b"DELETED\r\n"
+            before = get_many(s, [key(i) for i in range(n)])
+            on_flash = int(stats(s)["extstore_objects_used"])
+        first.proc.send_signal(signal.SIGTERM)  # -e: write the snapshot and exit
+        assert first.proc.wait(timeout=120) == 0, first.stderr()
+    with Server("mnemod", *args) as srv, srv.connect() as s:
+        after = get_many(s, [key(i) for i in range(n)])
+        st = stats(s)
+    print(f"mnemod: {len(before)} served before the restart ({on_flash} on flash), {len(after)} after")
+    assert on_flash > n // 2
+    assert all(v == make_value(k) for k, v in after.items())
+    assert not any(key(i) in after for i in range(100)), "a deleted key came back"
+    assert len(after) >= 0.99 * len(before), (len(after), len(before))
+    assert int(st["extstore_objects_used"]) > n // 2
+
+
+def test_compaction_keeps_the_live_records_of_churned_pages(tmp_path):
+    """Nine in ten keys overwritten: their pages are mostly dead; compaction (once a second, in
+    the background) copies the live tenth out before the pages are reused."""
+    with Server("mnemod", "-m", "8", *flash_args(tmp_path / "flash", "16m")) as srv, srv.connect() as s:
+        n = 4000
+        set_many(s, [key(i) for i in range(n)], make_value)
+        set_many(s, [key(i) for i in range(n) if i % 10], lambda k: b"x")
+        # New data until at most a quarter of the pages are free (compaction's trigger), no
+        # further: the churned pages must still be there, the oldest ones.
+        while int(stats(s)["extstore_pages_free"]) > 2:
+            set_many(s, [key(i) for i in range(n, n + 50)], make_value)
+            n += 50
+        assert int(stats(s)["extstore_page_evictions"]) == 0
+        # The maintenance pass (once a second) compacts in the background: poll its counter.
+        deadline = time.monotonic() + 30
+        while int(stats(s)["extstore_compact_rescues"]) == 0:
+            assert time.monotonic() < deadline, stats(s)
+            time.sleep(0.05)
+        survivors = [key(i) for i in range(0, 4000, 10)]
+        got = get_many(s, survivors)
+        assert all(v == make_value(k) for k, v in got.items())
+        assert len(got) > 0
+
+
+def test_a_flash_file_on_a_full_disk_stops_the_start(tmp_path):
+    """The file's space is reserved at start: a disk without room for it stops mnemod with one
+    line (memcached starts and loses the writes later). A 4 MiB tmpfs plays the full disk."""
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mnt)], capture_output=True).returncode:
+        pytest.skip("mounting a small tmpfs needs root")
+    try:
+        args = ["-o", f"ext_page_size=2,ext_wbuf_size=2,ext_path={mnt}/flash:64m"]
+        mn = subprocess.run([MNEMOD, "-p", "0", "-U", "0", *args], capture_output=True, text=True, timeout=30)
+        assert mn.returncode == 2, mn
+        assert mn.stderr.strip().splitlines() == [
+            "mnemod: -o: Failed to initialize external storage: cannot reserve the file's space: "
+            "No space left on device (os error 28)"], mn.stderr
+        with Server("memcached", *args) as srv:
+            print(f"memcached starts with a 64 MB ext_path on a 4 MB disk: {srv.alive()}")
+    finally:
+        subprocess.run(["umount", str(mnt)], capture_output=True)
+
+
+def test_incr_append_and_touch_work_on_flashed_items(tmp_path):
+    with Server("mnemod", "-m", "8", *flash_args(tmp_path / "flash", "64m", "ext_item_size=16")) as srv, \
+            srv.connect() as s:
+        num = b"%020d" % 41
+        assert roundtrip(s, b"set num 5 0 20\r\n%s\r\n" % num) == b"STORED\r\n"
+        assert roundtrip(s, b"set txt 6 0 20\r\n%s\r\n" % (b"t" * 20)) == b"STORED\r\n"
+        set_many(s, [key(i) for i in range(6000)], make_value)
+        assert int(stats(s)["extstore_objects_written"]) > 0
+        assert roundtrip(s, b"incr num 1\r\n") == b"42\r\n"
+        assert roundtrip(s, b"append txt 0 0 2\r\n!!\r\n") == b"STORED\r\n"
+        assert roundtrip(s, b"touch txt 1000\r\n") == b"TOUCHED\r\n"
+        assert roundtrip(s, b"get num txt\r\n", b"END\r\n") == (
+            b"VALUE num 5 20\r\n42                  \r\nVALUE txt 6 22\r\n" + b"t" * 20 + b"!!\r\nEND\r\n")
+
+
+def test_options_and_refusals(tmp_path):
+    path = tmp_path / "flash"
+    with Server("mnemod", "-m", "16", "-o", f"ext_page_size=8,ext_wbuf_size=2,ext_item_size=100,ext_path={path}:64m") as srv, \
+            srv.connect() as s:
+        st = stats(s, b"settings")
+        assert (st["ext_item_size"], st["ext_wbuf_size"], st["ext_compact_under"]) == ("100", "2097152", "2")
+        g = stats(s)
+        assert (g["extstore_limit_maxbytes"], g["extstore_pages_free"]) == (str(64 << 20), "8")
+        assert "extended_options_ignored" not in st
+    assert os.path.getsize(path) == 64 << 20
+    with Server("memcached", "-m", "16", "-o", f"ext_page_size=8,ext_wbuf_size=2,ext_path={path}x:64m") as srv, \
+            srv.connect() as s:
+        mc = stats(s)
+    # The same extstore field names, in the same order, as memcached's `stats`.
+    with Server("mnemod", "-m", "16", "-o", f"ext_page_size=8,ext_wbuf_size=2,ext_path={path}:64m") as srv, \
+            srv.connect() as s:
+        mn = stats(s)
+    ext = lambda st: [k for k in st if "extstore" in k]
+    assert ext(mn) == ext(mc)
+
+
+def test_the_issues_setting_both_servers(tmp_path):
+    """issue 37: -m 64, a 1 GB file, 120,000 values of 4 KB stored at a moderate pace: how
+    many are served afterwards, none wrong."""
+    n = 120_000
+    result = {}
+    for kind in ["memcached", "mnemod"]:
+        path = tmp_path / f"flash-{kind}"
+        with Server(kind, "-m", "64", "-o", f"ext_path={path}:1G,ext_item_size=512") as srv, srv.connect() as s:
+            set_many(s, [key(i) for i in range(n)], make_value)
+            served, wrong = served_and_wrong(s, n, make_value)
+            st = stats(s)
+        os.unlink(path)
+        result[kind] = served
+        print(f"{kind}: {served} of {n} served ({served / n:.1%}), wrong {len(wrong)}, "
+              f"written to flash {st['extstore_objects_written']}, evictions {st['evictions']}")
+        assert wrong == []
+    assert result["mnemod"] >= 0.95 * n, result
