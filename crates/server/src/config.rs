@@ -161,8 +161,9 @@ struct Args {
     #[arg(short = 'n', long = "slab-min-size", default_value_t = 48)]
     chunk_size: u32,
     /// memcached's extended options (comma separated): idle_timeout, maxconns_fast,
-    /// lru_crawler, track_sizes and the slab_* settings take effect; the others are accepted
-    /// and ignored (docs/operations.md)
+    /// lru_crawler, track_sizes, the slab_* settings, ssl_* (with -Z) and ext_path=FILE:SIZE
+    /// with the ext_* settings (the flash tier, docs/flash.md) take effect; the others are
+    /// accepted and ignored (docs/operations.md)
     #[arg(short = 'o', long = "extended", action = clap::ArgAction::Append)]
     extended: Vec<String>,
     /// install a WebAssembly filter for fget (repeatable): NAME=PATH (.wasm or .wat); reloaded on SIGHUP
