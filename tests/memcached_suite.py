@@ -47,8 +47,7 @@ KNOWN = {
     "of memory writing get response when a read finds no item memory; mnemo's reads need none",
     "extstore-buckets.t": "waits for memcached's age-based writes to flash (see binary-extstore.t)",
     "extstore-jbod.t": "two ext_path files: mnemod serves one",
-    "extstore.t": "a second server may open the same flash file (no lock yet), and the file "
-    "waits for age-based writes to flash (see binary-extstore.t)",
+    "extstore.t": "waits for age-based writes to flash (see binary-extstore.t)",
     "flush-all.t": "asserts memcached's quirk that a set made in the same second as flush_all 0 "
     "is lost at least once; mnemo keeps it",
     "issue_14.t": "counts memory by slab chunk size (`bytes` grows by the chunk, not the item)",

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from servers import MNEMOD, Server, roundtrip, stats
+from servers import MNEMOD, Server, command, roundtrip, stats
 
 VALUE = 4096
 
@@ -296,3 +296,24 @@ def test_the_issues_setting_both_servers(tmp_path):
               f"written to flash {st['extstore_objects_written']}, evictions {st['evictions']}")
         assert wrong == []
     assert result["mnemod"] >= 0.95 * n, result
+
+
+@pytest.mark.parametrize("kind", ["mnemod", "memcached"])
+def test_a_second_server_on_the_same_file_refuses_to_start(kind, tmp_path):
+    """extstore.t's first test: the flash file is owned by one process. memcached says
+    `extstore open: Resource temporarily unavailable` and `Failed to initialize external
+    storage: failed to open file`; mnemod one line naming the owner. The first keeps serving."""
+    path = tmp_path / "flash"
+    args = flash_args(path)
+    with Server(kind, *args) as first, first.connect() as s:
+        second = subprocess.run(command(kind, "-p", "0", *args), capture_output=True, text=True, timeout=30)
+        assert second.returncode != 0, second
+        if kind == "mnemod":
+            assert second.stderr.strip().splitlines() == [
+                f"mnemod: -o ext_path {path}: in use by another mnemod (pid {first.proc.pid}); refusing to start"], second.stderr
+        else:
+            assert "Failed to initialize external storage" in second.stderr, second.stderr
+        assert roundtrip(s, b"set k 0 0 1\r\nv\r\n") == b"STORED\r\n"
+    # Once the owner is gone, the file is free again.
+    with Server(kind, *args) as again, again.connect() as s:
+        assert roundtrip(s, b"version\r\n").startswith(b"VERSION")
