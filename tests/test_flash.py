@@ -317,3 +317,32 @@ def test_a_second_server_on_the_same_file_refuses_to_start(kind, tmp_path):
     # Once the owner is gone, the file is free again.
     with Server(kind, *args) as again, again.connect() as s:
         assert roundtrip(s, b"version\r\n").startswith(b"VERSION")
+
+
+def large_class_items(s):
+    """What memcached's suite (`wait_for_ext`) sums: `stats items` numbers of classes 3 and up,
+    the RAM items that would go to flash."""
+    st = stats(s, b"items")
+    return sum(int(v) for k, v in st.items() if k.endswith(":number") and int(k.split(":")[1]) >= 3)
+
+
+@pytest.mark.parametrize("kind", ["mnemod", "memcached"])
+def test_item_age_sends_idle_large_items_to_flash_before_memory_is_full(kind, tmp_path):
+    """ext_item_age=2 with RAM to spare: the large values go to flash within seconds (classes 3
+    and up of `stats items` fall to 0), the small one stays, nothing is evicted, all read back."""
+    args = ["-m", "64", "-o", f"ext_item_size=512,ext_item_age=2,ext_wbuf_size=2,ext_page_size=8,ext_path={tmp_path / 'flash'}:64m"]
+    with Server(kind, *args) as srv, srv.connect() as s:
+        assert roundtrip(s, b"set small 0 0 2\r\nhi\r\n") == b"STORED\r\n"
+        big = lambda k: value(int(k.split(b":")[1]), 20000)
+        keys = [key(i) for i in range(100)]
+        set_many(s, keys, big)
+        assert large_class_items(s) > 0
+        deadline = time.monotonic() + 30
+        while large_class_items(s) > 0:
+            assert time.monotonic() < deadline, stats(s, b"items")
+            time.sleep(0.2)
+        st = stats(s)
+        assert int(st["extstore_objects_written"]) >= 100, st
+        assert st["evictions"] == "0"
+        assert get_many(s, keys) == {k: big(k) for k in keys}
+        assert roundtrip(s, b"get small\r\n", b"END\r\n") == b"VALUE small 0 2\r\nhi\r\nEND\r\n"

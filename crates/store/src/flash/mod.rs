@@ -57,6 +57,8 @@ pub const DEFAULT_ITEM_SIZE: usize = 512;
 pub const DEFAULT_RECACHE_RATE: u32 = 2000;
 pub const DEFAULT_LOW_TTL: u32 = 0;
 pub const DEFAULT_MAX_FRAG_PERMILLE: u32 = 800;
+/// memcached 1.6.18's ext_item_age default: no age, items go to flash only when evicted.
+pub const DEFAULT_ITEM_AGE: u32 = u32::MAX;
 /// Largest page: record offsets are kept in 24 bits of 8-byte units (entries.rs).
 pub const MAX_PAGE_SIZE: usize = 128 << 20;
 /// Largest record: its length is kept in 24 bits.
@@ -88,6 +90,10 @@ pub struct FlashConfig {
     /// A full page is compacted when at least this share of it (per mille) is dead: memcached's
     /// ext_max_frag (0.80 = 800).
     pub max_frag_permille: u32,
+    /// memcached's ext_item_age: seconds after which an item that would go to flash goes
+    /// there before memory is full ([`DEFAULT_ITEM_AGE`]: never). Items carry no time of their
+    /// own: the age is their segment's (`Shard::age_out`).
+    pub item_age: u32,
 }
 
 impl FlashConfig {
@@ -102,6 +108,7 @@ impl FlashConfig {
             recache_rate: DEFAULT_RECACHE_RATE,
             compact_under: None,
             max_frag_permille: DEFAULT_MAX_FRAG_PERMILLE,
+            item_age: DEFAULT_ITEM_AGE,
         }
     }
     pub fn pages(&self) -> usize {
