@@ -346,3 +346,33 @@ def test_item_age_sends_idle_large_items_to_flash_before_memory_is_full(kind, tm
         assert st["evictions"] == "0"
         assert get_many(s, keys) == {k: big(k) for k in keys}
         assert roundtrip(s, b"get small\r\n", b"END\r\n") == b"VALUE small 0 2\r\nhi\r\nEND\r\n"
+
+
+def test_stats_extstore_lists_every_page_as_memcached_does(tmp_path):
+    """memcached 1.6.18's `stats extstore` with ext_path: four lines per page, every page, in
+    page order; identical on a fresh file. After large items went to flash (ext_item_age=1),
+    the pages written carry a version and their live bytes, which sum to extstore_bytes_used."""
+    seen = {}
+    for kind in ["memcached", "mnemod"]:
+        args = ["-m", "64", "-o", f"ext_item_size=512,ext_item_age=1,ext_wbuf_size=2,ext_page_size=8,ext_path={tmp_path / kind}:64m"]
+        with Server(kind, *args) as srv, srv.connect() as s:
+            fresh = roundtrip(s, b"stats extstore\r\n", b"END\r\n")
+            big = lambda k: value(int(k.split(b":")[1]), 20000)
+            keys = [key(i) for i in range(600)]  # 12 MB: more than one 8 MB page
+            set_many(s, keys, big)
+            # Until the items left RAM and a page was written (memcached fills a write buffer
+            # before its page gets a version).
+            deadline = time.monotonic() + 30
+            while large_class_items(s) > 0 or all(v == "0" for k, v in stats(s, b"extstore").items() if k.endswith(":version")):
+                assert time.monotonic() < deadline, (kind, stats(s, b"items"), stats(s, b"extstore"))
+                time.sleep(0.2)
+            pages = stats(s, b"extstore")
+            used = stats(s)["extstore_bytes_used"]
+        seen[kind] = (fresh, list(pages))
+        assert len(pages) == 8 * 4
+        written = [n for n in range(8) if pages[f"{n}:version"] != "0"]
+        assert written and all(int(pages[f"{n}:bytes"]) > 0 for n in written), pages
+        assert all(pages[f"{n}:bucket"] == pages[f"{n}:free_bucket"] == "0" for n in range(8))
+        if kind == "mnemod":
+            assert sum(int(pages[f"{n}:bytes"]) for n in range(8)) == int(used)
+    assert seen["mnemod"] == seen["memcached"]

@@ -290,11 +290,24 @@ struct Shared {
     gens: Box<[AtomicU32]>,
     live_objects: Box<[AtomicU64]>,
     live_bytes: Box<[AtomicU64]>,
+    /// Per page, its opening in order of all pages' openings (1, 2, ...; 0: never opened):
+    /// memcached's page `version` (`stats extstore`).
+    versions: Box<[AtomicU64]>,
     w: Mutex<Writes>,
     wake: Condvar,
     c: Counters,
     /// Pages recycled so far: a shard that has not swept since holds stale entries.
     recycled: AtomicU64,
+}
+
+/// One page as `stats extstore` shows it (memcached's `N:version`, `N:bytes`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PageStat {
+    /// Which opening of a page this page's contents come from (1 for the first page ever
+    /// opened, and so on); 0: never written.
+    pub version: u64,
+    /// Bytes of live records on it.
+    pub bytes: u64,
 }
 
 /// The open flash file; see the module doc.
@@ -317,6 +330,7 @@ impl Flash {
             gens: (0..pages).map(|_| AtomicU32::new(0)).collect(),
             live_objects: zeros(pages),
             live_bytes: zeros(pages),
+            versions: zeros(pages),
             w: Mutex::new(Writes {
                 filling: None,
                 queue: VecDeque::new(),
@@ -435,8 +449,19 @@ impl Flash {
             sh.recycled.fetch_add(1, Relaxed);
             p
         };
+        let c = &sh.c;
+        let opened = [&c.page_allocs, &c.page_reclaims, &c.page_evictions].iter().map(|a| a.load(Relaxed)).sum();
+        sh.versions[p as usize].store(opened, Relaxed);
         w.page = p;
         w.page_used = 0;
+    }
+
+    /// `stats extstore`: each page's version and live bytes, in page order.
+    pub fn pages(&self) -> Vec<PageStat> {
+        let sh = &*self.sh;
+        (0..sh.versions.len())
+            .map(|p| PageStat { version: sh.versions[p].load(Relaxed), bytes: sh.live_bytes[p].load(Relaxed) })
+            .collect()
     }
 
     /// An entry for `loc` was dropped (overwritten, deleted, recached, flushed): its record
