@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from servers import MNEMOD, Server, roundtrip, stats
+from servers import MNEMOD, Server, command, roundtrip, stats
 
 VALUE = 4096
 
@@ -296,3 +296,83 @@ def test_the_issues_setting_both_servers(tmp_path):
               f"written to flash {st['extstore_objects_written']}, evictions {st['evictions']}")
         assert wrong == []
     assert result["mnemod"] >= 0.95 * n, result
+
+
+@pytest.mark.parametrize("kind", ["mnemod", "memcached"])
+def test_a_second_server_on_the_same_file_refuses_to_start(kind, tmp_path):
+    """extstore.t's first test: the flash file is owned by one process. memcached says
+    `extstore open: Resource temporarily unavailable` and `Failed to initialize external
+    storage: failed to open file`; mnemod one line naming the owner. The first keeps serving."""
+    path = tmp_path / "flash"
+    args = flash_args(path)
+    with Server(kind, *args) as first, first.connect() as s:
+        second = subprocess.run(command(kind, "-p", "0", *args), capture_output=True, text=True, timeout=30)
+        assert second.returncode != 0, second
+        if kind == "mnemod":
+            assert second.stderr.strip().splitlines() == [
+                f"mnemod: -o ext_path {path}: in use by another mnemod (pid {first.proc.pid}); refusing to start"], second.stderr
+        else:
+            assert "Failed to initialize external storage" in second.stderr, second.stderr
+        assert roundtrip(s, b"set k 0 0 1\r\nv\r\n") == b"STORED\r\n"
+    # Once the owner is gone, the file is free again.
+    with Server(kind, *args) as again, again.connect() as s:
+        assert roundtrip(s, b"version\r\n").startswith(b"VERSION")
+
+
+def large_class_items(s):
+    """What memcached's suite (`wait_for_ext`) sums: `stats items` numbers of classes 3 and up,
+    the RAM items that would go to flash."""
+    st = stats(s, b"items")
+    return sum(int(v) for k, v in st.items() if k.endswith(":number") and int(k.split(":")[1]) >= 3)
+
+
+@pytest.mark.parametrize("kind", ["mnemod", "memcached"])
+def test_item_age_sends_idle_large_items_to_flash_before_memory_is_full(kind, tmp_path):
+    """ext_item_age=2 with RAM to spare: the large values go to flash within seconds (classes 3
+    and up of `stats items` fall to 0), the small one stays, nothing is evicted, all read back."""
+    args = ["-m", "64", "-o", f"ext_item_size=512,ext_item_age=2,ext_wbuf_size=2,ext_page_size=8,ext_path={tmp_path / 'flash'}:64m"]
+    with Server(kind, *args) as srv, srv.connect() as s:
+        assert roundtrip(s, b"set small 0 0 2\r\nhi\r\n") == b"STORED\r\n"
+        big = lambda k: value(int(k.split(b":")[1]), 20000)
+        keys = [key(i) for i in range(100)]
+        set_many(s, keys, big)
+        assert large_class_items(s) > 0
+        deadline = time.monotonic() + 30
+        while large_class_items(s) > 0:
+            assert time.monotonic() < deadline, stats(s, b"items")
+            time.sleep(0.2)
+        st = stats(s)
+        assert int(st["extstore_objects_written"]) >= 100, st
+        assert st["evictions"] == "0"
+        assert get_many(s, keys) == {k: big(k) for k in keys}
+        assert roundtrip(s, b"get small\r\n", b"END\r\n") == b"VALUE small 0 2\r\nhi\r\nEND\r\n"
+
+
+def test_stats_extstore_lists_every_page_as_memcached_does(tmp_path):
+    """memcached 1.6.18's `stats extstore` with ext_path: four lines per page, every page, in
+    page order; identical on a fresh file. After large items went to flash (ext_item_age=1),
+    the pages written carry a version and their live bytes, which sum to extstore_bytes_used."""
+    seen = {}
+    for kind in ["memcached", "mnemod"]:
+        args = ["-m", "64", "-o", f"ext_item_size=512,ext_item_age=1,ext_wbuf_size=2,ext_page_size=8,ext_path={tmp_path / kind}:64m"]
+        with Server(kind, *args) as srv, srv.connect() as s:
+            fresh = roundtrip(s, b"stats extstore\r\n", b"END\r\n")
+            big = lambda k: value(int(k.split(b":")[1]), 20000)
+            keys = [key(i) for i in range(600)]  # 12 MB: more than one 8 MB page
+            set_many(s, keys, big)
+            # Until the items left RAM and a page was written (memcached fills a write buffer
+            # before its page gets a version).
+            deadline = time.monotonic() + 30
+            while large_class_items(s) > 0 or all(v == "0" for k, v in stats(s, b"extstore").items() if k.endswith(":version")):
+                assert time.monotonic() < deadline, (kind, stats(s, b"items"), stats(s, b"extstore"))
+                time.sleep(0.2)
+            pages = stats(s, b"extstore")
+            used = stats(s)["extstore_bytes_used"]
+        seen[kind] = (fresh, list(pages))
+        assert len(pages) == 8 * 4
+        written = [n for n in range(8) if pages[f"{n}:version"] != "0"]
+        assert written and all(int(pages[f"{n}:bytes"]) > 0 for n in written), pages
+        assert all(pages[f"{n}:bucket"] == pages[f"{n}:free_bucket"] == "0" for n in range(8))
+        if kind == "mnemod":
+            assert sum(int(pages[f"{n}:bytes"]) for n in range(8)) == int(used)
+    assert seen["mnemod"] == seen["memcached"]

@@ -369,8 +369,7 @@ fn stats_command(args: Keys<'_>, sh: &Shared, out: &mut Vec<u8>) {
         // memcached 1.6.18 sends their one line without END.
         Some(b"sizes_enable") => stats::sizes_switch(sh, true, out),
         Some(b"sizes_disable") => stats::sizes_switch(sh, false, out),
-        // memcached built with extstore but none configured: an empty group.
-        Some(b"extstore") => line(out, b"END"),
+        Some(b"extstore") => stats::extstore_pages(sh, out),
         Some(b"conns") => crate::conns::stats(sh, out),
         Some(b"detail") => match words.next() {
             Some(b"on") => {

@@ -227,6 +227,8 @@ pub enum ServerError {
     User(String),
     #[error("{0}")]
     MemoryFile(String),
+    #[error("{0}")]
+    FlashFile(String),
     #[error("cannot write MEMCACHED_PORT_FILENAME: {0}")]
     PortFile(std::io::Error),
     #[error("cannot write pid file {0}: {1}")]
@@ -251,6 +253,11 @@ pub fn run(config: Config) -> Result<(), ServerError> {
     if let Some(path) = &config.memory_file {
         // Before binding: a second instance on the same file refuses whatever its port.
         restart::claim(path).map_err(ServerError::MemoryFile)?;
+    }
+    if let Some((path, _)) = &config.ext.flash.path {
+        // The flash file's records are addressed by this process's index alone: a second
+        // server writing its pages would hand both wrong values (memcached refuses too).
+        restart::own(std::path::Path::new(path), "-o ext_path").map_err(ServerError::FlashFile)?;
     }
     // Filters load (and compile) before anything is bound: a bad one stops the start-up.
     let filters = mnemo_filter::FilterHost::new(config.filter_limits, config.filters.clone())?;

@@ -15,7 +15,8 @@
 //!
 //! One process owns PATH: two writing the same PATH.tmp would leave one's cache, or a mix of
 //! both, under the other's name. The lock is on PATH.lock, not PATH, because every snapshot
-//! replaces PATH's inode; the kernel drops it when the process ends, however it ends.
+//! replaces PATH's inode; the kernel drops it when the process ends, however it ends. The
+//! flash file (`-o ext_path`) is owned the same way ([`own`]), through its own PATH.lock.
 //!
 //! A missing file is a cold start. A damaged one never yields a wrong value: its bad blocks
 //! (or everything, for a bad header) are dropped, and the log line says so.
@@ -25,7 +26,7 @@ use std::fs::File;
 use std::io::{Read, Seek, Write};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::sync::Mutex;
 use std::time::Instant;
 
 use mnemo_proto::reply::{line, stat};
@@ -59,15 +60,16 @@ fn beside(path: &Path, suffix: &str) -> PathBuf {
     PathBuf::from(p)
 }
 
-/// The open PATH.lock, so its lock lives as long as the process.
-static LOCK: OnceLock<File> = OnceLock::new();
+/// The open lock files (`-e`'s PATH.lock, the flash file's), so their locks live as long as
+/// the process.
+static LOCKS: Mutex<Vec<File>> = Mutex::new(Vec::new());
 
-/// Makes this process the one owner of `path` (before anything is bound or read), then
-/// removes a PATH.tmp that a write which never finished left behind. The error is the line
-/// to print when another process owns it, or the lock file cannot be had.
-pub fn claim(path: &Path) -> Result<(), String> {
+/// Makes this process the one owner of `path` (a file named by `option`, such as `-e` or
+/// `-o ext_path`) through an exclusive flock on PATH.lock, held to exit. The error is the
+/// line to print when another process owns it, or the lock file cannot be had.
+pub fn own(path: &Path, option: &str) -> Result<(), String> {
     let lock_path = beside(path, ".lock");
-    let say = |why: String| format!("-e {}: {why}", path.display());
+    let say = |why: String| format!("{option} {}: {why}", path.display());
     let mut file = File::options()
         .read(true)
         .write(true)
@@ -89,7 +91,15 @@ pub fn claim(path: &Path) -> Result<(), String> {
     }
     // Who holds it, for the refusal above; the lock, not this text, is what excludes.
     let _ = file.set_len(0).and_then(|()| file.rewind()).and_then(|()| writeln!(file, "{}", std::process::id()));
-    let _ = LOCK.set(file);
+    LOCKS.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(file);
+    Ok(())
+}
+
+/// Makes this process the one owner of `-e`'s `path` (before anything is bound or read), then
+/// removes a PATH.tmp that a write which never finished left behind. The error is the line
+/// to print when another process owns it, or the lock file cannot be had.
+pub fn claim(path: &Path) -> Result<(), String> {
+    own(path, "-e")?;
     let tmp = beside(path, ".tmp");
     match std::fs::remove_file(&tmp) {
         Ok(()) => eprintln!("mnemod: -e {}: removed {}, left by a snapshot write that did not finish", path.display(), tmp.display()),

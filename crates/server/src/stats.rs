@@ -479,44 +479,87 @@ fn c_fixed2(v: f64) -> String {
 /// memcached 1.6.18's, in its order; the segmented-LRU ones (hot/warm/cold, moves, hits_to_*)
 /// are there only under its LRU maintainer, as in memcached, and are 0 (mnemo has one FIFO
 /// of segments, not LRUs).
+///
+/// With a flash tier, the items in RAM that would go to flash (value of at least
+/// ext_item_size) are listed apart, in class [`FLASHABLE_CLASS`], as memcached lists them in
+/// its large classes; a flashed item counts in class 1, as memcached's does (what stays in
+/// its RAM is a small header). memcached's suite waits on that: class 3 and up falling to 0
+/// means every large item went to flash.
 pub fn items(sh: &Shared, out: &mut Vec<u8>) {
     let s = sh.store.stats();
     let lru = sh.config.ext.lru_maintainer;
-    if s.curr_items > 0 {
-        let mut st = |name: &str, v: u64| stat(out, &format!("items:1:{name}"), v);
-        st("number", s.curr_items);
-        if lru {
-            st("number_hot", 0);
-            st("number_warm", 0);
-            st("number_cold", s.curr_items);
-            st("age_hot", 0);
-            st("age_warm", 0);
+    let (flashable, flashable_bytes) = sh.store.flashable_in_ram(sh.clock.now()).unwrap_or((0, 0));
+    // Two readings taken apart: a set in between must not underflow.
+    let (rest, rest_bytes) = (s.curr_items.saturating_sub(flashable), s.bytes.saturating_sub(flashable_bytes));
+    if rest > 0 {
+        let oom = sh.totals().store_no_memory;
+        item_class(out, lru, 1, &|name| match name {
+            "number" | "number_cold" => rest,
+            "mem_requested" => rest_bytes,
+            "evicted" => s.evictions,
+            "outofmemory" => oom,
+            "reclaimed" => s.reclaimed,
+            "expired_unfetched" => s.expired_unfetched,
+            "evicted_unfetched" => s.evicted_unfetched,
+            _ => 0,
+        });
+    }
+    if flashable > 0 {
+        item_class(out, lru, FLASHABLE_CLASS, &|name| match name {
+            "number" | "number_cold" => flashable,
+            "mem_requested" => flashable_bytes,
+            _ => 0,
+        });
+    }
+    line(out, b"END");
+}
+
+/// The `stats items` class of RAM items that would go to flash: the first that memcached's
+/// suite (`wait_for_ext`) counts as holding them.
+pub const FLASHABLE_CLASS: u32 = 3;
+
+/// One class's `stats items` lines, `v` giving each field's value.
+fn item_class(out: &mut Vec<u8>, lru: bool, class: u32, v: &dyn Fn(&str) -> u64) {
+    let mut st = |name: &str| stat(out, &format!("items:{class}:{name}"), v(name));
+    st("number");
+    if lru {
+        for name in ["number_hot", "number_warm", "number_cold", "age_hot", "age_warm"] {
+            st(name);
         }
-        // Items carry no access time (see crawler.rs on `la`).
-        st("age", 0);
-        st("mem_requested", s.bytes);
-        st("evicted", s.evictions);
-        st("evicted_nonzero", 0);
-        st("evicted_time", 0);
-        st("outofmemory", sh.totals().store_no_memory);
-        st("tailrepairs", 0);
-        st("reclaimed", s.reclaimed);
-        st("expired_unfetched", s.expired_unfetched);
-        st("evicted_unfetched", s.evicted_unfetched);
-        if lru {
-            st("evicted_active", 0);
+    }
+    // Items carry no access time (see crawler.rs on `la`).
+    for name in ["age", "mem_requested", "evicted", "evicted_nonzero", "evicted_time", "outofmemory", "tailrepairs"] {
+        st(name);
+    }
+    for name in ["reclaimed", "expired_unfetched", "evicted_unfetched"] {
+        st(name);
+    }
+    if lru {
+        st("evicted_active");
+    }
+    for name in ["crawler_reclaimed", "crawler_items_checked", "lrutail_reflocked"] {
+        st(name);
+    }
+    if lru {
+        for name in ["moves_to_cold", "moves_to_warm", "moves_within_lru", "direct_reclaims"] {
+            st(name);
         }
-        st("crawler_reclaimed", 0);
-        st("crawler_items_checked", 0);
-        st("lrutail_reflocked", 0);
-        if lru {
-            for name in ["moves_to_cold", "moves_to_warm", "moves_within_lru", "direct_reclaims"] {
-                st(name, 0);
-            }
-            for name in ["hits_to_hot", "hits_to_warm", "hits_to_cold", "hits_to_temp"] {
-                st(name, 0);
-            }
+        for name in ["hits_to_hot", "hits_to_warm", "hits_to_cold", "hits_to_temp"] {
+            st(name);
         }
+    }
+}
+
+/// `stats extstore`: memcached 1.6.18's four lines per page of the flash file, every page
+/// (written or not), in page order: `N:version` (0: never written), `N:bytes` (live records),
+/// `N:bucket` and `N:free_bucket` (always 0: mnemo has one page stream, no low-TTL bucket).
+/// Without `ext_path`, an empty group, as a memcached built with extstore but none configured.
+pub fn extstore_pages(sh: &Shared, out: &mut Vec<u8>) {
+    for (n, p) in sh.store.flash_pages().unwrap_or_default().iter().enumerate() {
+        stat(out, &format!("{n}:version"), p.version);
+        stat(out, &format!("{n}:bytes"), p.bytes);
+        stat(out, &format!("{n}:bucket"), 0);
+        stat(out, &format!("{n}:free_bucket"), 0);
     }
     line(out, b"END");
 }

@@ -486,7 +486,7 @@ impl Shard {
     }
 
     /// Bookkeeping for an item leaving the victim (moved or dropped); the slot is handled.
-    fn drop_from_victim(&mut self, v: u32, off: usize, len: usize) {
+    pub(crate) fn drop_from_victim(&mut self, v: u32, off: usize, len: usize) {
         let m = &mut self.segs.metas[v as usize];
         item::mark_dead(&mut m.data[off..]);
         m.items -= 1;

@@ -63,8 +63,8 @@ pub use config::{Eviction, StoreConfig, DEFAULT_SHARDS, MAX_SEGMENT_SIZE, MAX_SH
 pub use buf::Pages;
 pub use dump::{DumpCursor, DumpItem, DUMP_BATCH};
 pub use flash::{
-    FlashConfig, FlashError, FlashRef, FlashStats, FlashValue, Reject as FlashReject, DEFAULT_ITEM_SIZE,
-    DEFAULT_LOW_TTL, DEFAULT_MAX_FRAG_PERMILLE, DEFAULT_PAGE_SIZE, DEFAULT_RECACHE_RATE, DEFAULT_WBUF_SIZE,
+    FlashConfig, FlashError, FlashRef, FlashStats, FlashValue, PageStat, Reject as FlashReject, DEFAULT_ITEM_SIZE,
+    DEFAULT_ITEM_AGE, DEFAULT_LOW_TTL, DEFAULT_MAX_FRAG_PERMILLE, DEFAULT_PAGE_SIZE, DEFAULT_RECACHE_RATE, DEFAULT_WBUF_SIZE,
     MAX_PAGE_SIZE,
 };
 pub use incoming::Incoming;
@@ -689,6 +689,7 @@ impl Store {
                 let mut s = self.shards[me].lock();
                 s.apply_flush(&env, now);
                 s.expire_segments(&env, now);
+                s.age_out(&env, now);
                 // Freed segment ids can grow the shard's metadata, charged after the fact.
                 s.trim(&env, now);
             }
@@ -704,6 +705,20 @@ impl Store {
             }
         }
         self.compact_flash(now);
+    }
+
+    /// `stats extstore`: the flash file's pages; None without flash.
+    pub fn flash_pages(&self) -> Option<Vec<PageStat>> {
+        self.flash.as_ref().map(Flash::pages)
+    }
+
+    /// `Shard::flashable` summed over shards (one shard lock at a time); None without flash.
+    pub fn flashable_in_ram(&self, now: Time) -> Option<(u64, u64)> {
+        self.flash.as_ref()?;
+        Some((0..self.shards.len()).fold((0, 0), |(n, b), me| {
+            let (dn, db) = self.shards[me].lock().flashable(&self.env(me), now);
+            (n + dn, b + db)
+        }))
     }
 
     /// Flash compaction, one page per call: the live records of the page `compaction_victim`

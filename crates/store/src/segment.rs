@@ -102,6 +102,9 @@ pub(crate) struct SegMeta {
     /// When the segment was (re)opened: every item in it was written at or after this time.
     /// Items carry no time of their own, so this is the store's only "written at" (metadump).
     pub opened: Time,
+    /// Walked by the flash tier's age pass (`Shard::age_out`) since it was opened or reused:
+    /// its large values went to flash and it takes no more writes, so it is not walked again.
+    pub aged: bool,
     prev: u32,
     next: u32,
 }
@@ -121,6 +124,7 @@ impl SegMeta {
             large: false,
             queue: Queue::Main,
             opened: 0,
+            aged: false,
             prev: 0,
             next: 0,
         }
@@ -284,6 +288,7 @@ impl SegTable {
         m.ttl = ttl;
         m.active = false;
         m.opened = now;
+        m.aged = false;
         self.push_tail(id);
     }
 

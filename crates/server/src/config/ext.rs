@@ -13,11 +13,11 @@
 //!                     ssl_chain_cert  ssl_key  ssl_ca_cert  ssl_verify_mode  ssl_min_version
 //!                     ssl_ciphers  ssl_session_cache  ssl_keyformat (TLS with -Z: tls.rs)
 //!                     ext_path  ext_page_size  ext_wbuf_size  ext_item_size  ext_low_ttl
-//!                     ext_recache_rate  ext_compact_under  ext_max_frag (the flash tier:
-//!                     mnemo-store's flash module)
-//!   checked, shown    ext_item_age  ext_drop_under  ext_drop_unread  ext_threads
+//!                     ext_recache_rate  ext_compact_under  ext_max_frag  ext_item_age (the
+//!                     flash tier: mnemo-store's flash module)
+//!   checked, shown    ext_drop_under  ext_drop_unread  ext_threads
 //!   by stats settings ext_io_depth  ext_max_sleep  slab_automove_freeratio
-//!   but ignored       (no age-based flushing or I/O threads yet: docs/flash.md)
+//!   but ignored       (no I/O threads: docs/flash.md)
 //!   reported only     ssl_wbuf_size  ssl_kernel_tls (rustls sizes its own records; no kTLS)
 //!   checked, ignored  hashpower  lru_crawler_sleep  lru_crawler_tocrawl  hot_lru_pct  warm_lru_pct
 //!                     hash_algorithm  and every other name memcached 1.6.18 accepts
@@ -187,7 +187,7 @@ impl Default for FlashOptions {
             threads: 1,
             io_depth: 1,
             item_size: mnemo_store::DEFAULT_ITEM_SIZE as u32,
-            item_age: u32::MAX,
+            item_age: mnemo_store::DEFAULT_ITEM_AGE,
             low_ttl: mnemo_store::DEFAULT_LOW_TTL,
             recache_rate: mnemo_store::DEFAULT_RECACHE_RATE,
             compact_under: None,
@@ -226,6 +226,7 @@ impl FlashOptions {
             recache_rate: self.recache_rate,
             compact_under: self.compact_under.map(|n| n as usize),
             max_frag_permille: (self.max_frag * 1000.0).round().clamp(0.0, 1001.0) as u32,
+            item_age: self.item_age,
             ..mnemo_store::FlashConfig::new(path, size)
         })
     }
@@ -250,7 +251,7 @@ impl FlashOptions {
             "ext_recache_rate" => int().map(|v| self.recache_rate = v).map(|()| true),
             "ext_threads" => int().map(|v| self.threads = v).map(|()| false),
             "ext_io_depth" => int().map(|v| self.io_depth = v).map(|()| false),
-            "ext_item_age" => int().map(|v| self.item_age = v).map(|()| false),
+            "ext_item_age" => int().map(|v| self.item_age = v).map(|()| true),
             "ext_compact_under" => int().map(|v| self.compact_under = Some(v)).map(|()| true),
             "ext_drop_under" => int().map(|v| self.drop_under = Some(v)).map(|()| false),
             "ext_max_sleep" => int().map(|v| self.max_sleep = v).map(|()| false),
@@ -443,9 +444,10 @@ mod tests {
 
     #[test]
     fn memcached_names_and_errors() {
-        let o = ExtOptions::parse(&["idle_timeout=5,no_lru_crawler", "track_sizes,ext_path=/x:1g,ext_max_frag=0.5,ext_item_age=9"]).unwrap();
+        let o = ExtOptions::parse(&["idle_timeout=5,no_lru_crawler", "track_sizes,ext_path=/x:1g,ext_max_frag=0.5,ext_item_age=9,ext_threads=2"]).unwrap();
         assert_eq!((o.idle_timeout, o.lru_crawler, o.track_sizes), (5, false, true));
-        assert_eq!(o.ignored, vec!["ext_item_age=9"]);
+        assert_eq!(o.ignored, vec!["ext_threads=2"]);
+        assert_eq!(o.flash.store_config().unwrap().item_age, 9);
         assert_eq!(o.flash.store_config().unwrap().max_frag_permille, 500);
         assert_eq!(o.flash.path, Some(("/x".to_string(), 1 << 30)));
         assert_eq!(ExtOptions::parse(&["idle_timeout=abc"]).unwrap().idle_timeout, 0);

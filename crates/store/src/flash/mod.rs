@@ -57,6 +57,8 @@ pub const DEFAULT_ITEM_SIZE: usize = 512;
 pub const DEFAULT_RECACHE_RATE: u32 = 2000;
 pub const DEFAULT_LOW_TTL: u32 = 0;
 pub const DEFAULT_MAX_FRAG_PERMILLE: u32 = 800;
+/// memcached 1.6.18's ext_item_age default: no age, items go to flash only when evicted.
+pub const DEFAULT_ITEM_AGE: u32 = u32::MAX;
 /// Largest page: record offsets are kept in 24 bits of 8-byte units (entries.rs).
 pub const MAX_PAGE_SIZE: usize = 128 << 20;
 /// Largest record: its length is kept in 24 bits.
@@ -88,6 +90,10 @@ pub struct FlashConfig {
     /// A full page is compacted when at least this share of it (per mille) is dead: memcached's
     /// ext_max_frag (0.80 = 800).
     pub max_frag_permille: u32,
+    /// memcached's ext_item_age: seconds after which an item that would go to flash goes
+    /// there before memory is full ([`DEFAULT_ITEM_AGE`]: never). Items carry no time of their
+    /// own: the age is their segment's (`Shard::age_out`).
+    pub item_age: u32,
 }
 
 impl FlashConfig {
@@ -102,6 +108,7 @@ impl FlashConfig {
             recache_rate: DEFAULT_RECACHE_RATE,
             compact_under: None,
             max_frag_permille: DEFAULT_MAX_FRAG_PERMILLE,
+            item_age: DEFAULT_ITEM_AGE,
         }
     }
     pub fn pages(&self) -> usize {
@@ -283,11 +290,24 @@ struct Shared {
     gens: Box<[AtomicU32]>,
     live_objects: Box<[AtomicU64]>,
     live_bytes: Box<[AtomicU64]>,
+    /// Per page, its opening in order of all pages' openings (1, 2, ...; 0: never opened):
+    /// memcached's page `version` (`stats extstore`).
+    versions: Box<[AtomicU64]>,
     w: Mutex<Writes>,
     wake: Condvar,
     c: Counters,
     /// Pages recycled so far: a shard that has not swept since holds stale entries.
     recycled: AtomicU64,
+}
+
+/// One page as `stats extstore` shows it (memcached's `N:version`, `N:bytes`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PageStat {
+    /// Which opening of a page this page's contents come from (1 for the first page ever
+    /// opened, and so on); 0: never written.
+    pub version: u64,
+    /// Bytes of live records on it.
+    pub bytes: u64,
 }
 
 /// The open flash file; see the module doc.
@@ -310,6 +330,7 @@ impl Flash {
             gens: (0..pages).map(|_| AtomicU32::new(0)).collect(),
             live_objects: zeros(pages),
             live_bytes: zeros(pages),
+            versions: zeros(pages),
             w: Mutex::new(Writes {
                 filling: None,
                 queue: VecDeque::new(),
@@ -428,8 +449,19 @@ impl Flash {
             sh.recycled.fetch_add(1, Relaxed);
             p
         };
+        let c = &sh.c;
+        let opened = [&c.page_allocs, &c.page_reclaims, &c.page_evictions].iter().map(|a| a.load(Relaxed)).sum();
+        sh.versions[p as usize].store(opened, Relaxed);
         w.page = p;
         w.page_used = 0;
+    }
+
+    /// `stats extstore`: each page's version and live bytes, in page order.
+    pub fn pages(&self) -> Vec<PageStat> {
+        let sh = &*self.sh;
+        (0..sh.versions.len())
+            .map(|p| PageStat { version: sh.versions[p].load(Relaxed), bytes: sh.live_bytes[p].load(Relaxed) })
+            .collect()
     }
 
     /// An entry for `loc` was dropped (overwritten, deleted, recached, flushed): its record

@@ -1,11 +1,12 @@
 //! The shard's side of the flash tier: moving an item's value to flash (demotion, called by
-//! eviction), bringing it back (recache), and dropping a flashed copy. The flash module owns
+//! eviction and by the age pass of ext_item_age), bringing it back (recache), and dropping
+//! a flashed copy. The flash module owns
 //! the file; these own the index slot and the shard's entry table.
 
 use crate::flash::{FlashRef, Loc, Meta};
 use crate::index::{slot, Pos};
 use crate::item::{Header, NewHeader};
-use crate::segment::{ttl_bucket, Queue};
+use crate::segment::{ttl_bucket, DeadReason, Queue};
 use crate::shard::{Env, Found, Part, Reserve, Shard, MAX_ATTEMPTS};
 use crate::Time;
 
@@ -77,4 +78,97 @@ impl Shard {
         i
     }
 
+    /// ext_item_age, from the maintenance pass: every segment opened at least `item_age`
+    /// seconds ago sends its items that qualify for flash there now, before eviction would,
+    /// and takes no more writes (so an item written later is not sent early next time).
+    /// Items carry no access time, so "idle" is their segment's age: a read does not hold an
+    /// item back. A segment left empty is freed. Stops when no write buffer is free (the
+    /// next pass goes on), so one pass holds the shard lock for at most the buffers' bytes.
+    pub(crate) fn age_out(&mut self, env: &Env<'_>, now: Time) {
+        let Some(f) = env.flash else { return };
+        let age = f.cfg.item_age;
+        if age == crate::DEFAULT_ITEM_AGE {
+            return;
+        }
+        let mut v = self.segs.head();
+        while v != 0 {
+            let next = self.segs.next_of(v);
+            let m = &self.segs.metas[v as usize];
+            if !m.aged && m.items > 0 && m.opened.saturating_add(age) <= now && !self.age_segment(env, v, now) {
+                return;
+            }
+            v = next;
+        }
+    }
+
+    /// `age_out` for segment `v`; false if it stopped for want of a write buffer.
+    fn age_segment(&mut self, env: &Env<'_>, v: u32, now: Time) -> bool {
+        let f = env.flash.expect("age_out checked");
+        let end = self.segs.metas[v as usize].write;
+        let (mut off, mut moved, mut complete) = (0, false, true);
+        while off < end {
+            let hdr = self.header_at(v, off);
+            let len = hdr.total_len();
+            let live = !hdr.is_dead() && (hdr.exp == 0 || hdr.exp > now);
+            if !live || !f.wants(hdr.key_len as usize, hdr.value_len as usize, hdr.exp, now) {
+                off += len;
+                continue;
+            }
+            let h = xxhash_rust::xxh3::xxh3_64(&self.segs.metas[v as usize].data[off..][hdr.key_range()]);
+            let Some(pos) = self.index.find_exact(h, v, off as u32) else {
+                off += len;
+                continue;
+            };
+            let s = self.index.get(pos);
+            let Some(i) = self.demote(env, v, off, &hdr, h, now) else {
+                complete = false;
+                break;
+            };
+            // The value goes to flash; the slot stays, naming the flash entry.
+            self.index.set(pos, slot::to_flash(slot::cleared(s), i));
+            self.drop_from_victim(v, off, len);
+            moved = true;
+            off += len;
+        }
+        let m = &mut self.segs.metas[v as usize];
+        if moved && m.active {
+            // Sealed: what is written from now on starts a new segment, with its own age.
+            m.active = false;
+            self.active[m.queue as usize][m.ttl as usize] = 0;
+        }
+        if !m.active {
+            m.aged = complete;
+        }
+        if m.items == 0 && !m.active {
+            env.budget.release(self.segs.retire(v, DeadReason::Expired));
+            self.sync_overhead(env);
+        }
+        complete
+    }
+
+    /// Items in RAM that would go to flash (live, value of at least ext_item_size), and their
+    /// bytes: `stats items` shows them apart, as memcached's large slab classes, from the
+    /// rest and the flashed items (whose RAM is a small header in memcached). A walk of the
+    /// shard's item headers, for that rare command only.
+    pub fn flashable(&self, env: &Env<'_>, now: Time) -> (u64, u64) {
+        let Some(f) = env.flash else { return (0, 0) };
+        let (mut n, mut bytes) = (0, 0);
+        let mut v = self.segs.head();
+        while v != 0 {
+            let end = self.segs.metas[v as usize].write;
+            let mut off = 0;
+            while off < end {
+                let hdr = self.header_at(v, off);
+                let len = hdr.total_len();
+                let live = !hdr.is_dead() && (hdr.exp == 0 || hdr.exp > now);
+                if live && f.wants(hdr.key_len as usize, hdr.value_len as usize, hdr.exp, now) {
+                    n += 1;
+                    bytes += len as u64;
+                }
+                off += len;
+            }
+            v = self.segs.next_of(v);
+        }
+        (n, bytes)
+    }
 }

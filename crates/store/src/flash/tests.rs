@@ -475,3 +475,56 @@ fn a_get_in_two_halves() {
     }
     assert!(flash > 2000 && ram > 0, "{flash} {ram}");
 }
+
+/// ext_item_age: with room to spare in RAM, the large values of segments at least that old go
+/// to flash at the maintenance pass (and read back); the small ones and the young stay.
+#[test]
+fn item_age_sends_idle_large_values_to_flash_before_memory_is_full() {
+    let t = TempFile::new("age");
+    let mut fc = cfg(&t, 16 << 20, 1 << 20, 256 << 10);
+    (fc.item_size, fc.recache_rate, fc.item_age) = (1000, 0, 5);
+    let s = Store::new(StoreConfig { mem_limit: 4 << 20, shards: 1, huge_pages: false, flash: Some(fc), ..Default::default() });
+    // About 200 KB of large values and a few small ones: far from the 4 MiB limit.
+    fill(&s, 100, 2000);
+    for i in 0..10u32 {
+        s.store(Mode::Set, format!("small{i}").as_bytes(), i, 0, &value(i, 100), 1).unwrap();
+    }
+    assert_eq!(s.flashable_in_ram(1).unwrap().0, 100);
+    // Not old enough yet (written at 1, age 5): nothing moves.
+    s.maintain(5);
+    s.flash_sync();
+    assert_eq!(s.stats().flash.unwrap().objects_written, 0);
+    assert_eq!(s.flashable_in_ram(5).unwrap().0, 100);
+    s.maintain(6);
+    s.flash_sync();
+    let st = s.stats();
+    assert_eq!((st.flash.clone().unwrap().objects_written, st.flash_items, st.evictions), (100, 100, 0), "{st:?}");
+    assert_eq!(s.flashable_in_ram(6), Some((0, 0)));
+    assert_eq!(st.curr_items, 110);
+    for i in 0..100 {
+        assert_eq!(get(&s, &format!("k{i}")), Some(value(i, 2000)), "key {i}");
+    }
+    for i in 0..10 {
+        assert_eq!(get(&s, &format!("small{i}")), Some(value(i, 100)), "key small{i}");
+    }
+    // What is written after the pass is young again: it stays until its own segment ages.
+    s.store(Mode::Set, b"late", 0, 0, &value(7, 2000), 6).unwrap();
+    s.maintain(7);
+    assert_eq!(s.flashable_in_ram(7).unwrap().0, 1);
+    s.maintain(11);
+    s.flash_sync();
+    assert_eq!(s.flashable_in_ram(11), Some((0, 0)));
+    assert_eq!(s.stats().flash.unwrap().objects_written, 101);
+}
+
+/// Without ext_item_age (memcached's default), nothing goes to flash before eviction.
+#[test]
+fn without_item_age_nothing_goes_to_flash_while_ram_has_room() {
+    let t = TempFile::new("noage");
+    let s = store(&t, 1000);
+    fill(&s, 100, 2000);
+    s.maintain(1_000_000);
+    s.flash_sync();
+    assert_eq!(s.stats().flash.unwrap().objects_written, 0);
+    assert_eq!(s.flashable_in_ram(1).unwrap().0, 100);
+}
