@@ -192,7 +192,7 @@ else
     echo "== fuzz: every target for ${fuzz_seconds}s (FUZZ_SECONDS)"
     echo "   waited $((SECONDS - fuzz_start))s for the instrumented build (part 1)"
     # "target[:STORE_MODEL_REGIME]"
-    for run in store_model:exact store_model:evict text_parse binary_parse client_reply filter_result snapshot_restore; do
+    for run in store_model:exact store_model:evict text_parse binary_parse client_reply filter_result snapshot_restore flash_read; do
         target=${run%%:*}
         regime=""
         [ "$run" != "$target" ] && regime=${run#*:}
