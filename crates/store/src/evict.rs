@@ -65,7 +65,7 @@
 //! segment id stays reserved until the last one is gone.
 
 use crate::config::{Eviction, Geometry};
-use crate::index::slot;
+use crate::index::{slot, Pos};
 use crate::item::{self, NewHeader};
 use crate::segment::{DeadReason, Queue, SegState};
 use crate::shard::{Env, Part, Shard};
@@ -440,22 +440,7 @@ impl Shard {
                     continue;
                 }
             }
-            if expired {
-                self.stats.reclaimed += 1;
-                if !slot::fetched(s) {
-                    self.stats.expired_unfetched += 1;
-                }
-            } else {
-                self.stats.evictions += 1;
-                if !slot::fetched(s) {
-                    self.stats.evicted_unfetched += 1;
-                }
-                if s3fifo_small {
-                    let items = self.stats.curr_items as usize;
-                    self.ghost.insert(h, items);
-                }
-            }
-            self.index.remove(pos);
+            self.forget(pos, s, h, expired, s3fifo_small);
             self.drop_from_victim(v, off, len);
             off += len;
         }
@@ -537,6 +522,28 @@ impl Shard {
         true
     }
 
+    /// An item leaving the cache from a victim segment (slot `s` at `pos`, key hash `h`): counted
+    /// as reclaimed (expired) or evicted, remembered by the ghost when S3-FIFO's small queue
+    /// evicts it unread (`to_ghost`), and its index slot removed.
+    fn forget(&mut self, pos: Pos, s: u64, h: u64, expired: bool, to_ghost: bool) {
+        if expired {
+            self.stats.reclaimed += 1;
+            if !slot::fetched(s) {
+                self.stats.expired_unfetched += 1;
+            }
+        } else {
+            self.stats.evictions += 1;
+            if !slot::fetched(s) {
+                self.stats.evicted_unfetched += 1;
+            }
+            if to_ghost {
+                let items = self.stats.curr_items as usize;
+                self.ghost.insert(h, items);
+            }
+        }
+        self.index.remove(pos);
+    }
+
     /// A large item's own buffer: second chance (to the FIFO tail, count cleared) if it was read
     /// and the caller can use a regular segment; otherwise dropped.
     fn evict_large(&mut self, env: &Env<'_>, now: Time, v: u32, may_keep: bool) {
@@ -556,22 +563,8 @@ impl Shard {
                     // The value goes to flash; the slot stays, naming the flash entry.
                     self.index.set(pos, slot::to_flash(slot::cleared(s), i));
                 } else {
-                    if expired {
-                        self.stats.reclaimed += 1;
-                        if !slot::fetched(s) {
-                            self.stats.expired_unfetched += 1;
-                        }
-                    } else {
-                        self.stats.evictions += 1;
-                        if !slot::fetched(s) {
-                            self.stats.evicted_unfetched += 1;
-                        }
-                        if self.segs.metas[v as usize].queue == Queue::Small {
-                            let items = self.stats.curr_items as usize;
-                            self.ghost.insert(h, items);
-                        }
-                    }
-                    self.index.remove(pos);
+                    let small = self.segs.metas[v as usize].queue == Queue::Small;
+                    self.forget(pos, s, h, expired, small);
                 }
                 self.drop_from_victim(v, 0, hdr.total_len());
             }
