@@ -47,11 +47,11 @@ def test_memcacheds_refusals(opt):
 
 
 def test_ignored_options_are_reported():
-    with Server("mnemod", "-o", "hot_lru_pct=30,idle_timeout=5,ext_threads=2") as srv:
+    with Server("mnemod", "-o", "hot_lru_pct=30,idle_timeout=5,ext_io_depth=2") as srv:
         with srv.connect() as s:
             st = stats(s, b"settings")
-        assert st["extended_options_ignored"] == "hot_lru_pct=30,ext_threads=2"
+        assert st["extended_options_ignored"] == "hot_lru_pct=30,ext_io_depth=2"
         assert st["idle_timeout"] == "5"
         err = srv.stderr()
-    assert "-o hot_lru_pct=30" in err and "-o ext_threads=2" in err, err
+    assert "-o hot_lru_pct=30" in err and "-o ext_io_depth=2" in err, err
     assert "idle_timeout" not in err, err

@@ -376,3 +376,194 @@ def test_stats_extstore_lists_every_page_as_memcached_does(tmp_path):
         if kind == "mnemod":
             assert sum(int(pages[f"{n}:bytes"]) for n in range(8)) == int(used)
     assert seen["mnemod"] == seen["memcached"]
+
+
+# --- reads off the event loop (issue 37 stop 3) ----------------------------------------------------
+
+def recv_exactly(s, n):
+    got = b""
+    while len(got) < n:
+        d = s.recv(min(1 << 20, n - len(got)))
+        assert d, "server closed"
+        got += d
+    return got
+
+
+def flashed_server(tmp_path, *more):
+    """mnemod -t 1 with 8,000 values of 4 KB in -m 16: the first thousand keys are on flash,
+    the last hundred in RAM."""
+    srv = Server("mnemod", "-t", "1", "-m", "16", *more, *flash_args(tmp_path / "flash", "256m"))
+    with srv.connect() as s:
+        set_many(s, [key(i) for i in range(8000)], make_value)
+    return srv
+
+
+def text_hit(k, cas=None):
+    v = make_value(k)
+    head = b"VALUE %s 0 %d" % (k, len(v)) + (b" %d" % cas if cas is not None else b"")
+    return head + b"\r\n" + v + b"\r\n"
+
+
+def test_pipelined_text_and_meta_gets_of_flash_and_ram_keys_keep_request_order(tmp_path):
+    srv = flashed_server(tmp_path)
+    try:
+        with srv.connect() as s:
+            flash = [key(i) for i in range(0, 40)]
+            ram = [key(i) for i in range(7950, 7990)]
+            before = stats(s)
+            # Mixed multi-gets (flash first, in the middle, last), single gets, misses, mg
+            # with and without the value, a set after a flashed get (it must not overtake).
+            reqs = [
+                (b"get %s %s %s\r\n" % (flash[0], ram[0], flash[1]), text_hit(flash[0]) + text_hit(ram[0]) + text_hit(flash[1]) + b"END\r\n"),
+                (b"get %s nope %s\r\n" % (ram[1], flash[2]), text_hit(ram[1]) + text_hit(flash[2]) + b"END\r\n"),
+                (b"get %s nope\r\n" % flash[3], text_hit(flash[3]) + b"END\r\n"),
+                (b"get %s\r\n" % ram[2], text_hit(ram[2]) + b"END\r\n"),
+                (b"mg %s v k h\r\n" % flash[4], b"VA 4096 k%s h0\r\n%s\r\n" % (flash[4], make_value(flash[4]))),
+                (b"mg %s s f O123\r\n" % flash[5], b"HD s4096 f0 O123\r\n"),
+                (b"mg %s v\r\n" % ram[3], b"VA 4096\r\n%s\r\n" % make_value(ram[3])),
+                (b"mg nope v k O9\r\n", b"EN knope O9\r\n"),
+                (b"mg nope v q\r\nmn\r\n", b"MN\r\n"),
+                (b"get " + b" ".join(flash[6:30] + ram[4:30]) + b"\r\n",
+                 b"".join(text_hit(k) for k in flash[6:30] + ram[4:30]) + b"END\r\n"),
+                (b"get %s\r\nset %s 0 0 3\r\nnew\r\nget %s\r\n" % (flash[30], flash[30], flash[30]),
+                 text_hit(flash[30]) + b"END\r\nSTORED\r\nVALUE %s 0 3\r\nnew\r\nEND\r\n" % flash[30]),
+            ]
+            req = b"".join(r for r, _ in reqs)
+            want = b"".join(w for _, w in reqs)
+            s.sendall(req)
+            assert recv_exactly(s, len(want)) == want
+            after = stats(s)
+            # Every flashed key above was read from flash (none was in RAM).
+            assert int(after["get_extstore"]) - int(before["get_extstore"]) == 6 + 24 + 1
+            # Counted as before: 1 more cmd_get per key, hits and misses (the flash I/O thread
+            # counts in a block of its own, summed by stats).
+            keys_read = 3 + 3 + 2 + 1 + (1 + 1 + 1 + 2) + 50 + 2
+            misses = 1 + 1 + 2
+            assert int(after["cmd_get"]) - int(before["cmd_get"]) == keys_read
+            assert int(after["get_misses"]) - int(before["get_misses"]) == misses
+            assert int(after["get_hits"]) - int(before["get_hits"]) == keys_read - misses
+            # gets: the CAS is the one stored.
+            cas = int(roundtrip(s, b"mg %s c\r\n" % flash[31]).split()[1][1:])
+            assert roundtrip(s, b"gets %s\r\n" % flash[31], b"END\r\n") == text_hit(flash[31], cas) + b"END\r\n"
+            # The value read once more: now fetched (h1).
+            assert roundtrip(s, b"mg %s h\r\n" % flash[4]) == b"HD h1\r\n"
+    finally:
+        srv.stop()
+
+
+def bin_req(op, k, opaque):
+    import struct
+    return struct.pack(">BBHBBHIIQ", 0x80, op, len(k), 0, 0, 0, len(k), opaque, 0) + k
+
+
+def bin_replies(s, n):
+    import struct
+    out = []
+    for _ in range(n):
+        h = recv_exactly(s, 24)
+        magic, op, klen, elen, _, status, blen, opaque, cas = struct.unpack(">BBHBBHIIQ", h)
+        body = recv_exactly(s, blen)
+        out.append((op, status, opaque, body[elen:elen + klen], body[elen + klen:]))
+    return out
+
+
+def test_pipelined_binary_gets_of_flash_and_ram_keys_keep_request_order(tmp_path):
+    GET, GETQ, GETK, GETKQ, NOOP = 0x00, 0x09, 0x0C, 0x0D, 0x0A
+    srv = flashed_server(tmp_path)
+    try:
+        with srv.connect() as s:
+            f = [key(i) for i in range(100, 110)]
+            r = [key(i) for i in range(7960, 7970)]
+            plan = [  # (opcode, key, expected (key echoed, value) or None for no reply, or "miss")
+                (GETQ, f[0], (b"", make_value(f[0]))),
+                (GETK, r[0], (r[0], make_value(r[0]))),
+                (GET, f[1], (b"", make_value(f[1]))),
+                (GETKQ, b"nope", None),
+                (GET, b"nope", "miss"),
+                (GETK, f[2], (f[2], make_value(f[2]))),
+                (GETQ, r[1], (b"", make_value(r[1]))),
+                (GETKQ, f[3], (f[3], make_value(f[3]))),
+                (GETK, b"nope", "kmiss"),
+                (NOOP, b"", "noop"),
+            ]
+            s.sendall(b"".join(bin_req(op, k, 1000 + i) for i, (op, k, _) in enumerate(plan)))
+            expect = [(i, op, w) for i, (op, _, w) in enumerate(plan) if w is not None]
+            got = bin_replies(s, len(expect))
+            for (i, op, w), (gop, status, opaque, k, v) in zip(expect, got):
+                assert (gop, opaque) == (op, 1000 + i), (i, gop, opaque)
+                if w == "miss":
+                    assert (status, v) == (1, b"Not found")
+                elif w == "kmiss":
+                    assert (status, k) == (1, b"nope")
+                elif w == "noop":
+                    assert status == 0
+                else:
+                    assert (status, k, v) == (0, w[0], w[1]), i
+    finally:
+        srv.stop()
+
+
+def thread_cpu_ticks(pid, prefix):
+    """utime + stime of the process's threads whose name starts with `prefix`."""
+    total, seen = 0, 0
+    for t in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{t}/comm") as fh:
+            name = fh.read().strip()
+        if name.startswith(prefix):
+            with open(f"/proc/{pid}/task/{t}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])
+            seen += 1
+    return total, seen
+
+
+def test_flash_reads_run_off_the_worker_which_keeps_serving_ram_gets(tmp_path):
+    """-t 1: one connection streams pipelined multi-gets of flashed keys while another times
+    RAM gets on the same worker. The reads run on the flash I/O thread (its CPU time grows
+    with them, the thread exists only once a flash read came), and the RAM gets stay quick."""
+    import threading
+    srv = flashed_server(tmp_path)
+    try:
+        pid = srv.proc.pid
+        assert thread_cpu_ticks(pid, "mnemo-flash-io")[1] == 0, "no flash read yet, no I/O thread"
+        flash = [key(i) for i in range(0, 1000)]
+        batches = [flash[b:b + 50] for b in range(0, 1000, 50)] * 3
+        want = [b"".join(text_hit(k) for k in ks) + b"END\r\n" for ks in batches]
+        a = srv.connect(timeout=60)
+        errors = []
+
+        def stream():
+            try:
+                a.sendall(b"".join(b"get " + b" ".join(ks) + b"\r\n" for ks in batches))
+                for w in want:
+                    if recv_exactly(a, len(w)) != w:
+                        errors.append("wrong reply")
+                        return
+            except Exception as e:  # reported below
+                errors.append(repr(e))
+
+        t = threading.Thread(target=stream)
+        with srv.connect() as b:
+            t.start()
+            lat = []
+            while t.is_alive() and len(lat) < 2000:
+                k = key(7900 + len(lat) % 100)
+                t0 = time.perf_counter()
+                assert roundtrip(b, b"get %s\r\n" % k, b"END\r\n") == text_hit(k) + b"END\r\n"
+                lat.append(time.perf_counter() - t0)
+            t.join(120)
+            st = stats(b)
+        a.close()
+        ticks, threads = thread_cpu_ticks(pid, "mnemo-flash-io")
+        lat.sort()
+        p99 = lat[int(len(lat) * 0.99)] if lat else 0
+        print(f"{len(lat)} RAM gets during {len(batches)} flashed multi-gets of 50: p50 "
+              f"{lat[len(lat) // 2] * 1e6:.0f} µs, p99 {p99 * 1e6:.0f} µs; flash I/O thread CPU {ticks} ticks; "
+              f"get_extstore {st['get_extstore']}")
+        assert errors == []
+        # 3,000 reads but the few that ext_recache_rate brought back to RAM.
+        assert threads == 1 and int(st["get_extstore"]) >= 2_990
+        assert ticks > 0, "the flash reads ran on the I/O thread"
+        assert lat and p99 < 0.25, p99
+    finally:
+        srv.stop()

@@ -94,6 +94,13 @@ impl<'a> MetaFlags<'a> {
     pub fn has(&self, letter: u8) -> bool {
         self.letters().contains(&letter)
     }
+
+    /// The same flags with `opaque` as the O value (a server that answers later keeps its
+    /// own copy of the request's bytes).
+    pub fn with_opaque<'b>(&self, opaque: Option<&'b [u8]>) -> MetaFlags<'b> {
+        let MetaFlags { order, n, base64, quiet, opaque: _, compare_cas, ttl, vivify, recache, client_flags, delta, initial, mode, invalidate } = *self;
+        MetaFlags { order, n, base64, quiet, opaque, compare_cas, ttl, vivify, recache, client_flags, delta, initial, mode, invalidate }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

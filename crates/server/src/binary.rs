@@ -18,6 +18,8 @@ mod sasl;
 mod stat;
 mod storage;
 
+pub(crate) use storage::FlashGet;
+
 use std::sync::atomic::Ordering::Relaxed;
 
 use mnemo_proto::binary::{self as bin, opcode, Frame, LargeOp, Parsed, Request, Status, StoreOp};
@@ -37,6 +39,9 @@ pub struct BinSession {
     sasl_pending: bool,
     /// Input bytes still to discard (the value of a refused request).
     skip: u64,
+    /// The job of a request answered later (a GET whose value is on flash), until the
+    /// connection takes it ([`BinNext::Later`]).
+    pub job: Option<crate::command::Pending>,
 }
 
 /// What the connection does after one step.
@@ -48,6 +53,9 @@ pub enum BinNext {
     Incomplete(usize),
     /// Drop the connection (after writing what is in `out`).
     Close,
+    /// This many input bytes were handled, and the reply comes from the job left in the
+    /// session (`BinSession::job`): the connection keeps its place and parses nothing more.
+    Later(usize),
 }
 
 /// What follows a request's reply.
@@ -56,6 +64,8 @@ enum After {
     /// Discard this many more input bytes.
     Skip(u32),
     Close,
+    /// The reply comes from this job (command/mod.rs, "Pending answers").
+    Later(crate::command::Pending),
 }
 
 /// The request being answered: responses echo its opcode and opaque.
@@ -143,6 +153,10 @@ pub fn step_direct<'o>(
                 BinNext::Consumed(used)
             }
             After::Close => BinNext::Close,
+            After::Later(job) => {
+                session.job = Some(job);
+                BinNext::Later(used)
+            }
         },
     }
 }

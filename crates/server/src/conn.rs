@@ -473,6 +473,12 @@ impl<S: Io> Conn<S> {
                         self.closing = true;
                         return Progress::Close;
                     }
+                    BinNext::Later(n) => {
+                        self.rpos += n;
+                        self.job = session.job.take();
+                        self.waiting = true;
+                        return Progress::Later;
+                    }
                 }
                 continue;
             }

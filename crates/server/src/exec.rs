@@ -334,7 +334,7 @@ fn get(
         let mut hit = TextHit { key, cas, last };
         let sent = match read::get(key, how, &mut hit, sh, c, out, direct.as_deref_mut()) {
             Answer::Now(sent) => sent,
-            Answer::Later(p) => match p {},
+            Answer::Later(first) => return defer_get(keys, i, cas, first),
         };
         if sent.flushed {
             // Every earlier reply is on the wire: no unsent reply references an item.
@@ -350,6 +350,49 @@ fn get(
         out.extend_from_slice(b"END\r\n");
     }
     Next::Continue
+}
+
+/// Key `i` of a get is on flash: the reply from it on (its END included) comes from the flash
+/// I/O pool (flashio.rs), which gets the keys from `i` on.
+#[cold]
+#[inline(never)]
+fn defer_get(keys: Keys<'_>, i: usize, cas: bool, first: read::Flashed) -> Next {
+    let mut rest = Vec::new();
+    for k in keys.iter().skip(i) {
+        if !rest.is_empty() {
+            rest.push(b' ');
+        }
+        rest.extend_from_slice(k);
+    }
+    Next::Later(crate::command::Pending::FlashRead(crate::flashio::Read::Text { keys: rest.into(), cas, first }))
+}
+
+/// On a flash I/O thread: the reply of a get from its first flashed key on (`keys`, the first
+/// located at `first`). The other keys are looked up first (RAM hits written at once), then
+/// every flashed record is read, back to back, then their replies go in their places.
+pub(crate) fn get_flashed(keys: &[u8], cas: bool, first: read::Flashed, sh: &Shared, c: &Counters) -> Vec<u8> {
+    let keys = Keys::new(keys);
+    let mut out = Vec::new();
+    // Flashed keys, with where their replies go in `out`.
+    let mut holes = Vec::new();
+    let mut first = Some(first);
+    for key in keys.iter() {
+        let at = if first.is_some() { first.take() } else { read::locate(key, &mut TextHit { key, cas, last: false }, sh, c, &mut out) };
+        if let Some(at) = at {
+            holes.push((out.len(), key, at));
+        }
+    }
+    let reads: Vec<_> = holes.iter().map(|(_, key, at)| sh.store.read_flash(&at.fref, key)).collect();
+    let mut reply = Vec::with_capacity(out.len() + reads.iter().map(|r| r.as_ref().map_or(0, |v| v.value().len() + 64)).sum::<usize>() + 5);
+    let mut done = 0;
+    for ((pos, key, at), v) in holes.into_iter().zip(reads) {
+        reply.extend_from_slice(&out[done..pos]);
+        done = pos;
+        read::finish_read(key, read::Read::Get, at, v, &mut TextHit { key, cas, last: false }, sh, c, &mut reply);
+    }
+    reply.extend_from_slice(&out[done..]);
+    reply.extend_from_slice(b"END\r\n");
+    reply
 }
 
 fn stats_command(args: Keys<'_>, sh: &Shared, out: &mut Vec<u8>) {

@@ -72,7 +72,7 @@ impl Mailbox {
         Mailbox { done: Mutex::new(Vec::new()), wake }
     }
 
-    fn post(&self, d: Done) {
+    pub fn post(&self, d: Done) {
         self.done.lock().push(d);
         // A failed wake (the eventfd's counter full) still leaves an unread wake-up pending.
         let _ = self.wake.wake();
@@ -139,6 +139,11 @@ impl Pool {
 
     /// Queue a job; the threads start with the first one (a server without filters has none).
     pub fn submit(&self, sh: &Arc<Shared>, job: Job) {
+        // A flash read goes to the flash I/O pool (flashio.rs): never behind a filter call.
+        let job = match job.work {
+            Pending::FlashRead(read) => return sh.flash_io.submit(sh, read, job.to, job.slot, job.gen),
+            work => Job { work, ..job },
+        };
         if !self.started.load(Relaxed) && !self.started.swap(true, Relaxed) {
             for i in 0..self.threads {
                 let sh = sh.clone();

@@ -55,6 +55,7 @@ mod crawler;
 mod detail;
 mod exec;
 mod fget;
+mod flashio;
 mod jobs;
 mod listener;
 mod marks;
@@ -102,6 +103,8 @@ pub(crate) struct Shared {
     pub filters: mnemo_filter::FilterHost,
     /// Where filter calls run, off the event loops (jobs.rs).
     pub jobs: jobs::Pool,
+    /// Where flash reads run, off the event loops (flashio.rs).
+    pub flash_io: flashio::Pool,
     /// `slabs automove` as clients last set it (reported by `stats settings`).
     pub slab_automove: config::SlabAutomove,
     /// `lru_crawler crawl` and `metadump` requests started (memcached's lru_crawler_starts).
@@ -149,9 +152,13 @@ impl Shared {
         });
         let ext = config.ext.clone();
         let jobs = jobs::Pool::new(config.job_threads);
+        // The workers' counters blocks, then the UDP threads' (udp.rs), then the flash I/O
+        // threads' (flashio.rs).
+        let io_first = config.threads + udp::threads(&config);
+        let flash_io = flashio::Pool::new(flashio::threads(&config), io_first);
         Shared {
-            // The workers' blocks, then the UDP threads' (udp.rs).
-            counters: (0..config.threads + udp::threads(&config)).map(|_| Arc::new(stats::Counters::default())).collect(),
+            counters: (0..io_first + flashio::threads(&config)).map(|_| Arc::new(stats::Counters::default())).collect(),
+            flash_io,
             verbosity: AtomicU8::new(config.verbose.min(MAX_VERBOSITY)),
             config,
             store,

@@ -62,7 +62,7 @@ fn status(m: &Meta<'_>, word: &[u8], key_echo: &[u8], out: &mut Vec<u8>) {
 /// `direct`: the connection's way to send a large value from the item (exec::Direct).
 pub fn execute(m: &Meta<'_>, sh: &Shared, c: &Counters, out: &mut Vec<u8>, direct: Option<&mut dyn Direct>) -> Next {
     match m.kind {
-        MetaKind::Get => get(m, sh, c, out, direct),
+        MetaKind::Get => return get(m, sh, c, out, direct),
         MetaKind::Set => set(m, sh, c, out),
         MetaKind::Delete => delete(m, sh, c, out),
         MetaKind::Arith => arith(m, sh, c, out),
@@ -160,7 +160,7 @@ impl read::Hit for MetaHit<'_, '_> {
     }
 }
 
-fn get(m: &Meta<'_>, sh: &Shared, c: &Counters, out: &mut Vec<u8>, direct: Option<&mut dyn Direct>) {
+fn get(m: &Meta<'_>, sh: &Shared, c: &Counters, out: &mut Vec<u8>, direct: Option<&mut dyn Direct>) -> Next {
     let f = &m.flags;
     let how = read::Read::Meta {
         touch: f.ttl.map(|t| sh.clock.item_expiry(t)),
@@ -173,8 +173,50 @@ fn get(m: &Meta<'_>, sh: &Shared, c: &Counters, out: &mut Vec<u8>, direct: Optio
             if !sent.found.is_hit() && !f.quiet {
                 status(m, b"EN", m.raw_key, out);
             }
+            Next::Continue
         }
-        Answer::Later(p) => match p {},
+        Answer::Later(first) => {
+            let g = FlashGet {
+                raw_key: m.raw_key.into(),
+                key: m.key,
+                opaque: m.flags.opaque.map(Into::into),
+                flags: m.flags.with_opaque(None),
+                first,
+            };
+            Next::Later(crate::command::Pending::FlashRead(crate::flashio::Read::Meta(Box::new(g))))
+        }
+    }
+}
+
+/// An mg whose value is on flash (no T, u or N: those read synchronously), answered by the
+/// flash I/O pool (flashio.rs): the request's parts it needs, owned.
+#[derive(Debug)]
+pub(crate) struct FlashGet {
+    raw_key: Box<[u8]>,
+    key: mnemo_proto::meta::KeyBuf,
+    opaque: Option<Box<[u8]>>,
+    flags: mnemo_proto::meta::MetaFlags<'static>,
+    first: read::Flashed,
+}
+
+impl FlashGet {
+    /// On a flash I/O thread: the read and its reply, as `get` would have written it.
+    pub fn run(self, sh: &Shared, c: &Counters) -> Vec<u8> {
+        let m = Meta {
+            kind: MetaKind::Get,
+            raw_key: &self.raw_key,
+            key: self.key,
+            flags: self.flags.with_opaque(self.opaque.as_deref()),
+            data: b"",
+        };
+        let mut out = Vec::new();
+        let how = read::Read::Meta { touch: None, peek: false, vivify: None };
+        let mut hit = MetaHit { m: &m, sh, now: sh.clock.now() };
+        let found = read::finish(m.key.as_bytes(), how, self.first, &mut hit, sh, c, &mut out);
+        if !found.is_hit() && !m.flags.quiet {
+            status(&m, b"EN", m.raw_key, &mut out);
+        }
+        out
     }
 }
 

@@ -187,7 +187,8 @@ impl Run {
                 self.push(self.out.len() == start, false);
                 Some(n)
             }
-            BinNext::Incomplete(_) | BinNext::Close => {
+            // Later: not without a Direct (a flashed value is read here, synchronously).
+            BinNext::Incomplete(_) | BinNext::Close | BinNext::Later(_) => {
                 self.out.truncate(start);
                 None
             }

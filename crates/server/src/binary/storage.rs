@@ -12,7 +12,7 @@ use crate::command::concat;
 use crate::command::delete::{self, Deleted};
 use crate::command::read::{self, Read};
 use crate::command::write::{self, Stored};
-use crate::command::{Answer, Proto};
+use crate::command::{Answer, Pending, Proto};
 use crate::stats::Counters;
 use crate::Shared;
 
@@ -62,17 +62,49 @@ pub(super) fn get(
     let mut hit = BinHit { key: if with_key { key } else { &[] }, op: r.opcode, opaque: r.opaque };
     let sent = match read::get(key, how, &mut hit, sh, c, r.out, r.direct.as_deref_mut()) {
         Answer::Now(sent) => sent,
-        Answer::Later(p) => match p {},
+        Answer::Later(first) => {
+            let g = FlashGet { key: key.into(), with_key, quiet, opcode: r.opcode, opaque: r.opaque, first };
+            return After::Later(Pending::FlashRead(crate::flashio::Read::Binary(g)));
+        }
     };
     if !sent.found.is_hit() && !quiet {
-        if with_key {
-            // GETK / GATK: the miss carries the key instead of a message.
-            bin_response(r, Status::KeyNotFound, key);
-        } else {
-            r.error(Status::KeyNotFound);
-        }
+        get_missed(key, with_key, r);
     }
     After::Continue
+}
+
+fn get_missed(key: &[u8], with_key: bool, r: &mut Reply<'_>) {
+    if with_key {
+        // GETK / GATK: the miss carries the key instead of a message.
+        bin_response(r, Status::KeyNotFound, key);
+    } else {
+        r.error(Status::KeyNotFound);
+    }
+}
+
+/// A GET whose value is on flash, answered by the flash I/O pool (flashio.rs).
+#[derive(Debug)]
+pub(crate) struct FlashGet {
+    key: Box<[u8]>,
+    with_key: bool,
+    quiet: bool,
+    opcode: u8,
+    opaque: u32,
+    first: read::Flashed,
+}
+
+impl FlashGet {
+    /// On a flash I/O thread: the read and its reply, as `get` would have written it.
+    pub fn run(self, sh: &Shared, c: &Counters) -> Vec<u8> {
+        let mut out = Vec::new();
+        let key = &self.key[..];
+        let mut hit = BinHit { key: if self.with_key { key } else { &[] }, op: self.opcode, opaque: self.opaque };
+        let found = read::finish(key, Read::Get, self.first, &mut hit, sh, c, &mut out);
+        if !found.is_hit() && !self.quiet {
+            get_missed(key, self.with_key, &mut Reply { opcode: self.opcode, opaque: self.opaque, out: &mut out, direct: None });
+        }
+        out
+    }
 }
 
 fn bin_response(r: &mut Reply<'_>, status: Status, key: &[u8]) {
@@ -85,7 +117,7 @@ pub(super) fn touch(key: &[u8], exptime: u32, sh: &Shared, c: &Counters, r: &mut
     match read::get(key, Read::Touch(expiry(sh, exptime)), &mut hit, sh, c, r.out, None) {
         Answer::Now(sent) if !sent.found.is_hit() => r.error(Status::KeyNotFound),
         Answer::Now(_) => {}
-        Answer::Later(p) => match p {},
+        Answer::Later(_) => unreachable!("without a Direct a read answers now"),
     }
     After::Continue
 }

@@ -38,8 +38,9 @@
 //! [`Never`] (an empty type) for every command that completes under its shard lock, so
 //! their encoders' `Later` arms are `match pending {}`, proven unreachable by the compiler;
 //! a command that can defer returns `Answer<T, Pending>` and its encoder must handle the
-//! job. A new kind of job (a flash read, issue 37) is one more [`Pending`] variant: the
-//! pool, the wake-up and the ordering are the same.
+//! job. A flash read (issue 37) is the second kind: [`read::get`] answers `Later` when the
+//! value is on flash, the protocol wraps what its reply needs in [`Pending::FlashRead`], and
+//! the read runs on the flash I/O pool (flashio.rs) with the same wake-up and ordering.
 
 pub(crate) mod arith;
 pub(crate) mod concat;
@@ -65,6 +66,9 @@ pub(crate) enum Never {}
 pub(crate) enum Pending {
     /// An `fget`'s filter call: reading its keys, the call, the reply (fget.rs).
     Filter(crate::fget::Call),
+    /// A get whose value is on flash: read off the event loop, on the flash I/O pool
+    /// (flashio.rs; jobs.rs routes it there, never behind a filter call).
+    FlashRead(crate::flashio::Read),
 }
 
 impl Pending {
@@ -73,6 +77,7 @@ impl Pending {
     pub fn run(self, sh: &crate::Shared, watch: &crate::jobs::Watch<'_>) -> Vec<u8> {
         match self {
             Pending::Filter(call) => call.run(sh, watch),
+            Pending::FlashRead(_) => unreachable!("jobs.rs routes flash reads to the flash I/O pool"),
         }
     }
 }
@@ -81,6 +86,7 @@ impl std::fmt::Debug for Pending {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Pending::Filter(_) => f.write_str("Pending::Filter"),
+            Pending::FlashRead(r) => write!(f, "Pending::FlashRead({r:?})"),
         }
     }
 }

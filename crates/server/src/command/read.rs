@@ -7,12 +7,18 @@
 //!       hit -> writer.head(item): the protocol's header, and the bytes after the value
 //!              value: >= DIRECT_MIN and a Direct -> one nonblocking writev/vmsplice
 //!                     otherwise                  -> copied into the output  (... to here)
+//!       on flash, for a connection (a Direct) and get/gets/mg without T, u, N:
+//!              -> Answer::Later(Flashed): nothing written, nothing but cmd_get counted; the
+//!                 protocol makes a Pending::FlashRead and the flash I/O pool (flashio.rs)
+//!                 runs `finish` (read, verify, write the hit, count the outcome)
+//!       on flash otherwise (UDP, gat/touch, mg T/u/N, the I/O pool's own reads):
+//!              read synchronously by the store (no lock held)
 //!     mg N on a miss: add a placeholder, the writer's `vivified` answers it
 //!     count the outcome (hits, misses, expired, flushed) and `stats detail`
 //!   -> Answer::Now(Sent)
 //! ```
 
-use mnemo_store::{Item, Lookup, Mode, Pages, StoreOutcome, Time};
+use mnemo_store::{FlashReject, FlashRef, FlashValue, Item, Located, Lookup, Mode, Pages, StoreOutcome, Time};
 
 use super::Answer;
 use crate::detail::Event;
@@ -100,9 +106,12 @@ pub(crate) fn get<H: Hit>(
     out: &mut Vec<u8>,
     // Two lifetimes: a caller lends its connection's Direct once per key.
     mut direct: Option<&mut (dyn Direct + '_)>,
-) -> Answer<Sent> {
+) -> Answer<Sent, Flashed> {
     let now = sh.clock.now();
     let mut flushed = false;
+    // Only a connection lends a Direct, and only a connection can take an answer later (the
+    // I/O pool itself, UDP and the unit tests read a flashed value here, synchronously).
+    let defer = direct.is_some();
     // Forced inline (an attribute a closure takes in this position only): the store calls it
     // from six sites below, and a few instructions more in its body made the build call it
     // out of line, about 30 instructions a get hit (callgrind, bench/instructions.sh).
@@ -129,7 +138,14 @@ pub(crate) fn get<H: Hit>(
     let found = match read {
         Read::Get => {
             bump(&c.cmd_get, 1);
-            sh.store.get(key, now, |it| write(it, out))
+            if defer {
+                match sh.store.get_located(key, now, |it| write(it, out)) {
+                    Located::Done(l) => l,
+                    Located::Flash { fref, fetched, .. } => return Answer::Later(Flashed { fref, fetched }),
+                }
+            } else {
+                sh.store.get(key, now, |it| write(it, out))
+            }
         }
         Read::Touch(exp) => {
             bump(&c.cmd_touch, 1);
@@ -146,6 +162,10 @@ pub(crate) fn get<H: Hit>(
                     sh.store.touch(key, exp, now);
                     sh.store.peek(key, now, |it| write(it, out))
                 }
+                (None, false) if defer && vivify.is_none() => match sh.store.get_located(key, now, |it| write(it, out)) {
+                    Located::Done(l) => l,
+                    Located::Flash { fref, fetched, .. } => return Answer::Later(Flashed { fref, fetched }),
+                },
                 (None, false) => sh.store.get(key, now, |it| write(it, out)),
                 (None, true) => sh.store.peek(key, now, |it| write(it, out)),
             };
@@ -167,6 +187,13 @@ pub(crate) fn get<H: Hit>(
             }
         }
     };
+    count(key, read, found, sh, c);
+    Answer::Now(Sent { found, flushed })
+}
+
+/// A read's outcome in the counters (hits, misses, expired, flushed) and `stats detail`.
+#[inline(always)]
+fn count(key: &[u8], read: Read, found: Lookup<()>, sh: &Shared, c: &Counters) {
     let (hits, misses) = match read {
         Read::Touch(_) => (&c.touch_hits, &c.touch_misses),
         Read::Get | Read::Meta { .. } => (&c.get_hits, &c.get_misses),
@@ -186,7 +213,65 @@ pub(crate) fn get<H: Hit>(
     if !matches!(read, Read::Meta { .. }) {
         sh.detail.record(key, sh.config.prefix_delimiter, Event::Get { hit: found.is_hit() });
     }
-    Answer::Now(Sent { found, flushed })
+}
+
+/// A read whose item [`get`] found on flash and left for later: where the record is, and
+/// whether the item had been fetched before (the lookup marked it fetched).
+#[derive(Debug)]
+pub(crate) struct Flashed {
+    pub fref: FlashRef,
+    pub fetched: bool,
+}
+
+/// A get's lookup, on a flash I/O thread for a multi-get's later keys: a RAM hit is written
+/// by `hit` and counted at once; a flashed item's location is handed back, for
+/// [`finish_read`] once its record is read (`cmd_get` is counted here either way).
+pub(crate) fn locate<H: Hit>(key: &[u8], hit: &mut H, sh: &Shared, c: &Counters, out: &mut Vec<u8>) -> Option<Flashed> {
+    bump(&c.cmd_get, 1);
+    let write = |it: Item<'_>| {
+        if let Some(tail) = hit.head(&it, out) {
+            out.extend_from_slice(it.value);
+            out.extend_from_slice(tail);
+        }
+    };
+    match sh.store.get_located(key, sh.clock.now(), write) {
+        Located::Done(found) => {
+            count(key, Read::Get, found, sh, c);
+            None
+        }
+        Located::Flash { fref, fetched, .. } => Some(Flashed { fref, fetched }),
+    }
+}
+
+/// The rest of a read [`get`] answered `Later` (an I/O pool thread, flashio.rs): its record
+/// is read and verified, the hit written by `hit`, the outcome counted (its `cmd_get` was
+/// counted by the lookup). A record gone, recycled or damaged is a miss (the store counts
+/// `miss_from_extstore` or `badcrc_from_extstore` and drops the entry).
+pub(crate) fn finish<H: Hit>(key: &[u8], read: Read, at: Flashed, hit: &mut H, sh: &Shared, c: &Counters, out: &mut Vec<u8>) -> Lookup<()> {
+    let v = sh.store.read_flash(&at.fref, key);
+    finish_read(key, read, at, v, hit, sh, c, out)
+}
+
+/// [`finish`] with the record already read (a multi-get reads all its records first).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn finish_read<H: Hit>(
+    key: &[u8],
+    read: Read,
+    at: Flashed,
+    v: Result<FlashValue, FlashReject>,
+    hit: &mut H,
+    sh: &Shared,
+    c: &Counters,
+    out: &mut Vec<u8>,
+) -> Lookup<()> {
+    let found = sh.store.finish_get(key, at.fref, at.fetched, v, sh.clock.now(), |it| {
+        if let Some(tail) = hit.head(&it, out) {
+            out.extend_from_slice(it.value);
+            out.extend_from_slice(tail);
+        }
+    });
+    count(key, read, found, sh, c);
+    found
 }
 
 /// What `me` shows of an item, as read (meta.rs encodes it).

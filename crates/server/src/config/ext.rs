@@ -14,10 +14,11 @@
 //!                     ssl_ciphers  ssl_session_cache  ssl_keyformat (TLS with -Z: tls.rs)
 //!                     ext_path  ext_page_size  ext_wbuf_size  ext_item_size  ext_low_ttl
 //!                     ext_recache_rate  ext_compact_under  ext_max_frag  ext_item_age (the
-//!                     flash tier: mnemo-store's flash module)
-//!   checked, shown    ext_drop_under  ext_drop_unread  ext_threads
-//!   by stats settings ext_io_depth  ext_max_sleep  slab_automove_freeratio
-//!   but ignored       (no I/O threads: docs/flash.md)
+//!                     flash tier: mnemo-store's flash module)  ext_threads (its read threads:
+//!                     the server's flashio.rs)
+//!   checked, shown    ext_drop_under  ext_drop_unread  ext_io_depth  ext_max_sleep
+//!   by stats settings slab_automove_freeratio
+//!   but ignored       (docs/flash.md)
 //!   reported only     ssl_wbuf_size  ssl_kernel_tls (rustls sizes its own records; no kTLS)
 //!   checked, ignored  hashpower  lru_crawler_sleep  lru_crawler_tocrawl  hot_lru_pct  warm_lru_pct
 //!                     hash_algorithm  and every other name memcached 1.6.18 accepts
@@ -160,6 +161,7 @@ pub struct FlashOptions {
     /// Megabytes.
     pub page_size_mb: u32,
     pub wbuf_size_mb: u32,
+    /// Threads that read flashed values off the event loops (flashio.rs; 0 counts as 1).
     pub threads: u32,
     pub io_depth: u32,
     /// Bytes.
@@ -249,7 +251,7 @@ impl FlashOptions {
             "ext_item_size" => int().map(|v| self.item_size = v).map(|()| true),
             "ext_low_ttl" => int().map(|v| self.low_ttl = v).map(|()| true),
             "ext_recache_rate" => int().map(|v| self.recache_rate = v).map(|()| true),
-            "ext_threads" => int().map(|v| self.threads = v).map(|()| false),
+            "ext_threads" => int().map(|v| self.threads = v).map(|()| true),
             "ext_io_depth" => int().map(|v| self.io_depth = v).map(|()| false),
             "ext_item_age" => int().map(|v| self.item_age = v).map(|()| true),
             "ext_compact_under" => int().map(|v| self.compact_under = Some(v)).map(|()| true),
@@ -444,9 +446,10 @@ mod tests {
 
     #[test]
     fn memcached_names_and_errors() {
-        let o = ExtOptions::parse(&["idle_timeout=5,no_lru_crawler", "track_sizes,ext_path=/x:1g,ext_max_frag=0.5,ext_item_age=9,ext_threads=2"]).unwrap();
+        let o = ExtOptions::parse(&["idle_timeout=5,no_lru_crawler", "track_sizes,ext_path=/x:1g,ext_max_frag=0.5,ext_item_age=9,ext_threads=2,ext_io_depth=3"]).unwrap();
         assert_eq!((o.idle_timeout, o.lru_crawler, o.track_sizes), (5, false, true));
-        assert_eq!(o.ignored, vec!["ext_threads=2"]);
+        assert_eq!(o.ignored, vec!["ext_io_depth=3"]);
+        assert_eq!(o.flash.threads, 2);
         assert_eq!(o.flash.store_config().unwrap().item_age, 9);
         assert_eq!(o.flash.store_config().unwrap().max_frag_permille, 500);
         assert_eq!(o.flash.path, Some(("/x".to_string(), 1 << 30)));

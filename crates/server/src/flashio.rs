@@ -1,0 +1,136 @@
+//! The flash I/O pool: where the reads of flashed values run, so that an event loop never
+//! waits for the disk (issue 37). Its own threads (`-o ext_threads`, memcached's option for
+//! its extstore I/O threads), not the job pool's: a flash read must not queue behind a
+//! filter call.
+//!
+//! ```text
+//!   worker i (event loop)                       flash I/O pool (ext_threads, started on first use)
+//!   ─────────────────────                       ──────────────────────────────────────────────────
+//!   read::get: the lookup finds the value on    queue (mutex + condvar), FIFO across workers
+//!     flash -> Answer::Later(Flashed)           thread k: Read::run(sh, counters k)
+//!   protocol: Pending::FlashRead(Read) ───────>   read the records (pread, or a write buffer's
+//!     owning the key(s) and its reply's shape       copy), verify, write the reply in the
+//!   Conn: Turn::Later, parses nothing more          request's protocol, count the outcome
+//!   jobs.rs submit routes it here                 to.post(Done { slot, gen, reply })
+//!   mailbox i <──────────── Done ──────────────┘  (jobs.rs's Mailbox: wakes worker i)
+//!     the reply takes its place in the output; the connection goes on
+//! ```
+//!
+//! The deferred read's lookup already ran on the worker (under the shard lock, marking the
+//! item fetched and counting `cmd_get`), so the job starts from its [`Flashed`] location and
+//! does not look the key up again. A text multi-get hands over every key from the first
+//! flashed one on: the job looks the rest up (RAM hits written at once), reads all their
+//! flashed records back to back, then writes the replies in key order.
+//!
+//! Counting: each pool thread has a block of its own in `Shared::counters` (after the
+//! workers' and the UDP threads'), since a block is written by one thread only (stats.rs).
+//!
+//! A page recycled between the lookup and the read is safe: the read checks the page's
+//! generation before it reads and the record carries its page and generation under its
+//! checksum, so a recycled or half-rewritten location is a miss (`miss_from_extstore` or
+//! `badcrc_from_extstore`), never another item's bytes.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::Arc;
+
+use parking_lot::{Condvar, Mutex};
+
+use crate::command::read::Flashed;
+use crate::jobs::{Done, Mailbox};
+use crate::stats::Counters;
+use crate::{Config, Shared};
+
+/// A read answered later: what its reply needs of the request, owned (the connection may
+/// close while it runs).
+#[derive(Debug)]
+pub(crate) enum Read {
+    /// get / gets: the keys from the flashed one on, separated by single spaces.
+    Text { keys: Box<[u8]>, cas: bool, first: Flashed },
+    /// The binary GET family (GET, GETQ, GETK, GETKQ).
+    Binary(crate::binary::FlashGet),
+    /// mg.
+    Meta(Box<crate::meta::FlashGet>),
+}
+
+impl Read {
+    /// The reads and the reply, on a pool thread; `c` is the thread's counters block.
+    fn run(self, sh: &Shared, c: &Counters) -> Vec<u8> {
+        match self {
+            Read::Text { keys, cas, first } => crate::exec::get_flashed(&keys, cas, first, sh, c),
+            Read::Binary(g) => g.run(sh, c),
+            Read::Meta(g) => g.run(sh, c),
+        }
+    }
+}
+
+/// How many pool threads `config` asks for: none without a flash tier.
+pub(crate) fn threads(config: &Config) -> usize {
+    if config.ext.flash.path.is_some() {
+        (config.ext.flash.threads as usize).max(1)
+    } else {
+        0
+    }
+}
+
+struct Job {
+    read: Read,
+    to: Arc<Mailbox>,
+    slot: usize,
+    gen: u32,
+}
+
+/// The pool: a queue and the threads that serve it.
+pub(crate) struct Pool {
+    queue: Mutex<VecDeque<Job>>,
+    ready: Condvar,
+    threads: usize,
+    /// The first pool thread's block in `Shared::counters`.
+    counters: usize,
+    started: AtomicBool,
+}
+
+impl Pool {
+    pub fn new(threads: usize, counters: usize) -> Pool {
+        Pool { queue: Mutex::new(VecDeque::new()), ready: Condvar::new(), threads: threads.max(1), counters, started: AtomicBool::new(false) }
+    }
+
+    /// Queue a read whose reply goes to connection `slot` (generation `gen`) through `to`;
+    /// the threads start with the first one.
+    pub fn submit(&self, sh: &Arc<Shared>, read: Read, to: Arc<Mailbox>, slot: usize, gen: u32) {
+        if !self.started.load(Relaxed) && !self.started.swap(true, Relaxed) {
+            for i in 0..self.threads {
+                let sh = sh.clone();
+                let spawned = std::thread::Builder::new().name(format!("mnemo-flash-io-{i}")).spawn(move || run(&sh, i));
+                if let Err(e) = spawned {
+                    // The threads that did start serve the queue; with none, no read could end.
+                    if i == 0 {
+                        eprintln!("mnemod: cannot start a flash I/O thread: {e}");
+                        std::process::exit(1);
+                    }
+                }
+            }
+        }
+        self.queue.lock().push_back(Job { read, to, slot, gen });
+        self.ready.notify_one();
+    }
+}
+
+/// Pool thread `me`: serve the queue for ever.
+fn run(sh: &Shared, me: usize) {
+    let pool = &sh.flash_io;
+    let c = sh.counters[pool.counters + me].clone();
+    loop {
+        let job = {
+            let mut q = pool.queue.lock();
+            loop {
+                if let Some(j) = q.pop_front() {
+                    break j;
+                }
+                pool.ready.wait(&mut q);
+            }
+        };
+        let reply = job.read.run(sh, &c);
+        job.to.post(Done { slot: job.slot, gen: job.gen, reply });
+    }
+}
