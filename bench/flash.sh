@@ -18,6 +18,17 @@
 #   bash bench/flash.sh
 #   KEYS=60000 REQUESTS=200000 MEM=64 FLASH_SIZE=1G bash bench/flash.sh    # a quick one
 #   SKIP_BUILD=1 bash bench/flash.sh                                       # target/release/mnemod as it is
+#   PHASES=throughput REPS=5 bash bench/flash.sh                           # only the second table
+#
+# Throughput (PHASES=throughput; both phases by default): the Python client cannot load a
+# server, so ops/s and latency come from the project's load generator, `mnemo bench` (Rust,
+# one event-loop thread, pinned to core $LOAD_CPU; each server pinned to core $SERVER_CPU,
+# -t 4 on that core as a like-for-like share of the machine). Per repetition, each server
+# (alternating which goes first) starts afresh with the flags above, `mnemo bench --prefill`
+# sets every key once (KEYS keys of 1-16 KiB, the same 8x-the-RAM data set), then DUR seconds
+# (after WARMUP) of 1:10 set:get over Zipf(ZIPF) keys, 50 connections: ops/s, p50/p99 of the
+# gets, hit ratio, and the flash reads per second from the server's get_extstore. The table
+# gives the median of REPS repetitions and the min-max of ops/s.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 cd "$ROOT"
@@ -29,7 +40,10 @@ SERVERS=${SERVERS:-memcached mnemod}
 export KEYS=${KEYS:-240000} REQUESTS=${REQUESTS:-600000} ZIPF=${ZIPF:-0.99} BATCH=${BATCH:-32} SAMPLES=${SAMPLES:-3000}
 PY=${PYTHON:-python3}
 
-[ "${SKIP_BUILD:-0}" = 1 ] || (note "building target/release/mnemod"; cargo build --release -q -p mnemo-server)
+PHASES=${PHASES:-table throughput}
+REPS=${REPS:-3} DUR=${DUR:-10} WARMUP=${WARMUP:-1} SERVER_CPU=${SERVER_CPU:-0} LOAD_CPU=${LOAD_CPU:-1}
+
+[ "${SKIP_BUILD:-0}" = 1 ] || (note "building target/release/mnemod and mnemo"; cargo build --release -q -p mnemo-server -p mnemo-cli)
 mkdir -p "$FLASH_DIR"
 
 argv() { # NAME PORT -> ARGV
@@ -44,6 +58,72 @@ argv() { # NAME PORT -> ARGV
 }
 
 rss_kb() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }
+
+# STAT NAME of the server on PORT.
+stat_of() { # PORT NAME
+    python3 - "$1" "$2" <<'PYEOF'
+import socket, sys
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+s.sendall(b"stats\r\n")
+buf = b""
+while not buf.endswith(b"END\r\n"):
+    buf += s.recv(65536)
+for line in buf.decode().splitlines():
+    p = line.split()
+    if len(p) == 3 and p[1] == sys.argv[2]:
+        print(p[2])
+PYEOF
+}
+
+throughput() {
+    local rep name order port pid before after out
+    local results=$BENCH_TMP/throughput.jsonl
+    : >"$results"
+    for rep in $(seq 1 "$REPS"); do
+        order=$SERVERS
+        [ $((rep % 2)) = 0 ] && order=$(echo "$SERVERS" | tr ' ' '\n' | tac | tr '\n' ' ')
+        for name in $order; do
+            rm -f "$FLASH_DIR/flash-$name" "$FLASH_DIR/snap-mnemod"
+            port=$(free_port)
+            argv "$name" "$port"
+            spawn taskset -c "$SERVER_CPU" "${ARGV[@]}"
+            pid=$SPAWNED
+            wait_port "$port" "$pid" 120
+            note "throughput $rep/$REPS: $name"
+            taskset -c "$LOAD_CPU" "$MNEMO" bench --server "127.0.0.1:$port" --keys "$KEYS" --value-size 1k-16k \
+                --prefill --requests 1 --connections 50 --json >/dev/null
+            before=$(stat_of "$port" get_extstore)
+            out=$(taskset -c "$LOAD_CPU" "$MNEMO" bench --server "127.0.0.1:$port" --keys "$KEYS" --value-size 1k-16k \
+                --zipf "$ZIPF" --ratio 1:10 --connections 50 --duration "$DUR" --warmup "$WARMUP" --json)
+            after=$(stat_of "$port" get_extstore)
+            # Nothing to keep: no graceful stop (mnemod's -e would write every flashed value).
+            kill -KILL "$pid" 2>/dev/null || true
+            wait "$pid" 2>/dev/null || true
+            python3 -c 'import json,sys; r=json.loads(sys.argv[1]); r["name"]=sys.argv[2]; r["flash_reads"]=int(sys.argv[4])-int(sys.argv[3]); print(json.dumps(r))' \
+                "$out" "$name" "$before" "$after" >>"$results"
+        done
+    done
+    rm -f "$FLASH_DIR"/flash-* "$FLASH_DIR/snap-mnemod"
+    echo
+    echo "Throughput: \`mnemo bench --keys $KEYS --value-size 1k-16k --zipf $ZIPF --ratio 1:10 --connections 50 --duration $DUR --warmup $WARMUP\` after \`--prefill\`; server on core $SERVER_CPU, load on core $LOAD_CPU; median of $REPS (loadavg $(cut -d' ' -f1-3 /proc/loadavg))"
+    echo
+    echo "| server | ops/s (min-max) | get p50 / p99 (µs) | hit ratio | flash reads/s |"
+    echo "|---|---|---|---|---|"
+    python3 - "$results" $SERVERS <<'PYEOF'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+for name in sys.argv[2:]:
+    rs = [r for r in rows if r["name"] == name]
+    med = lambda f: statistics.median(f(r) for r in rs)
+    ops = [r["ops_per_sec"] for r in rs]
+    print(f"| {name} | {med(lambda r: r['ops_per_sec']):,.0f} ({min(ops):,.0f}-{max(ops):,.0f}) | "
+          f"{med(lambda r: r['latency_us']['get']['p50']):.0f} / {med(lambda r: r['latency_us']['get']['p99']):.0f} | "
+          f"{med(lambda r: r['hit_ratio'] or 0):.4f} | {med(lambda r: r['flash_reads'] / r['seconds']):,.0f} |")
+PYEOF
+}
+
+case " $PHASES " in *" throughput "*) ;; *) throughput() { :; } ;; esac
+case " $PHASES " in *" table "*) ;; *) throughput; exit 0 ;; esac
 
 echo "| server | hit ratio | ops/s | get p50 / p99 (µs) | flash hit p50 / p99 (µs) | RSS per item (B) | write amplification | served after restart |"
 echo "|---|---|---|---|---|---|---|---|"
@@ -82,3 +162,5 @@ print(f"| {name} | {run['hit_ratio']:.4f} | {run['ops']:,} | {run['p50_us']} / {
       f"{after['served']:,} of {run['curr_items']:,} |")
 PYEOF
 done
+
+throughput
