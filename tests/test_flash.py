@@ -5,6 +5,7 @@ flash file keeps serving, a damaged or truncated file yields misses (never wrong
 the issue's setting (-m 64, a 1 GB file, 120,000 values of 4 KB) on both servers."""
 import os
 import signal
+import socket
 import subprocess
 import time
 
@@ -389,12 +390,26 @@ def recv_exactly(s, n):
     return got
 
 
-def flashed_server(tmp_path, *more):
+def drop_cache(path):
+    """Write the file's dirty pages and drop its pages from the page cache: a read of it then
+    waits for the disk (mnemod serves a flashed value on the worker only when it needs no disk
+    I/O, and otherwise hands the read to its flash I/O threads)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def flashed_server(tmp_path, cache="cold", *more):
     """mnemod -t 1 with 8,000 values of 4 KB in -m 16: the first thousand keys are on flash,
-    the last hundred in RAM."""
+    the last hundred in RAM; "cold": the file's pages dropped from the page cache."""
     srv = Server("mnemod", "-t", "1", "-m", "16", *more, *flash_args(tmp_path / "flash", "256m"))
     with srv.connect() as s:
         set_many(s, [key(i) for i in range(8000)], make_value)
+    if cache == "cold":
+        drop_cache(tmp_path / "flash")
     return srv
 
 
@@ -404,8 +419,11 @@ def text_hit(k, cas=None):
     return head + b"\r\n" + v + b"\r\n"
 
 
-def test_pipelined_text_and_meta_gets_of_flash_and_ram_keys_keep_request_order(tmp_path):
-    srv = flashed_server(tmp_path)
+@pytest.mark.parametrize("cache", ["cold", "warm"])
+def test_pipelined_text_and_meta_gets_of_flash_and_ram_keys_keep_request_order(cache, tmp_path):
+    """cold: the flashed values are read by the flash I/O thread; warm: on the worker, from the
+    page cache. The replies are the same, in request order."""
+    srv = flashed_server(tmp_path, cache)
     try:
         with srv.connect() as s:
             flash = [key(i) for i in range(0, 40)]
@@ -432,6 +450,8 @@ def test_pipelined_text_and_meta_gets_of_flash_and_ram_keys_keep_request_order(t
             want = b"".join(w for _, w in reqs)
             s.sendall(req)
             assert recv_exactly(s, len(want)) == want
+            if cache == "cold":
+                assert thread_cpu_ticks(srv.proc.pid, "mnemo-flash-io")[1] == 1, "reads went to the I/O thread"
             after = stats(s)
             # Every flashed key above was read from flash (none was in RAM).
             assert int(after["get_extstore"]) - int(before["get_extstore"]) == 6 + 24 + 1
@@ -467,9 +487,10 @@ def bin_replies(s, n):
     return out
 
 
-def test_pipelined_binary_gets_of_flash_and_ram_keys_keep_request_order(tmp_path):
+@pytest.mark.parametrize("cache", ["cold", "warm"])
+def test_pipelined_binary_gets_of_flash_and_ram_keys_keep_request_order(cache, tmp_path):
     GET, GETQ, GETK, GETKQ, NOOP = 0x00, 0x09, 0x0C, 0x0D, 0x0A
-    srv = flashed_server(tmp_path)
+    srv = flashed_server(tmp_path, cache)
     try:
         with srv.connect() as s:
             f = [key(i) for i in range(100, 110)]
@@ -517,53 +538,63 @@ def thread_cpu_ticks(pid, prefix):
     return total, seen
 
 
+def _stream_flashed_gets(port, batches, cold_path, errors):
+    """Child process: pipelined multi-gets of `batches`, each reply checked; the file's pages
+    dropped from the page cache before each pass over the keys."""
+    try:
+        s = socket.create_connection(("127.0.0.1", port), timeout=60)
+        per_pass = 20
+        for p in range(0, len(batches), per_pass):
+            drop_cache(cold_path)
+            part = batches[p:p + per_pass]
+            s.sendall(b"".join(b"get " + b" ".join(ks) + b"\r\n" for ks in part))
+            for ks in part:
+                w = b"".join(text_hit(k) for k in ks) + b"END\r\n"
+                if recv_exactly(s, len(w)) != w:
+                    errors.put("wrong reply")
+                    return
+        s.close()
+    except Exception as e:  # reported by the parent
+        errors.put(repr(e))
+
+
 def test_flash_reads_run_off_the_worker_which_keeps_serving_ram_gets(tmp_path):
-    """-t 1: one connection streams pipelined multi-gets of flashed keys while another times
-    RAM gets on the same worker. The reads run on the flash I/O thread (its CPU time grows
-    with them, the thread exists only once a flash read came), and the RAM gets stay quick."""
-    import threading
+    """-t 1, the flash file's pages out of the page cache: another process streams pipelined
+    multi-gets of flashed keys while this one times RAM gets on the same worker. The reads
+    that wait for the disk run on the flash I/O thread (it starts with the first one), and
+    the RAM gets stay quick."""
+    import multiprocessing
     srv = flashed_server(tmp_path)
     try:
         pid = srv.proc.pid
         assert thread_cpu_ticks(pid, "mnemo-flash-io")[1] == 0, "no flash read yet, no I/O thread"
         flash = [key(i) for i in range(0, 1000)]
         batches = [flash[b:b + 50] for b in range(0, 1000, 50)] * 3
-        want = [b"".join(text_hit(k) for k in ks) + b"END\r\n" for ks in batches]
-        a = srv.connect(timeout=60)
-        errors = []
-
-        def stream():
-            try:
-                a.sendall(b"".join(b"get " + b" ".join(ks) + b"\r\n" for ks in batches))
-                for w in want:
-                    if recv_exactly(a, len(w)) != w:
-                        errors.append("wrong reply")
-                        return
-            except Exception as e:  # reported below
-                errors.append(repr(e))
-
-        t = threading.Thread(target=stream)
+        errors = multiprocessing.Queue()
+        child = multiprocessing.Process(target=_stream_flashed_gets, args=(srv.port, batches, tmp_path / "flash", errors))
         with srv.connect() as b:
-            t.start()
+            child.start()
             lat = []
-            while t.is_alive() and len(lat) < 2000:
+            while child.is_alive() and len(lat) < 20000:
                 k = key(7900 + len(lat) % 100)
                 t0 = time.perf_counter()
                 assert roundtrip(b, b"get %s\r\n" % k, b"END\r\n") == text_hit(k) + b"END\r\n"
                 lat.append(time.perf_counter() - t0)
-            t.join(120)
+            child.join(120)
             st = stats(b)
-        a.close()
         ticks, threads = thread_cpu_ticks(pid, "mnemo-flash-io")
         lat.sort()
         p99 = lat[int(len(lat) * 0.99)] if lat else 0
-        print(f"{len(lat)} RAM gets during {len(batches)} flashed multi-gets of 50: p50 "
-              f"{lat[len(lat) // 2] * 1e6:.0f} µs, p99 {p99 * 1e6:.0f} µs; flash I/O thread CPU {ticks} ticks; "
-              f"get_extstore {st['get_extstore']}")
-        assert errors == []
+        print(f"{len(lat)} RAM gets during {len(batches)} flashed multi-gets of 50 (cold file): p50 "
+              f"{lat[len(lat) // 2] * 1e6:.0f} µs, p99 {p99 * 1e6:.0f} µs, max {lat[-1] * 1e6:.0f} µs; "
+              f"flash I/O thread CPU {ticks} ticks; get_extstore {st['get_extstore']}")
+        assert errors.empty(), errors.get()
+        assert child.exitcode == 0
         # 3,000 reads but the few that ext_recache_rate brought back to RAM.
         assert threads == 1 and int(st["get_extstore"]) >= 2_990
-        assert ticks > 0, "the flash reads ran on the I/O thread"
-        assert lat and p99 < 0.25, p99
+        # Bounds loose enough for a machine shared with builds (measured unloaded: p50 95 µs,
+        # p99 0.4 ms); a worker that read the cold records itself holds each RAM get up to a
+        # whole pipelined batch of disk reads.
+        assert len(lat) >= 50 and lat[len(lat) // 2] < 0.002 and p99 < 0.1, (lat[len(lat) // 2], p99)
     finally:
         srv.stop()

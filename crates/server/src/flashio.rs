@@ -16,6 +16,9 @@
 //!     the reply takes its place in the output; the connection goes on
 //! ```
 //!
+//! Only reads that would wait for the disk come here: a record in a write buffer or in the
+//! page cache is served on the worker at once (read.rs `cached`, `preadv2(RWF_NOWAIT)`).
+//!
 //! The deferred read's lookup already ran on the worker (under the shard lock, marking the
 //! item fetched and counting `cmd_get`), so the job starts from its [`Flashed`] location and
 //! does not look the key up again. A text multi-get hands over every key from the first

@@ -369,10 +369,35 @@ impl Store {
     /// miss_from_extstore and badcrc_from_extstore.
     pub fn read_flash(&self, fref: &FlashRef, key: &[u8]) -> Result<FlashValue, FlashReject> {
         let fl = self.flash.as_ref().ok_or(FlashReject::Gone)?;
+        let mut rec = Vec::new();
+        let read = fl.read(&fref.loc, &mut rec);
+        Self::verify_flash(fl, fref, key, rec, read)
+    }
+
+    /// [`Store::read_flash`] if it needs no disk I/O (the record in a write buffer or in the
+    /// page cache): an event loop may call it. None: the record must be read from the disk,
+    /// with `read_flash` where waiting is fine (nothing is counted then).
+    pub fn read_flash_cached(&self, fref: &FlashRef, key: &[u8]) -> Option<Result<FlashValue, FlashReject>> {
+        let fl = self.flash.as_ref()?;
+        let mut rec = Vec::new();
+        let read = match fl.read_cached(&fref.loc, &mut rec) {
+            Ok(None) => return None,
+            Ok(Some(gen)) => Ok(gen),
+            Err(e) => Err(e),
+        };
+        Some(Self::verify_flash(fl, fref, key, rec, read))
+    }
+
+    fn verify_flash(
+        fl: &Flash,
+        fref: &FlashRef,
+        key: &[u8],
+        rec: Vec<u8>,
+        read: Result<u32, FlashReject>,
+    ) -> Result<FlashValue, FlashReject> {
         let c = fl.counters();
         c.get_extstore.fetch_add(1, Ordering::Relaxed);
-        let mut rec = Vec::new();
-        let r = fl.read(&fref.loc, &mut rec).and_then(|gen| {
+        let r = read.and_then(|gen| {
             let v = flash::record::verify(&rec, flash::Place { page: fref.loc.page, gen }, key)?;
             let start = v.value.as_ptr() as usize - rec.as_ptr() as usize;
             Ok((v.meta, start..start + v.value.len()))

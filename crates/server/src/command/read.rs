@@ -8,7 +8,8 @@
 //!              value: >= DIRECT_MIN and a Direct -> one nonblocking writev/vmsplice
 //!                     otherwise                  -> copied into the output  (... to here)
 //!       on flash, for a connection (a Direct) and get/gets/mg without T, u, N:
-//!              -> Answer::Later(Flashed): nothing written, nothing but cmd_get counted; the
+//!              in a write buffer or the page cache (RWF_NOWAIT) -> served now, as a hit
+//!              else -> Answer::Later(Flashed): nothing written, nothing but cmd_get counted; the
 //!                 protocol makes a Pending::FlashRead and the flash I/O pool (flashio.rs)
 //!                 runs `finish` (read, verify, write the hit, count the outcome)
 //!       on flash otherwise (UDP, gat/touch, mg T/u/N, the I/O pool's own reads):
@@ -141,7 +142,10 @@ pub(crate) fn get<H: Hit>(
             if defer {
                 match sh.store.get_located(key, now, |it| write(it, out)) {
                     Located::Done(l) => l,
-                    Located::Flash { fref, fetched, .. } => return Answer::Later(Flashed { fref, fetched }),
+                    Located::Flash { fref, fetched, f } => match cached(key, fref, fetched, now, sh, f) {
+                        Some(l) => l,
+                        None => return Answer::Later(Flashed { fref, fetched }),
+                    },
                 }
             } else {
                 sh.store.get(key, now, |it| write(it, out))
@@ -164,7 +168,10 @@ pub(crate) fn get<H: Hit>(
                 }
                 (None, false) if defer && vivify.is_none() => match sh.store.get_located(key, now, |it| write(it, out)) {
                     Located::Done(l) => l,
-                    Located::Flash { fref, fetched, .. } => return Answer::Later(Flashed { fref, fetched }),
+                    Located::Flash { fref, fetched, f } => match cached(key, fref, fetched, now, sh, f) {
+                        Some(l) => l,
+                        None => return Answer::Later(Flashed { fref, fetched }),
+                    },
                 },
                 (None, false) => sh.store.get(key, now, |it| write(it, out)),
                 (None, true) => sh.store.peek(key, now, |it| write(it, out)),
@@ -189,6 +196,16 @@ pub(crate) fn get<H: Hit>(
     };
     count(key, read, found, sh, c);
     Answer::Now(Sent { found, flushed })
+}
+
+/// A flashed value that needs no disk I/O (in a write buffer or the page cache) is served on
+/// the event loop at once: handing it to the I/O pool would cost two thread wake-ups for a
+/// copy. None: the read would wait for the disk; it goes to the I/O pool.
+#[cold]
+#[inline(never)]
+fn cached<F: FnOnce(Item<'_>)>(key: &[u8], fref: FlashRef, fetched: bool, now: Time, sh: &Shared, f: F) -> Option<Lookup<()>> {
+    let v = sh.store.read_flash_cached(&fref, key)?;
+    Some(sh.store.finish_get(key, fref, fetched, v, now, f))
 }
 
 /// A read's outcome in the counters (hits, misses, expired, flushed) and `stats detail`.

@@ -480,6 +480,23 @@ impl Flash {
     /// Reads the record at `loc` into `out` (from a write buffer if it is not on disk yet).
     /// Err: the page was recycled or the file could not be read (a miss either way).
     pub fn read(&self, loc: &Loc, out: &mut Vec<u8>) -> Result<u32, Reject> {
+        match self.read_as(loc, out, false) {
+            Ok(Some(gen)) => Ok(gen),
+            // Only a read that may not wait gives up.
+            Ok(None) => Err(Reject::Gone),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// [`Flash::read`] only if that needs no disk I/O: the record is in a write buffer, or
+    /// every byte of it is in the page cache (`preadv2` with `RWF_NOWAIT`, which fails rather
+    /// than wait for the disk). Ok(None): it would have to wait, or the file or the kernel
+    /// cannot read it so; read it with [`Flash::read`] where waiting is fine.
+    pub fn read_cached(&self, loc: &Loc, out: &mut Vec<u8>) -> Result<Option<u32>, Reject> {
+        self.read_as(loc, out, true)
+    }
+
+    fn read_as(&self, loc: &Loc, out: &mut Vec<u8>, nowait: bool) -> Result<Option<u32>, Reject> {
         let sh = &*self.sh;
         let Some(g) = sh.gens.get(loc.page as usize) else { return Err(Reject::Gone) };
         let gen = g.load(Relaxed);
@@ -494,13 +511,21 @@ impl Flash {
                 if b.holds(loc) {
                     let s = loc.off as usize - b.at;
                     out.extend_from_slice(&b.data[s..s + loc.len as usize]);
-                    return Ok(gen);
+                    return Ok(Some(gen));
                 }
             }
         }
         out.resize(loc.len as usize, 0);
         let at = loc.page as u64 * sh.page_size as u64 + u64::from(loc.off);
         let mut got = 0;
+        if nowait {
+            // All of it from the page cache, or nothing: a short count (part cached, or
+            // the end of a truncated file) is left to the read that may wait.
+            if cached_read(&sh.file, out, at) != Some(out.len()) {
+                return Ok(None);
+            }
+            got = out.len();
+        }
         while got < out.len() {
             match sh.file.read_at(&mut out[got..], at + got as u64) {
                 Ok(0) => break,
@@ -520,7 +545,7 @@ impl Flash {
         if g.load(Relaxed) != gen {
             return Err(Reject::Gone);
         }
-        Ok(gen)
+        Ok(Some(gen))
     }
 
     /// The page to compact now, if any (with its generation): while few never-written pages
@@ -661,6 +686,19 @@ fn reserve(file: &File, bytes: u64) -> std::io::Result<()> {
         libc::EOPNOTSUPP | libc::EINVAL => file.set_len(bytes.max(file.metadata()?.len())),
         e => Err(std::io::Error::from_raw_os_error(e)),
     }
+}
+
+
+/// One `preadv2(RWF_NOWAIT)` of `buf` at `at`: the bytes the page cache had, without waiting
+/// for the disk; None when it would have had to wait or the call is refused (an old kernel, a
+/// file system without it).
+fn cached_read(file: &File, buf: &mut [u8], at: u64) -> Option<usize> {
+    use std::os::fd::AsRawFd;
+    let iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
+    // SAFETY: one iovec over `buf`, live and writable for the call; the descriptor is the
+    // open file's.
+    let n = unsafe { libc::preadv2(file.as_raw_fd(), &iov, 1, at as libc::off_t, libc::RWF_NOWAIT) };
+    usize::try_from(n).ok()
 }
 
 #[cfg(test)]

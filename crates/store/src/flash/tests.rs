@@ -130,6 +130,28 @@ fn a_recycled_page_is_a_miss_never_another_items_bytes() {
     assert!(st.page_evictions >= 1 && st.objects_evicted > 0, "{st:?}");
 }
 
+#[test]
+fn a_read_that_needs_no_disk_io_gives_the_same_bytes_or_declines() {
+    let t = TempFile::new("cached");
+    let f = Flash::open(&cfg(&t, 4 << 20, 1 << 20, 256 << 10)).unwrap();
+    let loc = append(&f, b"k", &[7; 3000]);
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    // Still in a write buffer: always served.
+    assert_eq!(f.read_cached(&loc, &mut a), Ok(Some(f.read(&loc, &mut b).unwrap())));
+    assert_eq!(a, b);
+    f.sync();
+    // On the file: from the page cache, or declined (it would wait); never other bytes.
+    a.clear();
+    match f.read_cached(&loc, &mut a) {
+        Ok(Some(_)) => assert_eq!(a, b),
+        Ok(None) => {}
+        Err(e) => panic!("{e}"),
+    }
+    // A location of another generation is gone, as for `read`.
+    let stale = Loc { gen: loc.gen.wrapping_add(1), ..loc };
+    assert_eq!(f.read_cached(&stale, &mut a), Err(Reject::Gone));
+}
+
 // ---- through the store --------------------------------------------------------------------
 
 /// 1 shard, 1 MiB of RAM, 16 MiB of flash in 1 MiB pages.
