@@ -98,6 +98,8 @@ pub(crate) struct Sent {
 /// own it cost about 50 instructions a key (its nine arguments and its result, callgrind). At
 /// 9efb43a forcing it was measured worse, but then the writer itself had gone out of line.
 #[inline(always)]
+// The braces around each store call's closure hold its #[inline(always)] (see `write`).
+#[allow(unused_braces)]
 pub(crate) fn get<H: Hit>(
     key: &[u8],
     read: Read,
@@ -115,7 +117,10 @@ pub(crate) fn get<H: Hit>(
     let defer = direct.is_some();
     // Forced inline (an attribute a closure takes in this position only): the store calls it
     // from six sites below, and a few instructions more in its body made the build call it
-    // out of line, about 30 instructions a get hit (callgrind, bench/instructions.sh).
+    // out of line, about 30 instructions a get hit (callgrind, bench/instructions.sh). Each
+    // store call's own closure around it is forced too: the store calls that one twice, for
+    // an item in RAM and for one read from flash, and two calls are enough for the build to
+    // keep it out of line (60 instructions a get hit).
     let mut write = {
         #[inline(always)]
         |it: Item<'_>, out: &mut Vec<u8>| {
@@ -140,7 +145,7 @@ pub(crate) fn get<H: Hit>(
         Read::Get => {
             bump(&c.cmd_get, 1);
             if defer {
-                match sh.store.get_located(key, now, |it| write(it, out)) {
+                match sh.store.get_located(key, now, { #[inline(always)] |it| write(it, out) }) {
                     Located::Done(l) => l,
                     Located::Flash { fref, fetched, f } => match cached(key, fref, fetched, now, sh, f) {
                         Some(l) => l,
@@ -148,12 +153,12 @@ pub(crate) fn get<H: Hit>(
                     },
                 }
             } else {
-                sh.store.get(key, now, |it| write(it, out))
+                sh.store.get(key, now, { #[inline(always)] |it| write(it, out) })
             }
         }
         Read::Touch(exp) => {
             bump(&c.cmd_touch, 1);
-            sh.store.get_and_touch(key, exp, now, |it| write(it, out))
+            sh.store.get_and_touch(key, exp, now, { #[inline(always)] |it| write(it, out) })
         }
         Read::Meta { touch, peek, vivify } => {
             bump(&c.cmd_get, 1);
@@ -161,20 +166,20 @@ pub(crate) fn get<H: Hit>(
                 bump(&c.cmd_touch, 1);
             }
             let found = match (touch, peek) {
-                (Some(exp), false) => sh.store.get_and_touch(key, exp, now, |it| write(it, out)),
+                (Some(exp), false) => sh.store.get_and_touch(key, exp, now, { #[inline(always)] |it| write(it, out) }),
                 (Some(exp), true) => {
                     sh.store.touch(key, exp, now);
-                    sh.store.peek(key, now, |it| write(it, out))
+                    sh.store.peek(key, now, { #[inline(always)] |it| write(it, out) })
                 }
-                (None, false) if defer && vivify.is_none() => match sh.store.get_located(key, now, |it| write(it, out)) {
+                (None, false) if defer && vivify.is_none() => match sh.store.get_located(key, now, { #[inline(always)] |it| write(it, out) }) {
                     Located::Done(l) => l,
                     Located::Flash { fref, fetched, f } => match cached(key, fref, fetched, now, sh, f) {
                         Some(l) => l,
                         None => return Answer::Later(Flashed { fref, fetched }),
                     },
                 },
-                (None, false) => sh.store.get(key, now, |it| write(it, out)),
-                (None, true) => sh.store.peek(key, now, |it| write(it, out)),
+                (None, false) => sh.store.get(key, now, { #[inline(always)] |it| write(it, out) }),
+                (None, true) => sh.store.peek(key, now, { #[inline(always)] |it| write(it, out) }),
             };
             match (found.is_hit(), vivify) {
                 (false, Some(exp)) => {
@@ -188,7 +193,7 @@ pub(crate) fn get<H: Hit>(
                         return Answer::Now(Sent { found: Lookup::Hit(()), flushed: false });
                     }
                     // Someone created it first: read theirs.
-                    sh.store.get(key, now, |it| write(it, out))
+                    sh.store.get(key, now, { #[inline(always)] |it| write(it, out) })
                 }
                 _ => found,
             }
