@@ -177,6 +177,9 @@ pub struct Ring {
     written_at_submit: u64,
     /// RingConfig::recv_cap; 0 once the kernel refused a capped receive (before 6.17).
     recv_cap: u32,
+    /// Completions the last enter brought (none: the ring wrote no receive buffer since the
+    /// enter before, whose completions were all acted on).
+    reaped: usize,
 }
 
 impl Ring {
@@ -202,6 +205,7 @@ impl Ring {
             submitted_mid_turn: false,
             written_at_submit: 0,
             recv_cap: rc.recv_cap,
+            reaped: 0,
         })
     }
 
@@ -253,6 +257,7 @@ impl Ring {
         let mut woken = false;
         let mut cqes = std::mem::take(&mut self.cqes);
         cqes.extend(self.ring.completion().map(|c| (c.user_data(), c.result(), c.flags())));
+        self.reaped = cqes.len();
         for &(ud, res, flags) in &cqes {
             let (kind, gen, i) = (ud >> 56, (ud >> 32) as u32 & GEN_MASK, ud as u32 as usize);
             match kind {
@@ -404,6 +409,18 @@ impl Transport for Ring {
         }
         // Finished: the ring holds nothing of it any more.
         finished
+    }
+
+    /// The receive buffers' pages go back to the system; they fault in again (zeroed) as the
+    /// kernel next writes into them. Safe only while no buffer holds bytes not yet copied out:
+    /// the kernel writes into them only inside an enter (deferred task work, and receives
+    /// armed by a submit), the enter that just timed out brought no completion, and every
+    /// buffer an earlier completion named was copied out and recycled by the end of its
+    /// iteration (stream.rs `spill`).
+    fn release_idle(&mut self) {
+        if self.reaped == 0 && self.ring.completion().is_empty() {
+            self.bufs.release_pages();
+        }
     }
 
     fn after_turn(&mut self) {
