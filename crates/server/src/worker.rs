@@ -97,6 +97,42 @@ pub fn give_back_heap() {
     unsafe { libc::malloc_trim(0) };
 }
 
+/// Once a second, wakes the workers that asked for it: a worker whose connections may hold
+/// buffers sweeps them at the next tick (serve.rs), and this wake lets it wait without a
+/// timeout meanwhile, so its rounds pay nothing for the sweep: no timed wait to convert, no
+/// clock to read. One thread for the process, started with the first worker.
+pub struct Ticker;
+
+/// How often the ticker looks at the workers' flags.
+const TICK: std::time::Duration = std::time::Duration::from_secs(1);
+
+impl Ticker {
+    /// Wake `wake` at the next tick whenever `asked` is set (the worker sets it; the ticker
+    /// clears it as it wakes the worker).
+    fn watch(asked: Arc<std::sync::atomic::AtomicBool>, wake: Wake) {
+        use std::sync::atomic::Ordering::Relaxed;
+        type Watched = Vec<(Arc<std::sync::atomic::AtomicBool>, Wake)>;
+        static WATCHED: std::sync::Mutex<Watched> = std::sync::Mutex::new(Vec::new());
+        static STARTED: std::sync::Once = std::sync::Once::new();
+        WATCHED.lock().unwrap_or_else(|e| e.into_inner()).push((asked, wake));
+        STARTED.call_once(|| {
+            let spawned = std::thread::Builder::new().name("mnemo-ticker".into()).spawn(|| loop {
+                std::thread::sleep(TICK);
+                for (asked, wake) in WATCHED.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+                    if asked.swap(false, Relaxed) {
+                        // A failed wake (the eventfd's counter full) leaves one pending anyway.
+                        let _ = wake.wake();
+                    }
+                }
+            });
+            if let Err(e) = spawned {
+                // Without it, idle connections keep their buffers until their next request.
+                eprintln!("mnemod: cannot start the ticker thread: {e}");
+            }
+        });
+    }
+}
+
 /// Make worker `i`'s loop: io_uring when `uring` is set and its setup succeeds, else epoll.
 /// The third value says why io_uring, though asked for, is not used (the caller logs it once).
 pub fn start(sh: &Arc<Shared>, i: usize, uring: bool) -> std::io::Result<(Run, Handoff, Option<String>)> {
@@ -109,6 +145,7 @@ pub fn start(sh: &Arc<Shared>, i: usize, uring: bool) -> std::io::Result<(Run, H
                 let wake = Wake::Uring(ring.waker());
                 let mailbox = Arc::new(crate::jobs::Mailbox::new(wake.clone()));
                 let w = serve::Worker::new(ring, sh.clone(), sh.counters[i].clone(), rx, mailbox);
+                Ticker::watch(w.tick.clone(), wake.clone());
                 return Ok((Box::new(move || w.run()), (tx, wake), None));
             }
             Err(e) => why = Some(e.to_string()),
@@ -118,5 +155,6 @@ pub fn start(sh: &Arc<Shared>, i: usize, uring: bool) -> std::io::Result<(Run, H
     let wake = Wake::Epoll(Arc::new(waker));
     let mailbox = Arc::new(crate::jobs::Mailbox::new(wake.clone()));
     let w = serve::Worker::new(epoll, sh.clone(), sh.counters[i].clone(), rx, mailbox);
+    Ticker::watch(w.tick.clone(), wake.clone());
     Ok((Box::new(move || w.run()), (tx, wake), why))
 }

@@ -12,20 +12,22 @@
 //!     read-ahead               the marked connections' first reads, then prefetches
 //!     drive each marked slot   T::before_turn, Conn::turn, Turn -> yield | close, T::settle
 //!     drive the -R yielders    (those of the round before)
-//!     once per clock tick:     kick idle connections (-o idle_timeout); sweep (below)
-//!     quiet (a poll that       the loop's own idle memory goes back (io_uring: the receive
-//!       timed out, nothing)      buffers' pages)
+//!     once per clock tick:     kick idle connections (-o idle_timeout); sweep (below); no
+//!                              turn since the last sweep: the loop's own idle memory goes
+//!                              back too (io_uring: the receive buffers' pages)
 //! ```
 //!
 //! Memory at rest (issue 36): a connection takes its input and output buffers when input first
 //! arrives (conn.rs `fill`) and keeps them while it is busy; the sweep, once per clock tick
 //! while any connection may hold some, gives back the buffers of every connection that has
 //! completed no command for a whole second and has nothing pending ([`Conn::release_idle`]).
+//! The worker still waits without a timeout: while a sweep is due it asks the ticker
+//! (worker.rs) to wake it once a second, and looks at the clock only when woken.
 //! Nothing is taken or given back on a request's path: a busy connection is never swept, and
 //! one that is swept pays one allocation on its next request. After closes or sweeps have
 //! freed many buffers, the sweep also drops the slots past the last one in use and returns the
 //! heap's free pages to the system (`malloc_trim`), so waves of connections leave nothing
-//! behind. While nothing may hold memory the worker waits without a timeout, as before.
+//! behind.
 //!
 //! A slot's index and generation name its connection to the loop (an epoll token, an
 //! io_uring tag) and to the job pool (a job's reply); a slot is reused only once its
@@ -50,10 +52,6 @@ const READ_AHEAD_MIN: usize = 4;
 
 /// With `-o idle_timeout`, the longest a worker waits before looking for idle connections.
 const IDLE_SWEEP: Duration = Duration::from_millis(250);
-
-/// While a connection may hold buffers, the longest a worker waits: one clock tick, so the
-/// sweep that gives them back runs though no event comes (module docs).
-const BUF_SWEEP: Duration = Duration::from_secs(1);
 
 /// Seconds without a completed command before an idle connection's buffers go back: 2 is a
 /// whole second at least (the clock counts whole seconds), so a connection in steady use is
@@ -94,8 +92,8 @@ pub trait Transport {
     #[inline]
     fn after_turn(&mut self) {}
 
-    /// The worker is quiet (a wait timed out with nothing to do): give back memory the loop
-    /// touched for its connections and does not need until more input comes.
+    /// The worker is quiet (no turn for a whole clock tick), at the end of a round: give back
+    /// memory the loop touched for its connections and does not need until more input comes.
     fn release_idle(&mut self) {}
 }
 
@@ -188,11 +186,15 @@ pub struct Worker<T: Transport> {
     gen: u32,
     /// Memory at rest (module docs): a connection took a turn since the last sweep; the last
     /// sweep left some connection holding buffers; connections closed or swept since the heap
-    /// was last trimmed; the loop served something since it last gave back its own memory.
+    /// was last trimmed; the loop served something since it last gave back its own memory;
+    /// this worker asked the ticker for a wake ([`crate::worker::Ticker`]), and the flag the
+    /// ticker reads.
     turned: bool,
     holding: usize,
     freed: usize,
     touched: bool,
+    tick_asked: bool,
+    pub(super) tick: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl<T: Transport> Worker<T> {
@@ -212,6 +214,8 @@ impl<T: Transport> Worker<T> {
             holding: 0,
             freed: 0,
             touched: false,
+            tick_asked: false,
+            tick: Arc::default(),
         }
     }
 
@@ -227,26 +231,23 @@ impl<T: Transport> Worker<T> {
     /// One iteration of the loop (module doc); `last_sweep` is the clock tick of the last
     /// look for idle connections.
     fn round(&mut self, idle_timeout: u32, last_sweep: &mut mnemo_store::Time) {
-        let sweep_due = self.turned || self.holding > 0;
         let wait = if !self.ready.is_empty() {
             Some(Duration::ZERO)
         } else if idle_timeout > 0 {
             Some(IDLE_SWEEP)
-        } else if sweep_due || self.touched {
-            Some(BUF_SWEEP)
         } else {
             None
         };
+        if !self.tick_asked && (self.turned || self.holding > 0 || self.touched) {
+            // A sweep is due: the ticker wakes the worker at the next tick (worker.rs), so its
+            // waits need no timeout and its rounds no clock.
+            self.tick_asked = true;
+            self.tick.store(true, Relaxed);
+        }
         let woken = self.io.poll(wait, &mut self.slots);
         if woken {
             self.adopt();
             self.deliver();
-        }
-        if self.slots.marked.is_empty() && !woken && self.ready.is_empty() {
-            // Nothing came within the wait: the worker is quiet.
-            if std::mem::take(&mut self.touched) {
-                self.io.release_idle();
-            }
         }
         self.read_ahead();
         let mut k = 0;
@@ -257,9 +258,7 @@ impl<T: Transport> Worker<T> {
             self.drive(i);
             k += 1;
         }
-        if k > 0 {
-            (self.turned, self.touched) = (true, true);
-        }
+        self.turned |= k > 0;
         self.slots.marked.clear();
         if !self.ready.is_empty() {
             std::mem::swap(&mut self.ready, &mut self.yielded);
@@ -268,15 +267,21 @@ impl<T: Transport> Worker<T> {
             }
             self.yielded.clear();
         }
-        let now = self.sh.clock.now();
-        // The clock moves once a second: one look per tick at most.
-        if now != *last_sweep {
-            *last_sweep = now;
-            if idle_timeout > 0 {
-                self.kick_idle(now, idle_timeout);
-            }
-            if sweep_due {
-                self.sweep(now);
+        // Woken (by the ticker among others) or -o idle_timeout's timed wait: the clock.
+        if woken || idle_timeout > 0 {
+            // The ticker may have taken the flag for this wake: asked again next round if
+            // still due (a wake within the tick of the last sweep sweeps nothing).
+            let asked = woken && std::mem::take(&mut self.tick_asked);
+            let now = self.sh.clock.now();
+            // The clock moves once a second: one look per tick at most.
+            if now != *last_sweep {
+                *last_sweep = now;
+                if idle_timeout > 0 {
+                    self.kick_idle(now, idle_timeout);
+                }
+                if asked || self.tick_asked {
+                    self.sweep(now);
+                }
             }
         }
     }
@@ -404,7 +409,13 @@ impl<T: Transport> Worker<T> {
     #[cold]
     #[inline(never)]
     fn sweep(&mut self, now: mnemo_store::Time) {
-        self.turned = false;
+        self.tick_asked = false;
+        // No turn for a whole tick: the loop's own idle memory goes back too.
+        if std::mem::take(&mut self.turned) {
+            self.touched = true;
+        } else if std::mem::take(&mut self.touched) {
+            self.io.release_idle();
+        }
         self.holding = 0;
         for slot in &mut self.slots.slots {
             let Some(conn) = slot.conn.as_mut().filter(|_| !slot.closed) else { continue };

@@ -177,9 +177,9 @@ pub struct Ring {
     written_at_submit: u64,
     /// RingConfig::recv_cap; 0 once the kernel refused a capped receive (before 6.17).
     recv_cap: u32,
-    /// Completions the last enter brought (none: the ring wrote no receive buffer since the
-    /// enter before, whose completions were all acted on).
-    reaped: usize,
+    /// The queue was submitted since the last enter (`submit_now`): a receive it armed may
+    /// have written a buffer whose completion is not reaped yet (`release_idle`).
+    submitted: bool,
 }
 
 impl Ring {
@@ -205,7 +205,7 @@ impl Ring {
             submitted_mid_turn: false,
             written_at_submit: 0,
             recv_cap: rc.recv_cap,
-            reaped: 0,
+            submitted: false,
         })
     }
 
@@ -257,7 +257,6 @@ impl Ring {
         let mut woken = false;
         let mut cqes = std::mem::take(&mut self.cqes);
         cqes.extend(self.ring.completion().map(|c| (c.user_data(), c.result(), c.flags())));
-        self.reaped = cqes.len();
         for &(ud, res, flags) in &cqes {
             let (kind, gen, i) = (ud >> 56, (ud >> 32) as u32 & GEN_MASK, ud as u32 as usize);
             match kind {
@@ -323,6 +322,7 @@ impl Ring {
     /// ring's deferred work (the io-uring crate asks for events), which may complete them.
     #[cold]
     fn submit_now(&mut self) {
+        self.submitted = true;
         if self.ring.submission().cq_overflow() {
             self.submitted_mid_turn = true;
         }
@@ -359,7 +359,7 @@ impl Transport for Ring {
     fn poll(&mut self, wait: Option<Duration>, slots: &mut Slots<RingStream>) -> bool {
         self.enter(wait);
         self.epoch += 1;
-        self.submitted_mid_turn = false;
+        (self.submitted_mid_turn, self.submitted) = (false, false);
         self.written_at_submit = self.counters.bytes_written.load(Relaxed);
         self.reap(slots)
     }
@@ -414,11 +414,11 @@ impl Transport for Ring {
     /// The receive buffers' pages go back to the system; they fault in again (zeroed) as the
     /// kernel next writes into them. Safe only while no buffer holds bytes not yet copied out:
     /// the kernel writes into them only inside an enter (deferred task work, and receives
-    /// armed by a submit), the enter that just timed out brought no completion, and every
-    /// buffer an earlier completion named was copied out and recycled by the end of its
-    /// iteration (stream.rs `spill`).
+    /// armed by a submit); every completion of the last enter was reaped and its connection
+    /// driven in this round, which copied out and recycled every buffer named (stream.rs
+    /// `spill`); and no submit since (`submitted`) can have filled one.
     fn release_idle(&mut self) {
-        if self.reaped == 0 && self.ring.completion().is_empty() {
+        if !self.submitted && self.ring.completion().is_empty() {
             self.bufs.release_pages();
         }
     }
