@@ -103,17 +103,39 @@ impl Filter {
     /// through the sink; the output is appended to `out` and its flags returned. On error
     /// nothing is appended.
     pub fn call(&self, args: &[u8], nkeys: u32, fill: Fill<'_>, out: &mut Vec<u8>) -> Result<u32, FilterError> {
+        self.call_answered(args, nkeys, fill, out, &|| false)
+    }
+
+    /// [`Filter::call`] for a caller that may have answered its client with a timeout before
+    /// the call ends (the server's watchdog, past the deadline): `answered`, asked once when
+    /// the call is over, says so, and the call then counts as that timeout whatever its own
+    /// result, so that the counters agree with what the client got.
+    pub fn call_answered(&self, args: &[u8], nkeys: u32, fill: Fill<'_>, out: &mut Vec<u8>, answered: &dyn Fn() -> bool) -> Result<u32, FilterError> {
         let start = Instant::now();
         let mark = out.len();
         let result = match &self.imp {
             Imp::Wasm(w) => w.call(args, nkeys, fill, out),
             Imp::Native(n) => n.call(args, nkeys, fill, out),
         };
+        if result.is_err() {
+            out.truncate(mark);
+        }
+        let outcome = if answered() { Err(&FilterError::Timeout) } else { result.as_ref().map(|_| ()) };
+        self.count(start.elapsed(), outcome);
+        result
+    }
+
+    /// A call its caller answered with a timeout without running it (it waited past its
+    /// deadline for a thread): counted as that timeout.
+    pub fn count_timeout(&self) {
+        self.count(std::time::Duration::ZERO, Err(&FilterError::Timeout));
+    }
+
+    fn count(&self, took: std::time::Duration, outcome: Result<(), &FilterError>) {
         let s = &self.stats;
         s.calls.fetch_add(1, Relaxed);
-        s.usec.fetch_add(start.elapsed().as_micros() as u64, Relaxed);
-        if let Err(e) = &result {
-            out.truncate(mark);
+        s.usec.fetch_add(took.as_micros() as u64, Relaxed);
+        if let Err(e) = outcome {
             s.errors.fetch_add(1, Relaxed);
             match e {
                 FilterError::Timeout => s.timeouts.fetch_add(1, Relaxed),
@@ -121,7 +143,6 @@ impl Filter {
                 _ => 0,
             };
         }
-        result
     }
 }
 

@@ -284,3 +284,23 @@ fn a_reused_instance_keeps_serving_after_its_heap_grows_past_the_input_region() 
         assert_eq!(out, input::encode(b"", &[Some((0, &v))]), "call {i}");
     }
 }
+
+/// A call its caller answered as a timeout before it ended (the server's watchdog) counts as
+/// that timeout, whatever its own result; one answered without running counts the same.
+#[test]
+fn a_call_answered_as_a_timeout_counts_as_one() {
+    let (_d, h) = host("answered", &echo(), limits());
+    let f = h.get(b"f").expect("installed");
+    let mut out = Vec::new();
+    let r = f.call_answered(b"x", 0, &mut |_| {}, &mut out, &|| false);
+    assert_eq!(r.ok(), Some(7));
+    let s = h.totals();
+    assert_eq!((s.calls, s.errors, s.timeouts), (1, 0, 0), "answered by itself: a success");
+    let r = f.call_answered(b"x", 0, &mut |_| {}, &mut out, &|| true);
+    assert_eq!(r.ok(), Some(7), "the call's own result, for the caller to drop");
+    let s = h.totals();
+    assert_eq!((s.calls, s.errors, s.timeouts), (2, 1, 1), "the client got a timeout");
+    f.count_timeout();
+    let s = h.totals();
+    assert_eq!((s.calls, s.errors, s.timeouts), (3, 2, 2));
+}

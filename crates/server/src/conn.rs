@@ -9,6 +9,10 @@
 //!     -> ONE write of every reply produced          (seeds 002/004: never a write per reply)
 //! ```
 //!
+//! Memory at rest: a connection holds no input or output buffer until input arrives
+//! (`fill_first`), and gives both back when its worker's sweep finds it idle
+//! ([`Conn::release_idle`], worker/serve.rs): never on a request's path.
+//!
 //! Backpressure: while replies the client has not read exceed `WBUF_HIGH`, the connection
 //! stops parsing and stops reading, so a client that pipelines forever without reading
 //! costs a bounded amount of memory (the kernel's socket buffers hold the rest).
@@ -47,7 +51,7 @@ use crate::exec::{self, Next};
 use crate::stats::{bump, regauge, Counters};
 use crate::Shared;
 
-/// Smallest read; the input buffer starts at this size.
+/// Smallest read; the input buffer is taken at this size when input first arrives.
 const READ_CHUNK: usize = 16 * 1024;
 /// Stop producing replies beyond this much unwritten output.
 const WBUF_HIGH: usize = 256 * 1024;
@@ -92,7 +96,9 @@ pub struct Conn<S> {
     /// -Y: whether this text connection has authenticated.
     authed: bool,
     /// Input; `rbuf[rpos..rend]` is unparsed. The Vec is kept fully initialised (its len is
-    /// its size) so reads go straight into it without zeroing each time.
+    /// its size) so reads go straight into it without zeroing each time. Empty (with `wbuf`)
+    /// until input arrives, and again once the worker's sweep finds the connection idle
+    /// ([`Conn::release_idle`]): an idle connection holds no buffer.
     rbuf: Vec<u8>,
     rpos: usize,
     rend: usize,
@@ -198,11 +204,11 @@ impl<S: Io> Conn<S> {
             stream,
             proto: Proto::Unknown,
             authed: false,
-            rbuf: vec![0; READ_CHUNK],
+            rbuf: Vec::new(),
             rpos: 0,
             rend: 0,
             need: 0,
-            wbuf: Vec::with_capacity(READ_CHUNK),
+            wbuf: Vec::new(),
             wpos: 0,
             swallow: 0,
             after_swallow: None,
@@ -349,6 +355,30 @@ impl<S: Io> Conn<S> {
             && self.swallow == 0
             && self.large.is_none()
             && !self.stream.sending()
+    }
+
+    /// Give the buffers back if nothing is pending in them: no unparsed input, no unsent
+    /// reply, no job, dump, large value or refused data block in progress, nothing queued in
+    /// the stream. Called by the worker's sweep (worker/serve.rs), never on a request's path;
+    /// the next read takes a fresh input buffer (`fill`). Returns whether any was held.
+    #[cold]
+    pub fn release_idle(&mut self, c: &Counters) -> bool {
+        let quiet = !self.waiting
+            && self.job.is_none()
+            && self.rpos == self.rend
+            && self.wpos == self.wbuf.len()
+            && self.swallow == 0
+            && self.resume == 0
+            && self.dump.is_none()
+            && self.large.is_none();
+        if !quiet || (self.rbuf.capacity() == 0 && self.wbuf.capacity() == 0) {
+            return quiet && self.stream.release_idle();
+        }
+        (self.rbuf, self.wbuf, self.reads) = (Vec::new(), Vec::new(), exec::PendingReads::default());
+        (self.rpos, self.rend, self.wpos) = (0, 0, 0);
+        self.stream.release_idle();
+        self.account(c);
+        true
     }
 
     /// The turn; `budget` counts down the requests it serves (-R).
@@ -642,6 +672,9 @@ impl<S: Io> Conn<S> {
         let pending = self.rend - self.rpos;
         let want = self.need.max(pending + 1);
         if self.rpos + want > self.rbuf.len() || self.rbuf.len() - self.rend < READ_CHUNK / 4 {
+            if self.rbuf.is_empty() {
+                return self.fill_first(c);
+            }
             // Move the unparsed bytes to the front before growing.
             self.rbuf.copy_within(self.rpos..self.rend, 0);
             self.rpos = 0;
@@ -657,6 +690,33 @@ impl<S: Io> Conn<S> {
         self.rend += n;
         bump(&c.bytes_read, n as u64);
         Ok(n)
+    }
+
+    /// A read with no input buffer held (a new connection, or one the sweep found idle): take
+    /// the buffers, and give them back at once if the read brought nothing, so that a
+    /// connection that has sent nothing yet holds none. Out of line: the steady path's reads
+    /// never come here.
+    #[cold]
+    #[inline(never)]
+    fn fill_first(&mut self, c: &Counters) -> io::Result<usize> {
+        debug_assert!(self.rpos == 0 && self.rend == 0);
+        self.rbuf = vec![0; READ_CHUNK.max(self.need)];
+        if self.wbuf.capacity() == 0 {
+            self.wbuf.reserve(READ_CHUNK);
+        }
+        let n = self.stream.read(&mut self.rbuf);
+        if let Ok(n) = n {
+            self.drained = n > 0 && n < self.rbuf.len() && !self.read_closed && self.stream.short_read_drains();
+            self.rend = n;
+            bump(&c.bytes_read, n as u64);
+        }
+        if self.rend == 0 {
+            self.rbuf = Vec::new();
+            if self.wbuf.is_empty() {
+                self.wbuf = Vec::new();
+            }
+        }
+        n
     }
 
     /// Give back buffers a big request grew, once nothing is pending in them.

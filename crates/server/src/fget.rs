@@ -87,10 +87,27 @@ pub fn execute(filter: &[u8], args: &[u8], keys: Keys<'_>, sh: &Shared, out: &mu
 }
 
 impl Call {
+    /// How long after its submission a WebAssembly call's reply is due, and that reply
+    /// (`SERVER_ERROR filter timeout`): the job pool's watchdog answers with it if the call is
+    /// still queued or running then (jobs.rs). Native calls are not interrupted: None.
+    pub fn deadline(&self, sh: &Shared) -> Option<(std::time::Duration, Vec<u8>)> {
+        if self.filter.spec().kind != mnemo_filter::FilterKind::Wasm {
+            return None;
+        }
+        let mut late = Vec::new();
+        line(&mut late, format!("SERVER_ERROR filter {}", mnemo_filter::FilterError::Timeout).as_bytes());
+        Some((sh.config.filter_limits.deadline + DEADLINE_SLACK, late))
+    }
+
+    /// The watchdog answered the call before it ran: `stats filters` counts the timeout.
+    pub fn answered_late(&self) {
+        self.filter.count_timeout();
+    }
+
     /// The call, on a job pool thread: its encoded reply. A WebAssembly call's reply leaves by
-    /// its deadline, counted from when its input is written, whatever the guest does (jobs.rs).
+    /// its deadline, counted from its submission, whatever the queue or the guest does
+    /// (jobs.rs); if the watchdog answered first, the call counts as that timeout.
     pub fn run(self, sh: &Shared, watch: &crate::jobs::Watch<'_>) -> Vec<u8> {
-        let deadline = (self.filter.spec().kind == mnemo_filter::FilterKind::Wasm).then_some(sh.config.filter_limits.deadline);
         let keys = Keys::new(&self.keys);
         let now = sh.clock.now();
         let mut fill = |sink: &mut dyn mnemo_filter::InputSink| {
@@ -114,16 +131,11 @@ impl Call {
                     sink.missing();
                 }
             }
-            if let Some(d) = deadline {
-                let mut late = Vec::new();
-                line(&mut late, format!("SERVER_ERROR filter {}", mnemo_filter::FilterError::Timeout).as_bytes());
-                watch.arm(d + DEADLINE_SLACK, late);
-            }
         };
         // The output goes straight into the reply; its header is put in front once the
         // length is known (a small move: outputs are bounded by --filter-output-max).
         let mut out = Vec::new();
-        match self.filter.call(&self.args, self.nkeys, &mut fill, &mut out) {
+        match self.filter.call_answered(&self.args, self.nkeys, &mut fill, &mut out, &|| !watch.claim()) {
             Ok(flags) => {
                 let mut header = Vec::with_capacity(32 + self.name.len());
                 value_header(&mut header, &self.name, flags, out.len(), None);

@@ -21,18 +21,31 @@
 //! The worst-case wait a job causes another connection is none of its run time: the event
 //! loop only queues it and later copies its reply in.
 //!
-//! A job may also bound its own reply time ([`Watch::arm`]): a WebAssembly filter call arms
-//! the watchdog with its deadline once its input is written. If the job has not finished when
-//! that passes (one uninterruptible instruction, such as `memory.fill` over 64 MiB of fresh
-//! pages, runs to its end whatever the deadline), the watchdog thread posts the job's late
-//! reply (`SERVER_ERROR filter timeout`) and the job's own result is dropped when it comes.
+//! A job may have a deadline (a WebAssembly filter call: `--filter-timeout-ms` plus 2 ms, see
+//! fget.rs `Call::deadline`), counted from its submission: its time in the queue counts. If it
+//! has not finished when that passes, still queued or running (one uninterruptible
+//! instruction, such as `memory.fill` over 64 MiB of fresh pages, runs to its end whatever
+//! the deadline, and the calls queued behind it waited: 25-113 ms at a 5 ms deadline), the
+//! watchdog thread posts the job's late reply (`SERVER_ERROR filter timeout`); a queued job is
+//! then never run, and a running job's own result is dropped when it comes ([`Watch::claim`]
+//! settles which of the two answers). Either way the job's counters say what the client got:
+//! a timeout.
+//!
+//! Worst case, a job's reply reaches its worker's mailbox by its submission + its deadline,
+//! plus the time the watchdog thread takes to wake (a scheduling delay), whatever the queue
+//! holds or the job does.
 //!
 //! ```text
-//!   pool thread k: running[k] = {slot, gen, mailbox, due: None}
-//!                  run ... Watch::arm(within, reply): due = now + within ──> watchdog wakes
-//!                  done: take running[k]: Some -> post the result      watchdog: past due?
-//!                                         None -> the watchdog answered  take running[k], post
+//!   submit: queue += {job, due: now + deadline}  ──────────────────────> watchdog wakes
+//!   pool thread k: pop; past due? answer late, next            watchdog, at the earliest due:
+//!                  running[k] = {slot, gen, mailbox, due}        queued past due: remove, post
+//!                  run ... Watch::claim: due = None              running past due: take, post
+//!                  done: take running[k]: Some -> post the result
+//!                                         None -> the watchdog answered
 //! ```
+//!
+//! The queue is FIFO and every job with a deadline has the same one, so dues grow along the
+//! queue: the watchdog looks at its front only, up to the first job not yet due.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
@@ -84,9 +97,33 @@ impl Mailbox {
     }
 }
 
+/// A job waiting for a thread, and when its reply is due (with that reply) if it has a deadline.
+struct Queued {
+    job: Job,
+    due: Option<(Instant, Vec<u8>)>,
+}
+
+/// When a job's reply is due after its submission, and that reply, if it has a deadline.
+fn deadline(work: &Pending, sh: &Shared) -> Option<(Duration, Vec<u8>)> {
+    #[allow(unreachable_patterns)]
+    match work {
+        Pending::Filter(call) => call.deadline(sh),
+        _ => None,
+    }
+}
+
+/// The watchdog answered a job before it ran: its counters say so.
+fn answered_late(work: &Pending) {
+    #[allow(unreachable_patterns)]
+    match work {
+        Pending::Filter(call) => call.answered_late(),
+        _ => {}
+    }
+}
+
 /// The pool: a queue, the threads that run it, and the watchdog.
 pub(crate) struct Pool {
-    queue: Mutex<VecDeque<Job>>,
+    queue: Mutex<VecDeque<Queued>>,
     ready: Condvar,
     threads: usize,
     started: AtomicBool,
@@ -113,13 +150,16 @@ pub(crate) struct Watch<'a> {
 }
 
 impl Watch<'_> {
-    /// If the job has not finished `within` from now, `late` is its reply (see the module docs).
-    pub fn arm(&self, within: Duration, late: Vec<u8>) {
-        if let Some(r) = self.pool.running[self.thread].lock().as_mut() {
-            r.due = Some((Instant::now() + within, late));
+    /// The job is done: true if its own reply is to be posted (the watchdog will not answer
+    /// for it any more), false if the watchdog answered already.
+    pub fn claim(&self) -> bool {
+        match self.pool.running[self.thread].lock().as_mut() {
+            Some(r) => {
+                r.due = None;
+                true
+            }
+            None => false,
         }
-        *self.pool.armed.lock() += 1;
-        self.pool.rearm.notify_one();
     }
 }
 
@@ -165,8 +205,20 @@ impl Pool {
                 std::process::exit(1);
             }
         }
-        self.queue.lock().push_back(job);
+        // Due from now: the time it waits in the queue counts (module docs).
+        let due = deadline(&job.work, sh).map(|(within, late)| (Instant::now() + within, late));
+        let timed = due.is_some();
+        self.queue.lock().push_back(Queued { job, due });
         self.ready.notify_one();
+        if timed {
+            self.wake_watchdog();
+        }
+    }
+
+    /// Tell the watchdog a due was set, so that it plans its next wake with it.
+    fn wake_watchdog(&self) {
+        *self.armed.lock() += 1;
+        self.rearm.notify_one();
     }
 }
 
@@ -180,7 +232,7 @@ fn run(sh: &Shared, me: usize) {
     unsafe { libc::sched_setscheduler(0, libc::SCHED_BATCH, &param) };
     let pool = &sh.jobs;
     loop {
-        let job = {
+        let Queued { job, due } = {
             let mut q = sh.jobs.queue.lock();
             loop {
                 if let Some(j) = q.pop_front() {
@@ -189,8 +241,21 @@ fn run(sh: &Shared, me: usize) {
                 sh.jobs.ready.wait(&mut q);
             }
         };
-        *pool.running[me].lock() = Some(Running { to: job.to, slot: job.slot, gen: job.gen, due: None });
-        let reply = job.work.run(sh, &Watch { pool, thread: me });
+        let Job { work, to, slot, gen } = job;
+        if due.as_ref().is_some_and(|d| d.0 <= Instant::now()) {
+            // Due before a thread was free (the watchdog had not come to it yet): answered
+            // now, and not run.
+            answered_late(&work);
+            to.post(Done { slot, gen, reply: due.map(|d| d.1).unwrap_or_default() });
+            continue;
+        }
+        let timed = due.is_some();
+        *pool.running[me].lock() = Some(Running { to, slot, gen, due });
+        if timed {
+            // The watchdog may have looked while the job was neither queued nor running.
+            pool.wake_watchdog();
+        }
+        let reply = work.run(sh, &Watch { pool, thread: me });
         // None: the watchdog answered already; this result is dropped.
         let finished = pool.running[me].lock().take();
         if let Some(r) = finished {
@@ -199,13 +264,34 @@ fn run(sh: &Shared, me: usize) {
     }
 }
 
-/// The watchdog: sleeps until the earliest armed job is due (or an arm), answers the jobs
-/// past due with their late replies.
+/// The watchdog: sleeps until the earliest job is due (or a new due is set), answers the jobs
+/// past due, running or queued, with their late replies.
 fn watchdog(pool: &Pool) {
+    let mut late = Vec::new();
     loop {
         let seen = *pool.armed.lock();
         let now = Instant::now();
         let mut next: Option<Instant> = None;
+        {
+            // Dues grow along the queue (module docs): its front, up to the first not yet due.
+            let mut q = pool.queue.lock();
+            let mut i = 0;
+            while i < q.len() {
+                match q[i].due.as_ref().map(|d| d.0) {
+                    None => i += 1,
+                    Some(due) if due <= now => late.extend(q.remove(i)),
+                    Some(due) => {
+                        next = Some(due);
+                        break;
+                    }
+                }
+            }
+        }
+        for Queued { job, due } in late.drain(..) {
+            answered_late(&job.work);
+            let reply = due.map(|d| d.1).unwrap_or_default();
+            job.to.post(Done { slot: job.slot, gen: job.gen, reply });
+        }
         for slot in &pool.running {
             let mut r = slot.lock();
             let Some(due) = r.as_ref().and_then(|r| r.due.as_ref().map(|d| d.0)) else { continue };
@@ -253,33 +339,40 @@ mod tests {
         }
     }
 
+    /// A job on pool thread 0, due `within` from now.
+    fn running(pool: &Pool, to: &Arc<Mailbox>, slot: usize, within: Duration) {
+        let due = Some((Instant::now() + within, b"LATE\r\n".to_vec()));
+        *pool.running[0].lock() = Some(Running { to: to.clone(), slot, gen: 9, due });
+        pool.wake_watchdog();
+    }
+
     #[test]
     fn the_watchdog_answers_a_job_past_due_and_its_own_result_is_dropped() {
         let pool = Arc::new(Pool::new(1));
         let (m, _poll) = mailbox();
-        *pool.running[0].lock() = Some(Running { to: m.clone(), slot: 3, gen: 9, due: None });
         let p = pool.clone();
         std::thread::spawn(move || watchdog(&p));
         let t = Instant::now();
-        Watch { pool: &pool, thread: 0 }.arm(Duration::from_millis(20), b"LATE\r\n".to_vec());
+        running(&pool, &m, 3, Duration::from_millis(20));
         let d = wait_for(&m);
         assert!(t.elapsed() >= Duration::from_millis(20));
         assert_eq!((d.len(), d[0].slot, d[0].gen, &d[0].reply[..]), (1, 3, 9, &b"LATE\r\n"[..]));
-        assert!(pool.running[0].lock().is_none(), "the job's own result finds nothing to post to");
+        assert!(!Watch { pool: &pool, thread: 0 }.claim(), "the job's own result finds nothing to post to");
     }
 
     #[test]
-    fn a_job_done_before_its_due_is_answered_by_itself_only() {
+    fn a_job_that_claims_its_reply_before_its_due_is_answered_by_itself_only() {
         let pool = Arc::new(Pool::new(1));
         let (m, _poll) = mailbox();
-        *pool.running[0].lock() = Some(Running { to: m.clone(), slot: 1, gen: 1, due: None });
         let p = pool.clone();
         std::thread::spawn(move || watchdog(&p));
-        Watch { pool: &pool, thread: 0 }.arm(Duration::from_millis(30), b"LATE\r\n".to_vec());
-        let r = pool.running[0].lock().take().unwrap();
-        r.to.post(Done { slot: r.slot, gen: r.gen, reply: b"OK\r\n".to_vec() });
+        running(&pool, &m, 1, Duration::from_millis(30));
+        assert!(Watch { pool: &pool, thread: 0 }.claim());
         // Past the due time, the watchdog has nothing to post.
         std::thread::sleep(Duration::from_millis(60));
+        assert!(m.take().is_empty());
+        let r = pool.running[0].lock().take().unwrap();
+        r.to.post(Done { slot: r.slot, gen: r.gen, reply: b"OK\r\n".to_vec() });
         let d = m.take();
         assert_eq!((d.len(), &d[0].reply[..]), (1, &b"OK\r\n"[..]));
     }

@@ -458,6 +458,12 @@ impl Store {
         }
     }
 
+    /// Whether a flash tier is configured (`ext_path`): without one no value is ever on flash.
+    #[inline]
+    pub fn has_flash(&self) -> bool {
+        self.flash.is_some()
+    }
+
     /// Writes out the flash write buffer and waits for the writer (tests; a clean shutdown).
     pub fn flash_sync(&self) {
         if let Some(f) = &self.flash {

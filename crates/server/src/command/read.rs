@@ -114,7 +114,9 @@ pub(crate) fn get<H: Hit>(
     let mut flushed = false;
     // Only a connection lends a Direct, and only a connection can take an answer later (the
     // I/O pool itself, UDP and the unit tests read a flashed value here, synchronously).
-    let defer = direct.is_some();
+    // Without a flash tier the store's plain get is used: its two-halves form cost 25-40
+    // instructions a get (callgrind, bench/instructions.sh).
+    let defer = direct.is_some() && sh.store.has_flash();
     // Forced inline (an attribute a closure takes in this position only): the store calls it
     // from six sites below, and a few instructions more in its body made the build call it
     // out of line, about 30 instructions a get hit (callgrind, bench/instructions.sh). Each

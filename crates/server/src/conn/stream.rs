@@ -39,6 +39,12 @@ pub trait Io: Read + Write {
     fn sending(&self) -> bool {
         false
     }
+
+    /// The connection is idle (worker/serve.rs, `sweep`): give back buffers the stream holds
+    /// while nothing is in them. Returns whether any was held.
+    fn release_idle(&mut self) -> bool {
+        false
+    }
 }
 
 /// A connection's socket. An enum, not a trait object: the plain-TCP path stays a direct

@@ -12,8 +12,22 @@
 //!     read-ahead               the marked connections' first reads, then prefetches
 //!     drive each marked slot   T::before_turn, Conn::turn, Turn -> yield | close, T::settle
 //!     drive the -R yielders    (those of the round before)
-//!     kick idle connections    once per clock tick, with -o idle_timeout
+//!     once per clock tick:     kick idle connections (-o idle_timeout); sweep (below); no
+//!                              turn since the last sweep: the loop's own idle memory goes
+//!                              back too (io_uring: the receive buffers' pages)
 //! ```
+//!
+//! Memory at rest (issue 36): a connection takes its input and output buffers when input first
+//! arrives (conn.rs `fill`) and keeps them while it is busy; the sweep, once per clock tick
+//! while any connection may hold some, gives back the buffers of every connection that has
+//! completed no command for a whole second and has nothing pending ([`Conn::release_idle`]).
+//! The worker still waits without a timeout: while a sweep is due it asks the ticker
+//! (worker.rs) to wake it once a second, and looks at the clock only when woken.
+//! Nothing is taken or given back on a request's path: a busy connection is never swept, and
+//! one that is swept pays one allocation on its next request. After closes or sweeps have
+//! freed many buffers, the sweep also drops the slots past the last one in use and returns the
+//! heap's free pages to the system (`malloc_trim`), so waves of connections leave nothing
+//! behind.
 //!
 //! A slot's index and generation name its connection to the loop (an epoll token, an
 //! io_uring tag) and to the job pool (a job's reply); a slot is reused only once its
@@ -38,6 +52,15 @@ const READ_AHEAD_MIN: usize = 4;
 
 /// With `-o idle_timeout`, the longest a worker waits before looking for idle connections.
 const IDLE_SWEEP: Duration = Duration::from_millis(250);
+
+/// Seconds without a completed command before an idle connection's buffers go back: 2 is a
+/// whole second at least (the clock counts whole seconds), so a connection in steady use is
+/// never swept between its requests.
+const BUF_IDLE_SECS: u32 = 2;
+
+/// Connections closed or swept since the heap was last trimmed that make the sweep trim it
+/// (and drop free trailing slots): 64 pairs of 16 KiB buffers, 2 MiB.
+const TRIM_AFTER: usize = 64;
 
 /// How one event loop waits and moves bytes. Everything else about a connection is the
 /// [`Worker`]'s.
@@ -68,6 +91,10 @@ pub trait Transport {
     /// After a turn and its settling.
     #[inline]
     fn after_turn(&mut self) {}
+
+    /// The worker is quiet (no turn for a whole clock tick), at the end of a round: give back
+    /// memory the loop touched for its connections and does not need until more input comes.
+    fn release_idle(&mut self) {}
 }
 
 struct Slot<S> {
@@ -153,6 +180,21 @@ pub struct Worker<T: Transport> {
     ahead: ReadAhead,
     /// Where the job pool leaves this worker's replies.
     mailbox: Arc<Mailbox>,
+    /// The generation of the last connection adopted (slots name connections by index and
+    /// generation; counted per worker, so that a slot dropped by the sweep and made again
+    /// never repeats a generation a job's reply may still carry).
+    gen: u32,
+    /// Memory at rest (module docs): a connection took a turn since the last sweep; the last
+    /// sweep left some connection holding buffers; connections closed or swept since the heap
+    /// was last trimmed; the loop served something since it last gave back its own memory;
+    /// this worker asked the ticker for a wake ([`crate::worker::Ticker`]), and the flag the
+    /// ticker reads.
+    turned: bool,
+    holding: usize,
+    freed: usize,
+    touched: bool,
+    tick_asked: bool,
+    pub(super) tick: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl<T: Transport> Worker<T> {
@@ -167,6 +209,13 @@ impl<T: Transport> Worker<T> {
             yielded: Vec::new(),
             ahead: ReadAhead::default(),
             mailbox,
+            gen: 0,
+            turned: false,
+            holding: 0,
+            freed: 0,
+            touched: false,
+            tick_asked: false,
+            tick: Arc::default(),
         }
     }
 
@@ -189,7 +238,14 @@ impl<T: Transport> Worker<T> {
         } else {
             None
         };
-        if self.io.poll(wait, &mut self.slots) {
+        if !self.tick_asked && (self.turned || self.holding > 0 || self.touched) {
+            // A sweep is due: the ticker wakes the worker at the next tick (worker.rs), so its
+            // waits need no timeout and its rounds no clock.
+            self.tick_asked = true;
+            self.tick.store(true, Relaxed);
+        }
+        let woken = self.io.poll(wait, &mut self.slots);
+        if woken {
             self.adopt();
             self.deliver();
         }
@@ -202,6 +258,7 @@ impl<T: Transport> Worker<T> {
             self.drive(i);
             k += 1;
         }
+        self.turned |= k > 0;
         self.slots.marked.clear();
         if !self.ready.is_empty() {
             std::mem::swap(&mut self.ready, &mut self.yielded);
@@ -210,12 +267,21 @@ impl<T: Transport> Worker<T> {
             }
             self.yielded.clear();
         }
-        if idle_timeout > 0 {
+        // Woken (by the ticker among others) or -o idle_timeout's timed wait: the clock.
+        if woken || idle_timeout > 0 {
+            // The ticker may have taken the flag for this wake: asked again next round if
+            // still due (a wake within the tick of the last sweep sweeps nothing).
+            let asked = woken && std::mem::take(&mut self.tick_asked);
             let now = self.sh.clock.now();
-            // The clock moves once a second: one sweep per tick at most.
+            // The clock moves once a second: one look per tick at most.
             if now != *last_sweep {
                 *last_sweep = now;
-                self.kick_idle(now, idle_timeout);
+                if idle_timeout > 0 {
+                    self.kick_idle(now, idle_timeout);
+                }
+                if asked || self.tick_asked {
+                    self.sweep(now);
+                }
             }
         }
     }
@@ -225,7 +291,8 @@ impl<T: Transport> Worker<T> {
     fn adopt(&mut self) {
         while let Ok(sock) = self.incoming.try_recv() {
             let i = self.slots.take(&self.sh);
-            let gen = self.slots.slots[i].gen.wrapping_add(1);
+            self.gen = self.gen.wrapping_add(1);
+            let gen = self.gen;
             let Ok(io) = self.io.attach(sock, i, gen) else {
                 self.slots.free.push(i);
                 self.sh.curr_conns.fetch_sub(1, Relaxed);
@@ -325,6 +392,7 @@ impl<T: Transport> Worker<T> {
         let Some(conn) = slot.conn.as_mut() else { return };
         slot.closed = true;
         conn.release(&self.counters);
+        self.freed += 1;
         // Removed while the descriptor is still open: a new connection cannot reuse it yet.
         self.sh.conn_table.remove(conn.fd);
         self.sh.curr_conns.fetch_sub(1, Relaxed);
@@ -333,6 +401,50 @@ impl<T: Transport> Worker<T> {
             eprintln!("<{i} connection closed.");
         }
         self.slots.settle(&mut self.io, i);
+    }
+
+    /// Once a tick (module docs, "Memory at rest"): the buffers of connections idle for
+    /// [`BUF_IDLE_SECS`] go back; after many closes or releases, so do the free slots past the
+    /// last one in use and the heap's free pages.
+    #[cold]
+    #[inline(never)]
+    fn sweep(&mut self, now: mnemo_store::Time) {
+        self.tick_asked = false;
+        // No turn for a whole tick: the loop's own idle memory goes back too.
+        if std::mem::take(&mut self.turned) {
+            self.touched = true;
+        } else if std::mem::take(&mut self.touched) {
+            self.io.release_idle();
+        }
+        self.holding = 0;
+        for slot in &mut self.slots.slots {
+            let Some(conn) = slot.conn.as_mut().filter(|_| !slot.closed) else { continue };
+            if now.saturating_sub(conn.last_active()) >= BUF_IDLE_SECS {
+                if conn.release_idle(&self.counters) {
+                    self.freed += 1;
+                }
+            } else {
+                self.holding += 1;
+            }
+        }
+        if self.freed < TRIM_AFTER {
+            return;
+        }
+        self.freed = 0;
+        let slots = &mut self.slots;
+        // A free slot's transport holds nothing of its last connection: it may go.
+        while slots.slots.last().is_some_and(|s| s.conn.is_none() && !s.marked) {
+            slots.slots.pop();
+            self.sh.conn_structs.fetch_sub(1, Relaxed);
+        }
+        let len = slots.slots.len();
+        slots.free.retain(|&i| i < len);
+        slots.slots.shrink_to_fit();
+        slots.free.shrink_to_fit();
+        slots.marked.shrink_to_fit();
+        self.ready.shrink_to_fit();
+        self.yielded.shrink_to_fit();
+        crate::worker::give_back_heap();
     }
 
     /// `-o idle_timeout`: close connections that have completed no command for longer than
@@ -552,8 +664,8 @@ mod tests {
         let _e = connect(&w, &tx);
         round(&mut w, true, &[]);
         assert_eq!(w.slots.slots.len(), 2, "the freed slot is reused");
-        assert_eq!(w.slots.slots[0].gen, 2, "under a new generation");
-        assert!(w.io.settled.contains(&(0, 1, true)) && w.io.settled.contains(&(0, 2, false)));
+        assert_eq!(w.slots.slots[0].gen, 3, "under a new generation");
+        assert!(w.io.settled.contains(&(0, 1, true)) && w.io.settled.contains(&(0, 3, false)));
     }
 
     #[test]
@@ -631,5 +743,63 @@ mod tests {
         assert_eq!(w.counters.idle_kicks.load(Relaxed), 2);
         round(&mut w, false, &[2]);
         assert_eq!(read_some(&mut busy), b"VERSION 1.6.18\r\n");
+    }
+
+    #[test]
+    fn buffers_are_taken_when_input_arrives_and_given_back_by_the_sweep_once_idle() {
+        let (mut w, tx) = worker(Config::default());
+        let bytes = |w: &Worker<Script>| w.counters.read_buf_bytes.load(Relaxed);
+        let mut idle = connect(&w, &tx);
+        let mut busy = connect(&w, &tx);
+        let mut partial = connect(&w, &tx);
+        round(&mut w, true, &[]);
+        assert_eq!(bytes(&w), 0, "a connection that sent nothing holds no buffer");
+        idle.write_all(b"version\r\n").unwrap();
+        busy.write_all(b"version\r\n").unwrap();
+        partial.write_all(b"get som").unwrap();
+        round(&mut w, false, &[0, 1, 2]);
+        assert_eq!(read_some(&mut idle), b"VERSION 1.6.18\r\n");
+        assert_eq!(read_some(&mut busy), b"VERSION 1.6.18\r\n");
+        assert_eq!(bytes(&w), 3 * 16 * 1024);
+        // Seconds later: `busy` completed a command just now, `partial` is half-way through one.
+        let later = w.sh.clock.now() + BUF_IDLE_SECS;
+        w.slots.conn_mut(1).unwrap().set_last_active(later);
+        w.sweep(later);
+        assert_eq!(bytes(&w), 2 * 16 * 1024, "only the idle connection's buffers went back");
+        assert_eq!(w.holding, 1, "the busy one is swept again later");
+        // The swept connection takes buffers again with its next request; the partial one
+        // kept its bytes.
+        idle.write_all(b"version\r\n").unwrap();
+        partial.write_all(b"e\r\n").unwrap();
+        round(&mut w, false, &[0, 2]);
+        assert_eq!(read_some(&mut idle), b"VERSION 1.6.18\r\n");
+        assert_eq!(read_some(&mut partial), b"END\r\n");
+        assert_eq!(bytes(&w), 3 * 16 * 1024);
+    }
+
+    #[test]
+    fn after_many_closes_the_sweep_drops_the_free_slots_past_the_last_in_use() {
+        let (mut w, tx) = worker(Config::default());
+        let mut kept = connect(&w, &tx);
+        let wave: Vec<_> = (0..TRIM_AFTER).map(|_| connect(&w, &tx)).collect();
+        round(&mut w, true, &[]);
+        assert_eq!((w.slots.slots.len(), w.sh.conn_structs.load(Relaxed)), (TRIM_AFTER + 1, TRIM_AFTER as u64 + 1));
+        for i in 1..=TRIM_AFTER {
+            w.close(i);
+        }
+        drop(wave);
+        w.sweep(w.sh.clock.now());
+        assert_eq!((w.slots.slots.len(), w.slots.free.len()), (1, 0), "only the slot in use is left");
+        assert_eq!(w.sh.conn_structs.load(Relaxed), 1);
+        // A new connection gets a slot made anew, under a generation never used before (a
+        // job's reply for a closed connection names its slot by index and generation).
+        let mut next = connect(&w, &tx);
+        round(&mut w, true, &[]);
+        assert_eq!((w.slots.slots.len(), w.slots.slots[1].gen), (2, TRIM_AFTER as u32 + 2));
+        next.write_all(b"version\r\n").unwrap();
+        kept.write_all(b"version\r\n").unwrap();
+        round(&mut w, false, &[0, 1]);
+        assert_eq!(read_some(&mut next), b"VERSION 1.6.18\r\n");
+        assert_eq!(read_some(&mut kept), b"VERSION 1.6.18\r\n");
     }
 }

@@ -177,6 +177,9 @@ pub struct Ring {
     written_at_submit: u64,
     /// RingConfig::recv_cap; 0 once the kernel refused a capped receive (before 6.17).
     recv_cap: u32,
+    /// The queue was submitted since the last enter (`submit_now`): a receive it armed may
+    /// have written a buffer whose completion is not reaped yet (`release_idle`).
+    submitted: bool,
 }
 
 impl Ring {
@@ -202,6 +205,7 @@ impl Ring {
             submitted_mid_turn: false,
             written_at_submit: 0,
             recv_cap: rc.recv_cap,
+            submitted: false,
         })
     }
 
@@ -318,6 +322,7 @@ impl Ring {
     /// ring's deferred work (the io-uring crate asks for events), which may complete them.
     #[cold]
     fn submit_now(&mut self) {
+        self.submitted = true;
         if self.ring.submission().cq_overflow() {
             self.submitted_mid_turn = true;
         }
@@ -354,7 +359,7 @@ impl Transport for Ring {
     fn poll(&mut self, wait: Option<Duration>, slots: &mut Slots<RingStream>) -> bool {
         self.enter(wait);
         self.epoch += 1;
-        self.submitted_mid_turn = false;
+        (self.submitted_mid_turn, self.submitted) = (false, false);
         self.written_at_submit = self.counters.bytes_written.load(Relaxed);
         self.reap(slots)
     }
@@ -404,6 +409,18 @@ impl Transport for Ring {
         }
         // Finished: the ring holds nothing of it any more.
         finished
+    }
+
+    /// The receive buffers' pages go back to the system; they fault in again (zeroed) as the
+    /// kernel next writes into them. Safe only while no buffer holds bytes not yet copied out:
+    /// the kernel writes into them only inside an enter (deferred task work, and receives
+    /// armed by a submit); every completion of the last enter was reaped and its connection
+    /// driven in this round, which copied out and recycled every buffer named (stream.rs
+    /// `spill`); and no submit since (`submitted`) can have filled one.
+    fn release_idle(&mut self) {
+        if !self.submitted && self.ring.completion().is_empty() {
+            self.bufs.release_pages();
+        }
     }
 
     fn after_turn(&mut self) {

@@ -95,6 +95,13 @@ impl BufRing {
         self.publish();
     }
 
+    /// Give the buffers' pages back to the system (see `Ring::release_idle` for when that is
+    /// safe). Touched as the ring cycles through them, all of them stay resident otherwise.
+    pub fn release_pages(&self) {
+        // SAFETY: the range is our own mapping and holds no bytes anyone will read.
+        unsafe { libc::madvise(self.data.cast(), self.data_len, libc::MADV_DONTNEED) };
+    }
+
     fn push(&self, bid: u16) {
         let tail = self.tail.load(Ordering::Relaxed);
         let idx = usize::from(tail & (self.count - 1));

@@ -176,6 +176,21 @@ impl Io for RingStream {
     fn sending(&self) -> bool {
         self.sent < self.sending.len() || !self.out.is_empty()
     }
+
+    /// Nothing in flight or queued: the send buffers go; nothing unread: so does the spill.
+    fn release_idle(&mut self) -> bool {
+        let held = self.out.capacity() + self.sending.capacity() + self.spill.capacity() + self.chunks.capacity() > 0;
+        if !self.send_in_flight && !self.sending() {
+            (self.out, self.sending, self.sent) = (Vec::new(), Vec::new(), 0);
+        }
+        if self.spill_pos == self.spill.len() {
+            (self.spill, self.spill_pos) = (Vec::new(), 0);
+        }
+        if self.chunks.is_empty() {
+            self.chunks = VecDeque::new();
+        }
+        held
+    }
 }
 
 impl io::Read for RingStream {
