@@ -4,14 +4,17 @@ that leave RAM are read back, overwritten and deleted keys never return an old v
 flash file keeps serving, a damaged or truncated file yields misses (never wrong bytes), and
 the issue's setting (-m 64, a 1 GB file, 120,000 values of 4 KB) on both servers."""
 import os
+import pathlib
+import shutil
 import signal
 import socket
+import tempfile
 import subprocess
 import time
 
 import pytest
 
-from servers import MNEMOD, Server, command, roundtrip, stats
+from servers import MNEMOD, ROOT, Server, command, roundtrip, stats
 
 VALUE = 4096
 
@@ -402,14 +405,24 @@ def drop_cache(path):
         os.close(fd)
 
 
-def flashed_server(tmp_path, cache="cold", *more):
-    """mnemod -t 1 with 8,000 values of 4 KB in -m 16: the first thousand keys are on flash,
-    the last hundred in RAM; "cold": the file's pages dropped from the page cache."""
-    srv = Server("mnemod", "-t", "1", "-m", "16", *more, *flash_args(tmp_path / "flash", "256m"))
+@pytest.fixture
+def disk_path():
+    """A directory on the work tree's disk: the page cache tests need a file system whose pages
+    can be dropped (the temp dir may be tmpfs, whose pages never leave memory)."""
+    d = pathlib.Path(tempfile.mkdtemp(prefix="flash-test-", dir=ROOT / "target"))
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def flashed_server(path, cache="cold", *more):
+    """mnemod -t 1 with 8,000 values of 4 KB in -m 16 (its flash file in directory `path`):
+    the first thousand keys are on flash, the last hundred in RAM; "cold": the file's pages
+    dropped from the page cache."""
+    srv = Server("mnemod", "-t", "1", "-m", "16", *more, *flash_args(path / "flash", "256m"))
     with srv.connect() as s:
         set_many(s, [key(i) for i in range(8000)], make_value)
     if cache == "cold":
-        drop_cache(tmp_path / "flash")
+        drop_cache(path / "flash")
     return srv
 
 
@@ -420,10 +433,10 @@ def text_hit(k, cas=None):
 
 
 @pytest.mark.parametrize("cache", ["cold", "warm"])
-def test_pipelined_text_and_meta_gets_of_flash_and_ram_keys_keep_request_order(cache, tmp_path):
+def test_pipelined_text_and_meta_gets_of_flash_and_ram_keys_keep_request_order(cache, disk_path):
     """cold: the flashed values are read by the flash I/O thread; warm: on the worker, from the
     page cache. The replies are the same, in request order."""
-    srv = flashed_server(tmp_path, cache)
+    srv = flashed_server(disk_path, cache)
     try:
         with srv.connect() as s:
             flash = [key(i) for i in range(0, 40)]
@@ -488,9 +501,9 @@ def bin_replies(s, n):
 
 
 @pytest.mark.parametrize("cache", ["cold", "warm"])
-def test_pipelined_binary_gets_of_flash_and_ram_keys_keep_request_order(cache, tmp_path):
+def test_pipelined_binary_gets_of_flash_and_ram_keys_keep_request_order(cache, disk_path):
     GET, GETQ, GETK, GETKQ, NOOP = 0x00, 0x09, 0x0C, 0x0D, 0x0A
-    srv = flashed_server(tmp_path, cache)
+    srv = flashed_server(disk_path, cache)
     try:
         with srv.connect() as s:
             f = [key(i) for i in range(100, 110)]
@@ -558,20 +571,20 @@ def _stream_flashed_gets(port, batches, cold_path, errors):
         errors.put(repr(e))
 
 
-def test_flash_reads_run_off_the_worker_which_keeps_serving_ram_gets(tmp_path):
+def test_flash_reads_run_off_the_worker_which_keeps_serving_ram_gets(disk_path):
     """-t 1, the flash file's pages out of the page cache: another process streams pipelined
     multi-gets of flashed keys while this one times RAM gets on the same worker. The reads
     that wait for the disk run on the flash I/O thread (it starts with the first one), and
     the RAM gets stay quick."""
     import multiprocessing
-    srv = flashed_server(tmp_path)
+    srv = flashed_server(disk_path)
     try:
         pid = srv.proc.pid
         assert thread_cpu_ticks(pid, "mnemo-flash-io")[1] == 0, "no flash read yet, no I/O thread"
         flash = [key(i) for i in range(0, 1000)]
         batches = [flash[b:b + 50] for b in range(0, 1000, 50)] * 3
         errors = multiprocessing.Queue()
-        child = multiprocessing.Process(target=_stream_flashed_gets, args=(srv.port, batches, tmp_path / "flash", errors))
+        child = multiprocessing.Process(target=_stream_flashed_gets, args=(srv.port, batches, disk_path / "flash", errors))
         with srv.connect() as b:
             child.start()
             lat = []
