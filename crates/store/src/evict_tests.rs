@@ -146,19 +146,28 @@ fn large_items_over_their_share_push_out_large_items() {
     }
 }
 
-/// Size awareness: among large items, a new small one skips probation (main at once), so
-/// a flood of unread large items does not push it out before its first read; a new item
-/// as large as the others starts in small.
+/// Size awareness: once the shard evicts, a new small item among large ones skips probation
+/// (main at once), so a flood of unread large items does not push it out before its first
+/// read; a new item as large as the others starts in small. Before the first eviction
+/// everything starts in small (one active segment filling, not two).
 #[test]
 fn a_small_item_among_large_ones_goes_to_main() {
     let s = store(Eviction::S3Fifo);
     let mid = vec![b'm'; 8 << 10];
+    let set_mid = |k: &str| s.store(Mode::Set, k.as_bytes(), 0, 0, &mid, 1).unwrap();
     for k in 0..60u32 {
-        s.store(Mode::Set, format!("mid:{k}").as_bytes(), 0, 0, &mid, 1).unwrap();
+        set_mid(&format!("mid:{k}"));
     }
     set(&s, 1);
-    s.store(Mode::Set, b"mid:new", 0, 0, &mid, 1).unwrap();
-    assert_eq!(queue_of(&s, b"key:1"), Queue::Main);
+    assert_eq!(queue_of(&s, b"key:1"), Queue::Small);
+    // Twice the cache: now it evicts.
+    for k in 60..300u32 {
+        set_mid(&format!("mid:{k}"));
+    }
+    assert!(s.stats().evictions > 0);
+    set(&s, 2);
+    set_mid("mid:new");
+    assert_eq!(queue_of(&s, b"key:2"), Queue::Main);
     assert_eq!(queue_of(&s, b"mid:new"), Queue::Small);
 }
 
