@@ -17,7 +17,8 @@
 //! pure function as hitratio.py's, so both store the same bytes. Prints one line per policy and
 //! size: miss ratio, byte miss ratio, items held at the end, evictions. REPLAY_SHARDS=N sets the
 //! shard count (default the store's, as mnemod runs it); REPLAY_MEMORY=1 also prints where the
-//! memory went (item bytes, unwritten segment room, index, metadata).
+//! memory went (item bytes, unwritten segment room, index, metadata); REPLAY_BANDS=1 the miss
+//! ratio of the requests for each power-of-two value size (`2^k` = k..k+1 bits; size awareness).
 
 use std::io::Read;
 use std::process::{Command, Stdio};
@@ -135,6 +136,7 @@ fn replay(w: &Workload, mib: f64, policy: Eviction) -> String {
     let warm = (w.keys.len() as f64 * w.warm) as usize;
     let (mut miss, mut counted, mut miss_bytes, mut bytes) = (0u64, 0u64, 0u64, 0u64);
     let value = vec![b'v'; 512 << 10];
+    let mut bands = [[0u64; 2]; 24];
     for (i, &id) in w.keys.iter().enumerate() {
         let key = format!("t:{id}");
         let n = (w.size)(id);
@@ -142,6 +144,9 @@ fn replay(w: &Workload, mib: f64, policy: Eviction) -> String {
         if i >= warm {
             counted += 1;
             bytes += n as u64;
+            let b = &mut bands[(n.max(1).ilog2()) as usize];
+            b[0] += 1;
+            b[1] += u64::from(hit.is_none());
         }
         match hit {
             Some(len) => assert_eq!(len, n, "{key}"),
@@ -155,6 +160,10 @@ fn replay(w: &Workload, mib: f64, policy: Eviction) -> String {
         }
     }
     let st = s.stats();
+    if std::env::var_os("REPLAY_BANDS").is_some() {
+        let line: Vec<String> = bands.iter().enumerate().filter(|(_, b)| b[0] > 0).map(|(i, b)| format!("2^{i}:{:.2}", b[1] as f64 / b[0] as f64)).collect();
+        eprintln!("  miss by size: {}", line.join(" "));
+    }
     if std::env::var_os("REPLAY_MEMORY").is_some() {
         eprintln!(
             "  used {} bytes(items) {} dead {} unwritten {} index {} meta {} segments {} large {}/{}",

@@ -161,8 +161,8 @@ impl Shard {
             };
             let ttl = env.geo.ttl_group(ttl_bucket(inc.exp, now));
             let q = match &old {
-                Some((_, oseg, _, _)) => self.admit(geo, inc.h, Some(*oseg)),
-                None => *new_key_queue.get_or_insert_with(|| self.admit(geo, inc.h, None)),
+                Some((_, oseg, _, _)) => self.admit(geo, inc.h, Some(*oseg), inc.total),
+                None => *new_key_queue.get_or_insert_with(|| self.admit(geo, inc.h, None, inc.total)),
             };
             self.segs.open(id, inc.buf, true, ttl, q, now);
             let m = &mut self.segs.metas[id as usize];

@@ -76,10 +76,11 @@ pub(crate) mod slot {
         let f = (freq(s) + 1).min(FREQ_MASK as u32) as u64;
         (s & !(FREQ_MASK << FREQ_SHIFT)) | FETCHED | (f << FREQ_SHIFT)
     }
-    /// One eviction pass survived: freq - 1 (S3-FIFO's reinsertion rule), fetched bit kept.
+    /// One eviction pass survived: min(freq, cap) - 1 (S3-FIFO's reinsertion rule), fetched
+    /// bit kept.
     #[inline]
-    pub fn decayed(s: u64) -> u64 {
-        let f = freq(s).saturating_sub(1) as u64;
+    pub fn decayed(s: u64, cap: u32) -> u64 {
+        let f = freq(s).min(cap).saturating_sub(1) as u64;
         (s & !(FREQ_MASK << FREQ_SHIFT)) | (f << FREQ_SHIFT)
     }
     /// A large item spared (evict.rs): read count back to 0, fetched bit kept, so that it
@@ -546,8 +547,10 @@ mod tests {
             u = slot::touched(u);
         }
         assert_eq!(slot::freq(u), 7);
-        let d = slot::decayed(t);
+        let d = slot::decayed(t, 7);
         assert_eq!((slot::freq(d), slot::fetched(d)), (1, true));
+        let d = slot::decayed(u, 3);
+        assert_eq!((slot::freq(d), slot::fetched(d)), (2, true));
         let m = slot::moved(t, 77, 1234);
         assert_eq!((slot::tag(m), slot::seg(m), slot::off(m), slot::freq(m)), (5, 77, 1234, 2));
     }

@@ -152,6 +152,8 @@ pub(crate) struct SegTable {
     pub small_bytes: usize,
     pub regular_segments: usize,
     pub large_segments: usize,
+    /// Bytes of the large segments' buffers (both FIFOs).
+    pub large_bytes: usize,
     /// Index slots still pointing at Dead segments (the sweep's work list size).
     pub dead_refs: usize,
 }
@@ -167,6 +169,7 @@ impl SegTable {
             small_bytes: 0,
             regular_segments: 0,
             large_segments: 0,
+            large_bytes: 0,
             dead_refs: 0,
         }
     }
@@ -263,6 +266,7 @@ impl SegTable {
         self.buffer_bytes += data.len();
         if large {
             self.large_segments += 1;
+            self.large_bytes += data.len();
         } else {
             self.regular_segments += 1;
         }
@@ -303,6 +307,7 @@ impl SegTable {
         let freed = data.len();
         if m.large {
             self.large_segments -= 1;
+            self.large_bytes -= freed;
         } else {
             self.regular_segments -= 1;
         }
@@ -452,6 +457,21 @@ mod tests {
         assert!(t.metas[ids[3] as usize].seq > old_seq);
         assert_eq!(t.live_ids(), vec![ids[0], ids[3]]);
         assert_eq!(t.buffer_bytes, 128);
+    }
+
+    #[test]
+    fn large_bytes_count_large_buffers_in_either_fifo() {
+        let mut t = SegTable::new();
+        let ids: Vec<u32> = (0..3).map(|_| t.alloc_id().unwrap()).collect();
+        t.open(ids[0], SegBuf::zeroed(64), false, 0, Queue::Small, 0);
+        t.open(ids[1], SegBuf::zeroed(4096), true, 0, Queue::Small, 0);
+        t.open(ids[2], SegBuf::zeroed(8192), true, 0, Queue::Main, 0);
+        assert_eq!((t.large_bytes, t.buffer_bytes), (12288, 12352));
+        t.move_to_tail(ids[1], Queue::Main);
+        assert_eq!(t.large_bytes, 12288);
+        let _ = t.retire(ids[2], DeadReason::Expired);
+        let _ = t.retire(ids[0], DeadReason::Expired);
+        assert_eq!((t.large_bytes, t.buffer_bytes), (4096, 4096));
     }
 
     #[test]

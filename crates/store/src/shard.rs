@@ -677,8 +677,8 @@ impl Shard {
             };
             let ttl = ttl_bucket(nexp, now);
             let q = match &old {
-                Some((_, oseg, _, _)) => self.admit(geo, h, Some(*oseg)),
-                None => *new_key_queue.get_or_insert_with(|| self.admit(geo, h, None)),
+                Some((_, oseg, _, _)) => self.admit(geo, h, Some(*oseg), nh.total_len()),
+                None => *new_key_queue.get_or_insert_with(|| self.admit(geo, h, None, nh.total_len())),
             };
             let (seg, off) = match self.reserve(env, nh.total_len(), ttl, q, now) {
                 Ok(Reserve::At(seg, off)) => (seg, off),
@@ -752,7 +752,7 @@ impl Shard {
             }
             let cas = env.geo.use_cas.then(|| self.cas_of(env.geo, seg, off, &hdr));
             let nh = NewHeader { key_len: hdr.key_len, value_len: hdr.value_len, flags: hdr.flags, exp, cas };
-            let q = self.admit(env.geo, h, Some(seg));
+            let q = self.admit(env.geo, h, Some(seg), 0);
             let (nseg, noff) = match self.reserve(env, nh.total_len(), ttl_bucket(exp, now), q, now)? {
                 Reserve::At(a, b) => (a, b),
                 Reserve::Retry => continue,
@@ -872,7 +872,7 @@ impl Shard {
             // padded with spaces ("10" decr 1 -> "9 "); we reproduce the bytes.
             let vlen = if pad { dl.max(old_len) } else { dl };
             let nh = NewHeader { key_len: hdr.key_len, value_len: vlen as u32, flags: hdr.flags, exp: hdr.exp, cas: None };
-            let q = self.admit(env.geo, h, Some(seg));
+            let q = self.admit(env.geo, h, Some(seg), 0);
             let (nseg, noff) = match self.reserve(env, nh.total_len(), ttl_bucket(hdr.exp, now), q, now) {
                 Ok(Reserve::At(a, b)) => (a, b),
                 Ok(Reserve::Retry) => continue,

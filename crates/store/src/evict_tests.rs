@@ -1,0 +1,206 @@
+//! Tests of evict.rs's policies (S3-FIFO, its size awareness, fifo) on small one-shard stores.
+
+use crate::segment::Queue;
+use crate::shard::Found;
+use crate::{Eviction, Mode, Store, StoreConfig};
+
+/// One shard of 1 MiB: segments of 128 KiB, 8 of them.
+fn store(eviction: Eviction) -> Store {
+    Store::new(StoreConfig { mem_limit: 1 << 20, shards: 1, eviction, huge_pages: false, ..Default::default() })
+}
+
+fn set(s: &Store, k: u32) {
+    s.store(Mode::Set, format!("key:{k}").as_bytes(), 0, 0, &[b'v'; 200], 1).unwrap();
+}
+
+fn has(s: &Store, k: u32) -> bool {
+    s.peek(format!("key:{k}").as_bytes(), 1, |_| ()).is_hit()
+}
+
+fn read(s: &Store, k: u32) -> bool {
+    s.get(format!("key:{k}").as_bytes(), 1, |_| ()).is_hit()
+}
+
+/// The FIFO holding `key` (which must be stored) in a one-shard store.
+fn queue_of(s: &Store, key: &[u8]) -> Queue {
+    let h = xxhash_rust::xxh3::xxh3_64(key);
+    let mut sh = s.shards[0].lock();
+    match sh.find(&s.env(0), h, key, 1) {
+        Found::Live { seg, .. } => sh.segs.metas[seg as usize].queue,
+        _ => panic!("{key:?} not stored"),
+    }
+}
+
+/// A scan of keys read once never again (one-hit wonders, 20x the cache) passes through
+/// the small FIFO and leaves main alone: keys read once while they were new stay. Under
+/// fifo the scan pushes them out (their one read is worth one pass).
+#[test]
+fn a_scan_does_not_evict_what_was_read_in_small() {
+    for (eviction, want_kept) in [(Eviction::S3Fifo, true), (Eviction::Fifo, false)] {
+        let s = store(eviction);
+        for k in 0..200 {
+            set(&s, k);
+            assert!(read(&s, k));
+        }
+        for k in 1000..100_000 {
+            set(&s, k);
+        }
+        let kept = (0..200).filter(|&k| has(&s, k)).count();
+        assert!(s.stats().evictions > 90_000);
+        if want_kept {
+            assert!(kept >= 190, "{eviction:?}: {kept} of 200 kept");
+        } else {
+            assert!(kept <= 10, "{eviction:?}: {kept} of 200 kept");
+        }
+    }
+}
+
+/// A key evicted unread from small is remembered by the ghost: set again (look-aside after
+/// its miss), it goes straight to main, and the next scan leaves it there.
+#[test]
+fn a_key_back_from_the_ghost_goes_to_main() {
+    let s = store(Eviction::S3Fifo);
+    for k in 0..200 {
+        set(&s, k);
+    }
+    // The cache holds about 4,300 such items: these push the oldest 900 or so out, which
+    // the ghost (about half the cache's item count) still remembers.
+    for k in 1000..6000 {
+        set(&s, k);
+    }
+    assert!((0..200).all(|k| !has(&s, k)), "unread keys left small");
+    for k in 0..200 {
+        set(&s, k);
+    }
+    for k in 6000..100_000 {
+        set(&s, k);
+    }
+    let kept = (0..200).filter(|&k| has(&s, k)).count();
+    assert!(kept >= 190, "{kept} of 200 back from the ghost kept");
+    // The ghost is counted: the store stays within its limit.
+    let st = s.stats();
+    assert!(st.mem_used <= st.limit_maxbytes, "{st:?}");
+}
+
+/// Under S3-FIFO a large item (own buffer) read once in main is not worth its memory:
+/// the next eviction that reaches it drops it, where one read twice is moved to main's tail.
+/// (Out of small one read still promotes it, as any item.)
+#[test]
+fn a_large_item_read_once_in_main_is_not_spared() {
+    const N_MAIN: u32 = 15_000;
+    let s = store(Eviction::S3Fifo);
+    let big = vec![b'b'; 40 << 10];
+    let key = |k: u32| format!("big:{k}");
+    let read_big = |k: u32| assert!(s.get(key(k).as_bytes(), 1, |_| ()).is_hit());
+    for k in [1, 2] {
+        s.store(Mode::Set, key(k).as_bytes(), 0, 0, &big, 1).unwrap();
+        read_big(k);
+    }
+    // 1.4 times the cache (about 4,300 of these) in unread small items: both large ones
+    // leave small for main (read once there), which the unread ones never enter.
+    for k in 0..6000 {
+        set(&s, k);
+    }
+    let kept = |k: u32| s.peek(key(k).as_bytes(), 1, |_| ()).is_hit();
+    assert!(kept(1) && kept(2));
+    read_big(1);
+    read_big(2);
+    read_big(2);
+    // Small items read once each enter main behind them and push main's head around.
+    for k in 10_000..N_MAIN {
+        set(&s, k);
+        assert!(read(&s, k));
+    }
+    assert_eq!((kept(1), kept(2)), (false, true));
+}
+
+/// Size awareness: a stream of large items (own buffers) read once each, many times the
+/// cache, pushes out large items only, once they hold their share: small items that were
+/// read (in main) stay. Under fifo (size-blind) they go.
+#[test]
+fn large_items_over_their_share_push_out_large_items() {
+    for (eviction, want_kept) in [(Eviction::S3Fifo, true), (Eviction::Fifo, false)] {
+        let s = store(eviction);
+        for k in 0..500 {
+            set(&s, k);
+            assert!(read(&s, k));
+        }
+        // Unread small items push the read ones on to main.
+        for k in 1000..2000 {
+            set(&s, k);
+        }
+        let big = vec![b'b'; 40 << 10];
+        for k in 0..400u32 {
+            let key = format!("big:{k}");
+            s.store(Mode::Set, key.as_bytes(), 0, 0, &big, 1).unwrap();
+            assert!(s.get(key.as_bytes(), 1, |_| ()).is_hit());
+        }
+        let kept = (0..500).filter(|&k| has(&s, k)).count();
+        if want_kept {
+            assert!(kept >= 450, "{eviction:?}: {kept} of 500 kept");
+        } else {
+            assert!(kept <= 50, "{eviction:?}: {kept} of 500 kept");
+        }
+        let st = s.stats();
+        assert!(st.mem_used <= st.limit_maxbytes, "{st:?}");
+    }
+}
+
+/// Size awareness: once the shard evicts, a new small item among large ones skips probation
+/// (main at once), so a flood of unread large items does not push it out before its first
+/// read; a new item as large as the others starts in small. Before the first eviction
+/// everything starts in small (one active segment filling, not two).
+#[test]
+fn a_small_item_among_large_ones_goes_to_main() {
+    let s = store(Eviction::S3Fifo);
+    let mid = vec![b'm'; 8 << 10];
+    let set_mid = |k: &str| s.store(Mode::Set, k.as_bytes(), 0, 0, &mid, 1).unwrap();
+    for k in 0..60u32 {
+        set_mid(&format!("mid:{k}"));
+    }
+    set(&s, 1);
+    assert_eq!(queue_of(&s, b"key:1"), Queue::Small);
+    // Twice the cache: now it evicts.
+    for k in 60..300u32 {
+        set_mid(&format!("mid:{k}"));
+    }
+    assert!(s.stats().evictions > 0);
+    set(&s, 2);
+    set_mid("mid:new");
+    assert_eq!(queue_of(&s, b"key:2"), Queue::Main);
+    assert_eq!(queue_of(&s, b"mid:new"), Queue::Small);
+}
+
+/// Size awareness: an item of more than `GHOST_MAX_LEN` evicted unread is not remembered,
+/// so set again it starts in small; a small one comes back to main (the test above).
+#[test]
+fn the_ghost_does_not_remember_large_items() {
+    let s = store(Eviction::S3Fifo);
+    let mid = vec![b'm'; 6 << 10];
+    for k in 0..20u32 {
+        s.store(Mode::Set, format!("mid:{k}").as_bytes(), 0, 0, &mid, 1).unwrap();
+    }
+    for k in 1000..8000 {
+        set(&s, k);
+    }
+    assert!((0..20).all(|k| !s.peek(format!("mid:{k}").as_bytes(), 1, |_| ()).is_hit()));
+    for k in 0..20u32 {
+        s.store(Mode::Set, format!("mid:{k}").as_bytes(), 0, 0, &mid, 1).unwrap();
+    }
+    for k in 0..20u32 {
+        let key = format!("mid:{k}");
+        assert_eq!(queue_of(&s, key.as_bytes()), Queue::Small, "{key}");
+    }
+}
+
+/// Under fifo there is no small FIFO and no ghost: nothing is remembered, no byte spent.
+#[test]
+fn fifo_keeps_no_ghost() {
+    let s = store(Eviction::Fifo);
+    for k in 0..50_000 {
+        set(&s, k);
+    }
+    let sh = s.shards[0].lock();
+    assert_eq!(sh.ghost.bytes(), 0);
+    assert_eq!(sh.segs.small_bytes, 0);
+}
