@@ -9,20 +9,22 @@
 //!     adopt                    if woken: every socket in the channel gets a slot and a turn
 //!     deliver                  if woken: finished jobs' replies (jobs.rs) go to their
 //!                              connections, which are marked for a turn
+//!     sweep                    if woken, once per clock tick, if due (below)
 //!     read-ahead               the marked connections' first reads, then prefetches
 //!     drive each marked slot   T::before_turn, Conn::turn, Turn -> yield | close, T::settle
 //!     drive the -R yielders    (those of the round before)
-//!     once per clock tick:     kick idle connections (-o idle_timeout); sweep (below); no
-//!                              turn since the last sweep: the loop's own idle memory goes
-//!                              back too (io_uring: the receive buffers' pages)
+//!     -o idle_timeout:         once per clock tick, kick idle connections, and the sweep
 //! ```
 //!
 //! Memory at rest (issue 36): a connection takes its input and output buffers when input first
 //! arrives (conn.rs `fill`) and keeps them while it is busy; the sweep, once per clock tick
 //! while any connection may hold some, gives back the buffers of every connection that has
 //! completed no command for a whole second and has nothing pending ([`Conn::release_idle`]).
-//! The worker still waits without a timeout: while a sweep is due it asks the ticker
-//! (worker.rs) to wake it once a second, and looks at the clock only when woken.
+//! A connection taking buffers, a close, or a sweep that left work sets the worker's "sweep
+//! due" flag; the ticker (worker.rs) wakes the worker once a second while it is set. So the
+//! worker still waits without a timeout and reads the clock only in rounds it was woken in.
+//! A sweep that finds nothing read since the last one also gives back the loop's own idle
+//! memory (io_uring: the receive buffers' pages).
 //! Nothing is taken or given back on a request's path: a busy connection is never swept, and
 //! one that is swept pays one allocation on its next request. After closes or sweeps have
 //! freed many buffers, the sweep also drops the slots past the last one in use and returns the
