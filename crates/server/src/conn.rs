@@ -142,6 +142,9 @@ pub struct Conn<S> {
     pub info: std::sync::Arc<crate::conns::ConnInfo>,
     /// The buffer sizes last reported to the worker's gauges (None: not yet counted).
     accounted: Option<(u64, u64)>,
+    /// The worker's "a sweep is due" flag (worker.rs `Ticker`): set when the connection takes
+    /// buffers, so that its worker is woken to give them back once it is idle.
+    pub sweep_due: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
 }
 
 /// The connection's side of [`Direct`] (the command layer decides when it is used): its socket and how much of its output is sent.
@@ -225,6 +228,7 @@ impl<S: Io> Conn<S> {
             read_closed: false,
             info: Default::default(),
             accounted: None,
+            sweep_due: None,
         }
     }
 
@@ -379,6 +383,11 @@ impl<S: Io> Conn<S> {
         self.stream.release_idle();
         self.account(c);
         true
+    }
+
+    /// Whether it holds an input or output buffer (the sweep comes back for those).
+    pub fn holds_buffers(&self) -> bool {
+        self.rbuf.capacity() > 0 || self.wbuf.capacity() > 0
     }
 
     /// The turn; `budget` counts down the requests it serves (-R).
@@ -709,6 +718,9 @@ impl<S: Io> Conn<S> {
             self.drained = n > 0 && n < self.rbuf.len() && !self.read_closed && self.stream.short_read_drains();
             self.rend = n;
             bump(&c.bytes_read, n as u64);
+        }
+        if let (true, Some(due)) = (self.rend > 0, &self.sweep_due) {
+            due.store(true, std::sync::atomic::Ordering::Relaxed);
         }
         if self.rend == 0 {
             self.rbuf = Vec::new();

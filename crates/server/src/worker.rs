@@ -107,8 +107,7 @@ pub struct Ticker;
 const TICK: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl Ticker {
-    /// Wake `wake` at the next tick whenever `asked` is set (the worker sets it; the ticker
-    /// clears it as it wakes the worker).
+    /// Wake `wake` once a tick while `asked` is set (the worker sets and clears it).
     fn watch(asked: Arc<std::sync::atomic::AtomicBool>, wake: Wake) {
         use std::sync::atomic::Ordering::Relaxed;
         type Watched = Vec<(Arc<std::sync::atomic::AtomicBool>, Wake)>;
@@ -119,7 +118,7 @@ impl Ticker {
             let spawned = std::thread::Builder::new().name("mnemo-ticker".into()).spawn(|| loop {
                 std::thread::sleep(TICK);
                 for (asked, wake) in WATCHED.lock().unwrap_or_else(|e| e.into_inner()).iter() {
-                    if asked.swap(false, Relaxed) {
+                    if asked.load(Relaxed) {
                         // A failed wake (the eventfd's counter full) leaves one pending anyway.
                         let _ = wake.wake();
                     }
@@ -145,7 +144,7 @@ pub fn start(sh: &Arc<Shared>, i: usize, uring: bool) -> std::io::Result<(Run, H
                 let wake = Wake::Uring(ring.waker());
                 let mailbox = Arc::new(crate::jobs::Mailbox::new(wake.clone()));
                 let w = serve::Worker::new(ring, sh.clone(), sh.counters[i].clone(), rx, mailbox);
-                Ticker::watch(w.tick.clone(), wake.clone());
+                Ticker::watch(w.sweep_due.clone(), wake.clone());
                 return Ok((Box::new(move || w.run()), (tx, wake), None));
             }
             Err(e) => why = Some(e.to_string()),
@@ -155,6 +154,6 @@ pub fn start(sh: &Arc<Shared>, i: usize, uring: bool) -> std::io::Result<(Run, H
     let wake = Wake::Epoll(Arc::new(waker));
     let mailbox = Arc::new(crate::jobs::Mailbox::new(wake.clone()));
     let w = serve::Worker::new(epoll, sh.clone(), sh.counters[i].clone(), rx, mailbox);
-    Ticker::watch(w.tick.clone(), wake.clone());
+    Ticker::watch(w.sweep_due.clone(), wake.clone());
     Ok((Box::new(move || w.run()), (tx, wake), why))
 }

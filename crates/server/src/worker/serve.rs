@@ -9,20 +9,22 @@
 //!     adopt                    if woken: every socket in the channel gets a slot and a turn
 //!     deliver                  if woken: finished jobs' replies (jobs.rs) go to their
 //!                              connections, which are marked for a turn
+//!     sweep                    if woken, once per clock tick, if due (below)
 //!     read-ahead               the marked connections' first reads, then prefetches
 //!     drive each marked slot   T::before_turn, Conn::turn, Turn -> yield | close, T::settle
 //!     drive the -R yielders    (those of the round before)
-//!     once per clock tick:     kick idle connections (-o idle_timeout); sweep (below); no
-//!                              turn since the last sweep: the loop's own idle memory goes
-//!                              back too (io_uring: the receive buffers' pages)
+//!     -o idle_timeout:         once per clock tick, kick idle connections, and the sweep
 //! ```
 //!
 //! Memory at rest (issue 36): a connection takes its input and output buffers when input first
 //! arrives (conn.rs `fill`) and keeps them while it is busy; the sweep, once per clock tick
 //! while any connection may hold some, gives back the buffers of every connection that has
 //! completed no command for a whole second and has nothing pending ([`Conn::release_idle`]).
-//! The worker still waits without a timeout: while a sweep is due it asks the ticker
-//! (worker.rs) to wake it once a second, and looks at the clock only when woken.
+//! A connection taking buffers, a close, or a sweep that left work sets the worker's "sweep
+//! due" flag; the ticker (worker.rs) wakes the worker once a second while it is set. So the
+//! worker still waits without a timeout and reads the clock only in rounds it was woken in.
+//! A sweep that finds nothing read since the last one also gives back the loop's own idle
+//! memory (io_uring: the receive buffers' pages).
 //! Nothing is taken or given back on a request's path: a busy connection is never swept, and
 //! one that is swept pays one allocation on its next request. After closes or sweeps have
 //! freed many buffers, the sweep also drops the slots past the last one in use and returns the
@@ -184,17 +186,16 @@ pub struct Worker<T: Transport> {
     /// generation; counted per worker, so that a slot dropped by the sweep and made again
     /// never repeats a generation a job's reply may still carry).
     gen: u32,
-    /// Memory at rest (module docs): a connection took a turn since the last sweep; the last
-    /// sweep left some connection holding buffers; connections closed or swept since the heap
-    /// was last trimmed; the loop served something since it last gave back its own memory;
-    /// this worker asked the ticker for a wake ([`crate::worker::Ticker`]), and the flag the
-    /// ticker reads.
-    turned: bool,
+    /// Memory at rest (module docs): the last sweep left some connection holding buffers;
+    /// connections closed or swept since the heap was last trimmed; the loop served something
+    /// since it last gave back its own memory; `bytes_read` at the last sweep (it moved: the
+    /// worker served since); and whether a sweep is due, set by a connection taking buffers,
+    /// a close, or a sweep that left work, read by the ticker ([`crate::worker::Ticker`]).
     holding: usize,
     freed: usize,
     touched: bool,
-    tick_asked: bool,
-    pub(super) tick: Arc<std::sync::atomic::AtomicBool>,
+    read_at_sweep: u64,
+    pub(super) sweep_due: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl<T: Transport> Worker<T> {
@@ -210,12 +211,11 @@ impl<T: Transport> Worker<T> {
             ahead: ReadAhead::default(),
             mailbox,
             gen: 0,
-            turned: false,
             holding: 0,
             freed: 0,
             touched: false,
-            tick_asked: false,
-            tick: Arc::default(),
+            read_at_sweep: 0,
+            sweep_due: Arc::default(),
         }
     }
 
@@ -238,16 +238,14 @@ impl<T: Transport> Worker<T> {
         } else {
             None
         };
-        if !self.tick_asked && (self.turned || self.holding > 0 || self.touched) {
-            // A sweep is due: the ticker wakes the worker at the next tick (worker.rs), so its
-            // waits need no timeout and its rounds no clock.
-            self.tick_asked = true;
-            self.tick.store(true, Relaxed);
-        }
         let woken = self.io.poll(wait, &mut self.slots);
         if woken {
             self.adopt();
             self.deliver();
+            // The ticker's wakes come this way (worker.rs): the clock is read only when woken.
+            if idle_timeout == 0 {
+                self.tick(0, last_sweep);
+            }
         }
         self.read_ahead();
         let mut k = 0;
@@ -258,7 +256,6 @@ impl<T: Transport> Worker<T> {
             self.drive(i);
             k += 1;
         }
-        self.turned |= k > 0;
         self.slots.marked.clear();
         if !self.ready.is_empty() {
             std::mem::swap(&mut self.ready, &mut self.yielded);
@@ -267,21 +264,22 @@ impl<T: Transport> Worker<T> {
             }
             self.yielded.clear();
         }
-        // Woken (by the ticker among others) or -o idle_timeout's timed wait: the clock.
-        if woken || idle_timeout > 0 {
-            // The ticker may have taken the flag for this wake: asked again next round if
-            // still due (a wake within the tick of the last sweep sweeps nothing).
-            let asked = woken && std::mem::take(&mut self.tick_asked);
-            let now = self.sh.clock.now();
-            // The clock moves once a second: one look per tick at most.
-            if now != *last_sweep {
-                *last_sweep = now;
-                if idle_timeout > 0 {
-                    self.kick_idle(now, idle_timeout);
-                }
-                if asked || self.tick_asked {
-                    self.sweep(now);
-                }
+        if idle_timeout > 0 {
+            self.tick(idle_timeout, last_sweep);
+        }
+    }
+
+    /// Once per clock tick: -o idle_timeout's kicks, and the sweep if one is due.
+    fn tick(&mut self, idle_timeout: u32, last_sweep: &mut mnemo_store::Time) {
+        let now = self.sh.clock.now();
+        // The clock moves once a second: one look per tick at most.
+        if now != *last_sweep {
+            *last_sweep = now;
+            if idle_timeout > 0 {
+                self.kick_idle(now, idle_timeout);
+            }
+            if self.sweep_due.load(Relaxed) {
+                self.sweep(now);
             }
         }
     }
@@ -299,6 +297,7 @@ impl<T: Transport> Worker<T> {
                 continue;
             };
             let mut conn = Conn::new(io);
+            conn.sweep_due = Some(self.sweep_due.clone());
             conn.set_last_active(self.sh.clock.now());
             conn.account(&self.counters);
             let (addr, listen_addr) = conn.stream.socket().addrs(self.sh.config.unix_socket.as_deref());
@@ -393,6 +392,7 @@ impl<T: Transport> Worker<T> {
         slot.closed = true;
         conn.release(&self.counters);
         self.freed += 1;
+        self.sweep_due.store(true, Relaxed);
         // Removed while the descriptor is still open: a new connection cannot reuse it yet.
         self.sh.conn_table.remove(conn.fd);
         self.sh.curr_conns.fetch_sub(1, Relaxed);
@@ -409,24 +409,26 @@ impl<T: Transport> Worker<T> {
     #[cold]
     #[inline(never)]
     fn sweep(&mut self, now: mnemo_store::Time) {
-        self.tick_asked = false;
-        // No turn for a whole tick: the loop's own idle memory goes back too.
-        if std::mem::take(&mut self.turned) {
+        // Nothing read since the last sweep: the loop's own idle memory goes back too (not
+        // while connections wait for this round's turns: their input may be in it).
+        let read = self.counters.bytes_read.load(Relaxed);
+        if read != std::mem::replace(&mut self.read_at_sweep, read) {
             self.touched = true;
-        } else if std::mem::take(&mut self.touched) {
+        } else if self.touched && self.slots.marked.is_empty() {
+            self.touched = false;
             self.io.release_idle();
         }
         self.holding = 0;
         for slot in &mut self.slots.slots {
             let Some(conn) = slot.conn.as_mut().filter(|_| !slot.closed) else { continue };
-            if now.saturating_sub(conn.last_active()) >= BUF_IDLE_SECS {
-                if conn.release_idle(&self.counters) {
-                    self.freed += 1;
-                }
-            } else {
+            if now.saturating_sub(conn.last_active()) >= BUF_IDLE_SECS && conn.release_idle(&self.counters) {
+                self.freed += 1;
+            }
+            if conn.holds_buffers() {
                 self.holding += 1;
             }
         }
+        self.sweep_due.store(self.holding > 0 || self.touched, Relaxed);
         if self.freed < TRIM_AFTER {
             return;
         }
@@ -577,7 +579,9 @@ mod tests {
     (i32.const 16)))"#,
         )
         .unwrap();
-        let config = Config { memory_limit: 8 << 20, threads: 1, job_threads: 1, ..Config::default() };
+        // A deadline no loaded machine reaches: these tests are about where replies go.
+        let mut config = Config { memory_limit: 8 << 20, threads: 1, job_threads: 1, ..Config::default() };
+        config.filter_limits.deadline = Duration::from_secs(5);
         let spec = mnemo_filter::FilterSpec { name: "echo".into(), path: path.clone(), kind: mnemo_filter::FilterKind::Wasm };
         let filters = mnemo_filter::FilterHost::new(config.filter_limits, vec![spec]).unwrap();
         let _ = std::fs::remove_file(&path);
@@ -766,7 +770,8 @@ mod tests {
         w.slots.conn_mut(1).unwrap().set_last_active(later);
         w.sweep(later);
         assert_eq!(bytes(&w), 2 * 16 * 1024, "only the idle connection's buffers went back");
-        assert_eq!(w.holding, 1, "the busy one is swept again later");
+        assert_eq!(w.holding, 2, "the busy and the partial ones are swept again later");
+        assert!(w.sweep_due.load(Relaxed));
         // The swept connection takes buffers again with its next request; the partial one
         // kept its bytes.
         idle.write_all(b"version\r\n").unwrap();
