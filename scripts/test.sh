@@ -6,6 +6,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 
+# Each step's heading carries the seconds since the start, so a run's log shows where the time
+# went (the whole run's budget is 20 minutes on 2 cores).
+step() { printf '== [%ds] %s\n' "$SECONDS" "$*"; }
+
 sudo_cmd=""
 [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
 
@@ -31,7 +35,7 @@ for p in php-cli php-memcached php-memcache libcache-memcached-perl libcache-mem
     dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
 done
 if [ ${#need[@]} -gt 0 ]; then
-    echo "== installing: ${need[*]}"
+    step "installing: ${need[*]}"
     $sudo_cmd apt-get update -q
     DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -q --no-install-recommends "${need[@]}"
 fi
@@ -42,14 +46,14 @@ if ! command -v cargo >/dev/null 2>&1 && [ -x "$HOME/.cargo/bin/cargo" ]; then
     export PATH="$HOME/.cargo/bin:$PATH"
 fi
 if ! command -v cargo >/dev/null 2>&1; then
-    echo "== installing Rust"
+    step "installing Rust"
     curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal
     export PATH="$HOME/.cargo/bin:$PATH"
 fi
 
 # WebAssembly filters (fget): the example filters are built for wasm32 by the tests.
 if ! rustup target list --installed 2>/dev/null | grep -qx wasm32-unknown-unknown; then
-    echo "== installing the wasm32-unknown-unknown target"
+    step "installing the wasm32-unknown-unknown target"
     rustup target add wasm32-unknown-unknown
 fi
 
@@ -75,9 +79,9 @@ if command -v java >/dev/null 2>&1 && command -v mvn >/dev/null 2>&1; then
 fi
 
 # --- build and test ------------------------------------------------------------------------------
-echo "== cargo build"
+step "cargo build"
 cargo build --locked --workspace --all-targets
-echo "== cargo test"
+step "cargo test"
 cargo test --locked --workspace
 
 # --- fuzz, part 1: cargo-fuzz and the instrumented build, in the background ----------------------
@@ -96,7 +100,7 @@ no_cargo_fuzz=3
 if ! cargo +nightly --version >/dev/null 2>&1; then
     fuzz_skip="no nightly toolchain (rustup toolchain install nightly)"
 else
-    echo "== fuzz, part 1: the instrumented build starts in the background"
+    step "fuzz, part 1: the instrumented build starts in the background"
     fuzz_log=$(mktemp)
     # Its own session (setsid), so that an early exit stops cargo and its children with it.
     setsid nice -n 19 bash -c '
@@ -124,7 +128,7 @@ export MNEMOD_BIN="$root/target/debug/mnemod"
 for io_loop in uring epoll; do
     export MNEMO_IO_LOOP=$io_loop
     if [ "$io_loop" = epoll ]; then
-        echo "== cargo test: mnemo-server's black-box tests, io loop $io_loop"
+        step "cargo test: mnemo-server's black-box tests, io loop $io_loop"
         # Named by --test within the workspace: `-p mnemo-server` alone resolves features for
         # that one package, which rebuilt tokio, clap and the crates on them (2 minutes of a
         # fresh run) instead of reusing the build above.
@@ -132,7 +136,7 @@ for io_loop in uring epoll; do
         for f in crates/server/tests/*.rs; do server_tests+=(--test "$(basename "$f" .rs)"); done
         cargo test --locked --workspace "${server_tests[@]}"
     fi
-    echo "== memccapable (ascii + binary) against mnemod, io loop $io_loop"
+    step "memccapable (ascii + binary) against mnemod, io loop $io_loop"
     port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
     "$MNEMOD_BIN" -p "$port" -l 127.0.0.1 -U 0 &
     mpid=$!
@@ -144,23 +148,23 @@ for io_loop in uring epoll; do
     mpid=""
 
     if [ -d tests ] && ls tests/test_*.py tests/*/test_*.py >/dev/null 2>&1; then
-        echo "== pytest, io loop $io_loop"
+        step "pytest, io loop $io_loop"
         # -rfE: a summary line per failure and error at the end.
         .venv/bin/python -m pytest -q -rfE -p no:cacheprovider tests
     fi
 done
 unset MNEMO_IO_LOOP
 
-echo "== memcached's own test suite (t/*.t of Debian's memcached source package) against mnemod"
+step "memcached's own test suite (t/*.t of Debian's memcached source package) against mnemod"
 # Once, not per io loop: it checks protocol behaviour; the suites above cover both loops.
 memcached_src=$(bash scripts/memcached-src.sh | tail -n 1)
 MEMCACHED_SRC="$memcached_src" .venv/bin/python -m pytest -q -rfE -s -p no:cacheprovider tests/memcached_suite.py
 
-echo "== Debian package: build (debug binaries), install with dpkg, run the unit's command line"
+step "Debian package: build (debug binaries), install with dpkg, run the unit's command line"
 deb=$(MNEMO_PACKAGE_PROFILE=debug SKIP_BUILD=1 bash scripts/package.sh | tail -n 1)
 $sudo_cmd env MNEMO_DEB="$deb" .venv/bin/python -m pytest -q -rfE -p no:cacheprovider tests/package_check.py
 
-echo "== python package (python/): build, install into .venv, pytest"
+step "python package (python/): build, install into .venv, pytest"
 # pip builds the PyO3 extension with the maturin pinned in python/requirements.txt (no build
 # isolation: nothing is fetched here), in the dev profile so the crates cargo just built are
 # reused; MATURIN_NO_INSTALL_RUST: use the toolchain above, never download one. The build
@@ -187,9 +191,9 @@ if [ -z "$fuzz_skip" ]; then
     fi
 fi
 if [ -n "$fuzz_skip" ]; then
-    echo "== fuzz: NOT RUN: $fuzz_skip; the stable fuzz_replay tests ran the same checkers"
+    step "fuzz: NOT RUN: $fuzz_skip; the stable fuzz_replay tests ran the same checkers"
 else
-    echo "== fuzz: every target for ${fuzz_seconds}s (FUZZ_SECONDS)"
+    step "fuzz: every target for ${fuzz_seconds}s (FUZZ_SECONDS)"
     echo "   waited $((SECONDS - fuzz_start))s for the instrumented build (part 1)"
     # "target[:STORE_MODEL_REGIME]"
     for run in store_model:exact store_model:evict text_parse binary_parse client_reply filter_result snapshot_restore flash_read; do
@@ -212,4 +216,4 @@ else
     rm -f "$fuzz_log"
     echo "   fuzz step took $((SECONDS - fuzz_start))s"
 fi
-echo "== all tests passed"
+step "all tests passed"

@@ -283,6 +283,10 @@ def test_options_and_refusals(tmp_path):
     assert ext(mn) == ext(mc)
 
 
+# 43 s, the slowest test of the run: once per test run, under the default loop (uring). What it
+# measures is the store's (what stays served), and the other flash tests run under both loops.
+@pytest.mark.skipif(os.environ.get("MNEMO_IO_LOOP") == "epoll",
+                    reason="runs once per test run, under the default io loop")
 def test_the_issues_setting_both_servers(tmp_path):
     """issue 37: -m 64, a 1 GB file, 120,000 values of 4 KB stored at a moderate pace: how
     many are served afterwards, none wrong."""
