@@ -34,18 +34,6 @@ impl read::Hit for BinHit<'_> {
 }
 
 /// A TOUCH hit: the item's flags and CAS, no value.
-struct BinTouched {
-    op: u8,
-    opaque: u32,
-}
-
-impl read::Hit for BinTouched {
-    fn head(&mut self, it: &Item<'_>, out: &mut Vec<u8>) -> Option<&'static [u8]> {
-        mnemo_proto::binary::response(out, self.op, Status::Ok, self.opaque, it.cas, &it.flags.to_be_bytes(), &[], &[]);
-        None
-    }
-}
-
 pub(super) fn get(
     key: &[u8],
     with_key: bool,
@@ -113,11 +101,12 @@ fn bin_response(r: &mut Reply<'_>, status: Status, key: &[u8]) {
 
 /// TOUCH: a hit answers with the item's flags and CAS but no value.
 pub(super) fn touch(key: &[u8], exptime: u32, sh: &Shared, c: &Counters, r: &mut Reply<'_>) -> After {
-    let mut hit = BinTouched { op: r.opcode, opaque: r.opaque };
-    match read::get(key, Read::Touch(expiry(sh, exptime)), &mut hit, sh, c, r.out, None) {
-        Answer::Now(sent) if !sent.found.is_hit() => r.error(Status::KeyNotFound),
-        Answer::Now(_) => {}
-        Answer::Later(_) => unreachable!("without a Direct a read answers now"),
+    let (op, opaque) = (r.opcode, r.opaque);
+    let head = |it: &Item<'_>, out: &mut Vec<u8>| {
+        mnemo_proto::binary::response(out, op, Status::Ok, opaque, it.cas, &it.flags.to_be_bytes(), &[], &[]);
+    };
+    if !read::touch_head(key, expiry(sh, exptime), head, sh, c, r.out).is_hit() {
+        r.error(Status::KeyNotFound);
     }
     After::Continue
 }

@@ -75,7 +75,7 @@ pub(crate) enum Read {
 /// The protocol's side of a hit: what it writes around the value.
 pub(crate) trait Hit {
     /// Writes what precedes a hit's value into `out`; returns the bytes that follow the value,
-    /// or None when the reply carries no value (binary TOUCH, mg without v).
+    /// or None when the reply carries no value (mg without v).
     fn head(&mut self, it: &Item<'_>, out: &mut Vec<u8>) -> Option<&'static [u8]>;
 
     /// mg N: the placeholder this client created and won (a read with `vivify` only).
@@ -203,6 +203,23 @@ pub(crate) fn get<H: Hit>(
     };
     count(key, read, found, sh, c);
     Answer::Now(Sent { found, flushed })
+}
+
+/// A touch whose reply carries the item's head but no value (binary TOUCH): `head` writes it.
+/// It always answers now (a touch reads no value, so never one on flash); counted as [`get`]
+/// counts a `Read::Touch`.
+pub(crate) fn touch_head(
+    key: &[u8],
+    exp: Time,
+    head: impl FnOnce(&Item<'_>, &mut Vec<u8>),
+    sh: &Shared,
+    c: &Counters,
+    out: &mut Vec<u8>,
+) -> Lookup<()> {
+    bump(&c.cmd_touch, 1);
+    let found = sh.store.get_and_touch(key, exp, sh.clock.now(), |it| head(&it, out));
+    count(key, Read::Touch(exp), found, sh, c);
+    found
 }
 
 /// A flashed value that needs no disk I/O (in a write buffer or the page cache) is served on
