@@ -61,6 +61,7 @@ mod listener;
 mod marks;
 mod meta;
 mod metrics;
+mod pool;
 mod restart;
 mod splice;
 mod stats;
