@@ -217,6 +217,12 @@ impl FlashOptions {
         self.drop_under.map_or(self.pages() / 4, u64::from)
     }
 
+    /// `ext_max_frag` as the store takes it: per mille, a negative share as 0 and anything
+    /// above 1 as never reached (1001).
+    pub fn max_frag_permille(&self) -> u32 {
+        (self.max_frag * 1000.0).round().clamp(0.0, 1001.0) as u32
+    }
+
     /// The store's flash settings, if a file was given.
     pub fn store_config(&self) -> Option<mnemo_store::FlashConfig> {
         let (path, size) = self.path.clone()?;
@@ -227,7 +233,7 @@ impl FlashOptions {
             low_ttl: self.low_ttl,
             recache_rate: self.recache_rate,
             compact_under: self.compact_under.map(|n| n as usize),
-            max_frag_permille: (self.max_frag * 1000.0).round().clamp(0.0, 1001.0) as u32,
+            max_frag_permille: self.max_frag_permille(),
             item_age: self.item_age,
             ..mnemo_store::FlashConfig::new(path, size)
         })

@@ -3,7 +3,8 @@
 //!
 //! Owns the file, its pages, the write buffers and the writer thread (this file), the record
 //! format (record.rs), the per-shard table of flashed items (entries.rs) and the shard
-//! operations on them (ops.rs: demote, recache, drop). The shards decide
+//! operations on them (ops.rs: demote, recache, drop), and the settings that change at run
+//! time (tune.rs: memcached's `extstore <name> <value>`). The shards decide
 //! what goes to flash (evict.rs: what eviction would otherwise drop) and serve reads
 //! (lib.rs, shard.rs); this module only writes records and reads them back.
 //!
@@ -37,6 +38,7 @@
 pub(crate) mod entries;
 mod ops;
 pub(crate) mod record;
+mod tune;
 
 use std::collections::VecDeque;
 use std::fs::File;
@@ -49,6 +51,7 @@ use parking_lot::{Condvar, Mutex};
 
 pub use record::Reject;
 pub(crate) use record::{Meta, Place};
+pub use tune::FlashSetting;
 
 /// memcached's defaults for the `ext_*` options the store uses.
 pub const DEFAULT_PAGE_SIZE: usize = 64 << 20;
@@ -315,6 +318,8 @@ pub(crate) struct Flash {
     sh: Arc<Shared>,
     writer: Option<std::thread::JoinHandle<()>>,
     pub cfg: FlashConfig,
+    /// The settings `extstore <name> <value>` changes (tune.rs): read from here, not `cfg`.
+    pub tune: tune::Tune,
     /// Flash hits, for `recache_rate`.
     hits: AtomicU64,
 }
@@ -351,7 +356,7 @@ impl Flash {
             .name("mnemo-flash-w".into())
             .spawn(move || write_loop(&worker))
             .map_err(FlashError::Open)?;
-        Ok(Flash { sh, writer: Some(writer), cfg: cfg.clone(), hits: AtomicU64::new(0) })
+        Ok(Flash { sh, writer: Some(writer), cfg: cfg.clone(), tune: tune::Tune::new(cfg), hits: AtomicU64::new(0) })
     }
 
     pub fn counters(&self) -> &Counters {
@@ -361,9 +366,10 @@ impl Flash {
     /// Whether an item of this value length and expiry may go to flash.
     #[inline]
     pub fn wants(&self, key_len: usize, value_len: usize, exp: crate::Time, now: crate::Time) -> bool {
-        value_len >= self.cfg.item_size
+        let low_ttl = self.tune.low_ttl();
+        value_len >= self.tune.item_size()
             && record::len(key_len, value_len) <= self.cfg.wbuf_size.min(MAX_RECORD)
-            && (self.cfg.low_ttl == 0 || exp == 0 || exp.saturating_sub(now) >= self.cfg.low_ttl)
+            && (low_ttl == 0 || exp == 0 || exp.saturating_sub(now) >= low_ttl)
     }
 
     /// Pages recycled so far (shards compare it to sweep their stale entries).
@@ -555,7 +561,7 @@ impl Flash {
     pub fn compaction_victim(&self) -> Option<(u32, u16)> {
         let sh = &*self.sh;
         let w = sh.w.lock();
-        let under = self.cfg.compact_under.unwrap_or(sh.gens.len() / 4);
+        let under = self.tune.compact_under(sh.gens.len());
         if w.free.len() > under {
             return None;
         }
@@ -563,14 +569,14 @@ impl Flash {
         w.full.iter().copied().find(|&p| {
             let live = sh.live_bytes[p as usize].load(Relaxed);
             sh.live_objects[p as usize].load(Relaxed) > 0
-                && (page - live.min(page)) * 1000 >= page * u64::from(self.cfg.max_frag_permille)
+                && (page - live.min(page)) * 1000 >= page * u64::from(self.tune.max_frag_permille())
         })
         .map(|p| (p, sh.gens[p as usize].load(Relaxed) as u16))
     }
 
     /// Counts a flash hit; true when this one should bring its item back to RAM.
     pub fn recache_due(&self) -> bool {
-        let rate = u64::from(self.cfg.recache_rate);
+        let rate = u64::from(self.tune.recache_rate());
         rate != 0 && (self.hits.fetch_add(1, Relaxed) + 1).is_multiple_of(rate)
     }
 

@@ -86,7 +86,7 @@ impl Shard {
     /// next pass goes on), so one pass holds the shard lock for at most the buffers' bytes.
     pub(crate) fn age_out(&mut self, env: &Env<'_>, now: Time) {
         let Some(f) = env.flash else { return };
-        let age = f.cfg.item_age;
+        let age = f.tune.item_age();
         if age == crate::DEFAULT_ITEM_AGE {
             return;
         }
