@@ -492,6 +492,9 @@ impl Store {
             return Err(StoreError::TooLarge);
         }
         let h = Self::hash(key);
+        if mode == Mode::Add && self.flashed_live(h, key, now) {
+            return Ok(StoreOutcome::NotStored);
+        }
         if mode != Mode::Set {
             // These need the old value (or to know it exists): bring a flashed one back.
             self.promote(h, key, now);

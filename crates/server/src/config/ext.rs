@@ -217,10 +217,10 @@ impl FlashOptions {
         self.drop_under.map_or(self.pages() / 4, u64::from)
     }
 
-    /// `ext_max_frag` as the store takes it: per mille, a negative share as 0 and anything
-    /// above 1 as never reached (1001).
+    /// `ext_max_frag` as the store takes it: per mille, a negative share as 0 (memcached's
+    /// rule then compacts nothing); above 1 every page with live records qualifies.
     pub fn max_frag_permille(&self) -> u32 {
-        (self.max_frag * 1000.0).round().clamp(0.0, 1001.0) as u32
+        (self.max_frag * 1000.0).round().clamp(0.0, 1_000_000.0) as u32
     }
 
     /// The store's flash settings, if a file was given.

@@ -72,6 +72,11 @@ pub const MAX_RECORD: usize = (1 << 24) - 8;
 /// while both buffers were busy; with four, none (120,000 of 120,000 served). memcached
 /// keeps page_size / wbuf_size buffers (16 by default).
 const WBUFS: usize = 4;
+/// Entries of recycled pages are swept once they hold more than this share (1/N) of the
+/// memory limit ([`Flash::sweep_due`]).
+const STALE_SHARE: usize = 64;
+/// RAM one such entry holds: its 16-byte entry and its 8-byte index slot.
+const STALE_ENTRY_BYTES: u64 = 24;
 
 /// The flash tier's settings (memcached's `ext_*` options that the store acts on).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -87,11 +92,12 @@ pub struct FlashConfig {
     pub low_ttl: u32,
     /// One flash hit in this many brings its item back to RAM (0: never).
     pub recache_rate: u32,
-    /// Compaction runs while at most this many pages were never written (None: a quarter of
-    /// the file's pages, memcached's default for ext_compact_under).
+    /// Compaction runs while at most this many pages are free (None: a quarter of the file's
+    /// pages, memcached's default for ext_compact_under).
     pub compact_under: Option<usize>,
-    /// A full page is compacted when at least this share of it (per mille) is dead: memcached's
-    /// ext_max_frag (0.80 = 800).
+    /// memcached's ext_max_frag (0.80 = 800), per mille: a full page is compacted while its
+    /// live bytes are under this share of the page, scaled by the used share of the file
+    /// ([`Flash::compaction_victim`]).
     pub max_frag_permille: u32,
     /// memcached's ext_item_age: seconds after which an item that would go to flash goes
     /// there before memory is full ([`DEFAULT_ITEM_AGE`]: never). Items carry no time of their
@@ -301,6 +307,9 @@ struct Shared {
     c: Counters,
     /// Pages recycled so far: a shard that has not swept since holds stale entries.
     recycled: AtomicU64,
+    /// Entries (all shards) that name a record of a recycled page: added when a page is
+    /// recycled (its live records), taken off when such an entry is dropped ([`Flash::release`]).
+    stale: AtomicU64,
 }
 
 /// One page as `stats extstore` shows it (memcached's `N:version`, `N:bytes`).
@@ -350,6 +359,7 @@ impl Flash {
             wake: Condvar::new(),
             c: Counters::default(),
             recycled: AtomicU64::new(0),
+            stale: AtomicU64::new(0),
         });
         let worker = Arc::clone(&sh);
         let writer = std::thread::Builder::new()
@@ -375,6 +385,15 @@ impl Flash {
     /// Pages recycled so far (shards compare it to sweep their stale entries).
     pub fn recycled(&self) -> u64 {
         self.sh.recycled.load(Relaxed)
+    }
+
+    /// Whether the maintenance sweep should drop the entries of recycled pages now. Until
+    /// then such an entry stays, as memcached keeps an item header whose page it evicted: the
+    /// key's next lookup reads nothing (the page generation differs) and counts
+    /// `miss_from_extstore`, as memcached's does, and drops it. The sweep comes once they hold
+    /// more than 1/[`STALE_SHARE`] of `mem_limit` (entry and index slot, 24 bytes each).
+    pub fn sweep_due(&self, mem_limit: usize) -> bool {
+        self.sh.stale.load(Relaxed).saturating_mul(STALE_ENTRY_BYTES) > (mem_limit / STALE_SHARE) as u64
     }
 
     /// Whether `loc`'s page is still the generation it was written in.
@@ -449,6 +468,7 @@ impl Flash {
             };
             sh.gens[p as usize].fetch_add(1, Relaxed);
             let objs = sh.live_objects[p as usize].swap(0, Relaxed);
+            sh.stale.fetch_add(objs, Relaxed);
             let bytes = sh.live_bytes[p as usize].swap(0, Relaxed);
             sh.c.objects_evicted.fetch_add(objs, Relaxed);
             sh.c.bytes_evicted.fetch_add(bytes, Relaxed);
@@ -473,12 +493,13 @@ impl Flash {
     /// An entry for `loc` was dropped (overwritten, deleted, recached, flushed): its record
     /// no longer counts as live, unless its page was recycled meanwhile (already counted).
     pub fn release(&self, loc: &Loc) {
-        if !self.current(loc) {
-            return;
-        }
         let sub = |a: &AtomicU64, n: u64| {
             let _ = a.fetch_update(Relaxed, Relaxed, |v| Some(v.saturating_sub(n)));
         };
+        if !self.current(loc) {
+            sub(&self.sh.stale, 1);
+            return;
+        }
         sub(&self.sh.live_objects[loc.page as usize], 1);
         sub(&self.sh.live_bytes[loc.page as usize], u64::from(loc.len));
     }
@@ -554,24 +575,34 @@ impl Flash {
         Ok(Some(gen))
     }
 
-    /// The page to compact now, if any (with its generation): while few never-written pages
-    /// are left (`compact_under`), the oldest full page whose dead share reaches `max_frag`
-    /// and that still holds live records. Copying those out (`Store::maintain`) leaves the
-    /// page with none, so it is the next one reused, before any page with live records is.
+    /// The page to compact now, if any (with its generation), by memcached's rule
+    /// (storage.c `storage_compact_check`): while at most `compact_under` pages are free, the
+    /// oldest full page that still holds live records and whose live bytes are below
+    /// `page size × max_frag × (1 − free pages / pages)` (the fewer pages free, the fuller a
+    /// page may be and still be compacted). Copying those out (`Store::maintain`) leaves the
+    /// page with none: free, and the next one reused before any page with live records is.
     pub fn compaction_victim(&self) -> Option<(u32, u16)> {
         let sh = &*self.sh;
         let w = sh.w.lock();
-        let under = self.tune.compact_under(sh.gens.len());
-        if w.free.len() > under {
+        let pages = sh.gens.len() as u128;
+        let free = self.free_pages(&w);
+        if free > self.tune.compact_under(sh.gens.len()) {
             return None;
         }
-        let page = sh.page_size as u64;
+        // live < page × (permille / 1000) × (pages − free) / pages, in integers.
+        let limit = sh.page_size as u128 * u128::from(self.tune.max_frag_permille()) * (pages - free as u128);
         w.full.iter().copied().find(|&p| {
-            let live = sh.live_bytes[p as usize].load(Relaxed);
-            sh.live_objects[p as usize].load(Relaxed) > 0
-                && (page - live.min(page)) * 1000 >= page * u64::from(self.tune.max_frag_permille())
+            let live = u128::from(sh.live_bytes[p as usize].load(Relaxed));
+            sh.live_objects[p as usize].load(Relaxed) > 0 && live * 1000 * pages < limit
         })
         .map(|p| (p, sh.gens[p as usize].load(Relaxed) as u16))
+    }
+
+    /// Pages free: never written, or full with no live record left (memcached frees a page
+    /// when its last object goes; here it waits in `full` until reused, first of all).
+    fn free_pages(&self, w: &Writes) -> usize {
+        let sh = &*self.sh;
+        w.free.len() + w.full.iter().filter(|&&p| sh.live_objects[p as usize].load(Relaxed) == 0).count()
     }
 
     /// Counts a flash hit; true when this one should bring its item back to RAM.
@@ -609,7 +640,7 @@ impl Flash {
         let get = |a: &AtomicU64| a.load(Relaxed);
         let w = sh.w.lock();
         let pages = sh.gens.len() as u64;
-        st.pages_free = w.free.len() as u64;
+        st.pages_free = self.free_pages(&w) as u64;
         st.pages_used = pages - st.pages_free;
         st.io_queue = w.queue.len() as u64;
         drop(w);

@@ -172,3 +172,27 @@ impl Shard {
         (n, bytes)
     }
 }
+
+impl crate::Store {
+    /// For `add`: whether `key` is a live flashed item, read and checked but left on flash
+    /// (memcached's `add` of an existing key does not bring its value back to RAM either; the
+    /// other modes that need the old value promote it). A copy that fails verification or
+    /// has expired is dropped, as a get would.
+    pub(crate) fn flashed_live(&self, h: u64, key: &[u8], now: Time) -> bool {
+        if self.flash.is_none() {
+            return false;
+        }
+        for _ in 0..crate::FLASH_RETRIES {
+            let found = self.with_shard(h, now, |s, env| match s.find(env, h, key, now) {
+                Found::Flash { fref, .. } => Some(fref),
+                _ => None,
+            });
+            let Some(fref) = found else { return false };
+            match self.read_flash(&fref, key) {
+                Ok(v) if v.exp() == 0 || v.exp() > now => return true,
+                _ => self.forget_flash(key, &fref, now),
+            }
+        }
+        false
+    }
+}

@@ -262,7 +262,12 @@ fn commands_that_change_a_flashed_item_bring_it_back_first() {
     assert_eq!(get(&s, "n3").unwrap(), format!("{:020}+a", 3000).into_bytes());
     s.store(Mode::Prepend, &n(4), 0, 0, b"p-", 1).unwrap();
     assert_eq!(get(&s, "n4").unwrap(), format!("p-{:020}", 4000).into_bytes());
+    // add reads the record to know the item lives, but leaves it on flash (as memcached's add).
+    let on_flash = s.stats().flash_items;
+    assert!(on_flash > 0);
     assert_eq!(s.store(Mode::Add, &n(6), 0, 0, b"x", 1), Ok(crate::StoreOutcome::NotStored));
+    assert_eq!(s.stats().flash_items, on_flash);
+    assert_eq!(get(&s, "n6").unwrap(), format!("{:020}", 6000).into_bytes());
     assert!(s.touch(&n(7), 100, 1));
     assert_eq!(s.get_and_touch(&n(8), 100, 1, |it| it.exp).hit(), Some(100));
     let c = s.peek(&n(9), 1, |it| it.cas).hit().unwrap();
@@ -438,7 +443,7 @@ fn compaction_rescues_the_live_records_of_fragmented_pages() {
         fc.recache_rate = 0;
         fc.compact_under = Some(if compact { 8 } else { 0 });
         if !compact {
-            fc.max_frag_permille = 1001; // never
+            fc.max_frag_permille = 0; // never (memcached: live bytes below 0)
         }
         let s = Store::new(StoreConfig { mem_limit: 1 << 20, shards: 1, huge_pages: false, flash: Some(fc), ..Default::default() });
         fill(&s, 3000, 2000);
