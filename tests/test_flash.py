@@ -192,7 +192,13 @@ def test_a_graceful_restart_with_e_keeps_what_was_on_flash(tmp_path):
             on_flash = int(stats(s)["extstore_objects_used"])
         first.proc.send_signal(signal.SIGTERM)  # -e: write the snapshot and exit
         assert first.proc.wait(timeout=120) == 0, first.stderr()
-    with Server("mnemod", *args) as srv, srv.connect() as s:
+    with Server("mnemod", *args) as srv, srv.connect(timeout=120) as s:
+        # The listener is bound before the restore runs, so the port answers at once while
+        # the first request waits in the backlog for the restore (1.8 s on a quiet machine
+        # for these 48 MB, more than the 5 s socket deadline under a loaded one: the cause of
+        # this test's timeouts). Its first reply says the restore is done.
+        assert stats(s, b"snapshot")["snapshot_restore"] == "complete"
+        s.settimeout(5)
         after = get_many(s, [key(i) for i in range(n)])
         st = stats(s)
     print(f"mnemod: {len(before)} served before the restart ({on_flash} on flash), {len(after)} after")
