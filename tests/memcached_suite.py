@@ -46,7 +46,6 @@ KNOWN = {
     "of memory writing get response when a read finds no item memory; mnemo's reads need none",
     "extstore-buckets.t": "expects two pages reclaimed through memcached's low-TTL page bucket "
     "(ext_low_ttl items on pages of their own); mnemo has one page stream",
-    "extstore-jbod.t": "two ext_path files: mnemod serves one",
     "extstore.t": "append/prepend to a flashed item: memcached answers NOT_STORED, mnemo brings it "
     "back and stores; and pages freed with compaction skips under `extstore drop_unread 1` "
     "(memcached compacts the oldest page, dropping its unread records; mnemo does not act on "

@@ -267,7 +267,7 @@ pub fn run(config: Config) -> Result<(), ServerError> {
         // Before binding: a second instance on the same file refuses whatever its port.
         restart::claim(path).map_err(ServerError::MemoryFile)?;
     }
-    if let Some((path, _)) = &config.ext.flash.path {
+    for (path, _) in config.ext.flash.paths() {
         // The flash file's records are addressed by this process's index alone: a second
         // server writing its pages would hand both wrong values (memcached refuses too).
         restart::own(std::path::Path::new(path), "-o ext_path").map_err(ServerError::FlashFile)?;

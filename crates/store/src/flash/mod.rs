@@ -9,7 +9,8 @@
 //! (lib.rs, shard.rs); this module only writes records and reads them back.
 //!
 //! ```text
-//!  file (SIZE bytes) = pages of ext_page_size
+//!  file (SIZE bytes) = pages of ext_page_size; several files (repeated ext_path) number
+//!  their pages on from the previous file's last, and `Shared::at` maps a page to its file
 //!  +-----------------+-----------------+-----------------+-----+
 //!  | page 0  gen 3   | page 1  gen 1   | page 2  gen 0   | ... |      gen: bumped each time the
 //!  | [rec][rec][rec] | [rec][rec]..... | (free)          |     |      page is recycled
@@ -84,6 +85,9 @@ pub struct FlashConfig {
     pub path: PathBuf,
     /// Bytes of file; whole pages of it are used.
     pub size: u64,
+    /// Further files and their sizes (memcached's repeated `ext_path`, "JBOD"): their pages
+    /// are numbered after the first file's, in order, and used as one file's would be.
+    pub more: Vec<(PathBuf, u64)>,
     pub page_size: usize,
     pub wbuf_size: usize,
     /// Items whose value has at least this many bytes go to flash rather than being evicted.
@@ -110,6 +114,7 @@ impl FlashConfig {
         FlashConfig {
             path: path.into(),
             size,
+            more: Vec::new(),
             page_size: DEFAULT_PAGE_SIZE,
             wbuf_size: DEFAULT_WBUF_SIZE,
             item_size: DEFAULT_ITEM_SIZE,
@@ -120,36 +125,53 @@ impl FlashConfig {
             item_age: DEFAULT_ITEM_AGE,
         }
     }
+    /// Pages of all the files together.
     pub fn pages(&self) -> usize {
-        (self.size / self.page_size.max(1) as u64) as usize
+        self.files().map(|(_, size)| self.pages_of(size)).sum()
+    }
+
+    fn pages_of(&self, size: u64) -> usize {
+        (size / self.page_size.max(1) as u64) as usize
+    }
+
+    /// Each file and its size, the first one first.
+    fn files(&self) -> impl Iterator<Item = (&std::path::Path, u64)> {
+        std::iter::once((self.path.as_path(), self.size)).chain(self.more.iter().map(|(p, s)| (p.as_path(), *s)))
     }
 
     /// Checks the settings and makes the file (its space reserved): what `Store::open` would
     /// refuse, found before the server starts.
     pub fn check(&self) -> Result<(), FlashError> {
-        self.open_file().map(drop)
+        self.open_files().map(drop)
     }
 
-    fn open_file(&self) -> Result<File, FlashError> {
+    /// The files, opened and their space reserved, each with its first page's number.
+    fn open_files(&self) -> Result<Vec<(File, u32)>, FlashError> {
         if self.page_size == 0 || self.page_size > MAX_PAGE_SIZE || !self.page_size.is_multiple_of(record::ALIGN) {
             return Err(FlashError::PageSize);
         }
         if self.wbuf_size == 0 || !self.page_size.is_multiple_of(self.wbuf_size) {
             return Err(FlashError::WbufSize);
         }
-        let pages = self.pages();
-        if pages < 1 {
-            return Err(FlashError::TooSmall);
+        let mut first = 0u32;
+        let mut out = Vec::new();
+        for (path, size) in self.files() {
+            let pages = self.pages_of(size);
+            if pages < 1 {
+                return Err(FlashError::TooSmall);
+            }
+            let file = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(path)
+                .map_err(FlashError::Open)?;
+            reserve(&file, (pages * self.page_size) as u64).map_err(FlashError::Allocate)?;
+            out.push((file, first));
+            first += pages as u32;
         }
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&self.path)
-            .map_err(FlashError::Open)?;
-        reserve(&file, (pages * self.page_size) as u64).map_err(FlashError::Allocate)?;
-        Ok(file)
+        Ok(out)
     }
 }
 
@@ -294,7 +316,8 @@ struct Writes {
 }
 
 struct Shared {
-    file: File,
+    /// The files and the number of each one's first page (ascending from 0).
+    files: Box<[(File, u32)]>,
     page_size: usize,
     gens: Box<[AtomicU32]>,
     live_objects: Box<[AtomicU64]>,
@@ -335,11 +358,11 @@ pub(crate) struct Flash {
 
 impl Flash {
     pub fn open(cfg: &FlashConfig) -> Result<Flash, FlashError> {
-        let file = cfg.open_file()?;
+        let files = cfg.open_files()?.into_boxed_slice();
         let pages = cfg.pages();
         let zeros = |n: usize| (0..n).map(|_| AtomicU64::new(0)).collect::<Box<[_]>>();
         let sh = Arc::new(Shared {
-            file,
+            files,
             page_size: cfg.page_size,
             gens: (0..pages).map(|_| AtomicU32::new(0)).collect(),
             live_objects: zeros(pages),
@@ -543,18 +566,18 @@ impl Flash {
             }
         }
         out.resize(loc.len as usize, 0);
-        let at = loc.page as u64 * sh.page_size as u64 + u64::from(loc.off);
+        let (file, at) = sh.at(loc.page, u64::from(loc.off));
         let mut got = 0;
         if nowait {
             // All of it from the page cache, or nothing: a short count (part cached, or
             // the end of a truncated file) is left to the read that may wait.
-            if cached_read(&sh.file, out, at) != Some(out.len()) {
+            if cached_read(file, out, at) != Some(out.len()) {
                 return Ok(None);
             }
             got = out.len();
         }
         while got < out.len() {
-            match sh.file.read_at(&mut out[got..], at + got as u64) {
+            match file.read_at(&mut out[got..], at + got as u64) {
                 Ok(0) => break,
                 Ok(n) => got += n,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
@@ -692,8 +715,9 @@ fn write_loop(sh: &Shared) {
     loop {
         if let Some(b) = w.queue.front().cloned() {
             drop(w);
-            let at = b.page as u64 * sh.page_size as u64 + b.at as u64;
-            if sh.file.write_all_at(&b.data, at).is_err() {
+            // A buffer lies within one page, so within one file.
+            let (file, at) = sh.at(b.page, b.at as u64);
+            if file.write_all_at(&b.data, at).is_err() {
                 // The records stay unreadable (verification rejects what is there).
                 sh.c.io_errors.fetch_add(1, Relaxed);
             }
@@ -710,6 +734,15 @@ fn write_loop(sh: &Shared) {
             return;
         }
         sh.wake.wait(&mut w);
+    }
+}
+
+impl Shared {
+    /// The file holding `page` and the offset in it of byte `off` of that page.
+    fn at(&self, page: u32, off: u64) -> (&File, u64) {
+        let i = self.files.partition_point(|&(_, first)| first <= page) - 1;
+        let (file, first) = &self.files[i];
+        (file, u64::from(page - first) * self.page_size as u64 + off)
     }
 }
 

@@ -58,6 +58,30 @@ fn settings_are_checked() {
 }
 
 #[test]
+fn several_files_make_one_page_space() {
+    let (t1, t2) = (TempFile::new("jbod1"), TempFile::new("jbod2"));
+    // 2 pages in the first file, 3 in the second: 5 pages of 1 MiB, all used before any
+    // is recycled.
+    let c = FlashConfig { more: vec![(t2.0.clone(), 3 << 20)], ..cfg(&t1, 2 << 20, 1 << 20, 256 << 10) };
+    assert_eq!(c.pages(), 5);
+    let f = Flash::open(&c).unwrap();
+    assert_eq!((std::fs::metadata(&t1.0).unwrap().len(), std::fs::metadata(&t2.0).unwrap().len()), (2 << 20, 3 << 20));
+    // 1,400 records of 3 KB: 4.2 MB, into pages 0..=4.
+    let locs: Vec<Loc> = (0..1400u32).map(|i| append(&f, format!("k{i}").as_bytes(), &vec![i as u8; 3000])).collect();
+    f.sync();
+    assert_eq!(locs.iter().map(|l| l.page).max(), Some(4));
+    for (i, loc) in locs.iter().enumerate() {
+        assert_eq!(read(&f, loc, format!("k{i}").as_bytes()).unwrap(), vec![i as u8; 3000], "record {i}");
+    }
+    // Page 2 is the second file's first page: its first record is at the start of that file.
+    let first = locs.iter().find(|l| l.page == 2).unwrap();
+    let mut head = vec![0u8; first.len as usize];
+    std::fs::File::open(&t2.0).unwrap().read_exact_at(&mut head, u64::from(first.off)).unwrap();
+    assert!(record::verify(&head, Place { page: 2, gen: 0 }, format!("k{}", locs.iter().position(|l| l == first).unwrap()).as_bytes()).is_ok());
+    assert_eq!(f.counters().page_evictions.load(Relaxed), 0);
+}
+
+#[test]
 fn records_read_back_from_buffers_and_from_the_file() {
     let t = TempFile::new("rw");
     let f = Flash::open(&cfg(&t, 4 << 20, 1 << 20, 64 << 10)).unwrap();
