@@ -40,19 +40,16 @@ KNOWN = {
     "conn-limits.t": "memcached answers SERVER_ERROR out of memory writing get response when "
     "response objects exhaust -m; mnemo's reply buffers are not taken from the item memory",
     "dyn-maxbytes.t": "expects evictions counted per slab class after cache_memlimit shrinks",
-    "binary-extstore.t": "counts miss_from_extstore for keys whose flash page was recycled (mnemo's "
-    "sweep drops their entries first: a plain miss) and sets `extstore recache_rate` at run time "
-    "(no `extstore` command)",
-    "chunked-extstore.t": "counts miss_from_extstore for keys whose flash page was recycled (see "
-    "binary-extstore.t) and expects no compaction rescue where mnemo's compaction rescues",
+    "binary-extstore.t": "expects flash pages evicted (and misses from them) after 60 MB of values "
+    "went into its 64 MB file; mnemo's records fit (one page stream, compaction): none are evicted",
     "error-extstore.t": "expects flash reads to abort (get_aborted_extstore) and SERVER_ERROR out "
     "of memory writing get response when a read finds no item memory; mnemo's reads need none",
     "extstore-buckets.t": "expects two pages reclaimed through memcached's low-TTL page bucket "
     "(ext_low_ttl items on pages of their own); mnemo has one page stream",
-    "extstore-jbod.t": "two ext_path files: mnemod serves one",
     "extstore.t": "append/prepend to a flashed item: memcached answers NOT_STORED, mnemo brings it "
-    "back and stores; and pages freed after deletes under `extstore compact_under|drop_under` "
-    "set at run time (no `extstore` command)",
+    "back and stores; and pages freed with compaction skips under `extstore drop_unread 1` "
+    "(memcached compacts the oldest page, dropping its unread records; mnemo does not act on "
+    "drop_unread)",
     "flush-all.t": "asserts memcached's quirk that a set made in the same second as flush_all 0 "
     "is lost at least once; mnemo keeps it",
     "issue_14.t": "counts memory by slab chunk size (`bytes` grows by the chunk, not the item)",
@@ -82,10 +79,7 @@ SKIPS_ONLY_ON_MNEMOD = {}
 
 # Files known to fail only from a test number on (a block the file runs last), and why: a
 # failure before it is a regression like any other.
-KNOWN_FROM = {
-    "metaget.t": (153, "its last test counts miss_from_extstore for a key whose flash page was "
-                  "recycled: mnemo's sweep drops such entries first (a plain miss)"),
-}
+KNOWN_FROM = {}
 
 # Files run with the suite's TLS switch on (every server they start listens with -Z).
 TLS_FILES = re.compile(r"^ssl_.*\.t$")

@@ -185,6 +185,8 @@ pub enum Request<'a> {
     Stats { args: Keys<'a> },
     /// `lru_crawler <sub> [arg]`: the words after `lru_crawler` (metadump, enable, ...).
     LruCrawler { args: Keys<'a> },
+    /// `extstore <name> <value> [noreply]`: the words after `extstore` (at least one).
+    Extstore { args: Keys<'a>, noreply: bool },
     /// `slabs reassign <src> <dst>`: the class ids as memcached's `safe_strtol` reads them.
     SlabsReassign { src: i32, dst: i32 },
     /// `slabs automove <0|1|2>` or `slabs automove ratio <r>`, already judged valid.
@@ -407,6 +409,13 @@ fn command<'a>(line: &'a [u8], after: usize, buf: &'a [u8], limits: &Limits) -> 
             req(Request::LruCrawler { args: Keys::new(rest) }, after)
         }
         b"slabs" => slabs(&t, after),
+        // memcached: WANT_TOKENS_MIN 3 (a bare `extstore` is an ERROR, noreply or not).
+        b"extstore" => {
+            if nt < 3 {
+                return err(ErrorReply::Error, after, false);
+            }
+            req(Request::Extstore { args: Keys::new(skip_token(line, cmd)), noreply: t.noreply() }, after)
+        }
         b"fget" => {
             if nt < 4 {
                 return err(ErrorReply::Error, after, false);

@@ -243,6 +243,10 @@ pub fn execute_from(
             Next::Continue
         }
         Request::LruCrawler { args } => crate::crawler::command(args, sh, out),
+        Request::Extstore { args, noreply } => {
+            crate::extstore::command(args, noreply, sh, out);
+            Next::Continue
+        }
         Request::SlabsReassign { src, dst } => {
             crate::crawler::slabs_reassign(src, dst, sh, out);
             Next::Continue

@@ -1,7 +1,7 @@
 //! The flash I/O pool: where the reads of flashed values run, so that an event loop never
 //! waits for the disk (issue 37). Its own threads (`-o ext_threads`, memcached's option for
 //! its extstore I/O threads), not the job pool's: a flash read must not queue behind a
-//! filter call.
+//! filter call. Its queue and threads are pool.rs's, as the job pool's are.
 //!
 //! ```text
 //!   worker i (event loop)                       flash I/O pool (ext_threads, started on first use)
@@ -33,11 +33,7 @@
 //! checksum, so a recycled or half-rewritten location is a miss (`miss_from_extstore` or
 //! `badcrc_from_extstore`), never another item's bytes.
 
-use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
-
-use parking_lot::{Condvar, Mutex};
 
 use crate::command::read::Flashed;
 use crate::jobs::{Done, Mailbox};
@@ -83,39 +79,24 @@ struct Job {
     gen: u32,
 }
 
-/// The pool: a queue and the threads that serve it.
+/// The pool: a queue and the threads that serve it (pool.rs).
 pub(crate) struct Pool {
-    queue: Mutex<VecDeque<Job>>,
-    ready: Condvar,
-    threads: usize,
+    lanes: crate::pool::Pool<Job>,
     /// The first pool thread's block in `Shared::counters`.
     counters: usize,
-    started: AtomicBool,
 }
 
 impl Pool {
     pub fn new(threads: usize, counters: usize) -> Pool {
-        Pool { queue: Mutex::new(VecDeque::new()), ready: Condvar::new(), threads: threads.max(1), counters, started: AtomicBool::new(false) }
+        Pool { lanes: crate::pool::Pool::new(threads), counters }
     }
 
     /// Queue a read whose reply goes to connection `slot` (generation `gen`) through `to`;
     /// the threads start with the first one.
     pub fn submit(&self, sh: &Arc<Shared>, read: Read, to: Arc<Mailbox>, slot: usize, gen: u32) {
-        if !self.started.load(Relaxed) && !self.started.swap(true, Relaxed) {
-            for i in 0..self.threads {
-                let sh = sh.clone();
-                let spawned = std::thread::Builder::new().name(format!("mnemo-flash-io-{i}")).spawn(move || run(&sh, i));
-                if let Err(e) = spawned {
-                    // The threads that did start serve the queue; with none, no read could end.
-                    if i == 0 {
-                        eprintln!("mnemod: cannot start a flash I/O thread: {e}");
-                        std::process::exit(1);
-                    }
-                }
-            }
-        }
-        self.queue.lock().push_back(Job { read, to, slot, gen });
-        self.ready.notify_one();
+        let threads = sh.clone();
+        self.lanes.start("mnemo-flash-io", None, move |i| run(&threads, i));
+        self.lanes.push(Job { read, to, slot, gen });
     }
 }
 
@@ -124,15 +105,7 @@ fn run(sh: &Shared, me: usize) {
     let pool = &sh.flash_io;
     let c = sh.counters[pool.counters + me].clone();
     loop {
-        let job = {
-            let mut q = pool.queue.lock();
-            loop {
-                if let Some(j) = q.pop_front() {
-                    break j;
-                }
-                pool.ready.wait(&mut q);
-            }
-        };
+        let job = pool.lanes.pop();
         let reply = job.read.run(sh, &c);
         job.to.post(Done { slot: job.slot, gen: job.gen, reply });
     }

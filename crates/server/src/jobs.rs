@@ -1,5 +1,6 @@
-//! The job pool: where work that would hold an event loop runs (a filter call today, a flash
-//! read next), and how its reply gets back to the connection that asked for it.
+//! The job pool: where a filter call runs, off the event loops, and how its reply (or a flash
+//! read's, flashio.rs, through the same mailbox) gets back to the connection that asked for
+//! it. Its queue and threads are pool.rs's; the deadlines and the watchdog are this module's.
 //!
 //! ```text
 //!   worker i (event loop)                     job pool (--job-threads, started on first use)
@@ -47,8 +48,6 @@
 //! The queue is FIFO and every job with a deadline has the same one, so dues grow along the
 //! queue: the watchdog looks at its front only, up to the first job not yet due.
 
-use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -121,12 +120,9 @@ fn answered_late(work: &Pending) {
     }
 }
 
-/// The pool: a queue, the threads that run it, and the watchdog.
+/// The pool: a queue and the threads that run it (pool.rs), and the watchdog.
 pub(crate) struct Pool {
-    queue: Mutex<VecDeque<Queued>>,
-    ready: Condvar,
-    threads: usize,
-    started: AtomicBool,
+    lanes: crate::pool::Pool<Queued>,
     /// Per pool thread: the job it runs, until its reply is posted (by it or the watchdog).
     running: Vec<Mutex<Option<Running>>>,
     /// Arms so far (under its lock), so that an arm between the watchdog's scan and its wait
@@ -165,13 +161,10 @@ impl Watch<'_> {
 
 impl Pool {
     pub fn new(threads: usize) -> Pool {
-        let threads = threads.max(1);
+        let lanes = crate::pool::Pool::new(threads);
         Pool {
-            queue: Mutex::new(VecDeque::new()),
-            ready: Condvar::new(),
-            threads,
-            started: AtomicBool::new(false),
-            running: (0..threads).map(|_| Mutex::new(None)).collect(),
+            running: (0..lanes.threads()).map(|_| Mutex::new(None)).collect(),
+            lanes,
             armed: Mutex::new(0),
             rearm: Condvar::new(),
         }
@@ -184,21 +177,8 @@ impl Pool {
             Pending::FlashRead(read) => return sh.flash_io.submit(sh, read, job.to, job.slot, job.gen),
             work => Job { work, ..job },
         };
-        if !self.started.load(Relaxed) && !self.started.swap(true, Relaxed) {
-            for i in 0..self.threads {
-                let sh = sh.clone();
-                let spawned = std::thread::Builder::new()
-                    .name(format!("mnemo-job-{i}"))
-                    .stack_size(crate::WORKER_STACK)
-                    .spawn(move || run(&sh, i));
-                if let Err(e) = spawned {
-                    // The threads that did start serve the queue; with none, no job could end.
-                    if i == 0 {
-                        eprintln!("mnemod: cannot start a job thread: {e}");
-                        std::process::exit(1);
-                    }
-                }
-            }
+        let threads = sh.clone();
+        if self.lanes.start("mnemo-job", Some(crate::WORKER_STACK), move |i| run(&threads, i)) {
             let sh = sh.clone();
             if let Err(e) = std::thread::Builder::new().name("mnemo-job-watch".into()).spawn(move || watchdog(&sh.jobs)) {
                 eprintln!("mnemod: cannot start the job watchdog: {e}");
@@ -208,8 +188,7 @@ impl Pool {
         // Due from now: the time it waits in the queue counts (module docs).
         let due = deadline(&job.work, sh).map(|(within, late)| (Instant::now() + within, late));
         let timed = due.is_some();
-        self.queue.lock().push_back(Queued { job, due });
-        self.ready.notify_one();
+        self.lanes.push(Queued { job, due });
         if timed {
             self.wake_watchdog();
         }
@@ -232,15 +211,7 @@ fn run(sh: &Shared, me: usize) {
     unsafe { libc::sched_setscheduler(0, libc::SCHED_BATCH, &param) };
     let pool = &sh.jobs;
     loop {
-        let Queued { job, due } = {
-            let mut q = sh.jobs.queue.lock();
-            loop {
-                if let Some(j) = q.pop_front() {
-                    break j;
-                }
-                sh.jobs.ready.wait(&mut q);
-            }
-        };
+        let Queued { job, due } = pool.lanes.pop();
         let Job { work, to, slot, gen } = job;
         if due.as_ref().is_some_and(|d| d.0 <= Instant::now()) {
             // Due before a thread was free (the watchdog had not come to it yet): answered
@@ -274,7 +245,7 @@ fn watchdog(pool: &Pool) {
         let mut next: Option<Instant> = None;
         {
             // Dues grow along the queue (module docs): its front, up to the first not yet due.
-            let mut q = pool.queue.lock();
+            let mut q = pool.lanes.queue();
             let mut i = 0;
             while i < q.len() {
                 match q[i].due.as_ref().map(|d| d.0) {

@@ -54,6 +54,7 @@ mod conns;
 mod crawler;
 mod detail;
 mod exec;
+mod extstore;
 mod fget;
 mod flashio;
 mod jobs;
@@ -61,6 +62,7 @@ mod listener;
 mod marks;
 mod meta;
 mod metrics;
+mod pool;
 mod restart;
 mod splice;
 mod stats;
@@ -105,6 +107,9 @@ pub(crate) struct Shared {
     pub jobs: jobs::Pool,
     /// Where flash reads run, off the event loops (flashio.rs).
     pub flash_io: flashio::Pool,
+    /// The `ext_*` settings as `-o` gave them and `extstore <name> <value>` changed them
+    /// since (extstore.rs); `stats settings` reports these.
+    pub extstore: parking_lot::Mutex<config::ext::FlashOptions>,
     /// `slabs automove` as clients last set it (reported by `stats settings`).
     pub slab_automove: config::SlabAutomove,
     /// `lru_crawler crawl` and `metadump` requests started (memcached's lru_crawler_starts).
@@ -159,6 +164,7 @@ impl Shared {
         Shared {
             counters: (0..io_first + flashio::threads(&config)).map(|_| Arc::new(stats::Counters::default())).collect(),
             flash_io,
+            extstore: parking_lot::Mutex::new(config.ext.flash.clone()),
             verbosity: AtomicU8::new(config.verbose.min(MAX_VERBOSITY)),
             config,
             store,
@@ -261,7 +267,7 @@ pub fn run(config: Config) -> Result<(), ServerError> {
         // Before binding: a second instance on the same file refuses whatever its port.
         restart::claim(path).map_err(ServerError::MemoryFile)?;
     }
-    if let Some((path, _)) = &config.ext.flash.path {
+    for (path, _) in config.ext.flash.paths() {
         // The flash file's records are addressed by this process's index alone: a second
         // server writing its pages would hand both wrong values (memcached refuses too).
         restart::own(std::path::Path::new(path), "-o ext_path").map_err(ServerError::FlashFile)?;

@@ -405,7 +405,8 @@ pub fn settings(sh: &Shared, out: &mut Vec<u8>) {
     stat(out, "read_buf_mem_limit", 0);
     stat(out, "track_sizes", yes_no(sh.sizes_enabled.load(Relaxed)));
     stat(out, "inline_ascii_response", "no");
-    let x = &ext.flash;
+    // As last set (`extstore <name> <value>` changes them at run time).
+    let x = &*sh.extstore.lock();
     stat(out, "ext_item_size", x.item_size);
     stat(out, "ext_item_age", x.item_age);
     stat(out, "ext_low_ttl", x.low_ttl);

@@ -249,8 +249,10 @@ impl Shard {
     /// One slice of the sweep that drops index slots pointing at dead segments. Returns whether
     /// the current pass has more to do.
     pub fn sweep_step(&mut self, env: &Env<'_>) -> bool {
-        // Flash pages recycled since the last pass left entries naming them.
-        let recycled = env.flash.map_or(0, |f| f.recycled());
+        // Flash pages recycled since the last pass left entries naming them; they are swept
+        // only once they hold enough memory (flash/mod.rs `sweep_due`).
+        let flash_due = env.flash.is_some_and(|f| f.sweep_due(env.budget.limit()));
+        let recycled = env.flash.filter(|_| flash_due).map_or(self.flash_swept, |f| f.recycled());
         if self.segs.dead_refs == 0 && self.sweep_cursor == 0 && recycled == self.flash_swept {
             return false;
         }
@@ -263,11 +265,16 @@ impl Shard {
         self.sweep_cursor = self.index.sweep(self.sweep_cursor, SWEEP_SLICE, |e| {
             if slot::is_flash(e) {
                 let i = slot::flash_entry(e);
-                let live = flash.get(i).is_some_and(|(_, loc)| env.flash.is_some_and(|f| f.current(&loc)));
-                if !live && flash.get(i).is_some() {
+                let Some((_, loc)) = flash.get(i) else { return true };
+                let stale = env.flash.is_some_and(|f| !f.current(&loc));
+                if stale && flash_due {
                     flash.free(i);
+                    if let Some(f) = env.flash {
+                        f.release(&loc);
+                    }
+                    return true;
                 }
-                return !live;
+                return false;
             }
             let sg = slot::seg(e);
             match segs.metas[sg as usize].state {

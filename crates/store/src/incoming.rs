@@ -85,6 +85,10 @@ impl Store {
             return Ok(StoreOutcome::NotStored);
         }
         let h = inc.h;
+        if mode == Mode::Add && self.flashed_live(h, inc.key(), now) {
+            self.abandon(inc);
+            return Ok(StoreOutcome::NotStored);
+        }
         if mode != Mode::Set {
             self.promote(h, inc.key(), now);
         }

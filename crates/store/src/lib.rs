@@ -64,7 +64,7 @@ pub use config::{Eviction, StoreConfig, DEFAULT_SHARDS, MAX_SEGMENT_SIZE, MAX_SH
 pub use buf::Pages;
 pub use dump::{DumpCursor, DumpItem, DUMP_BATCH};
 pub use flash::{
-    FlashConfig, FlashError, FlashRef, FlashStats, FlashValue, PageStat, Reject as FlashReject, DEFAULT_ITEM_SIZE,
+    FlashConfig, FlashError, FlashRef, FlashSetting, FlashStats, FlashValue, PageStat, Reject as FlashReject, DEFAULT_ITEM_SIZE,
     DEFAULT_ITEM_AGE, DEFAULT_LOW_TTL, DEFAULT_MAX_FRAG_PERMILLE, DEFAULT_PAGE_SIZE, DEFAULT_RECACHE_RATE, DEFAULT_WBUF_SIZE,
     MAX_PAGE_SIZE,
 };
@@ -492,6 +492,9 @@ impl Store {
             return Err(StoreError::TooLarge);
         }
         let h = Self::hash(key);
+        if mode == Mode::Add && self.flashed_live(h, key, now) {
+            return Ok(StoreOutcome::NotStored);
+        }
         if mode != Mode::Set {
             // These need the old value (or to know it exists): bring a flashed one back.
             self.promote(h, key, now);

@@ -135,19 +135,20 @@ fn visit_ram(
 }
 
 /// `Shard::find_flashed`'s visit of a flashed slot (hash `h`): a match by the entry's hash
-/// bits (the read checks the key), or a purge if its page was recycled (counted there).
+/// bits (the read checks the key), also when its page was recycled (the read finds nothing,
+/// counts memcached's miss_from_extstore and drops it: flash/mod.rs `sweep_due`).
 fn visit_flash(flash: &mut Entries, tier: Option<&Flash>, s: u64, h: u64) -> Visit {
     debug_assert!(slot::is_flash(s), "only a flashed slot names no segment");
     let i = slot::flash_entry(s);
     match (flash.get(i), tier) {
-        (Some((check, loc)), Some(f)) if f.current(&loc) => {
+        (Some((check, _)), Some(_)) => {
             if check == entries::hash_check(h) {
                 Visit::Match
             } else {
                 Visit::Skip
             }
         }
-        (Some(_), _) => {
+        (Some(_), None) => {
             flash.free(i);
             Visit::Purge
         }

@@ -233,6 +233,20 @@ fn lru_crawler_carries_its_words() {
     assert!(matches!(p(b"lru_crawler\n"), Parsed::Request(Request::LruCrawler { args }, 12) if args.is_empty()));
 }
 
+#[test]
+fn extstore_carries_its_words_and_noreply() {
+    match p(b"extstore recache_rate 5 noreply\r\n") {
+        Parsed::Request(Request::Extstore { args, noreply: true }, 33) => {
+            assert_eq!(args.iter().collect::<Vec<_>>(), vec![&b"recache_rate"[..], &b"5"[..], &b"noreply"[..]]);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(p(b"extstore foo\r\n"), Parsed::Request(Request::Extstore { noreply: false, .. }, 14)));
+    // memcached's WANT_TOKENS_MIN(3): a bare `extstore` is an ERROR, and noreply does not
+    // silence it.
+    assert!(matches!(p(b"extstore\r\n"), Parsed::Error { reply: ErrorReply::Error, noreply: false, .. }));
+}
+
 /// The request, or the error reply and its noreply, a one-line command gives.
 type Outcome<'a> = Result<Request<'a>, (ErrorReply, bool)>;
 

@@ -156,8 +156,11 @@ impl SslOptions {
 /// memcached's `ext_*` options as given, in memcached's units.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FlashOptions {
-    /// `ext_path=FILE:SIZE`: the file and its size in bytes (one: see `apply`).
+    /// `ext_path=FILE:SIZE`: the (first) file and its size in bytes.
     pub path: Option<(String, u64)>,
+    /// Further `ext_path` files, in the order given (memcached's "JBOD": one page space over
+    /// all of them).
+    pub more: Vec<(String, u64)>,
     /// Megabytes.
     pub page_size_mb: u32,
     pub wbuf_size_mb: u32,
@@ -184,6 +187,7 @@ impl Default for FlashOptions {
     fn default() -> Self {
         FlashOptions {
             path: None,
+            more: Vec::new(),
             page_size_mb: (mnemo_store::DEFAULT_PAGE_SIZE >> 20) as u32,
             wbuf_size_mb: (mnemo_store::DEFAULT_WBUF_SIZE >> 20) as u32,
             threads: 1,
@@ -203,9 +207,14 @@ impl Default for FlashOptions {
 }
 
 impl FlashOptions {
-    /// Pages of the file (0 without `ext_path`).
+    /// Pages of the files (0 without `ext_path`).
     pub fn pages(&self) -> u64 {
-        self.path.as_ref().map_or(0, |(_, size)| size / (u64::from(self.page_size_mb) << 20).max(1))
+        self.paths().map(|(_, size)| size / (u64::from(self.page_size_mb) << 20).max(1)).sum()
+    }
+
+    /// Every `ext_path` file and its size, in the order given.
+    pub fn paths(&self) -> impl Iterator<Item = &(String, u64)> {
+        self.path.iter().chain(self.more.iter())
     }
 
     /// `ext_compact_under` / `ext_drop_under` as memcached reports them: a quarter of the
@@ -217,9 +226,16 @@ impl FlashOptions {
         self.drop_under.map_or(self.pages() / 4, u64::from)
     }
 
+    /// `ext_max_frag` as the store takes it: per mille, a negative share as 0 (memcached's
+    /// rule then compacts nothing); above 1 every page with live records qualifies.
+    pub fn max_frag_permille(&self) -> u32 {
+        (self.max_frag * 1000.0).round().clamp(0.0, 1_000_000.0) as u32
+    }
+
     /// The store's flash settings, if a file was given.
     pub fn store_config(&self) -> Option<mnemo_store::FlashConfig> {
         let (path, size) = self.path.clone()?;
+        let more = self.more.iter().map(|(p, s)| (p.into(), *s)).collect();
         Some(mnemo_store::FlashConfig {
             page_size: (self.page_size_mb as usize) << 20,
             wbuf_size: (self.wbuf_size_mb as usize) << 20,
@@ -227,8 +243,9 @@ impl FlashOptions {
             low_ttl: self.low_ttl,
             recache_rate: self.recache_rate,
             compact_under: self.compact_under.map(|n| n as usize),
-            max_frag_permille: (self.max_frag * 1000.0).round().clamp(0.0, 1001.0) as u32,
+            max_frag_permille: self.max_frag_permille(),
             item_age: self.item_age,
+            more,
             ..mnemo_store::FlashConfig::new(path, size)
         })
     }
@@ -287,10 +304,10 @@ impl FlashOptions {
         let n: u64 = digits.parse().map_err(|_| "failed to parse ext_path argument")?;
         let bytes = n.checked_shl(shift).filter(|b| b >> shift == n).ok_or("failed to parse ext_path argument")?;
         if self.path.is_some() {
-            // memcached spreads pages over several files; mnemo's flash tier has one.
-            return Err("ext_path given twice: mnemo's flash tier uses one file".into());
+            self.more.push((file.to_string(), bytes));
+        } else {
+            self.path = Some((file.to_string(), bytes));
         }
-        self.path = Some((file.to_string(), bytes));
         Ok(())
     }
 }
@@ -467,7 +484,10 @@ mod tests {
         assert_eq!(err("ext_path=/x:12q"), "failed to parse ext_path argument");
         assert_eq!(err("ext_item_size=abc"), "could not parse argument to ext_item_size");
         assert_eq!(err("ext_max_frag=abc"), "could not parse argument to ext_max_frag");
-        assert!(err("ext_path=/x:1g,ext_path=/y:1g").contains("one file"));
+        // Repeated: one page space over the files, in the order given (memcached's JBOD).
+        let two = ExtOptions::parse(&["ext_page_size=8,ext_path=/x:64m,ext_path=/y:96m"]).unwrap().flash;
+        assert_eq!((two.pages(), two.compact_under()), (20, 5));
+        assert_eq!(two.store_config().unwrap().more, vec![("/y".into(), 96 << 20)]);
         let old = ExtOptions::parse(&["no_modern"]).unwrap();
         assert!(!old.maxconns_fast && !old.lru_crawler && !old.slab_reassign && old.slab_automove == 0);
     }

@@ -3,12 +3,14 @@
 //!
 //! Owns the file, its pages, the write buffers and the writer thread (this file), the record
 //! format (record.rs), the per-shard table of flashed items (entries.rs) and the shard
-//! operations on them (ops.rs: demote, recache, drop). The shards decide
+//! operations on them (ops.rs: demote, recache, drop), and the settings that change at run
+//! time (tune.rs: memcached's `extstore <name> <value>`). The shards decide
 //! what goes to flash (evict.rs: what eviction would otherwise drop) and serve reads
 //! (lib.rs, shard.rs); this module only writes records and reads them back.
 //!
 //! ```text
-//!  file (SIZE bytes) = pages of ext_page_size
+//!  file (SIZE bytes) = pages of ext_page_size; several files (repeated ext_path) number
+//!  their pages on from the previous file's last, and `Shared::at` maps a page to its file
 //!  +-----------------+-----------------+-----------------+-----+
 //!  | page 0  gen 3   | page 1  gen 1   | page 2  gen 0   | ... |      gen: bumped each time the
 //!  | [rec][rec][rec] | [rec][rec]..... | (free)          |     |      page is recycled
@@ -37,6 +39,7 @@
 pub(crate) mod entries;
 mod ops;
 pub(crate) mod record;
+mod tune;
 
 use std::collections::VecDeque;
 use std::fs::File;
@@ -49,6 +52,7 @@ use parking_lot::{Condvar, Mutex};
 
 pub use record::Reject;
 pub(crate) use record::{Meta, Place};
+pub use tune::FlashSetting;
 
 /// memcached's defaults for the `ext_*` options the store uses.
 pub const DEFAULT_PAGE_SIZE: usize = 64 << 20;
@@ -69,6 +73,11 @@ pub const MAX_RECORD: usize = (1 << 24) - 8;
 /// while both buffers were busy; with four, none (120,000 of 120,000 served). memcached
 /// keeps page_size / wbuf_size buffers (16 by default).
 const WBUFS: usize = 4;
+/// Entries of recycled pages are swept once they hold more than this share (1/N) of the
+/// memory limit ([`Flash::sweep_due`]).
+const STALE_SHARE: usize = 64;
+/// RAM one such entry holds: its 16-byte entry and its 8-byte index slot.
+const STALE_ENTRY_BYTES: u64 = 24;
 
 /// The flash tier's settings (memcached's `ext_*` options that the store acts on).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -76,6 +85,9 @@ pub struct FlashConfig {
     pub path: PathBuf,
     /// Bytes of file; whole pages of it are used.
     pub size: u64,
+    /// Further files and their sizes (memcached's repeated `ext_path`, "JBOD"): their pages
+    /// are numbered after the first file's, in order, and used as one file's would be.
+    pub more: Vec<(PathBuf, u64)>,
     pub page_size: usize,
     pub wbuf_size: usize,
     /// Items whose value has at least this many bytes go to flash rather than being evicted.
@@ -84,11 +96,12 @@ pub struct FlashConfig {
     pub low_ttl: u32,
     /// One flash hit in this many brings its item back to RAM (0: never).
     pub recache_rate: u32,
-    /// Compaction runs while at most this many pages were never written (None: a quarter of
-    /// the file's pages, memcached's default for ext_compact_under).
+    /// Compaction runs while at most this many pages are free (None: a quarter of the file's
+    /// pages, memcached's default for ext_compact_under).
     pub compact_under: Option<usize>,
-    /// A full page is compacted when at least this share of it (per mille) is dead: memcached's
-    /// ext_max_frag (0.80 = 800).
+    /// memcached's ext_max_frag (0.80 = 800), per mille: a full page is compacted while its
+    /// live bytes are under this share of the page, scaled by the used share of the file
+    /// ([`Flash::compaction_victim`]).
     pub max_frag_permille: u32,
     /// memcached's ext_item_age: seconds after which an item that would go to flash goes
     /// there before memory is full ([`DEFAULT_ITEM_AGE`]: never). Items carry no time of their
@@ -101,6 +114,7 @@ impl FlashConfig {
         FlashConfig {
             path: path.into(),
             size,
+            more: Vec::new(),
             page_size: DEFAULT_PAGE_SIZE,
             wbuf_size: DEFAULT_WBUF_SIZE,
             item_size: DEFAULT_ITEM_SIZE,
@@ -111,36 +125,53 @@ impl FlashConfig {
             item_age: DEFAULT_ITEM_AGE,
         }
     }
+    /// Pages of all the files together.
     pub fn pages(&self) -> usize {
-        (self.size / self.page_size.max(1) as u64) as usize
+        self.files().map(|(_, size)| self.pages_of(size)).sum()
+    }
+
+    fn pages_of(&self, size: u64) -> usize {
+        (size / self.page_size.max(1) as u64) as usize
+    }
+
+    /// Each file and its size, the first one first.
+    fn files(&self) -> impl Iterator<Item = (&std::path::Path, u64)> {
+        std::iter::once((self.path.as_path(), self.size)).chain(self.more.iter().map(|(p, s)| (p.as_path(), *s)))
     }
 
     /// Checks the settings and makes the file (its space reserved): what `Store::open` would
     /// refuse, found before the server starts.
     pub fn check(&self) -> Result<(), FlashError> {
-        self.open_file().map(drop)
+        self.open_files().map(drop)
     }
 
-    fn open_file(&self) -> Result<File, FlashError> {
+    /// The files, opened and their space reserved, each with its first page's number.
+    fn open_files(&self) -> Result<Vec<(File, u32)>, FlashError> {
         if self.page_size == 0 || self.page_size > MAX_PAGE_SIZE || !self.page_size.is_multiple_of(record::ALIGN) {
             return Err(FlashError::PageSize);
         }
         if self.wbuf_size == 0 || !self.page_size.is_multiple_of(self.wbuf_size) {
             return Err(FlashError::WbufSize);
         }
-        let pages = self.pages();
-        if pages < 1 {
-            return Err(FlashError::TooSmall);
+        let mut first = 0u32;
+        let mut out = Vec::new();
+        for (path, size) in self.files() {
+            let pages = self.pages_of(size);
+            if pages < 1 {
+                return Err(FlashError::TooSmall);
+            }
+            let file = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(path)
+                .map_err(FlashError::Open)?;
+            reserve(&file, (pages * self.page_size) as u64).map_err(FlashError::Allocate)?;
+            out.push((file, first));
+            first += pages as u32;
         }
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&self.path)
-            .map_err(FlashError::Open)?;
-        reserve(&file, (pages * self.page_size) as u64).map_err(FlashError::Allocate)?;
-        Ok(file)
+        Ok(out)
     }
 }
 
@@ -285,7 +316,8 @@ struct Writes {
 }
 
 struct Shared {
-    file: File,
+    /// The files and the number of each one's first page (ascending from 0).
+    files: Box<[(File, u32)]>,
     page_size: usize,
     gens: Box<[AtomicU32]>,
     live_objects: Box<[AtomicU64]>,
@@ -298,6 +330,9 @@ struct Shared {
     c: Counters,
     /// Pages recycled so far: a shard that has not swept since holds stale entries.
     recycled: AtomicU64,
+    /// Entries (all shards) that name a record of a recycled page: added when a page is
+    /// recycled (its live records), taken off when such an entry is dropped ([`Flash::release`]).
+    stale: AtomicU64,
 }
 
 /// One page as `stats extstore` shows it (memcached's `N:version`, `N:bytes`).
@@ -315,17 +350,19 @@ pub(crate) struct Flash {
     sh: Arc<Shared>,
     writer: Option<std::thread::JoinHandle<()>>,
     pub cfg: FlashConfig,
+    /// The settings `extstore <name> <value>` changes (tune.rs): read from here, not `cfg`.
+    pub tune: tune::Tune,
     /// Flash hits, for `recache_rate`.
     hits: AtomicU64,
 }
 
 impl Flash {
     pub fn open(cfg: &FlashConfig) -> Result<Flash, FlashError> {
-        let file = cfg.open_file()?;
+        let files = cfg.open_files()?.into_boxed_slice();
         let pages = cfg.pages();
         let zeros = |n: usize| (0..n).map(|_| AtomicU64::new(0)).collect::<Box<[_]>>();
         let sh = Arc::new(Shared {
-            file,
+            files,
             page_size: cfg.page_size,
             gens: (0..pages).map(|_| AtomicU32::new(0)).collect(),
             live_objects: zeros(pages),
@@ -345,13 +382,14 @@ impl Flash {
             wake: Condvar::new(),
             c: Counters::default(),
             recycled: AtomicU64::new(0),
+            stale: AtomicU64::new(0),
         });
         let worker = Arc::clone(&sh);
         let writer = std::thread::Builder::new()
             .name("mnemo-flash-w".into())
             .spawn(move || write_loop(&worker))
             .map_err(FlashError::Open)?;
-        Ok(Flash { sh, writer: Some(writer), cfg: cfg.clone(), hits: AtomicU64::new(0) })
+        Ok(Flash { sh, writer: Some(writer), cfg: cfg.clone(), tune: tune::Tune::new(cfg), hits: AtomicU64::new(0) })
     }
 
     pub fn counters(&self) -> &Counters {
@@ -361,14 +399,24 @@ impl Flash {
     /// Whether an item of this value length and expiry may go to flash.
     #[inline]
     pub fn wants(&self, key_len: usize, value_len: usize, exp: crate::Time, now: crate::Time) -> bool {
-        value_len >= self.cfg.item_size
+        let low_ttl = self.tune.low_ttl();
+        value_len >= self.tune.item_size()
             && record::len(key_len, value_len) <= self.cfg.wbuf_size.min(MAX_RECORD)
-            && (self.cfg.low_ttl == 0 || exp == 0 || exp.saturating_sub(now) >= self.cfg.low_ttl)
+            && (low_ttl == 0 || exp == 0 || exp.saturating_sub(now) >= low_ttl)
     }
 
     /// Pages recycled so far (shards compare it to sweep their stale entries).
     pub fn recycled(&self) -> u64 {
         self.sh.recycled.load(Relaxed)
+    }
+
+    /// Whether the maintenance sweep should drop the entries of recycled pages now. Until
+    /// then such an entry stays, as memcached keeps an item header whose page it evicted: the
+    /// key's next lookup reads nothing (the page generation differs) and counts
+    /// `miss_from_extstore`, as memcached's does, and drops it. The sweep comes once they hold
+    /// more than 1/[`STALE_SHARE`] of `mem_limit` (entry and index slot, 24 bytes each).
+    pub fn sweep_due(&self, mem_limit: usize) -> bool {
+        self.sh.stale.load(Relaxed).saturating_mul(STALE_ENTRY_BYTES) > (mem_limit / STALE_SHARE) as u64
     }
 
     /// Whether `loc`'s page is still the generation it was written in.
@@ -443,6 +491,7 @@ impl Flash {
             };
             sh.gens[p as usize].fetch_add(1, Relaxed);
             let objs = sh.live_objects[p as usize].swap(0, Relaxed);
+            sh.stale.fetch_add(objs, Relaxed);
             let bytes = sh.live_bytes[p as usize].swap(0, Relaxed);
             sh.c.objects_evicted.fetch_add(objs, Relaxed);
             sh.c.bytes_evicted.fetch_add(bytes, Relaxed);
@@ -467,12 +516,13 @@ impl Flash {
     /// An entry for `loc` was dropped (overwritten, deleted, recached, flushed): its record
     /// no longer counts as live, unless its page was recycled meanwhile (already counted).
     pub fn release(&self, loc: &Loc) {
-        if !self.current(loc) {
-            return;
-        }
         let sub = |a: &AtomicU64, n: u64| {
             let _ = a.fetch_update(Relaxed, Relaxed, |v| Some(v.saturating_sub(n)));
         };
+        if !self.current(loc) {
+            sub(&self.sh.stale, 1);
+            return;
+        }
         sub(&self.sh.live_objects[loc.page as usize], 1);
         sub(&self.sh.live_bytes[loc.page as usize], u64::from(loc.len));
     }
@@ -516,18 +566,18 @@ impl Flash {
             }
         }
         out.resize(loc.len as usize, 0);
-        let at = loc.page as u64 * sh.page_size as u64 + u64::from(loc.off);
+        let (file, at) = sh.at(loc.page, u64::from(loc.off));
         let mut got = 0;
         if nowait {
             // All of it from the page cache, or nothing: a short count (part cached, or
             // the end of a truncated file) is left to the read that may wait.
-            if cached_read(&sh.file, out, at) != Some(out.len()) {
+            if cached_read(file, out, at) != Some(out.len()) {
                 return Ok(None);
             }
             got = out.len();
         }
         while got < out.len() {
-            match sh.file.read_at(&mut out[got..], at + got as u64) {
+            match file.read_at(&mut out[got..], at + got as u64) {
                 Ok(0) => break,
                 Ok(n) => got += n,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
@@ -548,29 +598,39 @@ impl Flash {
         Ok(Some(gen))
     }
 
-    /// The page to compact now, if any (with its generation): while few never-written pages
-    /// are left (`compact_under`), the oldest full page whose dead share reaches `max_frag`
-    /// and that still holds live records. Copying those out (`Store::maintain`) leaves the
-    /// page with none, so it is the next one reused, before any page with live records is.
+    /// The page to compact now, if any (with its generation), by memcached's rule
+    /// (storage.c `storage_compact_check`): while at most `compact_under` pages are free, the
+    /// oldest full page that still holds live records and whose live bytes are below
+    /// `page size × max_frag × (1 − free pages / pages)` (the fewer pages free, the fuller a
+    /// page may be and still be compacted). Copying those out (`Store::maintain`) leaves the
+    /// page with none: free, and the next one reused before any page with live records is.
     pub fn compaction_victim(&self) -> Option<(u32, u16)> {
         let sh = &*self.sh;
         let w = sh.w.lock();
-        let under = self.cfg.compact_under.unwrap_or(sh.gens.len() / 4);
-        if w.free.len() > under {
+        let pages = sh.gens.len() as u128;
+        let free = self.free_pages(&w);
+        if free > self.tune.compact_under(sh.gens.len()) {
             return None;
         }
-        let page = sh.page_size as u64;
+        // live < page × (permille / 1000) × (pages − free) / pages, in integers.
+        let limit = sh.page_size as u128 * u128::from(self.tune.max_frag_permille()) * (pages - free as u128);
         w.full.iter().copied().find(|&p| {
-            let live = sh.live_bytes[p as usize].load(Relaxed);
-            sh.live_objects[p as usize].load(Relaxed) > 0
-                && (page - live.min(page)) * 1000 >= page * u64::from(self.cfg.max_frag_permille)
+            let live = u128::from(sh.live_bytes[p as usize].load(Relaxed));
+            sh.live_objects[p as usize].load(Relaxed) > 0 && live * 1000 * pages < limit
         })
         .map(|p| (p, sh.gens[p as usize].load(Relaxed) as u16))
     }
 
+    /// Pages free: never written, or full with no live record left (memcached frees a page
+    /// when its last object goes; here it waits in `full` until reused, first of all).
+    fn free_pages(&self, w: &Writes) -> usize {
+        let sh = &*self.sh;
+        w.free.len() + w.full.iter().filter(|&&p| sh.live_objects[p as usize].load(Relaxed) == 0).count()
+    }
+
     /// Counts a flash hit; true when this one should bring its item back to RAM.
     pub fn recache_due(&self) -> bool {
-        let rate = u64::from(self.cfg.recache_rate);
+        let rate = u64::from(self.tune.recache_rate());
         rate != 0 && (self.hits.fetch_add(1, Relaxed) + 1).is_multiple_of(rate)
     }
 
@@ -603,7 +663,7 @@ impl Flash {
         let get = |a: &AtomicU64| a.load(Relaxed);
         let w = sh.w.lock();
         let pages = sh.gens.len() as u64;
-        st.pages_free = w.free.len() as u64;
+        st.pages_free = self.free_pages(&w) as u64;
         st.pages_used = pages - st.pages_free;
         st.io_queue = w.queue.len() as u64;
         drop(w);
@@ -655,8 +715,9 @@ fn write_loop(sh: &Shared) {
     loop {
         if let Some(b) = w.queue.front().cloned() {
             drop(w);
-            let at = b.page as u64 * sh.page_size as u64 + b.at as u64;
-            if sh.file.write_all_at(&b.data, at).is_err() {
+            // A buffer lies within one page, so within one file.
+            let (file, at) = sh.at(b.page, b.at as u64);
+            if file.write_all_at(&b.data, at).is_err() {
                 // The records stay unreadable (verification rejects what is there).
                 sh.c.io_errors.fetch_add(1, Relaxed);
             }
@@ -673,6 +734,15 @@ fn write_loop(sh: &Shared) {
             return;
         }
         sh.wake.wait(&mut w);
+    }
+}
+
+impl Shared {
+    /// The file holding `page` and the offset in it of byte `off` of that page.
+    fn at(&self, page: u32, off: u64) -> (&File, u64) {
+        let i = self.files.partition_point(|&(_, first)| first <= page) - 1;
+        let (file, first) = &self.files[i];
+        (file, u64::from(page - first) * self.page_size as u64 + off)
     }
 }
 

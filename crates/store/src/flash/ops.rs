@@ -86,7 +86,7 @@ impl Shard {
     /// next pass goes on), so one pass holds the shard lock for at most the buffers' bytes.
     pub(crate) fn age_out(&mut self, env: &Env<'_>, now: Time) {
         let Some(f) = env.flash else { return };
-        let age = f.cfg.item_age;
+        let age = f.tune.item_age();
         if age == crate::DEFAULT_ITEM_AGE {
             return;
         }
@@ -170,5 +170,29 @@ impl Shard {
             v = self.segs.next_of(v);
         }
         (n, bytes)
+    }
+}
+
+impl crate::Store {
+    /// For `add`: whether `key` is a live flashed item, read and checked but left on flash
+    /// (memcached's `add` of an existing key does not bring its value back to RAM either; the
+    /// other modes that need the old value promote it). A copy that fails verification or
+    /// has expired is dropped, as a get would.
+    pub(crate) fn flashed_live(&self, h: u64, key: &[u8], now: Time) -> bool {
+        if self.flash.is_none() {
+            return false;
+        }
+        for _ in 0..crate::FLASH_RETRIES {
+            let found = self.with_shard(h, now, |s, env| match s.find(env, h, key, now) {
+                Found::Flash { fref, .. } => Some(fref),
+                _ => None,
+            });
+            let Some(fref) = found else { return false };
+            match self.read_flash(&fref, key) {
+                Ok(v) if v.exp() == 0 || v.exp() > now => return true,
+                _ => self.forget_flash(key, &fref, now),
+            }
+        }
+        false
     }
 }
