@@ -1,15 +1,23 @@
 //! The bytes of a migration, with no sockets: reading `lru_crawler metadump` lines, writing the
-//! meta get that fetches an item and the meta set that stores it, and reading their replies.
+//! gets and meta gets that fetch items and the meta set that stores them, and reading their
+//! replies.
 //!
 //! ```text
-//!   source:       lru_crawler metadump hash  ->  key=<%XX-encoded> exp=<unix|-1> la=.. ..\n ... END\r\n
+//!   source:       lru_crawler metadump hash  ->  key=<%XX-encoded> exp=<unix|-1> la=.. cas=<n> ..\n ... END\r\n
+//!                 gets <key> <key> ...       ->  (VALUE <key> <flags> <len> <cas>\r\n<data>\r\n)* END\r\n
 //!                 mg <key> v f t u           ->  VA <len> f<flags> t<remaining|-1>\r\n<data>\r\n | EN\r\n
 //!   destination:  ms <key> <len> T<ttl> F<flags> ME q\r\n<data>\r\n ... mn\r\n
 //!                                            ->  (nothing when stored) NS (key exists) | <error> ... MN\r\n
 //! ```
 //!
-//! The get's `u` leaves the source's LRU and hit marks as they were: the copy is not a client's
-//! read (and it spares the source the bump). The destination's store is meta `ms` in mode E
+//! A key the listing gave with its CAS and expiry is fetched in a multi-key `gets`: one command
+//! per batch costs memcached about 0.5 us less per key than one `mg` each. An answer with the
+//! listed CAS is the item listed (any store gives a new CAS), so the listing's moment of expiry
+//! is its TTL; with another CAS the key is fetched again with `mg`. (A touch changes an item's
+//! expiry but not its CAS: one between the listing and the fetch is not seen, as one after
+//! the fetch is not.) The meta get, for keys the text protocol cannot name, for listings
+//! without CAS or expiry, and in fleet mode: its `u` leaves the source's LRU and hit marks as
+//! they were, the copy is not a client's read (a gets marks an item fetched). The destination's store is meta `ms` in mode E
 //! ("add"): it stores only when the key is absent, so a value a client wrote to the destination
 //! while the copy ran is never replaced by the older copy. The set is quiet (`q`): the
 //! destination answers only the sets it did not store, and an `mn` after each run of sets says
@@ -28,9 +36,10 @@ pub const RELATIVE_TTL_LIMIT: i64 = 60 * 60 * 24 * 30;
 /// One line of a metadump.
 #[derive(Debug, PartialEq, Eq)]
 pub enum DumpLine {
-    /// An item: its key was decoded into the caller's buffer. (The other fields are not read:
-    /// the fetch tells whether the item still lives, and its TTL as of then.)
-    Item,
+    /// An item: its key was decoded into the caller's buffer. `exp` (a Unix time, -1 for
+    /// never) and `cas` as of the listing, when the line has them: an item fetched later with
+    /// the same CAS was not stored again since, so the listing's moment of expiry is its own.
+    Item { exp: Option<i64>, cas: Option<u64> },
     /// The end of the dump.
     End,
     /// The server refused the dump (`BUSY ...`, `ERROR ...`): its line.
@@ -61,7 +70,15 @@ pub fn parse_dump_line(line: &[u8], key: &mut Vec<u8>) -> Result<DumpLine, Strin
     if enc.is_empty() || !url_decode(enc, key) {
         return Err(bad());
     }
-    Ok(DumpLine::Item)
+    let (mut exp, mut cas) = (None, None);
+    for field in rest[enc.len()..].split(|&b| b == b' ') {
+        if let Some(v) = field.strip_prefix(b"exp=") {
+            exp = signed(v);
+        } else if let Some(v) = field.strip_prefix(b"cas=") {
+            cas = digits(v);
+        }
+    }
+    Ok(DumpLine::Item { exp, cas })
 }
 
 /// `%XX` escapes as memcached writes keys in a metadump; false on a broken escape.
@@ -91,8 +108,9 @@ fn url_decode(enc: &[u8], out: &mut Vec<u8>) -> bool {
     true
 }
 
-/// Whether the meta protocol takes `key` as it is (else it travels base64-encoded).
-fn plain_key(key: &[u8]) -> bool {
+/// Whether the text and meta protocols take `key` as it is (else it travels base64-encoded,
+/// in a meta get).
+pub fn plain_key(key: &[u8]) -> bool {
     !key.is_empty() && key.len() <= MAX_KEY && key.iter().all(|&b| b > b' ' && b != 0x7f)
 }
 
@@ -128,6 +146,99 @@ pub fn push_get(req: &mut Vec<u8>, key: &[u8]) -> KeyRef {
         b" v f t u\r\n"
     });
     KeyRef { start, len, base64 }
+}
+
+/// Starts a batch's multi-key `gets` line; [`push_gets_key`] adds its keys.
+pub const GETS: &[u8] = b"gets";
+
+/// Append one plain key ([`plain_key`]) to the `gets` line being written at the end of `req`.
+pub fn push_gets_key(req: &mut Vec<u8>, key: &[u8]) -> KeyRef {
+    req.push(b' ');
+    let start = req.len() as u32;
+    req.extend_from_slice(key);
+    KeyRef {
+        start,
+        len: key.len() as u32,
+        base64: false,
+    }
+}
+
+/// One answer line of a `gets`, with its value.
+#[derive(Debug, PartialEq, Eq)]
+pub enum ValueReply {
+    /// `END`: the keys not answered are gone.
+    End,
+    /// `key`, `data`: ranges of the buffer given to [`parse_value_reply`].
+    Value {
+        key: std::ops::Range<usize>,
+        flags: u32,
+        cas: u64,
+        data: std::ops::Range<usize>,
+    },
+}
+
+/// Read one `VALUE <key> <flags> <bytes> <cas>` answer (or the `END`) from the front of `buf`:
+/// `Ok(None)` until it is all there, else the answer and the bytes it took.
+pub fn parse_value_reply(buf: &[u8]) -> Result<Option<(ValueReply, usize)>, String> {
+    let Some(eol) = memchr::memmem::find(buf, b"\r\n") else {
+        return Ok(None);
+    };
+    let line = &buf[..eol];
+    let bad = || {
+        format!(
+            "unexpected reply to gets: {:?}",
+            String::from_utf8_lossy(line)
+        )
+    };
+    if line == b"END" {
+        return Ok(Some((ValueReply::End, eol + 2)));
+    }
+    let rest = line.strip_prefix(b"VALUE ").ok_or_else(bad)?;
+    let mut toks = rest.split(|&b| b == b' ');
+    let key = toks.next().filter(|k| !k.is_empty()).ok_or_else(bad)?;
+    let flags = toks
+        .next()
+        .and_then(digits)
+        .and_then(|n| u32::try_from(n).ok())
+        .ok_or_else(bad)?;
+    let len = toks
+        .next()
+        .and_then(digits)
+        .and_then(|n| usize::try_from(n).ok())
+        .ok_or_else(bad)?;
+    let cas = toks.next().and_then(digits).ok_or_else(bad)?;
+    if toks.next().is_some() {
+        return Err(bad());
+    }
+    let key = 6..6 + key.len();
+    let start = eol + 2;
+    let end = start + len;
+    if buf.len() < end + 2 {
+        return Ok(None);
+    }
+    if &buf[end..end + 2] != b"\r\n" {
+        return Err(bad());
+    }
+    Ok(Some((
+        ValueReply::Value {
+            key,
+            flags,
+            cas,
+            data: start..end,
+        },
+        end + 2,
+    )))
+}
+
+/// The TTL left, as a meta get's `t` says it (-1: never expires), of an item that a listing
+/// gave `exp` (its Unix time of expiry, -1 for never) at the time `now`. An item the source
+/// still served is live: at least 0 left, though its clock and ours differ by a second.
+pub fn listed_ttl(exp: i64, now: i64) -> i64 {
+    if exp < 0 {
+        -1
+    } else {
+        (exp - now).max(0)
+    }
 }
 
 /// A meta get's answer.
@@ -286,11 +397,20 @@ mod tests {
     fn reads_metadump_lines_of_memcached_and_mnemod() {
         let mut k = Vec::new();
         let l = b"key=a%20b%25c exp=1795785306 la=1795785206 cas=1 fetch=yes cls=1 size=67";
-        assert_eq!(parse_dump_line(l, &mut k), Ok(DumpLine::Item));
+        assert_eq!(
+            parse_dump_line(l, &mut k),
+            Ok(DumpLine::Item {
+                exp: Some(1795785306),
+                cas: Some(1)
+            })
+        );
         assert_eq!(k, b"a b%c");
         assert_eq!(
             parse_dump_line(b"key=x exp=-1 la=1 cas=2 fetch=no cls=1 size=6", &mut k),
-            Ok(DumpLine::Item)
+            Ok(DumpLine::Item {
+                exp: Some(-1),
+                cas: Some(2)
+            })
         );
         assert_eq!(k, b"x");
         assert_eq!(parse_dump_line(b"END\r", &mut k), Ok(DumpLine::End));
@@ -302,8 +422,69 @@ mod tests {
         );
         assert!(parse_dump_line(b"key=%zz exp=-1", &mut k).is_err());
         assert!(parse_dump_line(b"key= exp=-1", &mut k).is_err());
-        assert_eq!(parse_dump_line(b"key=bare", &mut k), Ok(DumpLine::Item));
+        let unknown = DumpLine::Item {
+            exp: None,
+            cas: None,
+        };
+        assert_eq!(parse_dump_line(b"key=bare", &mut k), Ok(unknown));
         assert_eq!(k, b"bare");
+        // Fields that do not read as numbers are as good as missing: the item's TTL is fetched.
+        let odd = parse_dump_line(b"key=y exp=soon cas=-3 la=1", &mut k);
+        assert_eq!(
+            odd,
+            Ok(DumpLine::Item {
+                exp: None,
+                cas: None
+            })
+        );
+    }
+
+    #[test]
+    fn gets_lines_and_their_answers() {
+        let mut req = GETS.to_vec();
+        let a = push_gets_key(&mut req, b"user:1");
+        let b = push_gets_key(&mut req, b"k");
+        assert_eq!(req, b"gets user:1 k");
+        assert_eq!((a.token(&req), b.token(&req)), (&b"user:1"[..], &b"k"[..]));
+        let r = b"VALUE user:1 7 3 42\r\nabc\r\nEND\r\n";
+        let (v, n) = parse_value_reply(r).unwrap().unwrap();
+        assert_eq!(
+            v,
+            ValueReply::Value {
+                key: 6..12,
+                flags: 7,
+                cas: 42,
+                data: 21..24
+            }
+        );
+        assert_eq!(&r[6..12], b"user:1");
+        assert_eq!(
+            parse_value_reply(&r[n..]).unwrap(),
+            Some((ValueReply::End, 5))
+        );
+        for cut in 0..n {
+            assert_eq!(parse_value_reply(&r[..cut]).unwrap(), None, "cut at {cut}");
+        }
+        for bad in [
+            &b"VALUE k 1 3\r\n"[..],
+            b"VALUE k 1 3 4 5\r\n",
+            b"VALUE  1 3 4\r\n",
+            b"VALUE k -1 3 4\r\n",
+            b"VALUE k 1 x 4\r\n",
+            b"SERVER_ERROR out of memory\r\n",
+            b"VALUE k 1 1 4\r\nab\r\n",
+        ] {
+            assert!(parse_value_reply(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn listed_ttls_count_from_now() {
+        assert_eq!(listed_ttl(-1, 1000), -1);
+        assert_eq!(listed_ttl(1100, 1000), 100);
+        // Due now or a second ago by our clock, yet served: 0 left, stored for 1 s.
+        assert_eq!(listed_ttl(999, 1000), 0);
+        assert_eq!(dest_ttl(listed_ttl(999, 1000), 1000), 1);
     }
 
     #[test]
