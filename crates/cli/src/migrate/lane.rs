@@ -184,6 +184,8 @@ pub type KeySet = HashSet<u64, BuildHasherDefault<IdHasher>>;
 pub struct Job<'a> {
     pub source: String,
     pub dests: Vec<String>,
+    /// How each destination is written to.
+    pub stores: Vec<wire::Store>,
     pub route: &'a (dyn Fn(&[u8]) -> Route + Sync),
     pub lanes: usize,
     pub batch: usize,
@@ -228,7 +230,7 @@ pub fn run(job: &Job, c: &Counters) -> Result<(), MigrateError> {
             let rx = rx.clone();
             let errors = &errors;
             s.spawn(move || {
-                if let Err(e) = lane(&job.source, &job.dests, src, dests, &rx, c) {
+                if let Err(e) = lane(job, src, dests, &rx, c) {
                     errors.lock().unwrap().push(e);
                 }
             });
@@ -349,13 +351,13 @@ fn read_dump(
 
 /// One lane: threads A, B and the Cs, until the batches run out or a connection fails.
 fn lane(
-    src_addr: &str,
-    dest_addrs: &[String],
+    job: &Job,
     src: TcpStream,
     dests: Vec<TcpStream>,
     rx: &Mutex<Receiver<Batch>>,
     c: &Counters,
 ) -> Result<(), MigrateError> {
+    let (src_addr, dest_addrs, stores) = (&job.source[..], &job.dests[..], &job.stores[..]);
     let src_io = |e| MigrateError::Io(src_addr.to_owned(), e);
     let src_r = src.try_clone().map_err(src_io)?;
     let mut dest_w = Vec::new();
@@ -391,9 +393,13 @@ fn lane(
             .into_iter()
             .zip(from_bs)
             .enumerate()
-            .map(|(d, (conn, from_b))| s.spawn(move || tally(&dest_addrs[d], conn, from_b, c)))
+            .map(|(d, (conn, from_b))| {
+                s.spawn(move || tally(&dest_addrs[d], stores[d], conn, from_b, c))
+            })
             .collect();
-        let b = fetch_and_store(src_addr, dest_addrs, src_r, dest_w, from_a, to_cs, c);
+        let b = fetch_and_store(
+            src_addr, dest_addrs, stores, src_r, dest_w, from_a, to_cs, c,
+        );
         // B is done (or failed): closing the source connection wakes an A stuck in a write.
         let a = a.join().unwrap();
         let cs: Vec<_> = cs.into_iter().map(|h| h.join().unwrap()).collect();
@@ -406,6 +412,7 @@ fn lane(
 fn fetch_and_store(
     src_addr: &str,
     dest_addrs: &[String],
+    stores: &[wire::Store],
     src: TcpStream,
     mut dests: Vec<TcpStream>,
     from_a: Receiver<Batch>,
@@ -418,13 +425,14 @@ fn fetch_and_store(
         // A connection for the keys stored again since listed, opened when one is.
         let mut again: Option<(TcpStream, ReadBuf)> = None;
         let mut refetch = Vec::new();
+        let mut scratch = Vec::new();
         for batch in from_a.iter() {
             let d = batch.dest;
             // Long TTLs become Unix times as of the fetch.
             let now = super::unix_now();
             let (mut sets, mut gone, mut bytes) = (0usize, 0u64, 0u64);
             let mut flush = |out: &mut Vec<u8>, sets: &mut usize| -> Result<(), MigrateError> {
-                out.extend_from_slice(wire::SYNC);
+                out.extend_from_slice(stores[d].sync());
                 dests[d]
                     .write_all(out)
                     .map_err(|e| MigrateError::Io(dest_addrs[d].clone(), e))?;
@@ -440,7 +448,14 @@ fn fetch_and_store(
                              ttl: i64,
                              v: &[u8]|
              -> Result<(), MigrateError> {
-                wire::push_set(out, k, &batch.req, flags, wire::dest_ttl(ttl, now), v);
+                let ttl = wire::dest_ttl(ttl, now);
+                match stores[d] {
+                    wire::Store::Meta => wire::push_set(out, k, &batch.req, flags, ttl, v),
+                    wire::Store::Binary => {
+                        let key = wire::raw_key(k, &batch.req, &mut scratch);
+                        wire::push_addq(out, key, flags, ttl, v)
+                    }
+                }
                 *sets += 1;
                 bytes += v.len() as u64;
                 if out.len() >= FLUSH_BYTES {
@@ -570,11 +585,12 @@ fn read_get_reply(
 /// Thread C: count the destination's answers to the sets B wrote.
 fn tally(
     addr: &str,
+    store: wire::Store,
     conn: TcpStream,
     from_b: Receiver<usize>,
     c: &Counters,
 ) -> Result<(), MigrateError> {
-    let r = tally_replies(addr, &conn, from_b, c);
+    let r = tally_replies(addr, store, &conn, from_b, c);
     if r.is_err() {
         // B must not stay blocked writing sets nobody reads the answers to.
         let _ = conn.shutdown(std::net::Shutdown::Both);
@@ -584,6 +600,7 @@ fn tally(
 
 fn tally_replies(
     addr: &str,
+    store: wire::Store,
     conn: &TcpStream,
     from_b: Receiver<usize>,
     c: &Counters,
@@ -594,7 +611,11 @@ fn tally_replies(
         let (mut answered, mut exists, mut failed) = (0usize, 0u64, 0u64);
         loop {
             let (reply, used) = loop {
-                match wire::parse_set_reply(inb.data()) {
+                let parsed = match store {
+                    wire::Store::Meta => Ok(wire::parse_set_reply(inb.data())),
+                    wire::Store::Binary => wire::parse_bin_reply(inb.data()),
+                };
+                match parsed.map_err(|l| MigrateError::Protocol(addr.to_owned(), l))? {
                     Some(r) => break r,
                     None => inb.fill(conn, addr)?,
                 }

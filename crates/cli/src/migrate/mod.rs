@@ -226,6 +226,7 @@ fn migrate(hash_tags: bool, args: &MigrateArgs) -> Result<bool, MigrateError> {
                     let job = lane::Job {
                         source: p.source.clone(),
                         dests: p.dests.clone(),
+                        stores: p.dests.iter().map(|d| store_for(d)).collect(),
                         route: &*p.route,
                         lanes: usize::from(args.connections),
                         batch: args.batch as usize,
@@ -264,6 +265,29 @@ fn migrate(hash_tags: bool, args: &MigrateArgs) -> Result<bool, MigrateError> {
         eprintln!("mnemo migrate: first refused item: {f}");
     }
     Ok(c.failed.load(Relaxed) == 0)
+}
+
+/// How to write to a destination: binary quiet adds where its `stats settings` say it takes
+/// either protocol on a connection (memcached's and mnemod's default), else quiet meta sets
+/// (`-B ascii`; or `binary`, which wants SASL first).
+fn store_for(addr: &str) -> wire::Store {
+    let binary = (|| {
+        let mut conn = lane::connect(addr).ok()?;
+        conn.write_all(b"stats settings\r\n").ok()?;
+        let mut r = BufReader::new(conn);
+        let mut line = String::new();
+        let mut auto = false;
+        while r.read_line(&mut line).ok()? > 0 && line.starts_with("STAT ") {
+            auto |= line.trim_end() == "STAT binding_protocol auto-negotiate";
+            line.clear();
+        }
+        Some(auto)
+    })();
+    if binary == Some(true) {
+        wire::Store::Binary
+    } else {
+        wire::Store::Meta
+    }
 }
 
 /// `stats` curr_items of a server.

@@ -364,6 +364,99 @@ pub fn push_set(out: &mut Vec<u8>, key: KeyRef, req: &[u8], flags: u32, ttl: i64
 /// Ends a run of quiet sets: its answer, `MN`, follows the answers of the sets before it.
 pub const SYNC: &[u8] = b"mn\r\n";
 
+/// How a destination is written to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Store {
+    /// Quiet meta sets in add mode ([`push_set`]), [`SYNC`] after each run.
+    Meta,
+    /// Binary protocol quiet adds ([`push_addq`]), [`BIN_NOOP`] after each run: the same
+    /// write, which costs mnemod about 40% fewer instructions than the meta set (callgrind:
+    /// 2,225 against 3,657 per 100-byte item), for a server that speaks binary.
+    Binary,
+}
+
+impl Store {
+    /// What ends a run of sets.
+    pub fn sync(self) -> &'static [u8] {
+        match self {
+            Store::Meta => SYNC,
+            Store::Binary => &BIN_NOOP,
+        }
+    }
+}
+
+const BIN_REQUEST: u8 = 0x80;
+const BIN_RESPONSE: u8 = 0x81;
+const OP_ADDQ: u8 = 0x12;
+const OP_NOOP: u8 = 0x0a;
+const STATUS_KEY_EXISTS: u16 = 0x0002;
+const BIN_HEADER: usize = 24;
+
+/// A binary no-op: its answer follows the answers of the quiet adds before it.
+pub const BIN_NOOP: [u8; BIN_HEADER] = {
+    let mut h = [0; BIN_HEADER];
+    h[0] = BIN_REQUEST;
+    h[1] = OP_NOOP;
+    h
+};
+
+/// Append the binary quiet add of one item to `out`: `key` as it is (the binary protocol
+/// names any key), `ttl` as [`dest_ttl`] gives it.
+pub fn push_addq(out: &mut Vec<u8>, key: &[u8], flags: u32, ttl: i64, data: &[u8]) {
+    let body = 8 + key.len() + data.len();
+    out.extend_from_slice(&[BIN_REQUEST, OP_ADDQ]);
+    out.extend_from_slice(&(key.len() as u16).to_be_bytes());
+    // Extras length, data type, vbucket.
+    out.extend_from_slice(&[8, 0, 0, 0]);
+    out.extend_from_slice(&(body as u32).to_be_bytes());
+    // Opaque and CAS.
+    out.extend_from_slice(&[0; 12]);
+    out.extend_from_slice(&flags.to_be_bytes());
+    out.extend_from_slice(&u32::try_from(ttl.max(0)).unwrap_or(u32::MAX).to_be_bytes());
+    out.extend_from_slice(key);
+    out.extend_from_slice(data);
+}
+
+/// The key a batch's request names as `key`, as it is (base64 decoded).
+pub fn raw_key<'a>(key: KeyRef, req: &'a [u8], scratch: &'a mut Vec<u8>) -> &'a [u8] {
+    let token = key.token(req);
+    if !key.base64 {
+        return token;
+    }
+    scratch.clear();
+    // Written by push_get from the key's bytes: it decodes.
+    let _ = base64::engine::general_purpose::STANDARD.decode_vec(token, scratch);
+    scratch
+}
+
+/// Read one binary answer from the front of `buf`: `Ok(None)` until it is all there.
+pub fn parse_bin_reply(buf: &[u8]) -> Result<Option<(SetReply, usize)>, String> {
+    if buf.len() < BIN_HEADER {
+        return Ok(None);
+    }
+    if buf[0] != BIN_RESPONSE {
+        return Err(format!(
+            "not a binary answer: {:?}",
+            String::from_utf8_lossy(&buf[..BIN_HEADER])
+        ));
+    }
+    let status = u16::from_be_bytes([buf[6], buf[7]]);
+    let body = u32::from_be_bytes([buf[8], buf[9], buf[10], buf[11]]) as usize;
+    let Some(whole) = buf.get(..BIN_HEADER + body) else {
+        return Ok(None);
+    };
+    let r = match (buf[1], status) {
+        (OP_NOOP, _) => SetReply::Synced,
+        (_, 0) => SetReply::Stored,
+        (_, STATUS_KEY_EXISTS) => SetReply::Exists,
+        (_, s) => SetReply::Failed(format!(
+            "binary status 0x{s:04x}: {}",
+            String::from_utf8_lossy(&whole[BIN_HEADER..]).trim()
+        )),
+    };
+    Ok(Some((r, whole.len())))
+}
+
 /// An answer on the destination connection.
 #[derive(Debug, PartialEq, Eq)]
 pub enum SetReply {
@@ -547,6 +640,51 @@ mod tests {
             }
         );
         assert!(parse_get_reply(b"VA 2 f1\r\nabc\r\n").is_err());
+    }
+
+    #[test]
+    fn binary_quiet_adds_and_their_answers() {
+        let mut out = Vec::new();
+        push_addq(&mut out, b"k y", 7, 100, b"xyz");
+        let mut want = vec![0x80, 0x12, 0, 3, 8, 0, 0, 0, 0, 0, 0, 14];
+        want.extend_from_slice(&[0; 12]);
+        want.extend_from_slice(&[0, 0, 0, 7, 0, 0, 0, 100]);
+        want.extend_from_slice(b"k yxyz");
+        assert_eq!(out, want);
+        let mut req = Vec::new();
+        let (odd, plain) = (push_get(&mut req, b"k y"), push_get(&mut req, b"kz"));
+        let mut scratch = Vec::new();
+        assert_eq!(raw_key(odd, &req, &mut scratch), b"k y");
+        assert_eq!(raw_key(plain, &req, &mut scratch), b"kz");
+        let answer = |op: u8, status: u16, body: &[u8]| {
+            let mut h = vec![0x81, op, 0, 0, 0, 0];
+            h.extend_from_slice(&status.to_be_bytes());
+            h.extend_from_slice(&(body.len() as u32).to_be_bytes());
+            h.extend_from_slice(&[0; 12]);
+            h.extend_from_slice(body);
+            h
+        };
+        assert_eq!(
+            parse_bin_reply(&answer(0x0a, 0, b"")).unwrap(),
+            Some((SetReply::Synced, 24))
+        );
+        assert_eq!(
+            parse_bin_reply(&answer(0x12, 2, b"Data exists for key.")).unwrap(),
+            Some((SetReply::Exists, 44))
+        );
+        let big = answer(0x12, 3, b"Too large.");
+        assert_eq!(
+            parse_bin_reply(&big).unwrap(),
+            Some((
+                SetReply::Failed("binary status 0x0003: Too large.".into()),
+                34
+            ))
+        );
+        for cut in 0..big.len() {
+            assert_eq!(parse_bin_reply(&big[..cut]).unwrap(), None, "cut at {cut}");
+        }
+        assert!(parse_bin_reply(b"SERVER_ERROR out of memory\r\n").is_err());
+        assert_eq!(BIN_NOOP[..2], [0x80, 0x0a]);
     }
 
     #[test]
