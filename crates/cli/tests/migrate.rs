@@ -275,6 +275,13 @@ fn mnemod_into_memcached() {
     copies_everything(&Server::mnemod(&[]), &Server::memcached(&[]));
 }
 
+/// A source without CAS (`-C`) lists every item with CAS 0, which cannot show a change: its
+/// items are fetched with meta gets, which say their TTL.
+#[test]
+fn memcached_without_cas_into_mnemod() {
+    copies_everything(&Server::memcached(&["-C"]), &Server::mnemod(&[]));
+}
+
 /// A destination that takes only the text protocols gets quiet meta sets, not binary adds.
 #[test]
 fn mnemod_into_memcached_that_speaks_only_text() {

@@ -75,7 +75,8 @@ pub fn parse_dump_line(line: &[u8], key: &mut Vec<u8>) -> Result<DumpLine, Strin
         if let Some(v) = field.strip_prefix(b"exp=") {
             exp = signed(v);
         } else if let Some(v) = field.strip_prefix(b"cas=") {
-            cas = digits(v);
+            // A server without CAS (`-C`) says 0 for every item: that tells no change apart.
+            cas = digits(v).filter(|&c| c != 0);
         }
     }
     Ok(DumpLine::Item { exp, cas })
@@ -521,6 +522,13 @@ mod tests {
         };
         assert_eq!(parse_dump_line(b"key=bare", &mut k), Ok(unknown));
         assert_eq!(k, b"bare");
+        assert_eq!(
+            parse_dump_line(b"key=z exp=-1 la=1 cas=0 fetch=no", &mut k),
+            Ok(DumpLine::Item {
+                exp: Some(-1),
+                cas: None
+            })
+        );
         // Fields that do not read as numbers are as good as missing: the item's TTL is fetched.
         let odd = parse_dump_line(b"key=y exp=soon cas=-3 la=1", &mut k);
         assert_eq!(
