@@ -3,11 +3,12 @@
 //!
 //! ```text
 //!   dump thread            lane 1..N (each: threads A, B and one C per destination)
-//!   metadump ──batches──►  A: writes the batch's mg requests to its source connection
+//!   metadump ──batches──►  A: writes the batch's gets line and mg requests to its source
 //!   (keys routed to          │ batch
 //!    a destination)          ▼
-//!                          B: reads the mg replies, writes quiet ms (mode E) and an mn to the
-//!                            │ batch's destination
+//!                          B: reads the replies, writes quiet ms (mode E) and an mn to the
+//!                            │ batch's destination (keys stored again at the source since
+//!                            │ listed: fetched once more by mg, on B's own connection)
 //!                            │ count of sets written
 //!                            ▼
 //!                          C: reads the destination's answers up to the MN, tallies them
@@ -25,7 +26,7 @@
 //! deadlock if the dump waited on the lanes (it did, with bounded batches: 106,496 of
 //! 1,000,000 items copied, then nothing for 60 s).
 
-use super::wire::{self, DumpLine, GetReply, KeyRef, SetReply};
+use super::wire::{self, DumpLine, GetReply, KeyRef, SetReply, ValueReply};
 use super::{Counters, MigrateError};
 use std::collections::HashSet;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -46,20 +47,70 @@ const IN_FLIGHT: usize = 4;
 const BUSY_RETRIES: u32 = 100;
 const BUSY_WAIT: Duration = Duration::from_millis(100);
 
-/// Keys for one destination, as the mg requests that fetch them.
+/// Keys for one destination, as the requests that fetch them: one `gets` line for the keys
+/// listed with their CAS and moment of expiry, then a meta get for each other key.
 pub struct Batch {
     pub dest: usize,
+    /// The `gets` line (once [`Batch::seal`]ed: with its line end), then the meta gets.
     pub req: Vec<u8>,
+    /// The keys of the `gets` line, in its order.
+    pub gets: Vec<Listed>,
+    /// The keys of the meta gets, in their order.
     pub keys: Vec<KeyRef>,
+    /// The meta gets, until [`Batch::seal`] puts them after the `gets` line.
+    mg: Vec<u8>,
+}
+
+/// A key of a `gets` line and what its listing said.
+#[derive(Clone, Copy)]
+pub struct Listed {
+    pub key: KeyRef,
+    /// Unix time of expiry, -1 for never.
+    pub exp: i64,
+    pub cas: u64,
 }
 
 impl Batch {
     fn new(dest: usize, size: usize) -> Batch {
         Batch {
             dest,
-            req: Vec::with_capacity(size * 32),
-            keys: Vec::with_capacity(size),
+            req: Vec::with_capacity(size * 16),
+            gets: Vec::with_capacity(size),
+            keys: Vec::new(),
+            mg: Vec::new(),
         }
+    }
+
+    fn len(&self) -> usize {
+        self.gets.len() + self.keys.len()
+    }
+
+    /// Add a key: to the `gets` line when the listing gave its CAS and expiry and the text
+    /// protocol can name it, else as a meta get (which says the TTL left itself).
+    fn push(&mut self, key: &[u8], listed: Option<(i64, u64)>) {
+        match listed {
+            Some((exp, cas)) if wire::plain_key(key) => {
+                if self.gets.is_empty() {
+                    self.req.extend_from_slice(wire::GETS);
+                }
+                let key = wire::push_gets_key(&mut self.req, key);
+                self.gets.push(Listed { key, exp, cas });
+            }
+            _ => self.keys.push(wire::push_get(&mut self.mg, key)),
+        }
+    }
+
+    /// End the `gets` line and put the meta gets after it: the requests as they are sent.
+    fn seal(mut self) -> Batch {
+        if !self.gets.is_empty() {
+            self.req.extend_from_slice(b"\r\n");
+        }
+        let shift = self.req.len() as u32;
+        for k in &mut self.keys {
+            k.start += shift;
+        }
+        self.req.append(&mut self.mg);
+        self
     }
 }
 
@@ -133,6 +184,8 @@ pub type KeySet = HashSet<u64, BuildHasherDefault<IdHasher>>;
 pub struct Job<'a> {
     pub source: String,
     pub dests: Vec<String>,
+    /// How each destination is written to.
+    pub stores: Vec<wire::Store>,
     pub route: &'a (dyn Fn(&[u8]) -> Route + Sync),
     pub lanes: usize,
     pub batch: usize,
@@ -140,6 +193,9 @@ pub struct Job<'a> {
     pub second_listing: bool,
     /// How many keys the source holds (its curr_items), to size the set of listed keys.
     pub expect: usize,
+    /// Fetch the keys a listing gave a CAS and an expiry with multi-key `gets` (marks them
+    /// fetched at the source) rather than `mg ... u` (leaves them as they were).
+    pub multiget: bool,
 }
 
 pub fn connect(addr: &str) -> Result<TcpStream, MigrateError> {
@@ -174,7 +230,7 @@ pub fn run(job: &Job, c: &Counters) -> Result<(), MigrateError> {
             let rx = rx.clone();
             let errors = &errors;
             s.spawn(move || {
-                if let Err(e) = lane(&job.source, &job.dests, src, dests, &rx, c) {
+                if let Err(e) = lane(job, src, dests, &rx, c) {
                     errors.lock().unwrap().push(e);
                 }
             });
@@ -246,7 +302,7 @@ fn read_dump(
                 w.write_all(walk.command()).map_err(io)?;
             }
             DumpLine::Refused(l) => return Err(MigrateError::DumpRefused(addr.clone(), l)),
-            DumpLine::Item => {
+            DumpLine::Item { exp, cas } => {
                 match &mut listing {
                     Listing::Only | Listing::First(_) => {
                         if let Listing::First(seen) = &mut listing {
@@ -265,11 +321,10 @@ fn read_dump(
                 match (job.route)(&key) {
                     Route::Copy(d) => {
                         let b = &mut batches[d];
-                        let k = wire::push_get(&mut b.req, &key);
-                        b.keys.push(k);
-                        if b.keys.len() >= job.batch {
+                        b.push(&key, exp.zip(cas).filter(|_| job.multiget));
+                        if b.len() >= job.batch {
                             let full = std::mem::replace(b, Batch::new(d, job.batch));
-                            if tx.send(full).is_err() {
+                            if tx.send(full.seal()).is_err() {
                                 // Every lane has stopped: its error is the one to report.
                                 return Ok(());
                             }
@@ -287,7 +342,7 @@ fn read_dump(
     }
     c.listed.fetch_add(listed % 1024, Relaxed);
     for b in batches {
-        if !b.keys.is_empty() && tx.send(b).is_err() {
+        if b.len() > 0 && tx.send(b.seal()).is_err() {
             break;
         }
     }
@@ -296,13 +351,13 @@ fn read_dump(
 
 /// One lane: threads A, B and the Cs, until the batches run out or a connection fails.
 fn lane(
-    src_addr: &str,
-    dest_addrs: &[String],
+    job: &Job,
     src: TcpStream,
     dests: Vec<TcpStream>,
     rx: &Mutex<Receiver<Batch>>,
     c: &Counters,
 ) -> Result<(), MigrateError> {
+    let (src_addr, dest_addrs, stores) = (&job.source[..], &job.dests[..], &job.stores[..]);
     let src_io = |e| MigrateError::Io(src_addr.to_owned(), e);
     let src_r = src.try_clone().map_err(src_io)?;
     let mut dest_w = Vec::new();
@@ -338,9 +393,13 @@ fn lane(
             .into_iter()
             .zip(from_bs)
             .enumerate()
-            .map(|(d, (conn, from_b))| s.spawn(move || tally(&dest_addrs[d], conn, from_b, c)))
+            .map(|(d, (conn, from_b))| {
+                s.spawn(move || tally(&dest_addrs[d], stores[d], conn, from_b, c))
+            })
             .collect();
-        let b = fetch_and_store(src_addr, dest_addrs, src_r, dest_w, from_a, to_cs, c);
+        let b = fetch_and_store(
+            src_addr, dest_addrs, stores, src_r, dest_w, from_a, to_cs, c,
+        );
         // B is done (or failed): closing the source connection wakes an A stuck in a write.
         let a = a.join().unwrap();
         let cs: Vec<_> = cs.into_iter().map(|h| h.join().unwrap()).collect();
@@ -348,11 +407,12 @@ fn lane(
     })
 }
 
-/// Thread B: mg replies in, ms requests out.
+/// Thread B: gets and mg replies in, ms requests out.
 #[allow(clippy::too_many_arguments)]
 fn fetch_and_store(
     src_addr: &str,
     dest_addrs: &[String],
+    stores: &[wire::Store],
     src: TcpStream,
     mut dests: Vec<TcpStream>,
     from_a: Receiver<Batch>,
@@ -362,13 +422,17 @@ fn fetch_and_store(
     let result = (|| {
         let mut inb = ReadBuf::new();
         let mut out = Vec::with_capacity(FLUSH_BYTES + (1 << 16));
+        // A connection for the keys stored again since listed, opened when one is.
+        let mut again: Option<(TcpStream, ReadBuf)> = None;
+        let mut refetch = Vec::new();
+        let mut scratch = Vec::new();
         for batch in from_a.iter() {
             let d = batch.dest;
             // Long TTLs become Unix times as of the fetch.
             let now = super::unix_now();
             let (mut sets, mut gone, mut bytes) = (0usize, 0u64, 0u64);
             let mut flush = |out: &mut Vec<u8>, sets: &mut usize| -> Result<(), MigrateError> {
-                out.extend_from_slice(wire::SYNC);
+                out.extend_from_slice(stores[d].sync());
                 dests[d]
                     .write_all(out)
                     .map_err(|e| MigrateError::Io(dest_addrs[d].clone(), e))?;
@@ -377,34 +441,116 @@ fn fetch_and_store(
                 let _ = to_cs[d].send(std::mem::take(sets));
                 Ok(())
             };
-            for &k in &batch.keys {
-                let (reply, used) = loop {
-                    let parsed = wire::parse_get_reply(inb.data())
-                        .map_err(|l| MigrateError::Protocol(src_addr.to_owned(), l))?;
-                    match parsed {
-                        Some(r) => break r,
-                        None => inb.fill(&src, src_addr)?,
+            let mut store = |out: &mut Vec<u8>,
+                             sets: &mut usize,
+                             k: KeyRef,
+                             flags: u32,
+                             ttl: i64,
+                             v: &[u8]|
+             -> Result<(), MigrateError> {
+                let ttl = wire::dest_ttl(ttl, now);
+                match stores[d] {
+                    wire::Store::Meta => wire::push_set(out, k, &batch.req, flags, ttl, v),
+                    wire::Store::Binary => {
+                        let key = wire::raw_key(k, &batch.req, &mut scratch);
+                        wire::push_addq(out, key, flags, ttl, v)
                     }
-                };
+                }
+                *sets += 1;
+                bytes += v.len() as u64;
+                if out.len() >= FLUSH_BYTES {
+                    flush(out, sets)?;
+                }
+                Ok(())
+            };
+            // The gets line: the answers come in the keys' order, and a key not answered is
+            // gone. One with the listed CAS was not stored since: the listing's expiry holds.
+            if !batch.gets.is_empty() {
+                let mut next = 0;
+                loop {
+                    let (reply, used) = loop {
+                        let parsed = wire::parse_value_reply(inb.data())
+                            .map_err(|l| MigrateError::Protocol(src_addr.to_owned(), l))?;
+                        match parsed {
+                            Some(r) => break r,
+                            None => inb.fill(&src, src_addr)?,
+                        }
+                    };
+                    let ValueReply::Value {
+                        key,
+                        flags,
+                        cas,
+                        data,
+                    } = reply
+                    else {
+                        inb.consume(used);
+                        break;
+                    };
+                    let name = &inb.data()[key];
+                    let skipped = batch.gets[next..]
+                        .iter()
+                        .position(|l| l.key.token(&batch.req) == name)
+                        .ok_or_else(|| {
+                            MigrateError::Protocol(
+                                src_addr.to_owned(),
+                                format!(
+                                    "gets answered {:?}, not asked for",
+                                    String::from_utf8_lossy(name)
+                                ),
+                            )
+                        })?;
+                    gone += skipped as u64;
+                    let l = batch.gets[next + skipped];
+                    next += skipped + 1;
+                    if l.cas == cas {
+                        let ttl = wire::listed_ttl(l.exp, now);
+                        store(&mut out, &mut sets, l.key, flags, ttl, &inb.data()[data])?;
+                    } else {
+                        refetch.push(l.key);
+                    }
+                    inb.consume(used);
+                }
+                gone += (batch.gets.len() - next) as u64;
+            }
+            for &k in &batch.keys {
+                let (reply, used) = read_get_reply(&mut inb, &src, src_addr)?;
                 match reply {
                     GetReply::Miss => gone += 1,
                     GetReply::Hit { flags, ttl, data } => {
-                        let v = &inb.data()[data];
-                        wire::push_set(&mut out, k, &batch.req, flags, wire::dest_ttl(ttl, now), v);
-                        sets += 1;
-                        bytes += v.len() as u64;
-                        if out.len() >= FLUSH_BYTES {
-                            flush(&mut out, &mut sets)?;
-                        }
+                        store(&mut out, &mut sets, k, flags, ttl, &inb.data()[data])?
                     }
                 }
                 inb.consume(used);
+            }
+            if !refetch.is_empty() {
+                c.refetched.fetch_add(refetch.len() as u64, Relaxed);
+                if again.is_none() {
+                    again = Some((connect(src_addr)?, ReadBuf::new()));
+                }
+                let (conn, rb) = again.as_mut().unwrap();
+                let mut req = Vec::new();
+                for k in &refetch {
+                    wire::push_get(&mut req, k.token(&batch.req));
+                }
+                let mut w: &TcpStream = conn;
+                w.write_all(&req).map_err(src_io_err(src_addr))?;
+                for &k in &refetch {
+                    let (reply, used) = read_get_reply(rb, conn, src_addr)?;
+                    match reply {
+                        GetReply::Miss => gone += 1,
+                        GetReply::Hit { flags, ttl, data } => {
+                            store(&mut out, &mut sets, k, flags, ttl, &rb.data()[data])?
+                        }
+                    }
+                    rb.consume(used);
+                }
+                refetch.clear();
             }
             if sets > 0 {
                 flush(&mut out, &mut sets)?;
             }
             c.gone.fetch_add(gone, Relaxed);
-            c.fetched.fetch_add(batch.keys.len() as u64 - gone, Relaxed);
+            c.fetched.fetch_add(batch.len() as u64 - gone, Relaxed);
             c.bytes.fetch_add(bytes, Relaxed);
         }
         Ok(())
@@ -416,14 +562,35 @@ fn fetch_and_store(
     result
 }
 
+fn src_io_err(addr: &str) -> impl Fn(std::io::Error) -> MigrateError + '_ {
+    move |e| MigrateError::Io(addr.to_owned(), e)
+}
+
+/// The next meta get answer on `conn`, read into `inb` as far as needed.
+fn read_get_reply(
+    inb: &mut ReadBuf,
+    conn: &TcpStream,
+    addr: &str,
+) -> Result<(GetReply, usize), MigrateError> {
+    loop {
+        let parsed = wire::parse_get_reply(inb.data())
+            .map_err(|l| MigrateError::Protocol(addr.to_owned(), l))?;
+        match parsed {
+            Some(r) => return Ok(r),
+            None => inb.fill(conn, addr)?,
+        }
+    }
+}
+
 /// Thread C: count the destination's answers to the sets B wrote.
 fn tally(
     addr: &str,
+    store: wire::Store,
     conn: TcpStream,
     from_b: Receiver<usize>,
     c: &Counters,
 ) -> Result<(), MigrateError> {
-    let r = tally_replies(addr, &conn, from_b, c);
+    let r = tally_replies(addr, store, &conn, from_b, c);
     if r.is_err() {
         // B must not stay blocked writing sets nobody reads the answers to.
         let _ = conn.shutdown(std::net::Shutdown::Both);
@@ -433,6 +600,7 @@ fn tally(
 
 fn tally_replies(
     addr: &str,
+    store: wire::Store,
     conn: &TcpStream,
     from_b: Receiver<usize>,
     c: &Counters,
@@ -443,7 +611,11 @@ fn tally_replies(
         let (mut answered, mut exists, mut failed) = (0usize, 0u64, 0u64);
         loop {
             let (reply, used) = loop {
-                match wire::parse_set_reply(inb.data()) {
+                let parsed = match store {
+                    wire::Store::Meta => Ok(wire::parse_set_reply(inb.data())),
+                    wire::Store::Binary => wire::parse_bin_reply(inb.data()),
+                };
+                match parsed.map_err(|l| MigrateError::Protocol(addr.to_owned(), l))? {
                     Some(r) => break r,
                     None => inb.fill(conn, addr)?,
                 }

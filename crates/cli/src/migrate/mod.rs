@@ -9,9 +9,10 @@
 //!
 //! Each source lists its keys with `lru_crawler metadump hash` (a walk of its hash table that
 //! lists every item once), or on a source without it `metadump all` twice (the second listing
-//! copies what the first passed over: lane.rs, `Walk`, `Listing`); each key is fetched with a
-//! meta get that leaves the source's LRU as it was (value, flags and the TTL left, as of the
-//! fetch) and stored with a quiet meta set in add mode, keeping the TTL's moment of expiry. What a cache does with items that change meanwhile:
+//! copies what the first passed over: lane.rs, `Walk`, `Listing`); the keys are fetched with
+//! multi-key gets (value, flags, and a CAS that says whether the listing's expiry still holds:
+//! wire.rs) or, where that cannot work and in fleet mode, with a meta get that leaves the
+//! source's LRU as it was (value, flags and the TTL left, as of the fetch); each is stored with a quiet meta set in add mode, keeping the TTL's moment of expiry. What a cache does with items that change meanwhile:
 //! * expired, evicted or deleted at the source before the fetch: not copied ("gone");
 //! * already on the destination (a client wrote it there since): kept, not overwritten ("kept");
 //! * changed at the source after the fetch: the copy has the fetched value. Switch the clients
@@ -106,6 +107,9 @@ pub struct Counters {
     pub exists: AtomicU64,
     /// Listed but no longer at the source when fetched.
     pub gone: AtomicU64,
+    /// Stored again at the source between their listing and their fetch (another CAS):
+    /// fetched once more with a meta get, for the TTL they have now.
+    pub refetched: AtomicU64,
     /// Refused by the destination (too large, out of memory, ...).
     pub failed: AtomicU64,
     pub first_failure: Mutex<Option<String>>,
@@ -200,6 +204,7 @@ fn migrate(hash_tags: bool, args: &MigrateArgs) -> Result<bool, MigrateError> {
     let total: u64 = items.iter().sum();
     let start = Instant::now();
     let done = AtomicBool::new(false);
+    let fleet = args.from_servers.is_some();
     let tty = !args.quiet && unsafe { libc::isatty(2) } == 1;
     let result = std::thread::scope(|s| {
         if tty {
@@ -221,11 +226,15 @@ fn migrate(hash_tags: bool, args: &MigrateArgs) -> Result<bool, MigrateError> {
                     let job = lane::Job {
                         source: p.source.clone(),
                         dests: p.dests.clone(),
+                        stores: p.dests.iter().map(|d| store_for(d)).collect(),
                         route: &*p.route,
                         lanes: usize::from(args.connections),
                         batch: args.batch as usize,
                         second_listing: !args.one_listing,
                         expect: expect as usize,
+                        // A fleet's old servers stay in service: their moved keys must not
+                        // look read (a multi-get would mark them, and keep them longer).
+                        multiget: !fleet,
                     };
                     lane::run(&job, c)
                 })
@@ -239,7 +248,6 @@ fn migrate(hash_tags: bool, args: &MigrateArgs) -> Result<bool, MigrateError> {
         r
     });
     let elapsed = start.elapsed();
-    let fleet = args.from_servers.is_some();
     let from = args
         .from
         .as_deref()
@@ -257,6 +265,29 @@ fn migrate(hash_tags: bool, args: &MigrateArgs) -> Result<bool, MigrateError> {
         eprintln!("mnemo migrate: first refused item: {f}");
     }
     Ok(c.failed.load(Relaxed) == 0)
+}
+
+/// How to write to a destination: binary quiet adds where its `stats settings` say it takes
+/// either protocol on a connection (memcached's and mnemod's default), else quiet meta sets
+/// (`-B ascii`; or `binary`, which wants SASL first).
+fn store_for(addr: &str) -> wire::Store {
+    let binary = (|| {
+        let mut conn = lane::connect(addr).ok()?;
+        conn.write_all(b"stats settings\r\n").ok()?;
+        let mut r = BufReader::new(conn);
+        let mut line = String::new();
+        let mut auto = false;
+        while r.read_line(&mut line).ok()? > 0 && line.starts_with("STAT ") {
+            auto |= line.trim_end() == "STAT binding_protocol auto-negotiate";
+            line.clear();
+        }
+        Some(auto)
+    })();
+    if binary == Some(true) {
+        wire::Store::Binary
+    } else {
+        wire::Store::Meta
+    }
 }
 
 /// `stats` curr_items of a server.
@@ -311,6 +342,10 @@ fn summary(c: &Counters, from: &str, to: &str, fleet: bool, t: Duration) -> Stri
     s += &format!(
         "  fetched  {fetched} items, {}\n",
         mb(c.bytes.load(Relaxed))
+    );
+    s += &format!(
+        "  refetched {} (stored again at the source since listed)\n",
+        c.refetched.load(Relaxed)
     );
     s += &format!("  stored   {}\n", c.stored.load(Relaxed));
     s += &format!(

@@ -1,15 +1,23 @@
 //! The bytes of a migration, with no sockets: reading `lru_crawler metadump` lines, writing the
-//! meta get that fetches an item and the meta set that stores it, and reading their replies.
+//! gets and meta gets that fetch items and the meta set that stores them, and reading their
+//! replies.
 //!
 //! ```text
-//!   source:       lru_crawler metadump hash  ->  key=<%XX-encoded> exp=<unix|-1> la=.. ..\n ... END\r\n
+//!   source:       lru_crawler metadump hash  ->  key=<%XX-encoded> exp=<unix|-1> la=.. cas=<n> ..\n ... END\r\n
+//!                 gets <key> <key> ...       ->  (VALUE <key> <flags> <len> <cas>\r\n<data>\r\n)* END\r\n
 //!                 mg <key> v f t u           ->  VA <len> f<flags> t<remaining|-1>\r\n<data>\r\n | EN\r\n
 //!   destination:  ms <key> <len> T<ttl> F<flags> ME q\r\n<data>\r\n ... mn\r\n
 //!                                            ->  (nothing when stored) NS (key exists) | <error> ... MN\r\n
 //! ```
 //!
-//! The get's `u` leaves the source's LRU and hit marks as they were: the copy is not a client's
-//! read (and it spares the source the bump). The destination's store is meta `ms` in mode E
+//! A key the listing gave with its CAS and expiry is fetched in a multi-key `gets`: one command
+//! per batch costs memcached about 0.5 us less per key than one `mg` each. An answer with the
+//! listed CAS is the item listed (any store gives a new CAS), so the listing's moment of expiry
+//! is its TTL; with another CAS the key is fetched again with `mg`. (A touch changes an item's
+//! expiry but not its CAS: one between the listing and the fetch is not seen, as one after
+//! the fetch is not.) The meta get, for keys the text protocol cannot name, for listings
+//! without CAS or expiry, and in fleet mode: its `u` leaves the source's LRU and hit marks as
+//! they were, the copy is not a client's read (a gets marks an item fetched). The destination's store is meta `ms` in mode E
 //! ("add"): it stores only when the key is absent, so a value a client wrote to the destination
 //! while the copy ran is never replaced by the older copy. The set is quiet (`q`): the
 //! destination answers only the sets it did not store, and an `mn` after each run of sets says
@@ -28,9 +36,10 @@ pub const RELATIVE_TTL_LIMIT: i64 = 60 * 60 * 24 * 30;
 /// One line of a metadump.
 #[derive(Debug, PartialEq, Eq)]
 pub enum DumpLine {
-    /// An item: its key was decoded into the caller's buffer. (The other fields are not read:
-    /// the fetch tells whether the item still lives, and its TTL as of then.)
-    Item,
+    /// An item: its key was decoded into the caller's buffer. `exp` (a Unix time, -1 for
+    /// never) and `cas` as of the listing, when the line has them: an item fetched later with
+    /// the same CAS was not stored again since, so the listing's moment of expiry is its own.
+    Item { exp: Option<i64>, cas: Option<u64> },
     /// The end of the dump.
     End,
     /// The server refused the dump (`BUSY ...`, `ERROR ...`): its line.
@@ -61,7 +70,23 @@ pub fn parse_dump_line(line: &[u8], key: &mut Vec<u8>) -> Result<DumpLine, Strin
     if enc.is_empty() || !url_decode(enc, key) {
         return Err(bad());
     }
-    Ok(DumpLine::Item)
+    // Field by field, each cut at its space by memchr (not a walk over every byte): this runs
+    // once per key, on the dump thread that feeds all the lanes. exp and cas come before the
+    // rest in memcached's and mnemod's lines.
+    let (mut exp, mut cas) = (None, None);
+    let mut tail = &rest[enc.len()..];
+    while let Some(f) = tail.strip_prefix(b" ") {
+        let (v, next) = f.split_at(memchr::memchr(b' ', f).unwrap_or(f.len()));
+        if let Some(e) = v.strip_prefix(b"exp=") {
+            exp = signed(e);
+        } else if let Some(c) = v.strip_prefix(b"cas=") {
+            // A server without CAS (`-C`) says 0 for every item: that tells no change apart.
+            cas = digits(c).filter(|&c| c != 0);
+            break;
+        }
+        tail = next;
+    }
+    Ok(DumpLine::Item { exp, cas })
 }
 
 /// `%XX` escapes as memcached writes keys in a metadump; false on a broken escape.
@@ -91,8 +116,9 @@ fn url_decode(enc: &[u8], out: &mut Vec<u8>) -> bool {
     true
 }
 
-/// Whether the meta protocol takes `key` as it is (else it travels base64-encoded).
-fn plain_key(key: &[u8]) -> bool {
+/// Whether the text and meta protocols take `key` as it is (else it travels base64-encoded,
+/// in a meta get).
+pub fn plain_key(key: &[u8]) -> bool {
     !key.is_empty() && key.len() <= MAX_KEY && key.iter().all(|&b| b > b' ' && b != 0x7f)
 }
 
@@ -128,6 +154,100 @@ pub fn push_get(req: &mut Vec<u8>, key: &[u8]) -> KeyRef {
         b" v f t u\r\n"
     });
     KeyRef { start, len, base64 }
+}
+
+/// Starts a batch's multi-key `gets` line; [`push_gets_key`] adds its keys.
+pub const GETS: &[u8] = b"gets";
+
+/// Append one plain key ([`plain_key`]) to the `gets` line being written at the end of `req`.
+pub fn push_gets_key(req: &mut Vec<u8>, key: &[u8]) -> KeyRef {
+    req.push(b' ');
+    let start = req.len() as u32;
+    req.extend_from_slice(key);
+    KeyRef {
+        start,
+        len: key.len() as u32,
+        base64: false,
+    }
+}
+
+/// One answer line of a `gets`, with its value.
+#[derive(Debug, PartialEq, Eq)]
+pub enum ValueReply {
+    /// `END`: the keys not answered are gone.
+    End,
+    /// `key`, `data`: ranges of the buffer given to [`parse_value_reply`].
+    Value {
+        key: std::ops::Range<usize>,
+        flags: u32,
+        cas: u64,
+        data: std::ops::Range<usize>,
+    },
+}
+
+/// Read one `VALUE <key> <flags> <bytes> <cas>` answer (or the `END`) from the front of `buf`:
+/// `Ok(None)` until it is all there, else the answer and the bytes it took.
+pub fn parse_value_reply(buf: &[u8]) -> Result<Option<(ValueReply, usize)>, String> {
+    let Some(nl) = memchr::memchr(b'\n', buf) else {
+        return Ok(None);
+    };
+    let line = &buf[..nl];
+    let bad = || {
+        format!(
+            "unexpected reply to gets: {:?}",
+            String::from_utf8_lossy(line)
+        )
+    };
+    let line = line.strip_suffix(b"\r").ok_or_else(bad)?;
+    let eol = line.len();
+    if line == b"END" {
+        return Ok(Some((ValueReply::End, eol + 2)));
+    }
+    let rest = line.strip_prefix(b"VALUE ").ok_or_else(bad)?;
+    // The key up to its space, then three numbers read in one pass each.
+    let a = memchr::memchr(b' ', rest)
+        .filter(|&a| a > 0)
+        .ok_or_else(bad)?;
+    let key = &rest[..a];
+    let (flags, n1) = number(&rest[a + 1..]).ok_or_else(bad)?;
+    let flags = u32::try_from(flags).map_err(|_| bad())?;
+    let rest = &rest[a + 1 + n1..];
+    let (len, n2) = rest.strip_prefix(b" ").and_then(number).ok_or_else(bad)?;
+    let len = usize::try_from(len).map_err(|_| bad())?;
+    let rest = &rest[1 + n2..];
+    let (cas, n3) = rest.strip_prefix(b" ").and_then(number).ok_or_else(bad)?;
+    if rest.len() != 1 + n3 {
+        return Err(bad());
+    }
+    let key = 6..6 + key.len();
+    let start = eol + 2;
+    let end = start + len;
+    if buf.len() < end + 2 {
+        return Ok(None);
+    }
+    if &buf[end..end + 2] != b"\r\n" {
+        return Err(bad());
+    }
+    Ok(Some((
+        ValueReply::Value {
+            key,
+            flags,
+            cas,
+            data: start..end,
+        },
+        end + 2,
+    )))
+}
+
+/// The TTL left, as a meta get's `t` says it (-1: never expires), of an item that a listing
+/// gave `exp` (its Unix time of expiry, -1 for never) at the time `now`. An item the source
+/// still served is live: at least 0 left, though its clock and ours differ by a second.
+pub fn listed_ttl(exp: i64, now: i64) -> i64 {
+    if exp < 0 {
+        -1
+    } else {
+        (exp - now).max(0)
+    }
 }
 
 /// A meta get's answer.
@@ -211,6 +331,13 @@ fn digits(b: &[u8]) -> Option<u64> {
     })
 }
 
+/// The decimal number (1 to 19 digits) at the front of `b` and how many bytes it took: it
+/// ends at the first byte that is not a digit.
+fn number(b: &[u8]) -> Option<(u64, usize)> {
+    let n = b.iter().take(20).take_while(|d| d.is_ascii_digit()).count();
+    digits(&b[..n]).map(|v| (v, n))
+}
+
 /// [`digits`] with an optional minus sign (`t-1`: never expires).
 fn signed(b: &[u8]) -> Option<i64> {
     match b.strip_prefix(b"-") {
@@ -253,6 +380,99 @@ pub fn push_set(out: &mut Vec<u8>, key: KeyRef, req: &[u8], flags: u32, ttl: i64
 /// Ends a run of quiet sets: its answer, `MN`, follows the answers of the sets before it.
 pub const SYNC: &[u8] = b"mn\r\n";
 
+/// How a destination is written to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Store {
+    /// Quiet meta sets in add mode ([`push_set`]), [`SYNC`] after each run.
+    Meta,
+    /// Binary protocol quiet adds ([`push_addq`]), [`BIN_NOOP`] after each run: the same
+    /// write, which costs mnemod about 40% fewer instructions than the meta set (callgrind:
+    /// 2,225 against 3,657 per 100-byte item), for a server that speaks binary.
+    Binary,
+}
+
+impl Store {
+    /// What ends a run of sets.
+    pub fn sync(self) -> &'static [u8] {
+        match self {
+            Store::Meta => SYNC,
+            Store::Binary => &BIN_NOOP,
+        }
+    }
+}
+
+const BIN_REQUEST: u8 = 0x80;
+const BIN_RESPONSE: u8 = 0x81;
+const OP_ADDQ: u8 = 0x12;
+const OP_NOOP: u8 = 0x0a;
+const STATUS_KEY_EXISTS: u16 = 0x0002;
+const BIN_HEADER: usize = 24;
+
+/// A binary no-op: its answer follows the answers of the quiet adds before it.
+pub const BIN_NOOP: [u8; BIN_HEADER] = {
+    let mut h = [0; BIN_HEADER];
+    h[0] = BIN_REQUEST;
+    h[1] = OP_NOOP;
+    h
+};
+
+/// Append the binary quiet add of one item to `out`: `key` as it is (the binary protocol
+/// names any key), `ttl` as [`dest_ttl`] gives it.
+pub fn push_addq(out: &mut Vec<u8>, key: &[u8], flags: u32, ttl: i64, data: &[u8]) {
+    let body = 8 + key.len() + data.len();
+    out.extend_from_slice(&[BIN_REQUEST, OP_ADDQ]);
+    out.extend_from_slice(&(key.len() as u16).to_be_bytes());
+    // Extras length, data type, vbucket.
+    out.extend_from_slice(&[8, 0, 0, 0]);
+    out.extend_from_slice(&(body as u32).to_be_bytes());
+    // Opaque and CAS.
+    out.extend_from_slice(&[0; 12]);
+    out.extend_from_slice(&flags.to_be_bytes());
+    out.extend_from_slice(&u32::try_from(ttl.max(0)).unwrap_or(u32::MAX).to_be_bytes());
+    out.extend_from_slice(key);
+    out.extend_from_slice(data);
+}
+
+/// The key a batch's request names as `key`, as it is (base64 decoded).
+pub fn raw_key<'a>(key: KeyRef, req: &'a [u8], scratch: &'a mut Vec<u8>) -> &'a [u8] {
+    let token = key.token(req);
+    if !key.base64 {
+        return token;
+    }
+    scratch.clear();
+    // Written by push_get from the key's bytes: it decodes.
+    let _ = base64::engine::general_purpose::STANDARD.decode_vec(token, scratch);
+    scratch
+}
+
+/// Read one binary answer from the front of `buf`: `Ok(None)` until it is all there.
+pub fn parse_bin_reply(buf: &[u8]) -> Result<Option<(SetReply, usize)>, String> {
+    if buf.len() < BIN_HEADER {
+        return Ok(None);
+    }
+    if buf[0] != BIN_RESPONSE {
+        return Err(format!(
+            "not a binary answer: {:?}",
+            String::from_utf8_lossy(&buf[..BIN_HEADER])
+        ));
+    }
+    let status = u16::from_be_bytes([buf[6], buf[7]]);
+    let body = u32::from_be_bytes([buf[8], buf[9], buf[10], buf[11]]) as usize;
+    let Some(whole) = buf.get(..BIN_HEADER + body) else {
+        return Ok(None);
+    };
+    let r = match (buf[1], status) {
+        (OP_NOOP, _) => SetReply::Synced,
+        (_, 0) => SetReply::Stored,
+        (_, STATUS_KEY_EXISTS) => SetReply::Exists,
+        (_, s) => SetReply::Failed(format!(
+            "binary status 0x{s:04x}: {}",
+            String::from_utf8_lossy(&whole[BIN_HEADER..]).trim()
+        )),
+    };
+    Ok(Some((r, whole.len())))
+}
+
 /// An answer on the destination connection.
 #[derive(Debug, PartialEq, Eq)]
 pub enum SetReply {
@@ -286,11 +506,20 @@ mod tests {
     fn reads_metadump_lines_of_memcached_and_mnemod() {
         let mut k = Vec::new();
         let l = b"key=a%20b%25c exp=1795785306 la=1795785206 cas=1 fetch=yes cls=1 size=67";
-        assert_eq!(parse_dump_line(l, &mut k), Ok(DumpLine::Item));
+        assert_eq!(
+            parse_dump_line(l, &mut k),
+            Ok(DumpLine::Item {
+                exp: Some(1795785306),
+                cas: Some(1)
+            })
+        );
         assert_eq!(k, b"a b%c");
         assert_eq!(
             parse_dump_line(b"key=x exp=-1 la=1 cas=2 fetch=no cls=1 size=6", &mut k),
-            Ok(DumpLine::Item)
+            Ok(DumpLine::Item {
+                exp: Some(-1),
+                cas: Some(2)
+            })
         );
         assert_eq!(k, b"x");
         assert_eq!(parse_dump_line(b"END\r", &mut k), Ok(DumpLine::End));
@@ -302,8 +531,76 @@ mod tests {
         );
         assert!(parse_dump_line(b"key=%zz exp=-1", &mut k).is_err());
         assert!(parse_dump_line(b"key= exp=-1", &mut k).is_err());
-        assert_eq!(parse_dump_line(b"key=bare", &mut k), Ok(DumpLine::Item));
+        let unknown = DumpLine::Item {
+            exp: None,
+            cas: None,
+        };
+        assert_eq!(parse_dump_line(b"key=bare", &mut k), Ok(unknown));
         assert_eq!(k, b"bare");
+        assert_eq!(
+            parse_dump_line(b"key=z exp=-1 la=1 cas=0 fetch=no", &mut k),
+            Ok(DumpLine::Item {
+                exp: Some(-1),
+                cas: None
+            })
+        );
+        // Fields that do not read as numbers are as good as missing: the item's TTL is fetched.
+        let odd = parse_dump_line(b"key=y exp=soon cas=-3 la=1", &mut k);
+        assert_eq!(
+            odd,
+            Ok(DumpLine::Item {
+                exp: None,
+                cas: None
+            })
+        );
+    }
+
+    #[test]
+    fn gets_lines_and_their_answers() {
+        let mut req = GETS.to_vec();
+        let a = push_gets_key(&mut req, b"user:1");
+        let b = push_gets_key(&mut req, b"k");
+        assert_eq!(req, b"gets user:1 k");
+        assert_eq!((a.token(&req), b.token(&req)), (&b"user:1"[..], &b"k"[..]));
+        let r = b"VALUE user:1 7 3 42\r\nabc\r\nEND\r\n";
+        let (v, n) = parse_value_reply(r).unwrap().unwrap();
+        assert_eq!(
+            v,
+            ValueReply::Value {
+                key: 6..12,
+                flags: 7,
+                cas: 42,
+                data: 21..24
+            }
+        );
+        assert_eq!(&r[6..12], b"user:1");
+        assert_eq!(
+            parse_value_reply(&r[n..]).unwrap(),
+            Some((ValueReply::End, 5))
+        );
+        for cut in 0..n {
+            assert_eq!(parse_value_reply(&r[..cut]).unwrap(), None, "cut at {cut}");
+        }
+        for bad in [
+            &b"VALUE k 1 3\r\n"[..],
+            b"VALUE k 1 3 4 5\r\n",
+            b"VALUE  1 3 4\r\n",
+            b"VALUE k -1 3 4\r\n",
+            b"VALUE k 1 x 4\r\n",
+            b"SERVER_ERROR out of memory\r\n",
+            b"VALUE k 1 1 4\r\nab\r\n",
+        ] {
+            assert!(parse_value_reply(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn listed_ttls_count_from_now() {
+        assert_eq!(listed_ttl(-1, 1000), -1);
+        assert_eq!(listed_ttl(1100, 1000), 100);
+        // Due now or a second ago by our clock, yet served: 0 left, stored for 1 s.
+        assert_eq!(listed_ttl(999, 1000), 0);
+        assert_eq!(dest_ttl(listed_ttl(999, 1000), 1000), 1);
     }
 
     #[test]
@@ -366,6 +663,51 @@ mod tests {
             }
         );
         assert!(parse_get_reply(b"VA 2 f1\r\nabc\r\n").is_err());
+    }
+
+    #[test]
+    fn binary_quiet_adds_and_their_answers() {
+        let mut out = Vec::new();
+        push_addq(&mut out, b"k y", 7, 100, b"xyz");
+        let mut want = vec![0x80, 0x12, 0, 3, 8, 0, 0, 0, 0, 0, 0, 14];
+        want.extend_from_slice(&[0; 12]);
+        want.extend_from_slice(&[0, 0, 0, 7, 0, 0, 0, 100]);
+        want.extend_from_slice(b"k yxyz");
+        assert_eq!(out, want);
+        let mut req = Vec::new();
+        let (odd, plain) = (push_get(&mut req, b"k y"), push_get(&mut req, b"kz"));
+        let mut scratch = Vec::new();
+        assert_eq!(raw_key(odd, &req, &mut scratch), b"k y");
+        assert_eq!(raw_key(plain, &req, &mut scratch), b"kz");
+        let answer = |op: u8, status: u16, body: &[u8]| {
+            let mut h = vec![0x81, op, 0, 0, 0, 0];
+            h.extend_from_slice(&status.to_be_bytes());
+            h.extend_from_slice(&(body.len() as u32).to_be_bytes());
+            h.extend_from_slice(&[0; 12]);
+            h.extend_from_slice(body);
+            h
+        };
+        assert_eq!(
+            parse_bin_reply(&answer(0x0a, 0, b"")).unwrap(),
+            Some((SetReply::Synced, 24))
+        );
+        assert_eq!(
+            parse_bin_reply(&answer(0x12, 2, b"Data exists for key.")).unwrap(),
+            Some((SetReply::Exists, 44))
+        );
+        let big = answer(0x12, 3, b"Too large.");
+        assert_eq!(
+            parse_bin_reply(&big).unwrap(),
+            Some((
+                SetReply::Failed("binary status 0x0003: Too large.".into()),
+                34
+            ))
+        );
+        for cut in 0..big.len() {
+            assert_eq!(parse_bin_reply(&big[..cut]).unwrap(), None, "cut at {cut}");
+        }
+        assert!(parse_bin_reply(b"SERVER_ERROR out of memory\r\n").is_err());
+        assert_eq!(BIN_NOOP[..2], [0x80, 0x0a]);
     }
 
     #[test]
