@@ -19,9 +19,10 @@
 //! source, B on the source's replies and the destination, C on the destination's replies.
 //! Channels inside a lane are bounded, so memory stays at a few batches per lane. The one from
 //! the dump thread to the lanes is not: the dump is read as fast as the source sends it, and
-//! the keys wait in memory (their bytes and ~40 more each) when the copy is slower. A dump
-//! left unread stalls the source: memcached's hash walk keeps the lock of the bucket it is
-//! in while it waits to send, and a worker thread that needs that lock (for one of the
+//! the keys wait in memory when the copy is slower, as their requests: a key and 33 bytes in a
+//! gets line (space, KeyRef, expiry, CAS), or 25 in a meta get, up to twice that in a grown
+//! buffer. A dump left unread stalls the source: memcached's hash walk keeps the lock of the
+//! bucket it is in while it waits to send, and a worker thread that needs that lock (for one of the
 //! lanes' gets, or any client's request) waits with all its connections. That is a
 //! deadlock if the dump waited on the lanes (it did, with bounded batches: 106,496 of
 //! 1,000,000 items copied, then nothing for 60 s).
@@ -702,5 +703,33 @@ impl ReadBuf {
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => Ok(()),
             Err(e) => Err(MigrateError::Io(addr.to_owned(), e)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_waiting_key_costs_what_the_docs_say() {
+        // The module docs and docs/operators-switching.md count 32 bytes of Listed and 12 of
+        // KeyRef per key waiting for a lane.
+        assert_eq!(std::mem::size_of::<Listed>(), 32);
+        assert_eq!(std::mem::size_of::<KeyRef>(), 12);
+        let mut b = Batch::new(0, 4);
+        b.push(b"k1", Some((-1, 7)));
+        b.push(b"a b", Some((-1, 8)));
+        b.push(b"k2", None);
+        b.push(b"k3", Some((100, 9)));
+        let b = b.seal();
+        assert_eq!(
+            b.req,
+            b"gets k1 k3\r\nmg YSBi b v f t u\r\nmg k2 v f t u\r\n"
+        );
+        let gets: Vec<&[u8]> = b.gets.iter().map(|l| l.key.token(&b.req)).collect();
+        assert_eq!(gets, [&b"k1"[..], b"k3"]);
+        let mgs: Vec<&[u8]> = b.keys.iter().map(|k| k.token(&b.req)).collect();
+        assert_eq!(mgs, [&b"YSBi"[..], b"k2"]);
+        assert_eq!((b.gets[1].exp, b.gets[1].cas, b.len()), (100, 9, 4));
     }
 }
