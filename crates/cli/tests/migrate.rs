@@ -275,6 +275,57 @@ fn mnemod_into_memcached() {
     copies_everything(&Server::mnemod(&[]), &Server::memcached(&[]));
 }
 
+/// Batches of long keys go as several gets lines (each at most 64 KiB), from either server:
+/// one line for these 9,000 keys would be 2.3 MB, more than mnemod takes in a get line.
+#[test]
+fn long_keys_in_large_batches() {
+    for (from, to) in [
+        (Server::memcached(&[]), Server::mnemod(&[])),
+        (Server::mnemod(&[]), Server::memcached(&[])),
+    ] {
+        let items: Vec<Item> = (0..9000u32)
+            .map(|i| {
+                let ttl = if i % 2 == 0 { 0 } else { 500 };
+                (
+                    format!("{i:0>250}").into_bytes(),
+                    i,
+                    ttl,
+                    format!("v{i}").into_bytes(),
+                )
+            })
+            .collect();
+        let mut src = Conn::new(&from.addr());
+        src.set_all(&items);
+        let out = ok(&mnemo(&[
+            "migrate",
+            "--from",
+            &from.addr(),
+            "--to",
+            &to.addr(),
+            "--batch",
+            "9000",
+            "--connections",
+            "1",
+        ]));
+        assert_eq!(
+            (summary(&out, "stored"), summary(&out, "refetched")),
+            (9000, 0),
+            "{} -> {}: {out}",
+            from.name,
+            to.name
+        );
+        let mut dst = Conn::new(&to.addr());
+        for (k, f, t, v) in items.iter().step_by(7) {
+            let (gf, gt, gv) = dst.get(k).unwrap();
+            assert_eq!((gf, &gv), (*f, v));
+            assert!(
+                ttl_close(if *t == 0 { -1 } else { *t }, gt),
+                "{t} became {gt}"
+            );
+        }
+    }
+}
+
 /// A source without CAS (`-C`) lists every item with CAS 0, which cannot show a change: its
 /// items are fetched with meta gets, which say their TTL.
 #[test]

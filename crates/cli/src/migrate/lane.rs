@@ -19,9 +19,10 @@
 //! source, B on the source's replies and the destination, C on the destination's replies.
 //! Channels inside a lane are bounded, so memory stays at a few batches per lane. The one from
 //! the dump thread to the lanes is not: the dump is read as fast as the source sends it, and
-//! the keys wait in memory (their bytes and ~40 more each) when the copy is slower. A dump
-//! left unread stalls the source: memcached's hash walk keeps the lock of the bucket it is
-//! in while it waits to send, and a worker thread that needs that lock (for one of the
+//! the keys wait in memory when the copy is slower, as their requests: a key and 33 bytes in a
+//! gets line (space, KeyRef, expiry, CAS), or 25 in a meta get, up to twice that in a grown
+//! buffer. A dump left unread stalls the source: memcached's hash walk keeps the lock of the
+//! bucket it is in while it waits to send, and a worker thread that needs that lock (for one of the
 //! lanes' gets, or any client's request) waits with all its connections. That is a
 //! deadlock if the dump waited on the lanes (it did, with bounded batches: 106,496 of
 //! 1,000,000 items copied, then nothing for 60 s).
@@ -41,24 +42,31 @@ use std::time::Duration;
 const IO_TIMEOUT: Duration = Duration::from_secs(60);
 /// B writes its buffered sets once they pass this many bytes (large values stay bounded).
 const FLUSH_BYTES: usize = 1 << 20;
+/// A batch's `gets` line is cut into lines of at most this many bytes (or one key).
+const GETS_LINE_MAX: usize = 64 << 10;
 /// Batches in flight between two threads of a lane.
 const IN_FLIGHT: usize = 4;
 /// How often, and how long apart, a dump the crawler is busy for is asked again.
 const BUSY_RETRIES: u32 = 100;
 const BUSY_WAIT: Duration = Duration::from_millis(100);
 
-/// Keys for one destination, as the requests that fetch them: one `gets` line for the keys
+/// Keys for one destination, as the requests that fetch them: `gets` lines for the keys
 /// listed with their CAS and moment of expiry, then a meta get for each other key.
 pub struct Batch {
     pub dest: usize,
-    /// The `gets` line (once [`Batch::seal`]ed: with its line end), then the meta gets.
+    /// The `gets` lines (once [`Batch::seal`]ed: the last with its line end), then the meta
+    /// gets.
     pub req: Vec<u8>,
-    /// The keys of the `gets` line, in its order.
+    /// The keys of the `gets` lines, in their order.
     pub gets: Vec<Listed>,
+    /// Where each `gets` line's keys end in `gets` (the last line's once sealed).
+    pub lines: Vec<usize>,
     /// The keys of the meta gets, in their order.
     pub keys: Vec<KeyRef>,
     /// The meta gets, until [`Batch::seal`] puts them after the `gets` line.
     mg: Vec<u8>,
+    /// Where the open `gets` line starts in `req`.
+    line_start: usize,
 }
 
 /// A key of a `gets` line and what its listing said.
@@ -76,8 +84,10 @@ impl Batch {
             dest,
             req: Vec::with_capacity(size * 16),
             gets: Vec::with_capacity(size),
+            lines: Vec::new(),
             keys: Vec::new(),
             mg: Vec::new(),
+            line_start: 0,
         }
     }
 
@@ -90,7 +100,17 @@ impl Batch {
     fn push(&mut self, key: &[u8], listed: Option<(i64, u64)>) {
         match listed {
             Some((exp, cas)) if wire::plain_key(key) => {
-                if self.gets.is_empty() {
+                // A line is cut before it passes GETS_LINE_MAX bytes: mnemod takes get lines
+                // of up to 2 MB, and a long one costs memcached a buffer of its size.
+                let open = self.lines.last().copied().unwrap_or(0);
+                let line = self.req.len() - self.line_start;
+                // The line with this key and its end must fit.
+                if self.gets.len() > open && line + 1 + key.len() + 2 > GETS_LINE_MAX {
+                    self.req.extend_from_slice(b"\r\n");
+                    self.lines.push(self.gets.len());
+                }
+                if self.gets.len() == self.lines.last().copied().unwrap_or(0) {
+                    self.line_start = self.req.len();
                     self.req.extend_from_slice(wire::GETS);
                 }
                 let key = wire::push_gets_key(&mut self.req, key);
@@ -102,8 +122,9 @@ impl Batch {
 
     /// End the `gets` line and put the meta gets after it: the requests as they are sent.
     fn seal(mut self) -> Batch {
-        if !self.gets.is_empty() {
+        if self.gets.len() > self.lines.last().copied().unwrap_or(0) {
             self.req.extend_from_slice(b"\r\n");
+            self.lines.push(self.gets.len());
         }
         let shift = self.req.len() as u32;
         for k in &mut self.keys {
@@ -463,10 +484,11 @@ fn fetch_and_store(
                 }
                 Ok(())
             };
-            // The gets line: the answers come in the keys' order, and a key not answered is
-            // gone. One with the listed CAS was not stored since: the listing's expiry holds.
-            if !batch.gets.is_empty() {
-                let mut next = 0;
+            // The gets lines: each line's answers come in its keys' order and end with END; a key
+            // not answered is gone. One with the listed CAS was not stored since: the listing's
+            // expiry holds.
+            let mut next = 0;
+            for &end in &batch.lines {
                 loop {
                     let (reply, used) = loop {
                         let parsed = wire::parse_value_reply(inb.data())
@@ -487,7 +509,7 @@ fn fetch_and_store(
                         break;
                     };
                     let name = &inb.data()[key];
-                    let skipped = batch.gets[next..]
+                    let skipped = batch.gets[next..end]
                         .iter()
                         .position(|l| l.key.token(&batch.req) == name)
                         .ok_or_else(|| {
@@ -510,7 +532,8 @@ fn fetch_and_store(
                     }
                     inb.consume(used);
                 }
-                gone += (batch.gets.len() - next) as u64;
+                gone += (end - next) as u64;
+                next = end;
             }
             for &k in &batch.keys {
                 let (reply, used) = read_get_reply(&mut inb, &src, src_addr)?;
@@ -701,6 +724,60 @@ impl ReadBuf {
             }
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => Ok(()),
             Err(e) => Err(MigrateError::Io(addr.to_owned(), e)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_waiting_key_costs_what_the_docs_say() {
+        // The module docs and docs/operators-switching.md count 32 bytes of Listed and 12 of
+        // KeyRef per key waiting for a lane.
+        assert_eq!(std::mem::size_of::<Listed>(), 32);
+        assert_eq!(std::mem::size_of::<KeyRef>(), 12);
+        let mut b = Batch::new(0, 4);
+        b.push(b"k1", Some((-1, 7)));
+        b.push(b"a b", Some((-1, 8)));
+        b.push(b"k2", None);
+        b.push(b"k3", Some((100, 9)));
+        let b = b.seal();
+        assert_eq!(
+            b.req,
+            b"gets k1 k3\r\nmg YSBi b v f t u\r\nmg k2 v f t u\r\n"
+        );
+        let gets: Vec<&[u8]> = b.gets.iter().map(|l| l.key.token(&b.req)).collect();
+        assert_eq!(gets, [&b"k1"[..], b"k3"]);
+        let mgs: Vec<&[u8]> = b.keys.iter().map(|k| k.token(&b.req)).collect();
+        assert_eq!(mgs, [&b"YSBi"[..], b"k2"]);
+        assert_eq!((b.gets[1].exp, b.gets[1].cas, b.len()), (100, 9, 4));
+        assert_eq!(b.lines, [2]);
+        // Long keys: lines are cut before GETS_LINE_MAX, each ends with its own END.
+        let mut b = Batch::new(0, 1024);
+        let key = |i: usize| format!("{i:0>250}").into_bytes();
+        for i in 0..600 {
+            b.push(&key(i), Some((-1, 1)));
+        }
+        let b = b.seal();
+        // "gets", then " " and the key each, then "\r\n".
+        let per_line = (GETS_LINE_MAX - 6) / 251;
+        assert_eq!(b.lines, [per_line, 2 * per_line, 600]);
+        let lines: Vec<&[u8]> = b.req.split_inclusive(|&c| c == b'\n').collect();
+        assert_eq!(lines.len(), 3);
+        for (l, ks) in lines
+            .iter()
+            .zip([0..per_line, per_line..2 * per_line, 2 * per_line..600])
+        {
+            assert!(l.len() <= GETS_LINE_MAX, "{}", l.len());
+            let want: Vec<u8> = [b"gets".to_vec()]
+                .into_iter()
+                .chain(ks.map(|i| [b" ".to_vec(), key(i)].concat()))
+                .chain([b"\r\n".to_vec()])
+                .flatten()
+                .collect();
+            assert_eq!(*l, &want[..]);
         }
     }
 }
