@@ -250,33 +250,21 @@ impl Index {
         let mut handle = self.home(h);
         let mut prev = NONE;
         loop {
-            let mut next = NONE;
-            for i in 0..self.bucket(handle).len() {
-                let s = self.bucket(handle)[i];
-                if s == 0 {
-                    continue;
-                }
-                if s & slot::LINK != 0 {
-                    next = OVF | (s & !slot::LINK);
-                    break;
-                }
-                if slot::tag(s) != tag {
-                    continue;
-                }
-                match visit(s) {
-                    Visit::Match => return Some(Pos { bucket: handle, prev, slot: i as u8 }),
-                    Visit::Skip => {}
-                    Visit::Purge => {
-                        self.bucket_mut(handle)[i] = 0;
-                        self.items -= 1;
-                    }
+            // Each bucket size gets its own fixed-length scan: over a slice of either length
+            // a get hit took 22 more instructions (bench/instructions.sh), with no chain at all.
+            let found = if handle & OVF != 0 {
+                scan(&mut self.overflow[(handle & !OVF) as usize].0, tag, &mut self.items, &mut visit)
+            } else {
+                scan(&mut self.primary[handle as usize], tag, &mut self.items, &mut visit)
+            };
+            match found {
+                Ok(i) => return Some(Pos { bucket: handle, prev, slot: i as u8 }),
+                Err(NONE) => return None,
+                Err(next) => {
+                    prev = handle;
+                    handle = next;
                 }
             }
-            if next == NONE {
-                return None;
-            }
-            prev = handle;
-            handle = next;
         }
     }
 
@@ -316,14 +304,20 @@ impl Index {
     #[inline]
     pub fn candidates(&self, h: u64, chain: bool, mut f: impl FnMut(u64)) -> Option<*const u8> {
         let tag = slot::tag_of_hash(h);
-        let mut b = self.bucket(self.home(h));
-        if chain {
-            let last = b[SLOTS - 1];
-            if last & slot::LINK == 0 {
-                return None;
-            }
-            b = self.bucket(OVF | (last & !slot::LINK));
+        let home = &self.primary[self.home(h) as usize];
+        if !chain {
+            return self.pick(home, tag, &mut f);
         }
+        let last = home[SLOTS - 1];
+        if last & slot::LINK == 0 {
+            return None;
+        }
+        self.pick(&self.overflow[(last & !slot::LINK) as usize].0, tag, &mut f)
+    }
+
+    /// `candidates`' visit of one bucket (fixed length per bucket size, as in `scan`).
+    #[inline(always)]
+    fn pick<const N: usize>(&self, b: &[u64; N], tag: u64, f: &mut impl FnMut(u64)) -> Option<*const u8> {
         let mut next = None;
         for &s in b {
             if s & slot::LINK != 0 {
@@ -558,6 +552,38 @@ impl Index {
         }
         out
     }
+}
+
+/// `find`'s visit of one bucket: Ok(slot) on a match, else Err(the next bucket's handle, or
+/// NONE at the chain's end).
+#[inline(always)]
+fn scan<const N: usize>(
+    b: &mut [u64; N],
+    tag: u64,
+    items: &mut usize,
+    visit: &mut impl FnMut(u64) -> Visit,
+) -> Result<usize, u64> {
+    for (i, e) in b.iter_mut().enumerate() {
+        let s = *e;
+        if s == 0 {
+            continue;
+        }
+        if s & slot::LINK != 0 {
+            return Err(OVF | (s & !slot::LINK));
+        }
+        if slot::tag(s) != tag {
+            continue;
+        }
+        match visit(s) {
+            Visit::Match => return Ok(i),
+            Visit::Skip => {}
+            Visit::Purge => {
+                *e = 0;
+                *items -= 1;
+            }
+        }
+    }
+    Err(NONE)
 }
 
 #[cfg(test)]
