@@ -9,23 +9,30 @@
 //! costs no RSS either.
 //!
 //! Regular segments (power-of-two sizes up to 2 MiB) can come from huge-page chunks instead:
-//! 2 MiB-aligned mappings marked `MADV_HUGEPAGE`, each cut into slots of one size. Why: a
-//! large cache read at random (a multi-get, an fget over 100 keys) misses the TLB on nearly
-//! every item with 4 KiB pages: 750 MB of segments are 190k pages, while 2 MiB pages make them
-//! 375 entries, which the CPU's second-level TLB holds whole. A freed slot is emptied with
-//! `MADV_DONTNEED` (its memory goes back to the OS and reads as zeros again) and kept for the
-//! next segment of its size; the address space itself is never unmapped.
+//! 2 MiB-aligned mappings, each cut into slots of one size. Why: a large cache read at random
+//! (a multi-get, an fget over 100 keys) misses the TLB on nearly every item with 4 KiB pages:
+//! 750 MB of segments are 190k pages, while 2 MiB pages make them 375 entries, which the CPU's
+//! second-level TLB holds whole. A freed slot is emptied with `MADV_DONTNEED` (its memory goes
+//! back to the OS and reads as zeros again) and kept for the next segment of its size; the
+//! address space itself is never unmapped.
 //!
-//! The cost, and why it is paid: a huge page is resident whole from its first write, so each
-//! segment being filled (one per shard and TTL group) holds up to 1 MiB more than it has
-//! written: bench/memory.sh grew 278.6 -> 282.8 MiB (10M small items) and 395.0 -> 404.6 MiB
-//! (2M mixed). Turning only full segments into huge pages (MADV_COLLAPSE from the maintenance
-//! thread) kept RSS as before but cost workload d (100 KB values, churning) 7% of its
-//! throughput against small pages, while huge pages from the first write gave it 7% more (one
-//! fault per 2 MiB instead of 512): 33.6k / 31.3k / 36.1k ops/s, `mnemo bench` d, 10 s runs.
+//! When a slot becomes a huge page: only once it is sealed (its segment is full and no longer
+//! written, `SegBuf::sealed`), which marks it `MADV_HUGEPAGE`; once every slot of a chunk is
+//! marked, khugepaged turns the chunk into one huge page in the background. Until then the
+//! slot is on small pages (`MADV_NOHUGEPAGE`, also where THP is "always"), so a segment
+//! being filled holds only the pages it has written. Why not from the first write, as
+//! a49eb0a did: a huge page is resident whole from its first write, so every active segment
+//! (one per shard, FIFO and TTL group) held up to its whole size unwritten: bench/memory.sh
+//! grew 278.6 -> 282.8 MiB (10M small items) and 395.0 -> 404.6 MiB (2M mixed) with it. The
+//! price: a segment's first write faults once per 4 KiB instead of once per 2 MiB (a49eb0a
+//! measured `mnemo bench` d, 100 KB values churning, 7% faster with first-write huge pages
+//! than with small pages; a synchronous MADV_COLLAPSE per full segment cost it 7% instead),
+//! and a filled chunk reaches the TLB's benefit only after khugepaged's next pass over it.
+//! Once the store is full, eviction recycles resident buffers in place, so neither applies.
 //! ```text
-//!   chunk (2 MiB, aligned, MADV_HUGEPAGE)
-//!   [ slot 0 (1 MiB) | slot 1 (1 MiB) ]     free slots: per size, LIFO
+//!   chunk (2 MiB, aligned)                       a slot is NOHUGEPAGE while free or being
+//!   [ slot 0 (1 MiB) | slot 1 (1 MiB) ]          filled, HUGEPAGE once sealed;
+//!     sealed            active                   free slots: per size, LIFO
 //! ```
 //!
 //! Lent pages. A large item's buffer (`pages`, always a mapping of its own) may be lent to the
@@ -183,6 +190,15 @@ impl SegBuf {
         }
     }
 
+    /// The segment in this buffer is full and will not be written again until it is emptied:
+    /// a huge-page slot may now become part of a huge page (module doc). One madvise call per
+    /// sealed segment; nothing for other buffers.
+    pub fn sealed(&self) {
+        if let SegBuf::Huge { ptr, len } = *self {
+            huge::advise(ptr.as_ptr() as usize, len, libc::MADV_HUGEPAGE);
+        }
+    }
+
     /// `len` zero bytes for a regular segment: a huge-page slot when `huge` and the size
     /// allows one (and the OS gives the chunk), else as `zeroed`.
     pub fn regular(len: usize, huge: bool) -> SegBuf {
@@ -286,6 +302,8 @@ mod huge {
         // drops its pages.
         let rc = unsafe { libc::madvise(ptr.as_ptr().cast(), len, libc::MADV_DONTNEED) };
         debug_assert_eq!(rc, 0);
+        // Its next segment starts on small pages again (module doc).
+        advise(ptr.as_ptr() as usize, len, libc::MADV_NOHUGEPAGE);
         let mut free = FREE.lock();
         if let Some((_, slots)) = free.iter_mut().find(|(l, _)| *l == len) {
             slots.push(ptr.as_ptr() as usize);
@@ -319,11 +337,19 @@ mod huge {
             if tail > 0 {
                 libc::munmap((aligned + CHUNK) as *mut libc::c_void, tail);
             }
-            // A hint: where the kernel has no huge pages (or THP is off) the chunk is simply
-            // backed by small pages.
-            libc::madvise(aligned as *mut libc::c_void, CHUNK, libc::MADV_HUGEPAGE);
         }
+        // Small pages until its slots are sealed (module doc).
+        advise(aligned, CHUNK, libc::MADV_NOHUGEPAGE);
         Some(aligned)
+    }
+
+    /// Marks a slot (or a whole chunk) for or against huge pages. A hint: where the kernel has
+    /// no huge pages (or THP is off, or the VMA count limit refuses the split) the memory
+    /// simply stays on small pages, which is correct, so the result is not checked.
+    pub fn advise(addr: usize, len: usize, advice: libc::c_int) {
+        // SAFETY: (addr, len) is a slot or chunk of a live chunk mapping (never unmapped);
+        // MADV_(NO)HUGEPAGE only changes the VMA's flags, never the contents.
+        unsafe { libc::madvise(addr as *mut libc::c_void, len, advice) };
     }
 }
 
@@ -401,6 +427,41 @@ mod tests {
         let lazy = SegBuf::zeroed(2 * MMAP_MIN);
         assert!(matches!(lazy, SegBuf::Mapped { .. }));
         assert_eq!(resident(&lazy), 0, "an untouched segment tail costs no memory");
+    }
+
+    /// The VmFlags line of the mapping that holds `addr` (/proc/self/smaps).
+    fn vm_flags(addr: usize) -> String {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        let mut inside = false;
+        for line in smaps.lines() {
+            if let Some((range, _)) = line.split_once(' ').filter(|(r, _)| r.contains('-') && !r.ends_with(':')) {
+                let (a, b) = range.split_once('-').unwrap();
+                let (a, b) = (usize::from_str_radix(a, 16).unwrap(), usize::from_str_radix(b, 16).unwrap());
+                inside = (a..b).contains(&addr);
+            } else if inside && line.starts_with("VmFlags:") {
+                return line.to_string();
+            }
+        }
+        panic!("{addr:#x} is not mapped");
+    }
+
+    /// A slot being filled is on small pages (only what was written is resident) and is
+    /// marked for huge pages once sealed; a freed slot is on small pages again.
+    #[test]
+    fn huge_slots_are_small_pages_until_sealed() {
+        let len = huge::CHUNK / 4;
+        let mut a = SegBuf::regular(len, true);
+        assert!(matches!(a, SegBuf::Huge { .. }));
+        let addr = a.as_ptr() as usize;
+        a[0] = 1;
+        a[5000] = 2;
+        assert_eq!(resident(&a), 2, "an unwritten tail of an active segment costs no memory");
+        assert!(vm_flags(addr).contains(" nh"), "{}", vm_flags(addr));
+        a.sealed();
+        let flags = vm_flags(addr);
+        assert!(flags.contains(" hg") && !flags.contains(" nh"), "{flags}");
+        drop(a);
+        assert!(vm_flags(addr).contains(" nh"), "{}", vm_flags(addr));
     }
 
     #[test]

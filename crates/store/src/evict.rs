@@ -459,7 +459,9 @@ impl Shard {
             m.queue
         };
         if self.segs.metas[v as usize].large {
-            self.evict_large(env, now, v, dest.is_some());
+            // A read one gets its chance whoever needs the memory (a writer, or a trim after
+            // the index grew): otherwise when the index happens to grow decides what stays.
+            self.evict_large(env, now, v, true);
             return true;
         }
         let geo = env.geo;

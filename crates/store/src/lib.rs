@@ -8,7 +8,7 @@
 //!                 key --xxh3--> h (64 bits)
 //!   h[56..64] -> shard          h[40..55] -> tag in slot          h[0..] -> index bucket
 //!
-//!   Store ─┬─ Mutex<Shard 0> ─┬─ Index:     [bucket: 8 × u64 slot] ... + overflow chains
+//!   Store ─┬─ Mutex<Shard 0> ─┬─ Index:     [bucket: 8 × u64 slot] ... + chains of [4 × slot]
 //!          ├─ Mutex<Shard 1>  │               slot = tag | freq | segment id | offset
 //!          ├─ ...             ├─ SegTable:  segment 1: [hdr key value][hdr key value]...  (≤ 1 MiB)
 //!          │                  │             segment 2: ...      large item: own buffer (whole pages)

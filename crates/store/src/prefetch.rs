@@ -25,10 +25,11 @@ pub const PREFETCH_HEAD: usize = 128;
 ///   Chain   read the overflow bucket; pull its candidate items and the next bucket (near)
 /// ```
 /// Why the chain: at the index's load (12 items per 8-slot bucket on average) a key sits in
-/// an overflow bucket 4 times in 10 (index.rs's test: 57% home, 31% first overflow, 11%
-/// deeper), and without this stage that lookup took two misses in a row, the bucket's and
-/// then the item's. Measured on seed 001's fget at 1M users: `Index::find` went from 26% to
-/// 12% of the worker's time.
+/// an overflow bucket 4 times in 10 (index.rs's test: 57% home, 18% first overflow, 25%
+/// deeper since overflow buckets hold 4 slots; 31% and 11% with 8), and without this stage
+/// that lookup took two misses in a row, the bucket's and then the item's. Measured on seed
+/// 001's fget at 1M users, with 8-slot overflow buckets: `Index::find` went from 26% to 12%
+/// of the worker's time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Prefetch {
     Bucket,

@@ -32,6 +32,9 @@ impl Shard {
             m.active = false;
             if m.items == 0 && m.state == SegState::Live {
                 env.budget.release(self.segs.retire(old, DeadReason::Expired));
+            } else {
+                // Full: its pages may become a huge page now (buf.rs).
+                m.data.sealed();
             }
         }
         self.active[q][ttl as usize] = id;
