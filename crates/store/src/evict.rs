@@ -9,19 +9,26 @@
 //!   set of a new key ──(ghost remembers it, or under half the mean item size?)──yes──┐
 //!        │ no                                                          v
 //!        v                                                   ┌──── Main FIFO ─────┐
-//!   ┌─ Small FIFO (~1/10 of the segment bytes) ─┐            │ head          tail │
+//!   ┌─ Small FIFO (1/20..1/2 of the segment) ───┐            │ head          tail │
 //!   │ head                                 tail │            └──┬──────────────^──┘
 //!   └──┬────────────────────────────────────────┘               │ evicted:     │ read since written:
 //!      │ evicted: read there? ──yes── copied to Main's tail ────────────────────┤ copied forward,
-//!      │                      └─no─── dropped, key hash -> ghost (if <= 4 KiB)  │ min(freq, 3) - 1
-//!      v                                                        └─ unread: dropped
-//!   ghost: a ring-like table of 32-bit fingerprints, ~half the shard's item count (ghost.rs)
+//!      │                      └─no─── dropped, key hash -> ghost (if <= 4 KiB)  │ min(freq, 2) - 1
+//!      v                                                        └─ unread: dropped, -> ghost
+//!   ghost: a ring-like table of 32-bit fingerprints, ~3/4 of the shard's item count (ghost.rs);
+//!   a key back from it goes to Main and moves Small's share: up if it had left Small, down
+//!   (16x as far) if it had left Main
 //!   large items (own buffers) over 1/5 of the shard's bytes: the oldest large item is the
 //!   victim instead of either head (a large item pushes out large items)
 //! ```
-//! The victim is Small's head while Small holds more than 1 / `SMALL_SHARE` of the shard's
-//! segment bytes (or Main is empty), else Main's head. So one-hit wonders (most of a trace's
-//! keys) leave after a short probation without pushing anything out of Main, a scan cannot
+//! The victim is Small's head while Small holds more than its target share of the shard's
+//! segment bytes (or Main is empty), else Main's head. The share adapts, between 1/20 and 1/2,
+//! as ARC's does (ghost.rs): the ghost also remembers keys Main evicted unread; a key back
+//! from Small's ghost grows Small's share, one back from Main's shrinks it 16 times as fast
+//! (after a popularity shift nothing Main evicts comes back, so Small grows and Main, full of
+//! the old phase's keys, turns over; zipf-shift at 25 MiB, store-level replay: 0.2992 with a
+//! fixed 1/10, 0.2842 adaptive; memcached through the server: 0.2893). So one-hit wonders
+//! (most of a trace's keys) leave after a short probation without pushing anything out of Main, a scan cannot
 //! flush Main, and a key that comes back soon after leaving unread (its set after a look-aside
 //! miss) skips probation. Size awareness, for object hit ratio where sizes differ widely
 //! (memcached's slab classes give each size class its own memory, so a large item only pushes
@@ -48,7 +55,7 @@
 //! ```text
 //!   victim: [a*][b ][c*][d (dead)][e ]      * = read since written (slot freq > 0)
 //!   Main's active segment: [....][a'][c'] .... room ....
-//!   b, e evicted; a, c copied forward with min(freq, 3) - 1 (fifo: freq - 1), CAS kept explicitly
+//!   b, e evicted; a, c copied forward with min(freq, 2) - 1 (fifo: freq - 1), CAS kept explicitly
 //! ```
 //! so items read since they were written survive (S3-FIFO's reinsertion in Main and promotion
 //! out of Small; the FIFO order is by segment). Keepers go to Main's active segment of the
@@ -73,6 +80,7 @@
 //! segment id stays reserved until the last one is gone.
 
 use crate::config::{Eviction, Geometry};
+use crate::ghost::{Left, SPLIT_ONE};
 use crate::index::{slot, Pos};
 use crate::item::{self, NewHeader};
 use crate::segment::{DeadReason, Queue, SegState};
@@ -96,10 +104,6 @@ const LARGE_SECOND_CHANCES: usize = 8;
 /// and 0.4035 / 0.3951 (byte miss 0.4391 / 0.4394, 0.3826 / 0.3826); web12 at 0.5, 1, 2 MiB
 /// 0.4858 / 0.4782, 0.3608 / 0.3558, 0.2269 / 0.2253; orm-night, Zipf, zipf-shift unchanged.
 const LARGE_BAR: u32 = 1;
-
-/// S3-FIFO: the small FIFO gives up its head while it holds more than 1 / SMALL_SHARE of the
-/// shard's segment bytes; otherwise main does.
-const SMALL_SHARE: usize = 10;
 
 /// Size awareness (S3-FIFO only): while large items (own buffers) hold more than
 /// 1 / `LARGE_SHARE` of the shard's buffer bytes, eviction takes the oldest large item rather
@@ -136,12 +140,13 @@ const MAIN_DIRECT: u64 = 2;
 
 /// S3-FIFO: an item copied forward carries at most `REINSERT_CAP - 1` reads into its next
 /// pass (the paper's counter saturates at 3), so an item unread since a phase change leaves
-/// main within two passes rather than up to seven. Replay, miss ratio with 7 / 3 / 2:
-/// zipf-shift at 7 MiB 0.3684 / 0.3527 / 0.3489, at 25 MiB 0.3003 / 0.3003 / 0.3002;
-/// orm-night at 23 / 27 / 34 MiB 0.0208 / 0.0178 / 0.0150 -> 0.0196 / 0.0168 / 0.0143 (2: 0.0200
-/// / 0.0170 / 0.0144); Zipf and mixed sizes unchanged within 0.0011. Under fifo the count just
-/// goes down by one (the policy as it was).
-const REINSERT_CAP: u32 = 3;
+/// main after one more pass rather than up to seven. Replay, miss ratio with 7 / 3 / 2 (fixed
+/// split of 1/10): zipf-shift at 7 MiB 0.3684 / 0.3527 / 0.3489, at 25 MiB 0.3003 / 0.3003 /
+/// 0.3002; orm-night at 23 / 27 / 34 MiB 0.0208 / 0.0178 / 0.0150 -> 0.0196 / 0.0168 / 0.0143
+/// (2: 0.0200 / 0.0170 / 0.0144). With the adaptive split (ghost.rs), 3 / 2: zipf-shift at 7 /
+/// 25 MiB 0.3508 / 0.3508 -> 0.3479 / 0.2829, orm-night at 23 MiB 0.0189 -> 0.0192, the rest
+/// within 0.0030. Under fifo the count just goes down by one (the policy as it was).
+const REINSERT_CAP: u32 = 2;
 
 /// Size awareness (S3-FIFO only): an item of more than `SIZE_BAR_BASE` bytes must have been
 /// read more often to be kept by an eviction (promoted out of small, or copied forward in main):
@@ -366,7 +371,10 @@ impl Shard {
         }
         match geo.eviction {
             Eviction::Fifo => Queue::Main,
-            Eviction::S3Fifo if self.ghost.take(h) => Queue::Main,
+            Eviction::S3Fifo if let Some(left) = self.ghost.take(h) => {
+                self.ghost.returned(left, len, self.stats.bytes);
+                Queue::Main
+            }
             // (An empty shard has no mean: max(1) sends nothing to main there.)
             Eviction::S3Fifo
                 if self.stats.evictions > 0
@@ -383,7 +391,8 @@ impl Shard {
     pub fn victim(&self) -> u32 {
         let small = self.segs.head_of(Queue::Small);
         let main = self.segs.head_of(Queue::Main);
-        if small != 0 && (main == 0 || self.segs.small_bytes * SMALL_SHARE > self.segs.buffer_bytes) {
+        let over = self.segs.small_bytes as u64 * SPLIT_ONE > self.segs.buffer_bytes as u64 * self.ghost.split();
+        if small != 0 && (main == 0 || over) {
             small
         } else {
             main
@@ -480,7 +489,6 @@ impl Shard {
         // data. (In small, only what was read moves on: that is what small is for.)
         let mostly_dead =
             keep_all || (vq == Queue::Main && self.segs.metas[v as usize].live_bytes * 2 <= geo.seg_size);
-        let s3fifo_small = vq == Queue::Small && !keep_all;
         let sized = geo.eviction == Eviction::S3Fifo;
         let reinsert_cap = if sized { REINSERT_CAP } else { u32::MAX };
         let mut off = 0;
@@ -545,7 +553,8 @@ impl Shard {
                     continue;
                 }
             }
-            self.forget(pos, s, h, expired, s3fifo_small && nlen <= GHOST_MAX_LEN);
+            let left = if vq == Queue::Small { Left::Small } else { Left::Main };
+            self.forget(pos, s, h, expired, (sized && !keep_all && nlen <= GHOST_MAX_LEN).then_some(left));
             self.drop_from_victim(v, off, len);
             off += len;
         }
@@ -630,7 +639,7 @@ impl Shard {
     /// An item leaving the cache from a victim segment (slot `s` at `pos`, key hash `h`): counted
     /// as reclaimed (expired) or evicted, remembered by the ghost when S3-FIFO's small queue
     /// evicts it unread (`to_ghost`), and its index slot removed.
-    fn forget(&mut self, pos: Pos, s: u64, h: u64, expired: bool, to_ghost: bool) {
+    fn forget(&mut self, pos: Pos, s: u64, h: u64, expired: bool, to_ghost: Option<Left>) {
         if expired {
             self.stats.reclaimed += 1;
             if !slot::fetched(s) {
@@ -641,9 +650,9 @@ impl Shard {
             if !slot::fetched(s) {
                 self.stats.evicted_unfetched += 1;
             }
-            if to_ghost {
+            if let Some(left) = to_ghost {
                 let items = self.stats.curr_items as usize;
-                self.ghost.insert(h, items);
+                self.ghost.insert(h, items, left);
             }
         }
         self.index.remove(pos);
@@ -668,8 +677,12 @@ impl Shard {
                     // The value goes to flash; the slot stays, naming the flash entry.
                     self.index.set(pos, slot::to_flash(slot::cleared(s), i));
                 } else {
-                    let small = self.segs.metas[v as usize].queue == Queue::Small;
-                    self.forget(pos, s, h, expired, small && hdr.total_len() <= GHOST_MAX_LEN);
+                    let left = match self.segs.metas[v as usize].queue {
+                        Queue::Small => Left::Small,
+                        Queue::Main => Left::Main,
+                    };
+                    let remember = env.geo.eviction == Eviction::S3Fifo && hdr.total_len() <= GHOST_MAX_LEN;
+                    self.forget(pos, s, h, expired, remember.then_some(left));
                 }
                 self.drop_from_victim(v, 0, hdr.total_len());
             }

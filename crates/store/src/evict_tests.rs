@@ -9,16 +9,32 @@ fn store(eviction: Eviction) -> Store {
     Store::new(StoreConfig { mem_limit: 1 << 20, shards: 1, eviction, huge_pages: false, ..Default::default() })
 }
 
+/// Sets `key` to `len` bytes.
+fn put(s: &Store, key: &str, len: usize) {
+    s.store(Mode::Set, key.as_bytes(), 0, 0, &vec![b'v'; len], 1).unwrap();
+}
+
+/// Whether `key` is stored (a peek: not a read, so no eviction decision changes).
+fn holds(s: &Store, key: &str) -> bool {
+    s.peek(key.as_bytes(), 1, |_| ()).is_hit()
+}
+
+/// A read of `key` (counts for eviction): whether it hit.
+fn fetch(s: &Store, key: &str) -> bool {
+    s.get(key.as_bytes(), 1, |_| ()).is_hit()
+}
+
+/// The small items most tests use: `key:{k}`, 200 bytes.
 fn set(s: &Store, k: u32) {
-    s.store(Mode::Set, format!("key:{k}").as_bytes(), 0, 0, &[b'v'; 200], 1).unwrap();
+    put(s, &format!("key:{k}"), 200);
 }
 
 fn has(s: &Store, k: u32) -> bool {
-    s.peek(format!("key:{k}").as_bytes(), 1, |_| ()).is_hit()
+    holds(s, &format!("key:{k}"))
 }
 
 fn read(s: &Store, k: u32) -> bool {
-    s.get(format!("key:{k}").as_bytes(), 1, |_| ()).is_hit()
+    fetch(s, &format!("key:{k}"))
 }
 
 /// The FIFO holding `key` (which must be stored) in a one-shard store.
@@ -64,7 +80,7 @@ fn a_key_back_from_the_ghost_goes_to_main() {
         set(&s, k);
     }
     // The cache holds about 4,300 such items: these push the oldest 900 or so out, which
-    // the ghost (about half the cache's item count) still remembers.
+    // the ghost (about three quarters of the cache's item count) still remembers.
     for k in 1000..6000 {
         set(&s, k);
     }
@@ -89,11 +105,10 @@ fn a_key_back_from_the_ghost_goes_to_main() {
 fn a_large_item_read_once_in_main_is_not_spared() {
     const N_MAIN: u32 = 15_000;
     let s = store(Eviction::S3Fifo);
-    let big = vec![b'b'; 40 << 10];
     let key = |k: u32| format!("big:{k}");
-    let read_big = |k: u32| assert!(s.get(key(k).as_bytes(), 1, |_| ()).is_hit());
+    let read_big = |k: u32| assert!(fetch(&s, &key(k)));
     for k in [1, 2] {
-        s.store(Mode::Set, key(k).as_bytes(), 0, 0, &big, 1).unwrap();
+        put(&s, &key(k), 40 << 10);
         read_big(k);
     }
     // 1.4 times the cache (about 4,300 of these) in unread small items: both large ones
@@ -101,7 +116,7 @@ fn a_large_item_read_once_in_main_is_not_spared() {
     for k in 0..6000 {
         set(&s, k);
     }
-    let kept = |k: u32| s.peek(key(k).as_bytes(), 1, |_| ()).is_hit();
+    let kept = |k: u32| holds(&s, &key(k));
     assert!(kept(1) && kept(2));
     read_big(1);
     read_big(2);
@@ -129,11 +144,10 @@ fn large_items_over_their_share_push_out_large_items() {
         for k in 1000..2000 {
             set(&s, k);
         }
-        let big = vec![b'b'; 40 << 10];
         for k in 0..400u32 {
             let key = format!("big:{k}");
-            s.store(Mode::Set, key.as_bytes(), 0, 0, &big, 1).unwrap();
-            assert!(s.get(key.as_bytes(), 1, |_| ()).is_hit());
+            put(&s, &key, 40 << 10);
+            assert!(fetch(&s, &key));
         }
         let kept = (0..500).filter(|&k| has(&s, k)).count();
         if want_kept {
@@ -153,8 +167,7 @@ fn large_items_over_their_share_push_out_large_items() {
 #[test]
 fn a_small_item_among_large_ones_goes_to_main() {
     let s = store(Eviction::S3Fifo);
-    let mid = vec![b'm'; 8 << 10];
-    let set_mid = |k: &str| s.store(Mode::Set, k.as_bytes(), 0, 0, &mid, 1).unwrap();
+    let set_mid = |k: &str| put(&s, k, 8 << 10);
     for k in 0..60u32 {
         set_mid(&format!("mid:{k}"));
     }
@@ -176,16 +189,16 @@ fn a_small_item_among_large_ones_goes_to_main() {
 #[test]
 fn the_ghost_does_not_remember_large_items() {
     let s = store(Eviction::S3Fifo);
-    let mid = vec![b'm'; 6 << 10];
+    let mid = |k: u32| format!("mid:{k}");
     for k in 0..20u32 {
-        s.store(Mode::Set, format!("mid:{k}").as_bytes(), 0, 0, &mid, 1).unwrap();
+        put(&s, &mid(k), 6 << 10);
     }
     for k in 1000..8000 {
         set(&s, k);
     }
-    assert!((0..20).all(|k| !s.peek(format!("mid:{k}").as_bytes(), 1, |_| ()).is_hit()));
+    assert!((0..20).all(|k| !holds(&s, &mid(k))));
     for k in 0..20u32 {
-        s.store(Mode::Set, format!("mid:{k}").as_bytes(), 0, 0, &mid, 1).unwrap();
+        put(&s, &mid(k), 6 << 10);
     }
     for k in 0..20u32 {
         let key = format!("mid:{k}");

@@ -345,12 +345,14 @@ mod tests {
         // faster than LRU would reach them); 50 of 600 when a spare only took one off a count of 7.
         let (misses, counted) = earlier_phase_gives_way(Eviction::Fifo);
         assert!(misses * 20 <= counted, "fifo: {misses} of {counted} reads missed");
-        // s3fifo, measured: 236 of 600. The earlier phase's items give way at once (nothing
-        // promotes them), but this run's own items must be read within Small's window (a tenth
-        // of the cache) to stay, and these reads reach back over 40% of it; a miss is not
-        // followed by a set here, so the ghost cannot bring them back. S3-FIFO's known cost
-        // (evict.rs); look-aside workloads set after a miss and do not pay it.
+        // s3fifo, measured: 354 of 600 (236 while Small's share was a fixed tenth; its floor
+        // is now a twentieth, ghost.rs). The earlier phase's items give way at once (nothing
+        // promotes them), but this run's own items must be read within Small's window (a
+        // twentieth of the cache, more once keys come back from its ghost) to stay, and these
+        // reads reach back over 40% of it; a miss is not followed by a set here, so the ghost
+        // cannot bring them back. S3-FIFO's known cost (evict.rs); look-aside workloads set
+        // after a miss and do not pay it.
         let (misses, counted) = earlier_phase_gives_way(Eviction::S3Fifo);
-        assert!(misses * 20 <= counted * 9, "s3fifo: {misses} of {counted} reads missed");
+        assert!(misses * 5 <= counted * 3, "s3fifo: {misses} of {counted} reads missed");
     }
 }
