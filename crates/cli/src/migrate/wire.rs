@@ -220,23 +220,25 @@ pub fn parse_value_reply(buf: &[u8]) -> Result<Option<(ValueReply, usize)>, Stri
         return Err(bad());
     }
     let key = 6..6 + key.len();
+    let Some((data, used)) = data_block(buf, eol, len).map_err(|()| bad())? else {
+        return Ok(None);
+    };
+    Ok(Some((ValueReply::Value { key, flags, cas, data }, used)))
+}
+
+/// The data block of a reply whose header line ends at `eol` and announces `len` bytes:
+/// `Ok(None)` until the block and its CRLF are all in `buf`, else its range and the bytes the
+/// whole reply took; `Err` when the CRLF is not where the length says.
+fn data_block(buf: &[u8], eol: usize, len: usize) -> Result<Option<(std::ops::Range<usize>, usize)>, ()> {
     let start = eol + 2;
-    let end = start + len;
+    let end = start.checked_add(len).filter(|e| e.checked_add(2).is_some()).ok_or(())?;
     if buf.len() < end + 2 {
         return Ok(None);
     }
     if &buf[end..end + 2] != b"\r\n" {
-        return Err(bad());
+        return Err(());
     }
-    Ok(Some((
-        ValueReply::Value {
-            key,
-            flags,
-            cas,
-            data: start..end,
-        },
-        end + 2,
-    )))
+    Ok(Some((start..end, end + 2)))
 }
 
 /// The TTL left, as a meta get's `t` says it (-1: never expires), of an item that a listing
@@ -301,22 +303,10 @@ pub fn parse_get_reply(buf: &[u8]) -> Result<Option<(GetReply, usize)>, String> 
             _ => {}
         }
     }
-    let start = eol + 2;
-    let end = start + len;
-    if buf.len() < end + 2 {
+    let Some((data, used)) = data_block(buf, eol, len).map_err(|()| bad())? else {
         return Ok(None);
-    }
-    if &buf[end..end + 2] != b"\r\n" {
-        return Err(bad());
-    }
-    Ok(Some((
-        GetReply::Hit {
-            flags,
-            ttl,
-            data: start..end,
-        },
-        end + 2,
-    )))
+    };
+    Ok(Some((GetReply::Hit { flags, ttl, data }, used)))
 }
 
 /// A decimal number of 1 to 19 digits (so it fits), nothing else: every reply's numbers go
