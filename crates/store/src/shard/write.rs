@@ -387,9 +387,10 @@ impl Shard {
             let cas = env.geo.use_cas.then(|| self.cas_of(env.geo, seg, off, &hdr));
             let nh = NewHeader { key_len: hdr.key_len, value_len: hdr.value_len, flags: hdr.flags, exp, cas };
             let q = self.admit(env.geo, h, Some(seg), 0);
-            let (nseg, noff) = match self.reserve(env, nh.total_len(), ttl_bucket(exp, now), q, now)? {
-                Reserve::At(a, b) => (a, b),
-                Reserve::Retry => continue,
+            let (nseg, noff) = match self.reserve(env, nh.total_len(), ttl_bucket(exp, now), q, now) {
+                Ok(Reserve::At(a, b)) => (a, b),
+                Ok(Reserve::Retry) => continue,
+                Err(e) => return self.retime_failed(env, h, key, now, e),
             };
             let (kr, vr) = (hdr.key_range(), hdr.value_range());
             self.place(
@@ -404,7 +405,29 @@ impl Shard {
             let hdr = self.header_at(nseg, noff);
             return Ok(Found::Live { pos, seg: nseg, off: noff, hdr });
         }
-        Err(StoreError::OutOfMemory)
+        self.retime_failed(env, h, key, now, StoreError::OutOfMemory)
+    }
+
+    /// No room to rewrite an item under its new expiry. With eviction on, the item is evicted
+    /// (the change fails as it would for an item evicted just before it): serving it on with
+    /// its old expiry would tell a `gat` client a lifetime the item does not have. With `-M` the
+    /// caller serves it unchanged, since nothing may vanish there.
+    fn retime_failed(
+        &mut self,
+        env: &Env<'_>,
+        h: u64,
+        key: &[u8],
+        now: Time,
+        e: StoreError,
+    ) -> Result<Found, StoreError> {
+        if !env.geo.evict {
+            return Err(e);
+        }
+        if let Found::Live { pos, .. } = self.find(env, h, key, now) {
+            self.remove(env, pos);
+            self.stats.evictions += 1;
+        }
+        Ok(Found::Absent)
     }
 
     pub fn touch(&mut self, env: &Env<'_>, h: u64, key: &[u8], exp: Time, now: Time) -> bool {
