@@ -569,9 +569,12 @@ fn the_deadline_counts_from_submission_whatever_the_queue() {
     times.sort();
     let (p50, max) = (times[times.len() / 2], times[times.len() - 1]);
     eprintln!("{} huge-output calls from {CLIENTS} clients, 1 job thread, {DEADLINE_MS} ms deadline: p50 {p50:?} max {max:?}", times.len());
-    // The deadline and the watchdog's 2 ms, with room for a loaded machine's scheduling.
-    assert!(p50 <= Duration::from_millis(DEADLINE_MS * 3 / 2), "p50 {p50:?}: {times:?}");
-    assert!(max <= Duration::from_millis(DEADLINE_MS * 3), "max {max:?}: {times:?}");
+    // The deadline and the watchdog's 2 ms, with room for a loaded machine's scheduling (p50
+    // reached 31 ms beside two builds). What this guards against is far above that: counted
+    // from the start of its run, a queued call waited out the whole guest before it (its fill
+    // takes ~50 ms) and then its own deadline, so p50 went past 70 ms with 4 clients.
+    assert!(p50 <= Duration::from_millis(DEADLINE_MS + 20), "p50 {p50:?}: {times:?}");
+    assert!(max <= Duration::from_millis(DEADLINE_MS * 4), "max {max:?}: {times:?}");
     // Every call counts as what its client got: a timeout, once its guest (if it ran) stopped.
     let mut c = Conn::new(&srv);
     let n = (CLIENTS * CALLS).to_string();
