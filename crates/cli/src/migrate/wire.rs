@@ -70,50 +70,72 @@ pub fn parse_dump_line(line: &[u8], key: &mut Vec<u8>) -> Result<DumpLine, Strin
     if enc.is_empty() || !url_decode(enc, key) {
         return Err(bad());
     }
-    // Field by field, each cut at its space by memchr (not a walk over every byte): this runs
-    // once per key, on the dump thread that feeds all the lanes. exp and cas come before the
-    // rest in memcached's and mnemod's lines.
+    // Field by field: this runs once per key, on the dump thread that feeds all the lanes. A
+    // number is read where it stands and its field ends where its digits do, so exp, la and
+    // cas (first in memcached's and mnemod's lines) cost no search for their space; a field
+    // that is not a number is skipped to its space by memchr.
     let (mut exp, mut cas) = (None, None);
     let mut tail = &rest[enc.len()..];
     while let Some(f) = tail.strip_prefix(b" ") {
-        let (v, next) = f.split_at(memchr::memchr(b' ', f).unwrap_or(f.len()));
-        if let Some(e) = v.strip_prefix(b"exp=") {
-            exp = signed(e);
-        } else if let Some(c) = v.strip_prefix(b"cas=") {
-            // A server without CAS (`-C`) says 0 for every item: that tells no change apart.
-            cas = digits(c).filter(|&c| c != 0);
-            break;
+        let (name, v): (&[u8], &[u8]) = if let Some(v) = f.strip_prefix(b"exp=") {
+            (b"exp", v)
+        } else if let Some(v) = f.strip_prefix(b"cas=") {
+            (b"cas", v)
+        } else if let Some(v) = f.strip_prefix(b"la=") {
+            (b"la", v)
+        } else {
+            (b"", f)
+        };
+        let neg = v.first() == Some(&b'-');
+        let (n, used) = number(&v[usize::from(neg)..])
+            .map_or((None, 0), |(n, l)| (Some(n), l + usize::from(neg)));
+        // The number is the whole field, or the field is not a number.
+        let whole = used > 0 && v.get(used).is_none_or(|&b| b == b' ');
+        let n = n.filter(|_| whole);
+        match name {
+            b"exp" => exp = n.and_then(|n| i64::try_from(n).ok()).map(|n| if neg { -n } else { n }),
+            b"cas" => {
+                // A server without CAS (`-C`) says 0 for every item: that tells no change
+                // apart.
+                cas = n.filter(|&c| !neg && c != 0);
+                break;
+            }
+            _ => {}
         }
-        tail = next;
+        tail = if whole {
+            &v[used..]
+        } else {
+            &f[memchr::memchr(b' ', f).unwrap_or(f.len())..]
+        };
     }
     Ok(DumpLine::Item { exp, cas })
 }
 
-/// `%XX` escapes as memcached writes keys in a metadump; false on a broken escape.
+/// `%XX` escapes as memcached writes keys in a metadump; false on a broken escape. memcached
+/// escapes every byte but letters, digits and `-._~`, so most keys have an escape (`key%3A1`):
+/// the runs between escapes are copied whole.
 fn url_decode(enc: &[u8], out: &mut Vec<u8>) -> bool {
     out.clear();
-    if memchr::memchr(b'%', enc).is_none() {
-        // The common key: nothing escaped.
-        out.extend_from_slice(enc);
-        return true;
-    }
-    let mut i = 0;
-    while i < enc.len() {
-        if enc[i] == b'%' {
-            let hex = enc
-                .get(i + 1..i + 3)
-                .and_then(|h| std::str::from_utf8(h).ok());
-            match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
-                Some(b) => out.push(b),
-                None => return false,
-            }
-            i += 3;
-        } else {
-            out.push(enc[i]);
-            i += 1;
+    let mut rest = enc;
+    while let Some(p) = memchr::memchr(b'%', rest) {
+        out.extend_from_slice(&rest[..p]);
+        match (rest.get(p + 1).and_then(hex), rest.get(p + 2).and_then(hex)) {
+            (Some(hi), Some(lo)) => out.push(hi << 4 | lo),
+            _ => return false,
         }
+        rest = &rest[p + 3..];
     }
+    out.extend_from_slice(rest);
     true
+}
+
+fn hex(c: &u8) -> Option<u8> {
+    match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        b'A'..=b'F' => Some(c - b'A' + 10),
+        _ => None,
+    }
 }
 
 /// Whether the text and meta protocols take `key` as it is (else it travels base64-encoded,
@@ -324,8 +346,19 @@ fn digits(b: &[u8]) -> Option<u64> {
 /// The decimal number (1 to 19 digits) at the front of `b` and how many bytes it took: it
 /// ends at the first byte that is not a digit.
 fn number(b: &[u8]) -> Option<(u64, usize)> {
-    let n = b.iter().take(20).take_while(|d| d.is_ascii_digit()).count();
-    digits(&b[..n]).map(|v| (v, n))
+    // One pass: 19 digits cannot overflow a u64, a 20th is refused.
+    let mut n = 0u64;
+    for (i, &d) in b.iter().enumerate() {
+        let v = d.wrapping_sub(b'0');
+        if v > 9 {
+            return (i > 0).then_some((n, i));
+        }
+        if i == 19 {
+            return None;
+        }
+        n = n * 10 + u64::from(v);
+    }
+    (!b.is_empty()).then_some((n, b.len()))
 }
 
 /// [`digits`] with an optional minus sign (`t-1`: never expires).
@@ -409,16 +442,20 @@ pub const BIN_NOOP: [u8; BIN_HEADER] = {
 /// Append the binary quiet add of one item to `out`: `key` as it is (the binary protocol
 /// names any key), `ttl` as [`dest_ttl`] gives it.
 pub fn push_addq(out: &mut Vec<u8>, key: &[u8], flags: u32, ttl: i64, data: &[u8]) {
-    let body = 8 + key.len() + data.len();
-    out.extend_from_slice(&[BIN_REQUEST, OP_ADDQ]);
-    out.extend_from_slice(&(key.len() as u16).to_be_bytes());
-    // Extras length, data type, vbucket.
-    out.extend_from_slice(&[8, 0, 0, 0]);
-    out.extend_from_slice(&(body as u32).to_be_bytes());
-    // Opaque and CAS.
-    out.extend_from_slice(&[0; 12]);
-    out.extend_from_slice(&flags.to_be_bytes());
-    out.extend_from_slice(&u32::try_from(ttl.max(0)).unwrap_or(u32::MAX).to_be_bytes());
+    // The header and the extras built in place and appended as one piece (one capacity
+    // check, not one per field): this runs once per item.
+    let mut h = [0u8; BIN_HEADER + 8];
+    h[0] = BIN_REQUEST;
+    h[1] = OP_ADDQ;
+    h[2..4].copy_from_slice(&(key.len() as u16).to_be_bytes());
+    // Extras length; data type and vbucket stay 0.
+    h[4] = 8;
+    h[8..12].copy_from_slice(&((8 + key.len() + data.len()) as u32).to_be_bytes());
+    // Opaque and CAS stay 0.
+    h[24..28].copy_from_slice(&flags.to_be_bytes());
+    h[28..32].copy_from_slice(&u32::try_from(ttl.max(0)).unwrap_or(u32::MAX).to_be_bytes());
+    out.reserve(h.len() + key.len() + data.len());
+    out.extend_from_slice(&h);
     out.extend_from_slice(key);
     out.extend_from_slice(data);
 }
@@ -534,6 +571,35 @@ mod tests {
                 cas: None
             })
         );
+        // Any order; a CAS past i64's range; unknown fields between.
+        assert_eq!(
+            parse_dump_line(b"key=w fetch=no la=5 exp=-1 cls=3 cas=9999999999999999999", &mut k),
+            Ok(DumpLine::Item {
+                exp: Some(-1),
+                cas: Some(9_999_999_999_999_999_999)
+            })
+        );
+        // A number only where the whole field is one; 20 digits are too many.
+        assert_eq!(
+            parse_dump_line(b"key=v exp=12x cas=99999999999999999999 la=1", &mut k),
+            Ok(DumpLine::Item {
+                exp: None,
+                cas: None
+            })
+        );
+        assert_eq!(
+            parse_dump_line(b"key=v exp=- la=x cas=7", &mut k),
+            Ok(DumpLine::Item {
+                exp: None,
+                cas: Some(7)
+            })
+        );
+        assert_eq!(k, b"v");
+        // Escapes: upper and lower case hex, at either end, one after another.
+        parse_dump_line(b"key=%3a%3Ak%20%25 exp=-1", &mut k).unwrap();
+        assert_eq!(k, b"::k %");
+        assert!(parse_dump_line(b"key=ab%4 exp=-1", &mut k).is_err());
+        assert!(parse_dump_line(b"key=ab%4g exp=-1", &mut k).is_err());
         // Fields that do not read as numbers are as good as missing: the item's TTL is fetched.
         let odd = parse_dump_line(b"key=y exp=soon cas=-3 la=1", &mut k);
         assert_eq!(
