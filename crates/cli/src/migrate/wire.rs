@@ -93,7 +93,11 @@ pub fn parse_dump_line(line: &[u8], key: &mut Vec<u8>) -> Result<DumpLine, Strin
         let whole = used > 0 && v.get(used).is_none_or(|&b| b == b' ');
         let n = n.filter(|_| whole);
         match name {
-            b"exp" => exp = n.and_then(|n| i64::try_from(n).ok()).map(|n| if neg { -n } else { n }),
+            b"exp" => {
+                exp = n
+                    .and_then(|n| i64::try_from(n).ok())
+                    .map(|n| if neg { -n } else { n })
+            }
             b"cas" => {
                 // A server without CAS (`-C`) says 0 for every item: that tells no change
                 // apart.
@@ -245,15 +249,30 @@ pub fn parse_value_reply(buf: &[u8]) -> Result<Option<(ValueReply, usize)>, Stri
     let Some((data, used)) = data_block(buf, eol, len).map_err(|()| bad())? else {
         return Ok(None);
     };
-    Ok(Some((ValueReply::Value { key, flags, cas, data }, used)))
+    Ok(Some((
+        ValueReply::Value {
+            key,
+            flags,
+            cas,
+            data,
+        },
+        used,
+    )))
 }
 
 /// The data block of a reply whose header line ends at `eol` and announces `len` bytes:
 /// `Ok(None)` until the block and its CRLF are all in `buf`, else its range and the bytes the
 /// whole reply took; `Err` when the CRLF is not where the length says.
-fn data_block(buf: &[u8], eol: usize, len: usize) -> Result<Option<(std::ops::Range<usize>, usize)>, ()> {
+fn data_block(
+    buf: &[u8],
+    eol: usize,
+    len: usize,
+) -> Result<Option<(std::ops::Range<usize>, usize)>, ()> {
     let start = eol + 2;
-    let end = start.checked_add(len).filter(|e| e.checked_add(2).is_some()).ok_or(())?;
+    let end = start
+        .checked_add(len)
+        .filter(|e| e.checked_add(2).is_some())
+        .ok_or(())?;
     if buf.len() < end + 2 {
         return Ok(None);
     }
@@ -573,7 +592,10 @@ mod tests {
         );
         // Any order; a CAS past i64's range; unknown fields between.
         assert_eq!(
-            parse_dump_line(b"key=w fetch=no la=5 exp=-1 cls=3 cas=9999999999999999999", &mut k),
+            parse_dump_line(
+                b"key=w fetch=no la=5 exp=-1 cls=3 cas=9999999999999999999",
+                &mut k
+            ),
             Ok(DumpLine::Item {
                 exp: Some(-1),
                 cas: Some(9_999_999_999_999_999_999)
