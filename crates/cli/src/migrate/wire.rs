@@ -63,28 +63,24 @@ pub fn parse_dump_line(line: &[u8], key: &mut Vec<u8>) -> Result<DumpLine, Strin
             String::from_utf8_lossy(line).into_owned(),
         ));
     };
-    let enc = match memchr::memchr(b' ', rest) {
-        Some(end) => &rest[..end],
-        None => rest,
+    let enc = match url_decode(rest, key) {
+        Some(n) if n > 0 => &rest[..n],
+        _ => return Err(bad()),
     };
-    if enc.is_empty() || !url_decode(enc, key) {
-        return Err(bad());
-    }
-    // Field by field: this runs once per key, on the dump thread that feeds all the lanes. A
-    // number is read where it stands and its field ends where its digits do, so exp, la and
-    // cas (first in memcached's and mnemod's lines) cost no search for their space; a field
-    // that is not a number is skipped to its space by memchr.
+    // Field by field: this runs once per key, on the dump thread that feeds all the lanes. exp
+    // and cas (first in memcached's and mnemod's lines) are read where they stand, and end
+    // where their digits do; any other field is skipped to its space by a plain scan (fields
+    // are short: a memchr costs more).
     let (mut exp, mut cas) = (None, None);
     let mut tail = &rest[enc.len()..];
     while let Some(f) = tail.strip_prefix(b" ") {
-        let (name, v): (&[u8], &[u8]) = if let Some(v) = f.strip_prefix(b"exp=") {
-            (b"exp", v)
+        let (is_cas, v) = if let Some(v) = f.strip_prefix(b"exp=") {
+            (false, v)
         } else if let Some(v) = f.strip_prefix(b"cas=") {
-            (b"cas", v)
-        } else if let Some(v) = f.strip_prefix(b"la=") {
-            (b"la", v)
+            (true, v)
         } else {
-            (b"", f)
+            tail = &f[f.iter().position(|&b| b == b' ').unwrap_or(f.len())..];
+            continue;
         };
         let neg = v.first() == Some(&b'-');
         let (n, used) = number(&v[usize::from(neg)..])
@@ -92,45 +88,47 @@ pub fn parse_dump_line(line: &[u8], key: &mut Vec<u8>) -> Result<DumpLine, Strin
         // The number is the whole field, or the field is not a number.
         let whole = used > 0 && v.get(used).is_none_or(|&b| b == b' ');
         let n = n.filter(|_| whole);
-        match name {
-            b"exp" => {
-                exp = n
-                    .and_then(|n| i64::try_from(n).ok())
-                    .map(|n| if neg { -n } else { n })
-            }
-            b"cas" => {
-                // A server without CAS (`-C`) says 0 for every item: that tells no change
-                // apart.
-                cas = n.filter(|&c| !neg && c != 0);
-                break;
-            }
-            _ => {}
+        if is_cas {
+            // A server without CAS (`-C`) says 0 for every item: that tells no change apart.
+            cas = n.filter(|&c| !neg && c != 0);
+            break;
         }
+        exp = n
+            .and_then(|n| i64::try_from(n).ok())
+            .map(|n| if neg { -n } else { n });
         tail = if whole {
             &v[used..]
         } else {
-            &f[memchr::memchr(b' ', f).unwrap_or(f.len())..]
+            &v[v.iter().position(|&b| b == b' ').unwrap_or(v.len())..]
         };
     }
     Ok(DumpLine::Item { exp, cas })
 }
 
-/// `%XX` escapes as memcached writes keys in a metadump; false on a broken escape. memcached
-/// escapes every byte but letters, digits and `-._~`, so most keys have an escape (`key%3A1`):
-/// the runs between escapes are copied whole.
-fn url_decode(enc: &[u8], out: &mut Vec<u8>) -> bool {
+/// Decode the `%XX`-escaped key at the front of `enc` (up to its space) into `out`: the bytes
+/// it took, or None on a broken escape. memcached escapes every byte but letters, digits and
+/// `-._~`, so most keys have an escape (`key%3A1`): one pass finds the key's end and its
+/// escapes (a key is short: a memchr per space and per escape cost more), and the runs between
+/// escapes are copied whole.
+fn url_decode(enc: &[u8], out: &mut Vec<u8>) -> Option<usize> {
     out.clear();
-    let mut rest = enc;
-    while let Some(p) = memchr::memchr(b'%', rest) {
-        out.extend_from_slice(&rest[..p]);
-        match (rest.get(p + 1).and_then(hex), rest.get(p + 2).and_then(hex)) {
-            (Some(hi), Some(lo)) => out.push(hi << 4 | lo),
-            _ => return false,
+    let (mut i, mut run) = (0, 0);
+    while let Some(&b) = enc.get(i) {
+        match b {
+            b' ' => break,
+            b'%' => {
+                out.extend_from_slice(&enc[run..i]);
+                let hi = enc.get(i + 1).and_then(hex)?;
+                let lo = enc.get(i + 2).and_then(hex)?;
+                out.push(hi << 4 | lo);
+                i += 3;
+                run = i;
+            }
+            _ => i += 1,
         }
-        rest = &rest[p + 3..];
     }
-    out.extend_from_slice(rest);
-    true
+    out.extend_from_slice(&enc[run..i]);
+    Some(i)
 }
 
 fn hex(c: &u8) -> Option<u8> {
@@ -364,20 +362,20 @@ fn digits(b: &[u8]) -> Option<u64> {
 
 /// The decimal number (1 to 19 digits) at the front of `b` and how many bytes it took: it
 /// ends at the first byte that is not a digit.
+#[inline]
 fn number(b: &[u8]) -> Option<(u64, usize)> {
-    // One pass: 19 digits cannot overflow a u64, a 20th is refused.
-    let mut n = 0u64;
-    for (i, &d) in b.iter().enumerate() {
-        let v = d.wrapping_sub(b'0');
+    // One pass over at most 20 bytes: 19 digits cannot overflow a u64, a 20th is refused.
+    let end = b.len().min(20);
+    let (mut n, mut i) = (0u64, 0);
+    while i < end {
+        let v = b[i].wrapping_sub(b'0');
         if v > 9 {
-            return (i > 0).then_some((n, i));
+            break;
         }
-        if i == 19 {
-            return None;
-        }
-        n = n * 10 + u64::from(v);
+        n = n.wrapping_mul(10).wrapping_add(u64::from(v));
+        i += 1;
     }
-    (!b.is_empty()).then_some((n, b.len()))
+    (i > 0 && i < 20).then_some((n, i))
 }
 
 /// [`digits`] with an optional minus sign (`t-1`: never expires).
