@@ -631,6 +631,110 @@ mod tests {
         );
     }
 
+    /// The metadump line as the simplest reading of it says: split at every space, each
+    /// field's value whole or not at all.
+    fn reference_dump_line(line: &[u8]) -> Result<(Vec<u8>, Option<i64>, Option<u64>), ()> {
+        let mut fields = line.split(|&b| b == b' ');
+        let enc = fields.next().unwrap().strip_prefix(b"key=").unwrap();
+        let mut key = Vec::new();
+        let mut i = 0;
+        while i < enc.len() {
+            if enc[i] == b'%' {
+                let h = enc.get(i + 1..i + 3).ok_or(())?;
+                let h = std::str::from_utf8(h).map_err(|_| ())?;
+                // from_str_radix takes a sign; a %XX escape does not.
+                if !h.bytes().all(|b| b.is_ascii_hexdigit()) {
+                    return Err(());
+                }
+                key.push(u8::from_str_radix(h, 16).map_err(|_| ())?);
+                i += 3;
+            } else {
+                key.push(enc[i]);
+                i += 1;
+            }
+        }
+        if enc.is_empty() {
+            return Err(());
+        }
+        let num = |v: &[u8]| {
+            let ok = !v.is_empty() && v.len() <= 19 && v.iter().all(u8::is_ascii_digit);
+            ok.then(|| std::str::from_utf8(v).unwrap().parse::<u64>().unwrap())
+        };
+        let (mut exp, mut cas) = (None, None);
+        for f in fields {
+            if let Some(v) = f.strip_prefix(b"exp=") {
+                exp = match v.strip_prefix(b"-") {
+                    Some(m) => num(m).and_then(|n| i64::try_from(n).ok()).map(|n| -n),
+                    None => num(v).and_then(|n| i64::try_from(n).ok()),
+                };
+            } else if let Some(v) = f.strip_prefix(b"cas=") {
+                cas = num(v).filter(|&c| c != 0);
+                break;
+            }
+        }
+        Ok((key, exp, cas))
+    }
+
+    #[test]
+    fn metadump_lines_read_as_the_simplest_reading_says() {
+        // Lines put together from pieces that real and broken lines are made of.
+        const PIECES: &[&[u8]] = &[
+            b"key",
+            b":",
+            b"%3A",
+            b"%3a",
+            b"%2",
+            b"%zz",
+            b"%",
+            b"%-1",
+            b"%+1",
+            b" ",
+            b" exp=",
+            b" cas=",
+            b" la=",
+            b"-",
+            b"0",
+            b"7",
+            b"1234567890",
+            b"99999999999999999999",
+            b"x",
+            b" fetch=no",
+            b" cls=1",
+            b"=",
+        ];
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let mut key = Vec::new();
+        for _ in 0..200_000 {
+            let mut line = b"key=".to_vec();
+            for _ in 0..next() % 12 {
+                line.extend_from_slice(PIECES[(next() % PIECES.len() as u64) as usize]);
+            }
+            let got = parse_dump_line(&line, &mut key);
+            let want = reference_dump_line(&line);
+            match (&got, want) {
+                (Ok(DumpLine::Item { exp, cas }), Ok((k, e, c))) => {
+                    assert_eq!(
+                        (&key, *exp, *cas),
+                        (&k, e, c),
+                        "{:?}",
+                        String::from_utf8_lossy(&line)
+                    )
+                }
+                (Err(_), Err(())) => {}
+                (got, want) => panic!(
+                    "{:?}: {got:?} against {want:?}",
+                    String::from_utf8_lossy(&line)
+                ),
+            }
+        }
+    }
+
     #[test]
     fn gets_lines_and_their_answers() {
         let mut req = GETS.to_vec();
