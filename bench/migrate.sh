@@ -120,6 +120,12 @@ cpu_secs() { # pid
     awk -v hz="$(getconf CLK_TCK)" '{ print ($14 + $15) / hz }' "/proc/$1/stat"
 }
 
+# The same as user and system seconds, for the per-run note (a server's kernel time is most
+# of what its event loop costs).
+cpu_split() { # pid
+    awk -v hz="$(getconf CLK_TCK)" '{ print $14 / hz, $15 / hz }' "/proc/$1/stat"
+}
+
 declare -A SECS CPU MISSED
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 for run in $(seq "$RUNS"); do
@@ -130,6 +136,7 @@ for run in $(seq "$RUNS"); do
         settled "$src"
         have=$(curr_items "$src")
         c0="$(cpu_secs "$src_pid") $(cpu_secs "$dst_pid")"
+        s0="$(cpu_split "$src_pid") $(cpu_split "$dst_pid")"
         t0=$(date +%s.%N)
         if [ "$tool" = migrate ]; then
             /usr/bin/time -f "%U %S" -o "$BENCH_TMP/cpu" \
@@ -141,6 +148,7 @@ for run in $(seq "$RUNS"); do
         fi
         t1=$(date +%s.%N)
         c1="$(cpu_secs "$src_pid") $(cpu_secs "$dst_pid")"
+        s1="$(cpu_split "$src_pid") $(cpu_split "$dst_pid")"
         cpu=$(python3 -c "import sys; a, b, c = sys.argv[1:4]; x0, y0 = map(float, b.split()); x1, y1 = map(float, c.split()); t = sum(map(float, a.split())); print(f'{t:.2f} {x1 - x0:.2f} {y1 - y0:.2f}')" \
             "$(cat "$BENCH_TMP/cpu")" "$c0" "$c1")
         moved=$(curr_items "$dst")
@@ -150,7 +158,9 @@ for run in $(seq "$RUNS"); do
         fi
         MISSED[$tool]="${MISSED[$tool]:-} $((have - moved))"
         secs=$(python3 -c "print($t1 - $t0)")
-        note "$tool run $run: $have items in $secs s; CPU s (tool, memcached, mnemod): $cpu"
+        split=$(python3 -c "import sys; t = sys.argv[1].split(); a = [float(x) for x in sys.argv[2].split()]; b = [float(x) for x in sys.argv[3].split()]; d = [y - x for x, y in zip(a, b)]; print(f'{float(t[0]):.2f}/{float(t[1]):.2f}, {d[0]:.2f}/{d[1]:.2f}, {d[2]:.2f}/{d[3]:.2f}')" \
+            "$(cat "$BENCH_TMP/cpu")" "$s0" "$s1")
+        note "$tool run $run: $have items in $secs s; CPU s (tool, memcached, mnemod): $cpu (user/system: $split)"
         SECS[$tool]="${SECS[$tool]:-} $secs"
         CPU[$tool]="${CPU[$tool]:-},$cpu"
         stop_pid "$src_pid"; stop_pid "$dst_pid"

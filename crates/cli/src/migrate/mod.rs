@@ -36,8 +36,15 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-/// Connections per source, each with its own connection to every destination.
-pub const DEFAULT_CONNECTIONS: u16 = 4;
+/// Connections per source, each with its own connection to every destination. 8 rather
+/// than 4 for one source: mnemod's io_uring workers spend less kernel time per item stored
+/// with more connections to serve at once (0.39-0.43 us against 0.46-0.65 us per item in
+/// five alternated 1,000,000-item copies; the CPU per item, all three processes, a median
+/// of 2.93 us against 3.17).
+pub const DEFAULT_CONNECTIONS: u16 = 8;
+/// The same in fleet mode, where every source has its lanes and every lane a connection and
+/// a thread per destination: a fleet of 10 has 10 x 4 x 10 of each already.
+pub const DEFAULT_FLEET_CONNECTIONS: u16 = 4;
 /// Keys fetched per pipelined batch.
 pub const DEFAULT_BATCH: u32 = 512;
 /// How often the progress line is redrawn.
@@ -58,9 +65,10 @@ pub struct MigrateArgs {
     /// Fleet mode: the server list after the change.
     #[arg(long, requires = "from_servers")]
     pub to_servers: Option<String>,
-    /// Parallel connections per source server (the sources are copied at the same time).
-    #[arg(long, default_value_t = DEFAULT_CONNECTIONS, value_parser = clap::value_parser!(u16).range(1..=64))]
-    pub connections: u16,
+    /// Parallel connections per source server (the sources are copied at the same time)
+    /// [default: 8, or 4 per source in fleet mode].
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub connections: Option<u16>,
     /// Keys per pipelined batch.
     #[arg(long, default_value_t = DEFAULT_BATCH, value_parser = clap::value_parser!(u32).range(1..=65536))]
     pub batch: u32,
@@ -228,7 +236,11 @@ fn migrate(hash_tags: bool, args: &MigrateArgs) -> Result<bool, MigrateError> {
                         dests: p.dests.clone(),
                         stores: p.dests.iter().map(|d| store_for(d)).collect(),
                         route: &*p.route,
-                        lanes: usize::from(args.connections),
+                        lanes: usize::from(args.connections.unwrap_or(if fleet {
+                            DEFAULT_FLEET_CONNECTIONS
+                        } else {
+                            DEFAULT_CONNECTIONS
+                        })),
                         batch: args.batch as usize,
                         second_listing: !args.one_listing,
                         expect: expect as usize,

@@ -63,57 +63,81 @@ pub fn parse_dump_line(line: &[u8], key: &mut Vec<u8>) -> Result<DumpLine, Strin
             String::from_utf8_lossy(line).into_owned(),
         ));
     };
-    let enc = match memchr::memchr(b' ', rest) {
-        Some(end) => &rest[..end],
-        None => rest,
+    let enc = match url_decode(rest, key) {
+        Some(n) if n > 0 => &rest[..n],
+        _ => return Err(bad()),
     };
-    if enc.is_empty() || !url_decode(enc, key) {
-        return Err(bad());
-    }
-    // Field by field, each cut at its space by memchr (not a walk over every byte): this runs
-    // once per key, on the dump thread that feeds all the lanes. exp and cas come before the
-    // rest in memcached's and mnemod's lines.
+    // Field by field: this runs once per key, on the dump thread that feeds all the lanes. exp
+    // and cas (first in memcached's and mnemod's lines) are read where they stand, and end
+    // where their digits do; any other field is skipped to its space by a plain scan (fields
+    // are short: a memchr costs more).
     let (mut exp, mut cas) = (None, None);
     let mut tail = &rest[enc.len()..];
     while let Some(f) = tail.strip_prefix(b" ") {
-        let (v, next) = f.split_at(memchr::memchr(b' ', f).unwrap_or(f.len()));
-        if let Some(e) = v.strip_prefix(b"exp=") {
-            exp = signed(e);
-        } else if let Some(c) = v.strip_prefix(b"cas=") {
+        let (is_cas, v) = if let Some(v) = f.strip_prefix(b"exp=") {
+            (false, v)
+        } else if let Some(v) = f.strip_prefix(b"cas=") {
+            (true, v)
+        } else {
+            tail = &f[f.iter().position(|&b| b == b' ').unwrap_or(f.len())..];
+            continue;
+        };
+        let neg = v.first() == Some(&b'-');
+        let (n, used) = number(&v[usize::from(neg)..])
+            .map_or((None, 0), |(n, l)| (Some(n), l + usize::from(neg)));
+        // The number is the whole field, or the field is not a number.
+        let whole = used > 0 && v.get(used).is_none_or(|&b| b == b' ');
+        let n = n.filter(|_| whole);
+        if is_cas {
             // A server without CAS (`-C`) says 0 for every item: that tells no change apart.
-            cas = digits(c).filter(|&c| c != 0);
+            cas = n.filter(|&c| !neg && c != 0);
             break;
         }
-        tail = next;
+        exp = n
+            .and_then(|n| i64::try_from(n).ok())
+            .map(|n| if neg { -n } else { n });
+        tail = if whole {
+            &v[used..]
+        } else {
+            &v[v.iter().position(|&b| b == b' ').unwrap_or(v.len())..]
+        };
     }
     Ok(DumpLine::Item { exp, cas })
 }
 
-/// `%XX` escapes as memcached writes keys in a metadump; false on a broken escape.
-fn url_decode(enc: &[u8], out: &mut Vec<u8>) -> bool {
+/// Decode the `%XX`-escaped key at the front of `enc` (up to its space) into `out`: the bytes
+/// it took, or None on a broken escape. memcached escapes every byte but letters, digits and
+/// `-._~`, so most keys have an escape (`key%3A1`): one pass finds the key's end and its
+/// escapes (a key is short: a memchr per space and per escape cost more), and the runs between
+/// escapes are copied whole.
+fn url_decode(enc: &[u8], out: &mut Vec<u8>) -> Option<usize> {
     out.clear();
-    if memchr::memchr(b'%', enc).is_none() {
-        // The common key: nothing escaped.
-        out.extend_from_slice(enc);
-        return true;
-    }
-    let mut i = 0;
-    while i < enc.len() {
-        if enc[i] == b'%' {
-            let hex = enc
-                .get(i + 1..i + 3)
-                .and_then(|h| std::str::from_utf8(h).ok());
-            match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
-                Some(b) => out.push(b),
-                None => return false,
+    let (mut i, mut run) = (0, 0);
+    while let Some(&b) = enc.get(i) {
+        match b {
+            b' ' => break,
+            b'%' => {
+                out.extend_from_slice(&enc[run..i]);
+                let hi = enc.get(i + 1).and_then(hex)?;
+                let lo = enc.get(i + 2).and_then(hex)?;
+                out.push(hi << 4 | lo);
+                i += 3;
+                run = i;
             }
-            i += 3;
-        } else {
-            out.push(enc[i]);
-            i += 1;
+            _ => i += 1,
         }
     }
-    true
+    out.extend_from_slice(&enc[run..i]);
+    Some(i)
+}
+
+fn hex(c: &u8) -> Option<u8> {
+    match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        b'A'..=b'F' => Some(c - b'A' + 10),
+        _ => None,
+    }
 }
 
 /// Whether the text and meta protocols take `key` as it is (else it travels base64-encoded,
@@ -223,15 +247,30 @@ pub fn parse_value_reply(buf: &[u8]) -> Result<Option<(ValueReply, usize)>, Stri
     let Some((data, used)) = data_block(buf, eol, len).map_err(|()| bad())? else {
         return Ok(None);
     };
-    Ok(Some((ValueReply::Value { key, flags, cas, data }, used)))
+    Ok(Some((
+        ValueReply::Value {
+            key,
+            flags,
+            cas,
+            data,
+        },
+        used,
+    )))
 }
 
 /// The data block of a reply whose header line ends at `eol` and announces `len` bytes:
 /// `Ok(None)` until the block and its CRLF are all in `buf`, else its range and the bytes the
 /// whole reply took; `Err` when the CRLF is not where the length says.
-fn data_block(buf: &[u8], eol: usize, len: usize) -> Result<Option<(std::ops::Range<usize>, usize)>, ()> {
+fn data_block(
+    buf: &[u8],
+    eol: usize,
+    len: usize,
+) -> Result<Option<(std::ops::Range<usize>, usize)>, ()> {
     let start = eol + 2;
-    let end = start.checked_add(len).filter(|e| e.checked_add(2).is_some()).ok_or(())?;
+    let end = start
+        .checked_add(len)
+        .filter(|e| e.checked_add(2).is_some())
+        .ok_or(())?;
     if buf.len() < end + 2 {
         return Ok(None);
     }
@@ -323,9 +362,20 @@ fn digits(b: &[u8]) -> Option<u64> {
 
 /// The decimal number (1 to 19 digits) at the front of `b` and how many bytes it took: it
 /// ends at the first byte that is not a digit.
+#[inline]
 fn number(b: &[u8]) -> Option<(u64, usize)> {
-    let n = b.iter().take(20).take_while(|d| d.is_ascii_digit()).count();
-    digits(&b[..n]).map(|v| (v, n))
+    // One pass over at most 20 bytes: 19 digits cannot overflow a u64, a 20th is refused.
+    let end = b.len().min(20);
+    let (mut n, mut i) = (0u64, 0);
+    while i < end {
+        let v = b[i].wrapping_sub(b'0');
+        if v > 9 {
+            break;
+        }
+        n = n.wrapping_mul(10).wrapping_add(u64::from(v));
+        i += 1;
+    }
+    (i > 0 && i < 20).then_some((n, i))
 }
 
 /// [`digits`] with an optional minus sign (`t-1`: never expires).
@@ -409,16 +459,20 @@ pub const BIN_NOOP: [u8; BIN_HEADER] = {
 /// Append the binary quiet add of one item to `out`: `key` as it is (the binary protocol
 /// names any key), `ttl` as [`dest_ttl`] gives it.
 pub fn push_addq(out: &mut Vec<u8>, key: &[u8], flags: u32, ttl: i64, data: &[u8]) {
-    let body = 8 + key.len() + data.len();
-    out.extend_from_slice(&[BIN_REQUEST, OP_ADDQ]);
-    out.extend_from_slice(&(key.len() as u16).to_be_bytes());
-    // Extras length, data type, vbucket.
-    out.extend_from_slice(&[8, 0, 0, 0]);
-    out.extend_from_slice(&(body as u32).to_be_bytes());
-    // Opaque and CAS.
-    out.extend_from_slice(&[0; 12]);
-    out.extend_from_slice(&flags.to_be_bytes());
-    out.extend_from_slice(&u32::try_from(ttl.max(0)).unwrap_or(u32::MAX).to_be_bytes());
+    // The header and the extras built in place and appended as one piece (one capacity
+    // check, not one per field): this runs once per item.
+    let mut h = [0u8; BIN_HEADER + 8];
+    h[0] = BIN_REQUEST;
+    h[1] = OP_ADDQ;
+    h[2..4].copy_from_slice(&(key.len() as u16).to_be_bytes());
+    // Extras length; data type and vbucket stay 0.
+    h[4] = 8;
+    h[8..12].copy_from_slice(&((8 + key.len() + data.len()) as u32).to_be_bytes());
+    // Opaque and CAS stay 0.
+    h[24..28].copy_from_slice(&flags.to_be_bytes());
+    h[28..32].copy_from_slice(&u32::try_from(ttl.max(0)).unwrap_or(u32::MAX).to_be_bytes());
+    out.reserve(h.len() + key.len() + data.len());
+    out.extend_from_slice(&h);
     out.extend_from_slice(key);
     out.extend_from_slice(data);
 }
@@ -534,6 +588,38 @@ mod tests {
                 cas: None
             })
         );
+        // Any order; a CAS past i64's range; unknown fields between.
+        assert_eq!(
+            parse_dump_line(
+                b"key=w fetch=no la=5 exp=-1 cls=3 cas=9999999999999999999",
+                &mut k
+            ),
+            Ok(DumpLine::Item {
+                exp: Some(-1),
+                cas: Some(9_999_999_999_999_999_999)
+            })
+        );
+        // A number only where the whole field is one; 20 digits are too many.
+        assert_eq!(
+            parse_dump_line(b"key=v exp=12x cas=99999999999999999999 la=1", &mut k),
+            Ok(DumpLine::Item {
+                exp: None,
+                cas: None
+            })
+        );
+        assert_eq!(
+            parse_dump_line(b"key=v exp=- la=x cas=7", &mut k),
+            Ok(DumpLine::Item {
+                exp: None,
+                cas: Some(7)
+            })
+        );
+        assert_eq!(k, b"v");
+        // Escapes: upper and lower case hex, at either end, one after another.
+        parse_dump_line(b"key=%3a%3Ak%20%25 exp=-1", &mut k).unwrap();
+        assert_eq!(k, b"::k %");
+        assert!(parse_dump_line(b"key=ab%4 exp=-1", &mut k).is_err());
+        assert!(parse_dump_line(b"key=ab%4g exp=-1", &mut k).is_err());
         // Fields that do not read as numbers are as good as missing: the item's TTL is fetched.
         let odd = parse_dump_line(b"key=y exp=soon cas=-3 la=1", &mut k);
         assert_eq!(
@@ -543,6 +629,110 @@ mod tests {
                 cas: None
             })
         );
+    }
+
+    /// The metadump line as the simplest reading of it says: split at every space, each
+    /// field's value whole or not at all.
+    fn reference_dump_line(line: &[u8]) -> Result<(Vec<u8>, Option<i64>, Option<u64>), ()> {
+        let mut fields = line.split(|&b| b == b' ');
+        let enc = fields.next().unwrap().strip_prefix(b"key=").unwrap();
+        let mut key = Vec::new();
+        let mut i = 0;
+        while i < enc.len() {
+            if enc[i] == b'%' {
+                let h = enc.get(i + 1..i + 3).ok_or(())?;
+                let h = std::str::from_utf8(h).map_err(|_| ())?;
+                // from_str_radix takes a sign; a %XX escape does not.
+                if !h.bytes().all(|b| b.is_ascii_hexdigit()) {
+                    return Err(());
+                }
+                key.push(u8::from_str_radix(h, 16).map_err(|_| ())?);
+                i += 3;
+            } else {
+                key.push(enc[i]);
+                i += 1;
+            }
+        }
+        if enc.is_empty() {
+            return Err(());
+        }
+        let num = |v: &[u8]| {
+            let ok = !v.is_empty() && v.len() <= 19 && v.iter().all(u8::is_ascii_digit);
+            ok.then(|| std::str::from_utf8(v).unwrap().parse::<u64>().unwrap())
+        };
+        let (mut exp, mut cas) = (None, None);
+        for f in fields {
+            if let Some(v) = f.strip_prefix(b"exp=") {
+                exp = match v.strip_prefix(b"-") {
+                    Some(m) => num(m).and_then(|n| i64::try_from(n).ok()).map(|n| -n),
+                    None => num(v).and_then(|n| i64::try_from(n).ok()),
+                };
+            } else if let Some(v) = f.strip_prefix(b"cas=") {
+                cas = num(v).filter(|&c| c != 0);
+                break;
+            }
+        }
+        Ok((key, exp, cas))
+    }
+
+    #[test]
+    fn metadump_lines_read_as_the_simplest_reading_says() {
+        // Lines put together from pieces that real and broken lines are made of.
+        const PIECES: &[&[u8]] = &[
+            b"key",
+            b":",
+            b"%3A",
+            b"%3a",
+            b"%2",
+            b"%zz",
+            b"%",
+            b"%-1",
+            b"%+1",
+            b" ",
+            b" exp=",
+            b" cas=",
+            b" la=",
+            b"-",
+            b"0",
+            b"7",
+            b"1234567890",
+            b"99999999999999999999",
+            b"x",
+            b" fetch=no",
+            b" cls=1",
+            b"=",
+        ];
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let mut key = Vec::new();
+        for _ in 0..200_000 {
+            let mut line = b"key=".to_vec();
+            for _ in 0..next() % 12 {
+                line.extend_from_slice(PIECES[(next() % PIECES.len() as u64) as usize]);
+            }
+            let got = parse_dump_line(&line, &mut key);
+            let want = reference_dump_line(&line);
+            match (&got, want) {
+                (Ok(DumpLine::Item { exp, cas }), Ok((k, e, c))) => {
+                    assert_eq!(
+                        (&key, *exp, *cas),
+                        (&k, e, c),
+                        "{:?}",
+                        String::from_utf8_lossy(&line)
+                    )
+                }
+                (Err(_), Err(())) => {}
+                (got, want) => panic!(
+                    "{:?}: {got:?} against {want:?}",
+                    String::from_utf8_lossy(&line)
+                ),
+            }
+        }
     }
 
     #[test]
