@@ -1,7 +1,7 @@
 //! Segment buffers: zeroed byte arrays that go back to the OS when dropped.
 //!
-//! Owns the one place that talks to the OS about memory. Buffers of `MMAP_MIN` bytes or more are
-//! mapped with mmap and unmapped on drop. Why not `Box<[u8]>`: glibc raises its mmap threshold
+//! Owns the one place that talks to the OS about memory (the index's growable arrays are in
+//! buf/table.rs). Buffers of `MMAP_MIN` bytes or more are mapped with mmap and unmapped on drop. Why not `Box<[u8]>`: glibc raises its mmap threshold
 //! after the first large free, so later segments come from the heap, and freed heap segments
 //! stay resident. Measured: writing 2x a 256 MiB limit left 308 MiB resident with Box and
 //! 245 MiB with the threshold pinned; mapping directly gives the latter without touching
@@ -48,6 +48,8 @@
 //! ```
 //! The price is a page fault and a zeroing per 4 KiB for a buffer that was lent, once per
 //! item lifetime; measured here (a VM) 27 µs per 100 KB, against a copy per get saved.
+
+pub(crate) mod table;
 
 use core::ops::{Deref, DerefMut};
 use core::ptr::NonNull;

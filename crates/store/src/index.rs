@@ -25,17 +25,29 @@
 //! a chain of 12 items: [ 7 items | link ]->[ 3 | link ]->[ 2 | 0 ]
 //! ```
 //!
-//! Memory: 10.6 B per item at 125k items in a shard (bench/memory.sh's mixed workload, 2M
-//! items), 10.2 at 625k (its small one), `bytes_per_item_at_the_benchmarks_loads`: primary
-//! buckets 5.3, overflow buckets 4.7, growth room 0.5. With 8-slot overflow buckets grown by
+//! Memory: 10.4 B per item at 125k items in a shard (bench/memory.sh's mixed workload, 2M
+//! items), 10.4 at 625k (its small one), `bytes_per_item_at_the_benchmarks_loads`: primary
+//! buckets 5.3, overflow buckets 4.7, growth room (never touched, so budget only) 0-0.6 as
+//! the arrays' last step falls. With 8-slot overflow buckets grown by
 //! a quarter it was 11.7 / 11.2: a chain's last bucket is half empty on average, and the
 //! smaller it is the less that costs. The price: fewer keys sit in the first two buckets of
 //! their chain (75% against 88%), which is what the lookup prefetch covers (prefetch.rs).
+//!
+//! Why not two choices per key (a second primary bucket from other hash bits, insert into
+//! the emptier): measured at those loads it saved at most 0.3 B per item (12-24% of keys
+//! still overflowed: buckets not yet split carry twice the load of split ones, and a full
+//! bucket cannot hand an entry to its other choice without reading its key), for a second
+//! bucket scan on every miss (docs/benchmarks.md, "Memory per item").
+//!
+//! Both bucket arrays are mappings of their own grown with mremap (buf/table.rs): as Vecs,
+//! their old copies stayed resident in the heap (1.6 MB, 0.8 B per item, at 2M items).
 //!
 //! Why linear hashing: the table grows one bucket at a time (split the bucket at `split`, which
 //! touches ~8 entries), so there is never a stop-the-world rehash, and the load stays near the
 //! target instead of oscillating between x and 2x as with doubling. Chained overflow buckets mean
 //! an insert never fails for lack of a slot. The whole thing is counted in the memory budget.
+
+use crate::buf::table::Table;
 
 /// Slot field accessors. Kept as plain functions on u64 so a bucket stays a `[u64; 8]`.
 pub(crate) mod slot {
@@ -164,10 +176,11 @@ pub(crate) enum Visit {
 }
 
 pub(crate) struct Index {
-    primary: Vec<Bucket>,
+    /// Mappings of their own (buf/table.rs): a Vec's growth left its old copies resident.
+    primary: Table<Bucket>,
     level: u32,
     split: usize,
-    overflow: Vec<OvfBucket>,
+    overflow: Table<OvfBucket>,
     free_ovf: u64,
     ovf_in_use: usize,
     items: usize,
@@ -178,13 +191,16 @@ impl Index {
     /// `initial_buckets` is rounded up to a power of two.
     pub fn new(initial_buckets: usize) -> Index {
         let n = initial_buckets.max(2).next_power_of_two();
-        let mut primary = Vec::with_capacity(n);
-        primary.resize(n, [0; SLOTS]);
+        let mut primary = Table::new();
+        primary.reserve_exact(n);
+        for _ in 0..n {
+            primary.push([0; SLOTS]);
+        }
         Index {
             primary,
             level: n.trailing_zeros(),
             split: 0,
-            overflow: Vec::new(),
+            overflow: Table::new(),
             free_ovf: NONE,
             ovf_in_use: 0,
             items: 0,
@@ -680,7 +696,7 @@ mod tests {
     /// in a shard.
     #[test]
     fn bytes_per_item_at_the_benchmarks_loads() {
-        for (n, most) in [(125_000u64, 10.9), (625_000, 10.9)] {
+        for (n, most) in [(125_000u64, 10.6), (625_000, 10.6)] {
             let ix = grown(n);
             let per = ix.bytes() as f64 / n as f64;
             eprintln!("{n} items: {per:.2} B per item, {} primary, {} overflow buckets", ix.buckets(), ix.overflow_buckets());

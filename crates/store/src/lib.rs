@@ -32,7 +32,7 @@
 //! * flush_all is a pending time per shard; the first operation that sees it due retires every
 //!   segment of that shard (O(segments)).
 //!
-//! Module map: buf.rs (segment buffers, mmap, huge pages, pages lent to the kernel), budget.rs (memory accounting,
+//! Module map: buf.rs (segment buffers, mmap, huge pages, pages lent to the kernel; buf/table.rs: the index's mapped arrays), budget.rs (memory accounting,
 //! spare buffer), config.rs (sizes), item.rs (header codec), index.rs (hash index), segment.rs
 //! (segment table, FIFOs, TTL groups), shard.rs (operations), prefetch.rs (multi-key lookahead),
 //! evict.rs (eviction, expiry, flush, sweep), ghost.rs (keys evicted unread), incoming.rs (large values read from the socket
