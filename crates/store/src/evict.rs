@@ -17,14 +17,14 @@
 //!      v                                                        └─ unread: dropped, -> ghost
 //!   ghost: a ring-like table of 32-bit fingerprints, ~3/4 of the shard's item count (ghost.rs);
 //!   a key back from it goes to Main and moves Small's share: up if it had left Small, down
-//!   (16x as far) if it had left Main
+//!   (8x as far) if it had left Main
 //!   large items (own buffers) over 1/5 of the shard's bytes: the oldest large item is the
 //!   victim instead of either head (a large item pushes out large items)
 //! ```
 //! The victim is Small's head while Small holds more than its target share of the shard's
 //! segment bytes (or Main is empty), else Main's head. The share adapts, between 1/20 and 1/2,
 //! as ARC's does (ghost.rs): the ghost also remembers keys Main evicted unread; a key back
-//! from Small's ghost grows Small's share, one back from Main's shrinks it 16 times as fast
+//! from Small's ghost grows Small's share, one back from Main's shrinks it 8 times as fast
 //! (after a popularity shift nothing Main evicts comes back, so Small grows and Main, full of
 //! the old phase's keys, turns over; zipf-shift at 25 MiB, store-level replay: 0.2992 with a
 //! fixed 1/10, 0.2842 adaptive; memcached through the server: 0.2893). So one-hit wonders
@@ -33,8 +33,8 @@
 //! miss) skips probation. Size awareness, for object hit ratio where sizes differ widely
 //! (memcached's slab classes give each size class its own memory, so a large item only pushes
 //! out large ones; size-blind, mnemod missed 1.76x memcached's on 10 B..500 KB values):
-//! an item must have been read more often to be kept the larger it is (`size_bar`: beyond 512
-//! bytes one read more per doubling, up to 5), so the memory of one large item keeps several
+//! an item must have been read more often to be kept the larger it is (`size_bar`: beyond 1 KiB
+//! two reads more, then one more per doubling, up to 5), so the memory of one large item keeps several
 //! small ones where they are read as often; large items (own buffers) over `LARGE_SHARE` of
 //! the shard evict each other; an item under half the mean size skips probation
 //! (`MAIN_DIRECT`); the ghost remembers only items up to `GHOST_MAX_LEN`. Replay of the mixed
@@ -112,7 +112,15 @@ const LARGE_BAR: u32 = 1;
 /// mixed sizes (10 B..500 KB) at 45 and 88 MiB, with the other two size rules below: shares of
 /// 1/10, 1/5, 1/3 gave 0.2777 / 0.2723 / 0.2804 and 0.2308 / 0.2306 / 0.2270 (without a share
 /// 0.3286 and 0.2594); byte miss ratio 0.54 / 0.51 / 0.49 (memcached's on the server: 0.65).
-const LARGE_SHARE: usize = 5;
+/// Since then (adaptive split, items to 1 KiB without a bar): at 45 MiB, shares of 1/3, 1/4,
+/// 1/5, 1/6, 1/10: 0.2816 / 0.2768 / 0.2783 / 0.2782 / 0.2808, byte 0.49 / 0.50 / 0.51 / 0.52
+/// / 0.54. This round together (1/4, `SIZE_BAR_FLOOR`, `GHOST_MAX_LEN` 2 KiB, ghost.rs's
+/// `MAIN_RETURN_WEIGHT` 8), miss ratio before -> after: mixed at 45 / 88 MiB 0.2783 / 0.2326
+/// -> 0.2763 / -; Zipf at 7 / 25 MiB 0.3102 / 0.2296 -> 0.3101 / 0.2256; zipf-shift 0.3429 /
+/// 0.2837 -> 0.3409 / 0.2832; orm-night at 23 / 34 MiB 0.0192 / 0.0149 -> 0.0190 / 0.0148;
+/// web12 at 0.5 / 1 / 2 MiB 0.3761 / 0.2669 / 0.1882 -> 0.3807 / 0.2720 / 0.1888 (without the
+/// 2 KiB ghost limit).
+const LARGE_SHARE: usize = 4;
 
 /// Size awareness (S3-FIFO only): an item larger than this evicted unread from small is not
 /// remembered by the ghost, so when it comes back it goes through probation again instead of
@@ -120,8 +128,10 @@ const LARGE_SHARE: usize = 5;
 /// 20 KB item read once per main pass. Replay, mixed sizes at 45 / 88 MiB, object miss ratio:
 /// no limit 0.3286 / 0.2594, 8 KiB 0.2832 / 0.2312, 4 KiB 0.2777 / 0.2308, 2 KiB 0.2800 at
 /// 88; limits relative to the mean item size did worse (2x the mean: 0.2798 / 0.2378). orm-night
-/// (values up to 16 KB) gains too: 0.0217 -> 0.0208 at 23 MiB.
-const GHOST_MAX_LEN: usize = 4096;
+/// (values up to 16 KB) gains too: 0.0217 -> 0.0208 at 23 MiB. Later, with the rules of
+/// `LARGE_SHARE`'s last round: 4 / 2 KiB, mixed at 45 MiB 0.2774 / 0.2763, orm-night at 23 /
+/// 34 MiB 0.0193 / 0.0148 -> 0.0190 / 0.0148.
+const GHOST_MAX_LEN: usize = 2048;
 
 /// Size awareness (S3-FIFO only): a new key's item of at most 1 / `MAIN_DIRECT` of the shard's
 /// mean item size goes straight to main. Probation is for what costs memory: among items
@@ -158,10 +168,18 @@ const REINSERT_CAP: u32 = 2;
 /// ratio 0.028 / 0.029, still under memcached's 0.04); Zipf and web12 within 1%.
 const SIZE_BAR_BASE: usize = 512;
 const SIZE_BAR_MAX: u32 = 5;
+/// Items up to this many bytes need no read beyond the first, whatever `SIZE_BAR_BASE` says
+/// (the bar's steps above it stay where they were: 1..2 KiB needs two more reads). Zipf's
+/// 200..1000 B values differ too little for a second read to pay: store-level replay, miss
+/// ratio without -> with (`LARGE_SHARE` 4; the round's figures are there): Zipf at 7 /
+/// 25 MiB 0.3102 / 0.2296 -> 0.3084 / 0.2244; orm-night at 23 MiB 0.0192 -> 0.0193;
+/// zipf-shift at 25 MiB 0.2837 -> 0.2877 (the shift wants the faster turnover the bar gave:
+/// `MAIN_RETURN_WEIGHT` 8 instead of 16 gives it back, ghost.rs).
+const SIZE_BAR_FLOOR: usize = 1024;
 
 /// Reads an item of `len` bytes needs beyond the first to be kept (`SIZE_BAR_BASE`).
 fn size_bar(len: usize) -> u32 {
-    if len <= SIZE_BAR_BASE {
+    if len <= SIZE_BAR_BASE.max(SIZE_BAR_FLOOR) {
         0
     } else {
         ((len / SIZE_BAR_BASE).ilog2() + 1).min(SIZE_BAR_MAX)

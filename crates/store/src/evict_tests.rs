@@ -217,3 +217,47 @@ fn fifo_keeps_no_ghost() {
     assert_eq!(sh.ghost.bytes(), 0);
     assert_eq!(sh.segs.small_bytes, 0);
 }
+
+/// The adaptive split (ghost.rs): small's target share grows while returning keys come back
+/// from small's ghost (a larger small would have kept them), and shrinks back once they come
+/// back from main's ghost (a larger main would have kept them).
+#[test]
+fn the_split_follows_where_returning_keys_left() {
+    use crate::ghost::SPLIT_ONE;
+    let s = store(Eviction::S3Fifo);
+    let split = || s.shards[0].lock().ghost.split();
+    let floor = split();
+    assert_eq!(floor, SPLIT_ONE / 20, "starts at its floor");
+    // Main holds read keys: with the split at its floor, small is one segment or two.
+    for k in 0..3000 {
+        set(&s, k);
+        assert!(read(&s, k));
+    }
+    for k in 10_000..16_000 {
+        set(&s, k);
+    }
+    assert_eq!(split(), floor, "nothing came back yet");
+    // Every new key comes back once, 1,500 new keys later: past small (about 1,100 of these
+    // items at the floor) but within the ghost's memory (about 3,200 keys). Each return would
+    // have been a hit with a larger small.
+    let fresh = |i: u32| 100_000 + i;
+    for i in 0..20_000 {
+        set(&s, fresh(i));
+        if i >= 1500 {
+            set(&s, fresh(i - 1500));
+        }
+    }
+    let grown = split();
+    assert!(grown >= SPLIT_ONE / 5, "returns from small's ghost grow small: {grown} of {SPLIT_ONE}");
+    // A cycle of sets over 4,800 keys (1.1 times the cache), never read: each key back from
+    // the ghost goes to main, leaves it unread, and comes back within the ghost's memory.
+    for _ in 0..10 {
+        for k in 200_000..204_800 {
+            set(&s, k);
+        }
+    }
+    let shrunk = split();
+    assert!(shrunk < grown / 2 && shrunk <= SPLIT_ONE / 10, "returns from main's ghost shrink small: {grown} -> {shrunk}");
+    let st = s.stats();
+    assert!(st.mem_used <= st.limit_maxbytes, "{st:?}");
+}

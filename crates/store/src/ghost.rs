@@ -38,7 +38,7 @@
 //! traces) the split stays near its floor.
 //! ```text
 //!   return from small's ghost: split += len / bytes           (capped at SPLIT_MAX)
-//!   return from main's ghost:  split -= 16 * len / bytes      (floored at SPLIT_MIN)
+//!   return from main's ghost:  split -= 8 * len / bytes       (floored at SPLIT_MIN)
 //!   victim: small's head while small's bytes > split * segment bytes, else main's head
 //! ```
 
@@ -71,7 +71,11 @@ const SPLIT_MAX: u64 = SPLIT_ONE / 2;
 /// How much farther a return from main's ghost moves the split than one from small's. Replay,
 /// miss ratio with 1 / 4 / 16 / 64: Zipf at 7 MiB 0.3411 / 0.3320 / 0.3135 / 0.3120, at 25 MiB
 /// 0.2378 / 0.2343 / 0.2318 / 0.2307; zipf-shift at 25 MiB 0.2853 / 0.2854 / 0.2865 / 0.2882.
-const MAIN_RETURN_WEIGHT: u64 = 16;
+/// With evict.rs's `SIZE_BAR_FLOOR` (items to 1 KiB kept on one read) and `LARGE_SHARE` 4,
+/// 4 / 8 / 16: Zipf at 7 / 25 MiB 0.3169 / 0.2275, 0.3101 / 0.2256, 0.3084 / 0.2244;
+/// zipf-shift at 25 MiB 0.2795 / 0.2832 / 0.2877 (7 MiB: 0.3447 / 0.3409 / -): 8 keeps
+/// zipf-shift where it was (0.2837 before the floor) and most of Zipf's gain.
+const MAIN_RETURN_WEIGHT: u64 = 8;
 
 /// Where a remembered key was evicted from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
