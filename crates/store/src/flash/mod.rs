@@ -3,8 +3,9 @@
 //!
 //! Owns the file, its pages, the write buffers and the writer thread (this file), the record
 //! format (record.rs), the per-shard table of flashed items (entries.rs) and the shard
-//! operations on them (ops.rs: demote, recache, drop), and the settings that change at run
-//! time (tune.rs: memcached's `extstore <name> <value>`). The shards decide
+//! operations on them (ops.rs: demote, recache, drop), the settings that change at run
+//! time (tune.rs: memcached's `extstore <name> <value>`), and the list of flashed items a
+//! graceful stop leaves beside the file for the next start (keep.rs). The shards decide
 //! what goes to flash (evict.rs: what eviction would otherwise drop) and serve reads
 //! (lib.rs, shard.rs); this module only writes records and reads them back.
 //!
@@ -37,6 +38,7 @@
 //! `Store::get_located`, the read elsewhere (an I/O thread, io_uring), and `Store::finish_get`.
 
 pub(crate) mod entries;
+mod keep;
 mod ops;
 pub(crate) mod record;
 mod tune;
@@ -50,6 +52,7 @@ use std::sync::Arc;
 
 use parking_lot::{Condvar, Mutex};
 
+pub use keep::FlashRestore;
 pub use record::Reject;
 pub(crate) use record::{Meta, Place};
 pub use tune::FlashSetting;
@@ -333,6 +336,13 @@ struct Shared {
     /// Entries (all shards) that name a record of a recycled page: added when a page is
     /// recycled (its live records), taken off when such an entry is dropped ([`Flash::release`]).
     stale: AtomicU64,
+    /// Per page, the clock its records' expiry is in when they were kept from an earlier
+    /// process (keep.rs `epoch`: that generation and that process's origin; 0: this one's).
+    epochs: Box<[AtomicU64]>,
+    /// The unix time of this process's Time 0 (keep.rs; set at the start).
+    origin: AtomicU64,
+    /// Page openings before this process (a kept page table's versions go on from there).
+    opened_base: AtomicU64,
 }
 
 /// One page as `stats extstore` shows it (memcached's `N:version`, `N:bytes`).
@@ -383,6 +393,9 @@ impl Flash {
             c: Counters::default(),
             recycled: AtomicU64::new(0),
             stale: AtomicU64::new(0),
+            epochs: zeros(pages),
+            origin: AtomicU64::new(0),
+            opened_base: AtomicU64::new(0),
         });
         let worker = Arc::clone(&sh);
         let writer = std::thread::Builder::new()
@@ -499,7 +512,8 @@ impl Flash {
             p
         };
         let c = &sh.c;
-        let opened = [&c.page_allocs, &c.page_reclaims, &c.page_evictions].iter().map(|a| a.load(Relaxed)).sum();
+        let opened: u64 = [&c.page_allocs, &c.page_reclaims, &c.page_evictions].iter().map(|a| a.load(Relaxed)).sum();
+        let opened = opened + sh.opened_base.load(Relaxed);
         sh.versions[p as usize].store(opened, Relaxed);
         w.page = p;
         w.page_used = 0;
