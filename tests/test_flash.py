@@ -554,8 +554,35 @@ def test_pipelined_text_and_meta_gets_of_flash_and_ram_keys_keep_request_order(c
             assert roundtrip(s, b"gets %s\r\n" % flash[31], b"END\r\n") == text_hit(flash[31], cas) + b"END\r\n"
             # The value read once more: now fetched (h1).
             assert roundtrip(s, b"mg %s h\r\n" % flash[4]) == b"HD h1\r\n"
+            # A multi-get of 50 flashed keys: values in key order, their reads issued together
+            # (cold: the I/O thread's one io_uring submission for the 50 disk reads, so no
+            # read system call of its own; a pread each where the kernel has no io_uring).
+            many = [key(i) for i in range(100, 150)]
+            before, preads = stats(s), thread_syscr(srv.proc.pid, "mnemo-flash-io")
+            got = roundtrip(s, b"get " + b" ".join(many) + b"\r\n", b"END\r\n")
+            assert got == b"".join(text_hit(k) for k in many) + b"END\r\n"
+            reads = int(stats(s)["extstore_objects_read"]) - int(before["extstore_objects_read"])
+            preads = thread_syscr(srv.proc.pid, "mnemo-flash-io") - preads
+            assert reads == 50, reads
+            if cache == "cold":
+                print(f"multi-get of 50 flashed keys (cold): {reads} records read, {preads} read system calls")
+                assert preads == 0 if io_uring_available() else preads >= 50, preads
+            else:
+                assert preads == 0, "read from the page cache on the worker"
     finally:
         srv.stop()
+
+
+def io_uring_available():
+    """Whether this kernel lets a process set up an io_uring (io_uring_setup, syscall 425)."""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    params = ctypes.create_string_buffer(120)
+    fd = libc.syscall(425, 4, params)
+    if fd < 0:
+        return False
+    os.close(fd)
+    return True
 
 
 def bin_req(op, k, opaque):
@@ -609,6 +636,20 @@ def test_pipelined_binary_gets_of_flash_and_ram_keys_keep_request_order(cache, d
                     assert (status, k, v) == (0, w[0], w[1]), i
     finally:
         srv.stop()
+
+
+def thread_syscr(pid, prefix):
+    """Read system calls (read, pread, readv, ...: `syscr` of /proc/PID/task/TID/io; an
+    io_uring's reads are not among them) of the process's threads whose name starts with
+    `prefix`."""
+    total = 0
+    for t in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{t}/comm") as fh:
+            if not fh.read().startswith(prefix):
+                continue
+        with open(f"/proc/{pid}/task/{t}/io") as fh:
+            total += next(int(line.split()[1]) for line in fh if line.startswith("syscr:"))
+    return total
 
 
 def thread_cpu_ticks(pid, prefix):

@@ -4,8 +4,9 @@
 //! Owns the file, its pages, the write buffers and the writer thread (this file), the record
 //! format (record.rs), the per-shard table of flashed items (entries.rs) and the shard
 //! operations on them (ops.rs: demote, recache, drop), the settings that change at run
-//! time (tune.rs: memcached's `extstore <name> <value>`), and the list of flashed items a
-//! graceful stop leaves beside the file for the next start (keep.rs). The shards decide
+//! time (tune.rs: memcached's `extstore <name> <value>`), the list of flashed items a
+//! graceful stop leaves beside the file for the next start (keep.rs), and the reads of
+//! several records together (batch.rs: a multi-get's). The shards decide
 //! what goes to flash (evict.rs: what eviction would otherwise drop) and serve reads
 //! (lib.rs, shard.rs); this module only writes records and reads them back.
 //!
@@ -37,6 +38,7 @@
 //! entry points (`get`, `peek`, ...) do exactly that in sequence; an asynchronous caller runs
 //! `Store::get_located`, the read elsewhere (an I/O thread, io_uring), and `Store::finish_get`.
 
+mod batch;
 pub(crate) mod entries;
 mod keep;
 mod ops;
@@ -251,6 +253,9 @@ pub(crate) struct Counters {
     /// Demotions refused because no write buffer was free (the item was evicted instead).
     pub write_behind: AtomicU64,
     pub io_errors: AtomicU64,
+    /// System calls that read records for a read that may wait: a `pread` each, or one
+    /// io_uring submission for a batch (batch.rs).
+    pub io_submits: AtomicU64,
     /// Compaction: live records copied out of a page before it is recycled, and the ones it
     /// left in place (expired, or no write buffer free: tried again next time).
     pub compact_rescues: AtomicU64,
@@ -282,6 +287,7 @@ pub struct FlashStats {
     pub io_queue: u64,
     pub write_behind: u64,
     pub io_errors: u64,
+    pub io_submits: u64,
     pub compact_rescues: u64,
     pub compact_skipped: u64,
     /// RAM of the per-shard entry tables (bytes), and entries in use.
@@ -591,6 +597,7 @@ impl Flash {
             got = out.len();
         }
         while got < out.len() {
+            sh.c.io_submits.fetch_add(1, Relaxed);
             match file.read_at(&mut out[got..], at + got as u64) {
                 Ok(0) => break,
                 Ok(n) => got += n,
@@ -698,6 +705,7 @@ impl Flash {
         st.compact_rescues = get(&c.compact_rescues);
         st.compact_skipped = get(&c.compact_skipped);
         st.io_errors = get(&c.io_errors);
+        st.io_submits = get(&c.io_submits);
         st.objects_used = sh.live_objects.iter().map(get).sum();
         st.bytes_used = sh.live_bytes.iter().map(get).sum();
         st.bytes_fragmented = (st.pages_used * sh.page_size as u64).saturating_sub(st.bytes_used);
