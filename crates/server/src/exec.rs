@@ -386,7 +386,9 @@ pub(crate) fn get_flashed(keys: &[u8], cas: bool, first: read::Flashed, sh: &Sha
             holes.push((out.len(), key, at));
         }
     }
-    let reads: Vec<_> = holes.iter().map(|(_, key, at)| sh.store.read_flash(&at.fref, key)).collect();
+    // All the records' disk reads go out together (one io_uring submission where the
+    // kernel has it), not one pread after another.
+    let reads = sh.store.read_flash_many(&holes.iter().map(|(_, key, at)| (&at.fref, *key)).collect::<Vec<_>>());
     let mut reply = Vec::with_capacity(out.len() + reads.iter().map(|r| r.as_ref().map_or(0, |v| v.value().len() + 64)).sum::<usize>() + 5);
     let mut done = 0;
     for ((pos, key, at), v) in holes.into_iter().zip(reads) {

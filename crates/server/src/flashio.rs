@@ -23,7 +23,8 @@
 //! item fetched and counting `cmd_get`), so the job starts from its [`Flashed`] location and
 //! does not look the key up again. A text multi-get hands over every key from the first
 //! flashed one on: the job looks the rest up (RAM hits written at once), reads all their
-//! flashed records back to back, then writes the replies in key order.
+//! flashed records together (`Store::read_flash_many`: one io_uring submission of the
+//! thread's own ring), then writes the replies in key order.
 //!
 //! Counting: each pool thread has a block of its own in `Shared::counters` (after the
 //! workers' and the UDP threads'), since a block is written by one thread only (stats.rs).

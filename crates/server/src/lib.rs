@@ -210,8 +210,9 @@ impl Shared {
         self.shutdown()
     }
 
-    /// `shutdown`, SIGUSR1/SIGTERM with `-e`: stop serving and exit the process, writing the
-    /// warm-restart snapshot first when `-e` names one (restart.rs).
+    /// `shutdown`, SIGUSR1/SIGTERM with `-e` or a flash tier: stop serving and exit the
+    /// process, writing the warm-restart snapshot first when `-e` names one, else the list of
+    /// what is on flash when there is a flash tier (restart.rs).
     pub fn shutdown(&self) -> ! {
         self.stopping.store(true, Relaxed);
         let cleanup = || {
@@ -224,6 +225,9 @@ impl Shared {
         };
         if let Some(path) = &self.config.memory_file {
             restart::save_and_exit(&self.store, path, self.clock.now(), self.clock.process_started(), cleanup);
+        }
+        if self.store.has_flash() {
+            restart::keep_flash_and_exit(&self.store, self.clock.process_started(), cleanup);
         }
         cleanup();
         std::process::exit(0);
@@ -283,6 +287,11 @@ pub fn run(config: Config) -> Result<(), ServerError> {
         eprintln!("mnemod: -o {opt}: accepted for compatibility; mnemo has nothing it tunes (docs/operations.md)");
     }
     let sh = Arc::new(Shared::build(config, credentials, filters));
+    if sh.store.has_flash() {
+        // Before -e's restore, which may write to the flash file.
+        restart::keep_flash_start(&sh.store, sh.config.memory_file.as_deref(), sh.clock.now(), sh.clock.process_started());
+        restart::install_stop_signals();
+    }
     if let Some(path) = &sh.config.memory_file {
         // Before any connection is served: the listeners are bound, so clients that connect
         // meanwhile wait in the backlog.

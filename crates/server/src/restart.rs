@@ -11,6 +11,10 @@
 //!   stop    a worker (`shutdown`) or the maintenance thread (SIGUSR1/SIGTERM, seen within a
 //!           second) -> Store::freeze: every shard locked, so no write is acknowledged after
 //!           this point -> PATH.tmp written, synced, renamed over PATH -> exit
+//!
+//!   without -e, with a flash tier (-o ext_path=FILE): the same stop writes FILE.entries (the
+//!   flashed items' locations, mnemo-store flash/keep.rs) instead; the next start reads and
+//!   removes it before serving ([`keep_flash_start`])
 //! ```
 //!
 //! One process owns PATH: two writing the same PATH.tmp would leave one's cache, or a mix of
@@ -116,8 +120,8 @@ extern "C" fn on_stop(_: libc::c_int) {
 }
 
 /// SIGUSR1 and SIGTERM become a request the maintenance thread acts on (the handler itself
-/// only stores a flag). Only with `-e`: without a snapshot to write, they keep their default
-/// action (exit), as in memcached.
+/// only stores a flag). Only with `-e` or a flash tier: without a snapshot or a flash list
+/// to write, they keep their default action (exit), as in memcached.
 pub fn install_stop_signals() {
     // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
     unsafe {
@@ -191,6 +195,59 @@ pub fn save_and_exit(store: &Store, path: &Path, now: Time, origin: u64, cleanup
         }
         Err(e) => {
             eprintln!("mnemod: -e {}: writing the snapshot failed: {e}; the previous one (if any) is kept", path.display());
+            1
+        }
+    };
+    cleanup();
+    std::process::exit(status);
+}
+
+/// At start with a flash tier (before `-e`'s restore and before anything is served): the
+/// list a graceful stop left beside the flash file (mnemo-store flash/keep.rs) brings its
+/// items back, and is removed. With `-e` and a snapshot to restore, the snapshot brings them
+/// back instead (it holds the flashed values too), and the list is removed unread.
+pub fn keep_flash_start(store: &Store, memory_file: Option<&Path>, now: Time, origin: u64) {
+    let Some(list) = store.flash_list_path() else { return };
+    if memory_file.is_some_and(Path::exists) {
+        match store.discard_flash_list() {
+            Ok(true) => eprintln!("mnemod: {}: not read: -e's snapshot brings the flashed items back", list.display()),
+            Ok(false) => {}
+            Err(e) => eprintln!("mnemod: {}: cannot remove: {e}", list.display()),
+        }
+        return;
+    }
+    let t = Instant::now();
+    let Some(r) = store.restore_flash_list(now, origin) else { return };
+    match &r.refused {
+        Some(why) => eprintln!("mnemod: {}: {why}; the flash file starts empty", list.display()),
+        None => eprintln!(
+            "mnemod: {}: {} items kept on flash in {:.2} s ({} listed, {} expired while down, {} dropped: \
+             damaged, {} damaged block(s))",
+            list.display(),
+            r.restored,
+            t.elapsed().as_secs_f64(),
+            r.listed,
+            r.expired,
+            r.dropped,
+            r.bad_blocks
+        ),
+    }
+}
+
+/// A graceful stop without `-e` but with a flash tier: freezes the store, writes the list of
+/// what is on flash beside the file (so the next start keeps it) and exits the process.
+pub fn keep_flash_and_exit(store: &Store, origin: u64, cleanup: impl FnOnce()) -> ! {
+    let t = Instant::now();
+    let mut frozen = store.freeze();
+    let list = store.flash_list_path().unwrap_or_default();
+    let status = match frozen.write_flash_list(origin) {
+        Ok(n) => {
+            let n = n.unwrap_or(0);
+            eprintln!("mnemod: {}: listed {n} items on flash in {:.2} s", list.display(), t.elapsed().as_secs_f64());
+            0
+        }
+        Err(e) => {
+            eprintln!("mnemod: {}: writing the list failed: {e}; the next start begins with an empty flash file", list.display());
             1
         }
     };

@@ -64,7 +64,7 @@ pub use config::{Eviction, StoreConfig, DEFAULT_SHARDS, MAX_SEGMENT_SIZE, MAX_SH
 pub use buf::Pages;
 pub use dump::{DumpCursor, DumpItem, DUMP_BATCH};
 pub use flash::{
-    FlashConfig, FlashError, FlashRef, FlashSetting, FlashStats, FlashValue, PageStat, Reject as FlashReject, DEFAULT_ITEM_SIZE,
+    FlashConfig, FlashError, FlashRef, FlashRestore, FlashSetting, FlashStats, FlashValue, PageStat, Reject as FlashReject, DEFAULT_ITEM_SIZE,
     DEFAULT_ITEM_AGE, DEFAULT_LOW_TTL, DEFAULT_MAX_FRAG_PERMILLE, DEFAULT_PAGE_SIZE, DEFAULT_RECACHE_RATE, DEFAULT_WBUF_SIZE,
     MAX_PAGE_SIZE,
 };
@@ -322,7 +322,7 @@ impl Store {
         let c = fl.counters();
         c.get_extstore.fetch_add(1, Ordering::Relaxed);
         let r = read.and_then(|gen| {
-            let v = flash::record::verify(&rec, flash::Place { page: fref.loc.page, gen }, key)?;
+            let v = fl.verify(&rec, fref.loc.page, gen, key)?;
             let start = v.value.as_ptr() as usize - rec.as_ptr() as usize;
             Ok((v.meta, start..start + v.value.len()))
         });
@@ -697,7 +697,7 @@ impl Store {
             });
             for (i, loc) in victims {
                 let Ok(g) = f.read(&loc, &mut rec) else { continue };
-                let Ok((key, v)) = flash::record::verify_any(&rec, flash::Place { page, gen: g }) else { continue };
+                let Ok((key, v)) = f.verify_any(&rec, page, g) else { continue };
                 if v.meta.exp != 0 && v.meta.exp <= now {
                     c.compact_skipped.fetch_add(1, Ordering::Relaxed);
                     continue;

@@ -260,8 +260,8 @@ impl<W: Write> BlockWriter<W> {
 /// taken at shutdown is written from here and the process exits without dropping it, so no
 /// client is told "stored" for a write the snapshot missed.
 pub struct Frozen<'a> {
-    store: &'a Store,
-    shards: Vec<MutexGuard<'a, Shard>>,
+    pub(crate) store: &'a Store,
+    pub(crate) shards: Vec<MutexGuard<'a, Shard>>,
 }
 
 impl Store {
@@ -312,10 +312,7 @@ impl Frozen<'_> {
                 s.flash.each(|_, loc| locs.push(loc));
                 for loc in locs {
                     let Ok(gen) = f.read(&loc, &mut rec) else { continue };
-                    let Ok((key, v)) = crate::flash::record::verify_any(&rec, crate::flash::Place { page: loc.page, gen })
-                    else {
-                        continue;
-                    };
+                    let Ok((key, v)) = f.verify_any(&rec, loc.page, gen) else { continue };
                     if v.meta.exp != 0 && v.meta.exp <= now {
                         continue;
                     }

@@ -3,8 +3,10 @@
 //!
 //! Owns the file, its pages, the write buffers and the writer thread (this file), the record
 //! format (record.rs), the per-shard table of flashed items (entries.rs) and the shard
-//! operations on them (ops.rs: demote, recache, drop), and the settings that change at run
-//! time (tune.rs: memcached's `extstore <name> <value>`). The shards decide
+//! operations on them (ops.rs: demote, recache, drop), the settings that change at run
+//! time (tune.rs: memcached's `extstore <name> <value>`), the list of flashed items a
+//! graceful stop leaves beside the file for the next start (keep.rs), and the reads of
+//! several records together (batch.rs: a multi-get's). The shards decide
 //! what goes to flash (evict.rs: what eviction would otherwise drop) and serve reads
 //! (lib.rs, shard.rs); this module only writes records and reads them back.
 //!
@@ -36,7 +38,9 @@
 //! entry points (`get`, `peek`, ...) do exactly that in sequence; an asynchronous caller runs
 //! `Store::get_located`, the read elsewhere (an I/O thread, io_uring), and `Store::finish_get`.
 
+mod batch;
 pub(crate) mod entries;
+mod keep;
 mod ops;
 pub(crate) mod record;
 mod tune;
@@ -50,6 +54,7 @@ use std::sync::Arc;
 
 use parking_lot::{Condvar, Mutex};
 
+pub use keep::FlashRestore;
 pub use record::Reject;
 pub(crate) use record::{Meta, Place};
 pub use tune::FlashSetting;
@@ -248,6 +253,9 @@ pub(crate) struct Counters {
     /// Demotions refused because no write buffer was free (the item was evicted instead).
     pub write_behind: AtomicU64,
     pub io_errors: AtomicU64,
+    /// System calls that read records for a read that may wait: a `pread` each, or one
+    /// io_uring submission for a batch (batch.rs).
+    pub io_submits: AtomicU64,
     /// Compaction: live records copied out of a page before it is recycled, and the ones it
     /// left in place (expired, or no write buffer free: tried again next time).
     pub compact_rescues: AtomicU64,
@@ -279,6 +287,7 @@ pub struct FlashStats {
     pub io_queue: u64,
     pub write_behind: u64,
     pub io_errors: u64,
+    pub io_submits: u64,
     pub compact_rescues: u64,
     pub compact_skipped: u64,
     /// RAM of the per-shard entry tables (bytes), and entries in use.
@@ -333,6 +342,13 @@ struct Shared {
     /// Entries (all shards) that name a record of a recycled page: added when a page is
     /// recycled (its live records), taken off when such an entry is dropped ([`Flash::release`]).
     stale: AtomicU64,
+    /// Per page, the clock its records' expiry is in when they were kept from an earlier
+    /// process (keep.rs `epoch`: that generation and that process's origin; 0: this one's).
+    epochs: Box<[AtomicU64]>,
+    /// The unix time of this process's Time 0 (keep.rs; set at the start).
+    origin: AtomicU64,
+    /// Page openings before this process (a kept page table's versions go on from there).
+    opened_base: AtomicU64,
 }
 
 /// One page as `stats extstore` shows it (memcached's `N:version`, `N:bytes`).
@@ -383,6 +399,9 @@ impl Flash {
             c: Counters::default(),
             recycled: AtomicU64::new(0),
             stale: AtomicU64::new(0),
+            epochs: zeros(pages),
+            origin: AtomicU64::new(0),
+            opened_base: AtomicU64::new(0),
         });
         let worker = Arc::clone(&sh);
         let writer = std::thread::Builder::new()
@@ -499,7 +518,8 @@ impl Flash {
             p
         };
         let c = &sh.c;
-        let opened = [&c.page_allocs, &c.page_reclaims, &c.page_evictions].iter().map(|a| a.load(Relaxed)).sum();
+        let opened: u64 = [&c.page_allocs, &c.page_reclaims, &c.page_evictions].iter().map(|a| a.load(Relaxed)).sum();
+        let opened = opened + sh.opened_base.load(Relaxed);
         sh.versions[p as usize].store(opened, Relaxed);
         w.page = p;
         w.page_used = 0;
@@ -577,6 +597,7 @@ impl Flash {
             got = out.len();
         }
         while got < out.len() {
+            sh.c.io_submits.fetch_add(1, Relaxed);
             match file.read_at(&mut out[got..], at + got as u64) {
                 Ok(0) => break,
                 Ok(n) => got += n,
@@ -684,6 +705,7 @@ impl Flash {
         st.compact_rescues = get(&c.compact_rescues);
         st.compact_skipped = get(&c.compact_skipped);
         st.io_errors = get(&c.io_errors);
+        st.io_submits = get(&c.io_submits);
         st.objects_used = sh.live_objects.iter().map(get).sum();
         st.bytes_used = sh.live_bytes.iter().map(get).sum();
         st.bytes_fragmented = (st.pages_used * sh.page_size as u64).saturating_sub(st.bytes_used);

@@ -60,6 +60,20 @@ impl Shard {
         false
     }
 
+    /// Links `key` (hash `h`) to the record at `loc` again (the start, from the list a
+    /// graceful stop left: flash/keep.rs), unless the key is already here. false: not linked
+    /// (present, or the shard's entry space is full).
+    pub(crate) fn link_flashed(&mut self, env: &Env<'_>, h: u64, key: &[u8], loc: Loc, now: Time) -> bool {
+        if !matches!(self.find(env, h, key, now), Found::Absent | Found::Dead(_)) {
+            return false;
+        }
+        let Some(i) = self.flash.alloc(h, loc) else { return false };
+        // Any segment id will do: `to_flash` replaces it and keeps the tag.
+        self.index_insert(h, slot::to_flash(slot::new(slot::tag_of_hash(h), 1, 0), i));
+        self.sync_overhead(env);
+        true
+    }
+
     /// Writes the live item at (seg, off) to flash if it qualifies (flash configured, value
     /// large enough, not about to expire, a write buffer free). Returns its new entry; the
     /// caller repoints the slot and drops the RAM copy.
