@@ -161,7 +161,7 @@ memcached_src=$(bash scripts/memcached-src.sh | tail -n 1)
 MEMCACHED_SRC="$memcached_src" .venv/bin/python -m pytest -q -rfE -s -p no:cacheprovider tests/memcached_suite.py
 
 step "Debian package: build (debug binaries), install with dpkg, run the unit's command line"
-deb=$(MNEMO_PACKAGE_PROFILE=debug SKIP_BUILD=1 bash scripts/package.sh | tail -n 1)
+deb=$(MNEMO_PACKAGE_PROFILE=debug MNEMO_PACKAGE_FAST=1 SKIP_BUILD=1 bash scripts/package.sh | tail -n 1)
 $sudo_cmd env MNEMO_DEB="$deb" .venv/bin/python -m pytest -q -rfE -p no:cacheprovider tests/package_check.py
 
 step "python package (python/): build, install into .venv, pytest"
