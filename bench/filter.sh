@@ -134,13 +134,13 @@ case " $MODES " in *" wasm "*)
         rustup target add wasm32-unknown-unknown
     fi
     note "building the example filters for wasm32"
-    (cd "$ROOT" && cargo build --release -q -p mnemo-filter-sdk --examples --target wasm32-unknown-unknown)
+    (cd "$ROOT" && cargo build --release -q -p mnemo-filter-examples --examples --target wasm32-unknown-unknown)
     [ -f "$WASM" ] || { echo "no $WASM after the build" >&2; exit 1; }
     ;;
 esac
 case " $MODES " in *" native "*)
     note "building the native topk filter"
-    (cd "$ROOT" && cargo build --release -q -p mnemo-filter-sdk --example topk)
+    (cd "$ROOT" && cargo build --release -q -p mnemo-filter-examples --example topk)
     [ -f "$NATIVE" ] || { echo "no $NATIVE after the build" >&2; exit 1; }
     ;;
 esac

@@ -19,9 +19,11 @@ def example_wasm(name):
     test builds them first in scripts/test.sh, so this is normally found)."""
     path = EXAMPLES / "wasm32-unknown-unknown" / "release" / "examples" / f"{name}.wasm"
     if not path.exists():
-        subprocess.run(["cargo", "build", "--quiet", "--release", "-p", "mnemo-filter-sdk",
-                        "--examples", "--target-dir", str(EXAMPLES), "--target",
-                        "wasm32-unknown-unknown"], cwd=ROOT, check=True)
+        # The flags of crates/filter/tests/support/examples.rs, which builds the same directory.
+        subprocess.run(["cargo", "build", "--quiet", "--release", "-p", "mnemo-filter-examples",
+                        "--examples", "--config", "profile.release.lto=false",
+                        "--config", "profile.release.debug=0", "--target-dir", str(EXAMPLES),
+                        "--target", "wasm32-unknown-unknown"], cwd=ROOT, check=True)
     return path
 
 

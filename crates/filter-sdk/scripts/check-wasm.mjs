@@ -1,6 +1,6 @@
 // Checks the example filters built for wasm32 against the fget ABI, with node's own
 // WebAssembly engine standing in for the host:
-//   cargo build -p mnemo-filter-sdk --examples --release --target wasm32-unknown-unknown
+//   cargo build -p mnemo-filter-examples --examples --release --target wasm32-unknown-unknown
 //   node crates/filter-sdk/scripts/check-wasm.mjs [target/wasm32-unknown-unknown/release/examples]
 // Each module must import nothing (the host provides no imports) and export memory,
 // mnemo_abi_version and mnemo_filter. Then each is called the way the host calls it: memory

@@ -5,7 +5,7 @@
 //! symbols the host looks for ([`export_filter!`]), both as a WebAssembly module
 //! (wasm32-unknown-unknown, sandboxed by the host) and as a native shared library (trusted,
 //! unsandboxed; C authors use `include/mnemo_filter.h`). It also holds seed 001's record
-//! format ([`records`]) and the example filters (`examples/`). It depends on nothing, so a
+//! format ([`records`]); the example filters are crates/filter-examples. It depends on nothing, so a
 //! filter builds for wasm32 in seconds.
 //!
 //! One call's input is one buffer, little-endian, no padding:
@@ -50,9 +50,10 @@
 //! `cargo build --release --target wasm32-unknown-unknown`; the same source built for the host
 //! is a native filter.
 //!
-//! The examples (`topk`, `select`, and the `hostile_*` filters the host's tests feed it) build
+//! The examples (crates/filter-examples: `topk`, `select`, and the `hostile_*` filters the
+//! host's tests feed it) build
 //! to `target/wasm32-unknown-unknown/release/examples/<name>.wasm` with
-//! `cargo build -p mnemo-filter-sdk --examples --release --target wasm32-unknown-unknown`, and
+//! `cargo build -p mnemo-filter-examples --examples --release --target wasm32-unknown-unknown`, and
 //! `node crates/filter-sdk/scripts/check-wasm.mjs` then checks each module's imports (none)
 //! and exports and calls it the way the host does. `c/topk.c` is the top-k filter in C against
 //! `include/mnemo_filter.h`; the tests compile it and compare it with [`records::top_k`].

@@ -3,6 +3,8 @@
 //! `records::top_k` byte for byte.
 
 mod common;
+#[path = "../../filter/tests/support/examples.rs"]
+mod examples;
 
 use common::{call, input, random_values, reference_topk, Call, FilterFn, Rng, VersionFn};
 use libloading::Library;
@@ -54,8 +56,10 @@ fn c_topk() -> &'static Filter {
     })
 }
 
-fn example(name: &str) -> Option<Filter> {
-    common::example_lib(name).map(|path| load(&path))
+/// A Rust example filter (crates/filter-examples), built in release as the host's tests build
+/// it, and loaded (dlopen) for the test that asks.
+fn example(name: &str) -> Filter {
+    load(&examples::examples().native(name))
 }
 
 /// Top-k through a native filter on random data, compared with the reference, including a
@@ -130,15 +134,14 @@ fn c_topk_is_thread_safe() {
 
 #[test]
 fn rust_topk_cdylib_matches_top_k() {
-    if let Some(f) = example("topk") {
-        check_topk(&f, 22);
-        check_errors(&f);
-    }
+    let f = example("topk");
+    check_topk(&f, 22);
+    check_errors(&f);
 }
 
 #[test]
 fn c_and_rust_agree_on_a_large_feed() {
-    let Some(rust) = example("topk") else { return };
+    let rust = example("topk");
     let c = c_topk();
     let values = random_values(&mut Rng::new(9), 40, 400, 50);
     for k in [1usize, 10, 1000, 100_000] {
@@ -149,7 +152,7 @@ fn c_and_rust_agree_on_a_large_feed() {
 
 #[test]
 fn rust_select_cdylib() {
-    let Some(f) = example("select") else { return };
+    let f = example("select");
     let values = random_values(&mut Rng::new(4), 8, 50, 4);
     let want: Vec<Record> = common::all_records(&values).into_iter().filter(|r| r.ts == 3).collect();
     let got = call(f.filter, &input(b"ts=3", &values), 1 << 16);
@@ -158,7 +161,7 @@ fn rust_select_cdylib() {
 
 #[test]
 fn a_panic_does_not_cross_the_boundary() {
-    let Some(f) = example("hostile_trap") else { return };
+    let f = example("hostile_trap");
     // The library has its own std, whose panic hook writes to descriptor 2 past the harness's
     // capture. That text is taken here and checked instead: left in the log, an expected
     // panic is the first "panicked" a reader (or CI's excerpt) finds, ahead of a real failure.
@@ -192,7 +195,7 @@ fn with_stderr_captured<T>(f: impl FnOnce() -> T) -> (T, String) {
 
 #[test]
 fn huge_output_reports_the_size_it_needs() {
-    let Some(f) = example("hostile_output") else { return };
+    let f = example("hostile_output");
     let got = call(f.filter, &input(b"huge", &vec![]), 1 << 20);
     assert_eq!((got.rc, got.len), (2, 64 << 20));
 }

@@ -1,6 +1,6 @@
 //! examples/select.rs against a plain filter over decoded records.
 
-#[path = "../examples/select.rs"]
+#[path = "../../filter-examples/examples/select.rs"]
 mod select;
 
 mod common;

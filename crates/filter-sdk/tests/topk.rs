@@ -1,7 +1,7 @@
 //! examples/topk.rs against a full sort: its logic through `Input`/`Output`, and its native
 //! entry point as the server calls it.
 
-#[path = "../examples/topk.rs"]
+#[path = "../../filter-examples/examples/topk.rs"]
 mod topk;
 
 mod common;

@@ -5,7 +5,6 @@
 
 use mnemo_filter_sdk::records::{self, Record};
 use mnemo_filter_sdk::{encode_input, MnemoOutput};
-use std::path::PathBuf;
 
 /// A request's values: `None` for a missing key, else (flags, bytes).
 pub type Values = Vec<Option<(u32, Vec<u8>)>>;
@@ -96,22 +95,4 @@ pub fn call(filter: FilterFn, input: &[u8], cap: usize) -> Call {
     let rc = unsafe { filter(input.as_ptr(), input.len(), &mut out) };
     let data = if out.len <= cap { buf[..out.len].to_vec() } else { Vec::new() };
     Call { rc, data, len: out.len, flags: out.flags }
-}
-
-/// A native example library built next to this test binary (`target/<profile>/examples/`),
-/// or None when it was not built (e.g. `cargo test --test <name>` builds no examples).
-pub fn example_lib(name: &str) -> Option<PathBuf> {
-    let exe = std::env::current_exe().ok()?;
-    let profile_dir = exe.parent()?.parent()?; // .../target/debug/deps/<test> -> .../target/debug
-    let path = profile_dir
-        .join("examples")
-        .join(format!("{}{name}{}", std::env::consts::DLL_PREFIX, std::env::consts::DLL_SUFFIX));
-    if path.exists() {
-        Some(path)
-    } else {
-        // The test command builds every example first: there a missing library is a failure.
-        assert!(std::env::var_os("CI").is_none(), "{} was not built", path.display());
-        eprintln!("SKIPPED: {} not built (run plain `cargo test -p mnemo-filter-sdk`)", path.display());
-        None
-    }
 }
