@@ -16,9 +16,10 @@
 //! the requests are not counted. A trace key's value size is `trace_value_size(id)`, the same
 //! pure function as hitratio.py's, so both store the same bytes. Prints one line per policy and
 //! size: miss ratio, byte miss ratio, items held at the end, evictions. REPLAY_SHARDS=N sets the
-//! shard count (default the store's, as mnemod runs it); REPLAY_MEMORY=1 also prints where the
+//! shard count (default the store's choice for the limit, as mnemod runs it); REPLAY_MEMORY=1 also prints where the
 //! memory went (item bytes, unwritten segment room, index, metadata); REPLAY_BANDS=1 the miss
-//! ratio of the requests for each power-of-two value size (`2^k` = k..k+1 bits; size awareness).
+//! ratio of the requests for each power-of-two value size (`2^k` = k..k+1 bits; size awareness)
+//! and each size's share of the value bytes held at the end.
 
 use std::io::Read;
 use std::process::{Command, Stdio};
@@ -130,7 +131,7 @@ fn replay(w: &Workload, mib: f64, policy: Eviction) -> String {
         mem_limit: (mib * (1 << 20) as f64) as usize,
         huge_pages: false,
         eviction: policy,
-        shards: std::env::var("REPLAY_SHARDS").ok().map_or(DEFAULT_SHARDS, |v| v.parse().expect("REPLAY_SHARDS")),
+        shards: std::env::var("REPLAY_SHARDS").ok().map_or(0, |v| v.parse().expect("REPLAY_SHARDS")),
         ..Default::default()
     });
     let warm = (w.keys.len() as f64 * w.warm) as usize;
@@ -163,6 +164,20 @@ fn replay(w: &Workload, mib: f64, policy: Eviction) -> String {
     if std::env::var_os("REPLAY_BANDS").is_some() {
         let line: Vec<String> = bands.iter().enumerate().filter(|(_, b)| b[0] > 0).map(|(i, b)| format!("2^{i}:{:.2}", b[1] as f64 / b[0] as f64)).collect();
         eprintln!("  miss by size: {}", line.join(" "));
+        // What each band holds at the end (a get per distinct key: the replay is over).
+        let mut held = [0u64; 24];
+        let mut ids: Vec<u32> = w.keys.clone();
+        ids.sort_unstable();
+        ids.dedup();
+        for id in ids {
+            let n = (w.size)(id);
+            if s.get(format!("t:{id}").as_bytes(), 1, |_| ()).hit().is_some() {
+                held[n.max(1).ilog2() as usize] += n as u64;
+            }
+        }
+        let total = held.iter().sum::<u64>().max(1) as f64;
+        let line: Vec<String> = held.iter().enumerate().filter(|(_, &b)| b > 0).map(|(i, &b)| format!("2^{i}:{:.3}", b as f64 / total)).collect();
+        eprintln!("  value bytes held by size: {}", line.join(" "));
     }
     if std::env::var_os("REPLAY_MEMORY").is_some() {
         eprintln!(

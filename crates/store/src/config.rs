@@ -2,9 +2,22 @@
 //!
 //! Owns the numbers every shard must agree on (segment size, shard count, fair share).
 
-/// Number of shards unless configured otherwise. Each is one mutex; 16 keeps contention low for
-/// the usual handful of worker threads while every shard still holds a useful number of segments.
+/// Number of shards unless configured otherwise, where memory allows (`SHARD_MIN_MEMORY`). Each
+/// is one mutex; 16 keeps contention low for the usual handful of worker threads while every
+/// shard still holds a useful number of segments.
 pub const DEFAULT_SHARDS: usize = 16;
+/// With the shard count left to the store (`StoreConfig::shards` 0), a shard gets at least this
+/// much of the limit: fewer shards below 16 x 16 MiB, one below 32 MiB. Each shard evicts on
+/// its own, so a small cache cut into 16 pieces decides with a sixteenth of the evidence (a
+/// few dozen large items per shard, segments of a few KiB) and its shards' fill levels drift
+/// apart. Store-level replay (examples/replay.rs), miss ratio with 16 shards -> this rule:
+/// values of 10 B..500 KB at 45 / 88 MiB 0.2767 / 0.2346 -> 0.2616 / 0.2263 (2 / 4 shards;
+/// memcached through the server at 44 / 88 MiB: 0.2693 / 0.2471); Zipf at 7 / 25 MiB 0.3106
+/// / 0.2257 -> 0.3116 / 0.2233 (1 shard), zipf-shift 0.3415 / 0.2837 -> 0.3432 / 0.2812;
+/// orm-night at 23 / 34 MiB 0.0191 / 0.0148 -> 0.0186 / 0.0142; web12 at 0.5 / 1 / 2 MiB
+/// 0.3767 / 0.2772 / 0.1867 -> 0.2835 / 0.2178 / 0.1621. The cost: at 64 MiB (memcached's and
+/// mnemod's default `-m`) four worker threads share four locks; from 256 MiB on nothing changes.
+pub const SHARD_MIN_MEMORY: usize = 16 << 20;
 /// Largest number of shards (the shard index uses the top 8 bits of the key hash).
 pub const MAX_SHARDS: usize = 256;
 /// Regular segment size when memory allows; never more, because offsets have 20 bits.
@@ -63,7 +76,8 @@ pub struct StoreConfig {
     pub evict: bool,
     /// false = memcached `-C`: every CAS reported is 0.
     pub use_cas: bool,
-    /// Power of two (rounded up if not), 1..=256.
+    /// Power of two (rounded up if not), 1..=256; 0 (the default): `DEFAULT_SHARDS`, fewer
+    /// where the limit gives a shard less than `SHARD_MIN_MEMORY`.
     pub shards: usize,
     /// Regular segments on 2 MiB huge pages (buf.rs says why); memcached's `-L`, but on by
     /// default: without it a large cache read at random misses the TLB on every item.
@@ -81,7 +95,7 @@ impl Default for StoreConfig {
             item_size_max: 1 << 20,
             evict: true,
             use_cas: true,
-            shards: DEFAULT_SHARDS,
+            shards: 0,
             huge_pages: true,
             eviction: Eviction::default(),
             flash: None,
@@ -121,7 +135,14 @@ pub(crate) struct Geometry {
 
 impl Geometry {
     pub fn new(cfg: &StoreConfig) -> Geometry {
-        let shards = cfg.shards.clamp(1, MAX_SHARDS).next_power_of_two();
+        let shards = match cfg.shards {
+            0 => {
+                // Largest power of two <= limit / SHARD_MIN_MEMORY, within 1..=DEFAULT_SHARDS.
+                let fit = (cfg.mem_limit / SHARD_MIN_MEMORY).max(1);
+                (1usize << fit.ilog2()).min(DEFAULT_SHARDS)
+            }
+            n => n.clamp(1, MAX_SHARDS).next_power_of_two(),
+        };
         let fair_share = cfg.mem_limit / shards;
         let want = fair_share / SEGMENTS_PER_SHARD;
         // Largest power of two <= want, within bounds.
@@ -176,15 +197,27 @@ mod tests {
 
     #[test]
     fn geometry_scales_segments_with_memory() {
-        let g = Geometry::new(&StoreConfig::default());
+        let g = Geometry::new(&StoreConfig { shards: DEFAULT_SHARDS, ..Default::default() });
         assert_eq!(g.shards, 16);
         assert_eq!(g.seg_size, 512 << 10);
         let g = Geometry::new(&StoreConfig { mem_limit: 1 << 30, ..Default::default() });
         assert_eq!(g.seg_size, MAX_SEGMENT_SIZE);
-        let g = Geometry::new(&StoreConfig { mem_limit: 1 << 20, ..Default::default() });
+        let g = Geometry::new(&StoreConfig { mem_limit: 1 << 20, shards: DEFAULT_SHARDS, ..Default::default() });
         assert_eq!(g.seg_size, 8 << 10);
         let g = Geometry::new(&StoreConfig { mem_limit: 1000, shards: 3, ..Default::default() });
         assert_eq!((g.seg_size, g.shards, g.shard_bits), (MIN_SEGMENT_SIZE, 4, 2));
         assert!(g.shard_of(u64::MAX) == 3 && g.shard_of(0) == 0);
+    }
+
+    #[test]
+    fn default_shard_count_leaves_each_shard_its_minimum() {
+        let shards = |mib: usize| Geometry::new(&StoreConfig { mem_limit: mib << 20, ..Default::default() }).shards;
+        assert_eq!((shards(1), shards(31), shards(32), shards(45), shards(64)), (1, 1, 2, 2, 4));
+        assert_eq!((shards(255), shards(256), shards(4096)), (8, 16, 16));
+        let g = Geometry::new(&StoreConfig { mem_limit: 64 << 20, ..Default::default() });
+        assert_eq!((g.fair_share, g.seg_size), (16 << 20, MAX_SEGMENT_SIZE));
+        // An explicit count is kept, however small the limit.
+        let g = Geometry::new(&StoreConfig { mem_limit: 1 << 20, shards: 8, ..Default::default() });
+        assert_eq!(g.shards, 8);
     }
 }
