@@ -8,6 +8,7 @@
 //!                                                                        v
 //!   worker thread:  serve::Worker<T>   slots, adopt, turns, -R yields, close, idle kicks
 //!                     │  T::poll: wait, mark the connections that have work
+//!                     │  share: after RUN_BUDGET on the core without a switch, offer it
 //!                     ├── epoll::Epoll   readiness: the connection reads and writes its socket
 //!                     └── uring::Ring    completions: the ring receives into buffers and
 //!                                        sends what the connection queued
@@ -30,6 +31,7 @@
 
 mod epoll;
 pub mod serve;
+mod share;
 mod uring;
 
 use std::sync::mpsc::Sender;

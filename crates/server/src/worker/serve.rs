@@ -6,6 +6,8 @@
 //!   Worker<T>::run, one iteration:
 //!     T::poll(wait)            wait (no wait while -R yielders wait; IDLE_SWEEP at most with
 //!                              idle_timeout), mark the slots with work, say if woken
+//!     share                    held the core for RUN_BUDGET without a switch: offer it
+//!                              (share.rs)
 //!     adopt                    if woken: every socket in the channel gets a slot and a turn
 //!     deliver                  if woken: finished jobs' replies (jobs.rs) go to their
 //!                              connections, which are marked for a turn
@@ -43,6 +45,7 @@ use std::time::Duration;
 
 use mnemo_store::{Prefetch, PREFETCH_HEAD};
 
+use super::share::{CoreShare, RUN_BUDGET};
 use crate::conn::{Conn, Io, Stream, Turn};
 use crate::jobs::{Job, Mailbox};
 use crate::stats::{bump, Counters};
@@ -196,6 +199,8 @@ pub struct Worker<T: Transport> {
     touched: bool,
     read_at_sweep: u64,
     pub(super) sweep_due: Arc<std::sync::atomic::AtomicBool>,
+    /// How long it has held its core (share.rs).
+    share: CoreShare,
 }
 
 impl<T: Transport> Worker<T> {
@@ -216,6 +221,7 @@ impl<T: Transport> Worker<T> {
             touched: false,
             read_at_sweep: 0,
             sweep_due: Arc::default(),
+            share: CoreShare::new(RUN_BUDGET),
         }
     }
 
@@ -239,6 +245,9 @@ impl<T: Transport> Worker<T> {
             None
         };
         let woken = self.io.poll(wait, &mut self.slots);
+        // After the wait, with the last round's replies on their way: the core's other
+        // workers get their turn (share.rs).
+        self.share.check();
         if woken {
             self.adopt();
             self.deliver();

@@ -1,8 +1,8 @@
 //! The flash tier: values of large-enough items leave RAM for a file (memcached's extstore,
 //! `-o ext_path=FILE:SIZE`), and their index slots keep where.
 //!
-//! Owns the file, its pages, the write buffers and the writer thread (this file), the record
-//! format (record.rs), the per-shard table of flashed items (entries.rs) and the shard
+//! Owns the file, its pages, the write buffers (this file), the writer thread (writer.rs), the
+//! record format (record.rs), the per-shard table of flashed items (entries.rs) and the shard
 //! operations on them (ops.rs: demote, recache, drop), the settings that change at run
 //! time (tune.rs: memcached's `extstore <name> <value>`), the list of flashed items a
 //! graceful stop leaves beside the file for the next start (keep.rs), and the reads of
@@ -19,9 +19,10 @@
 //!  +-----------------+-----------------+-----------------+-----+
 //!          ^ full, oldest first            ^ free list
 //!  write buffers (ext_wbuf_size, four): demotion (under a shard lock) appends a record to the
-//!    buffer being filled; a full buffer is queued to the writer thread, which writes it with
-//!    one pwrite at its page offset; no buffer free = flash is behind = the item is evicted as
-//!    before (a set never waits for the disk). Queued and filling buffers are read from RAM.
+//!    buffer being filled; a full buffer is queued to the writer thread, which writes it at its
+//!    page offset in paced pieces (writer.rs); no buffer free = flash is behind = the item is
+//!    evicted as before (a set never waits for the disk). Queued and filling buffers are read
+//!    from RAM.
 //!  page choice when the open page is full: a free page; else a full page with no live
 //!    record left (reclaimed); else the oldest full page (evicted: its records become
 //!    unreachable because their generation no longer matches).
@@ -44,6 +45,7 @@ mod keep;
 mod ops;
 pub(crate) mod record;
 mod tune;
+mod writer;
 
 use std::collections::VecDeque;
 use std::fs::File;
@@ -406,7 +408,7 @@ impl Flash {
         let worker = Arc::clone(&sh);
         let writer = std::thread::Builder::new()
             .name("mnemo-flash-w".into())
-            .spawn(move || write_loop(&worker))
+            .spawn(move || writer::write_loop(&worker))
             .map_err(FlashError::Open)?;
         Ok(Flash { sh, writer: Some(writer), cfg: cfg.clone(), tune: tune::Tune::new(cfg), hits: AtomicU64::new(0) })
     }
@@ -728,34 +730,6 @@ impl Drop for Flash {
         if let Some(t) = self.writer.take() {
             let _ = t.join();
         }
-    }
-}
-
-/// The writer thread: writes queued buffers in order, one pwrite each.
-fn write_loop(sh: &Shared) {
-    let mut w = sh.w.lock();
-    loop {
-        if let Some(b) = w.queue.front().cloned() {
-            drop(w);
-            // A buffer lies within one page, so within one file.
-            let (file, at) = sh.at(b.page, b.at as u64);
-            if file.write_all_at(&b.data, at).is_err() {
-                // The records stay unreadable (verification rejects what is there).
-                sh.c.io_errors.fetch_add(1, Relaxed);
-            }
-            w = sh.w.lock();
-            let done = w.queue.pop_front().expect("only the writer pops");
-            drop(b);
-            let buf = Arc::try_unwrap(done).map(|b| b.data).unwrap_or_default();
-            w.spare.push(buf);
-            // sync() waits on the same condvar.
-            sh.wake.notify_all();
-            continue;
-        }
-        if w.stop {
-            return;
-        }
-        sh.wake.wait(&mut w);
     }
 }
 
