@@ -201,6 +201,17 @@ impl Shard {
     pub(crate) fn index_insert(&mut self, h: u64, s: u64) {
         self.index.insert(h, s);
         while self.index.wants_split() {
+            // The split reads the key of every item in the bucket's chain, each in a segment
+            // written at some other time, so most are cache misses: ask for all of them first,
+            // so they load side by side rather than one after another.
+            let metas = &self.segs.metas;
+            self.index.for_each_in_chain(self.index.geometry().1, |e| {
+                if !slot::is_flash(e) {
+                    if let Some(d) = metas[slot::seg(e) as usize].data.get(slot::off(e) as usize) {
+                        crate::buf::prefetch(d);
+                    }
+                }
+            });
             let segs = &mut self.segs;
             let stats = &mut self.stats;
             let flash = &self.flash;
