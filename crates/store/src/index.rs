@@ -43,8 +43,11 @@
 //! their old copies stayed resident in the heap (1.6 MB, 0.8 B per item, at 2M items).
 //!
 //! Why linear hashing: the table grows one bucket at a time (split the bucket at `split`, which
-//! touches ~8 entries), so there is never a stop-the-world rehash, and the load stays near the
-//! target instead of oscillating between x and 2x as with doubling. Chained overflow buckets mean
+//! touches ~12 entries), so there is never a stop-the-world rehash, and the load stays near the
+//! target instead of oscillating between x and 2x as with doubling. The price: a slot keeps no
+//! spare hash bits, so a split rehashes each entry from its key (the caller reads it), about one
+//! rehash per item inserted into a growing table; the split writes the two new chains in one
+//! pass, appending. Chained overflow buckets mean
 //! an insert never fails for lack of a slot. The whole thing is counted in the memory budget.
 
 use crate::buf::table::Table;
