@@ -43,8 +43,11 @@
 //! their old copies stayed resident in the heap (1.6 MB, 0.8 B per item, at 2M items).
 //!
 //! Why linear hashing: the table grows one bucket at a time (split the bucket at `split`, which
-//! touches ~8 entries), so there is never a stop-the-world rehash, and the load stays near the
-//! target instead of oscillating between x and 2x as with doubling. Chained overflow buckets mean
+//! touches ~12 entries), so there is never a stop-the-world rehash, and the load stays near the
+//! target instead of oscillating between x and 2x as with doubling. The price: a slot keeps no
+//! spare hash bits, so a split rehashes each entry from its key (the caller reads it), about one
+//! rehash per item inserted into a growing table; the split writes the two new chains in one
+//! pass, appending. Chained overflow buckets mean
 //! an insert never fails for lack of a slot. The whole thing is counted in the memory budget.
 
 use crate::buf::table::Table;
@@ -185,7 +188,27 @@ pub(crate) struct Index {
     ovf_in_use: usize,
     items: usize,
     scratch: Vec<u64>,
+    /// Where the last `find` that missed would insert `h`: see `Hint`.
+    hint: Hint,
 }
+
+/// A store looks a key up before it inserts it (a set replaces, an add refuses), so an insert
+/// of a new key follows a `find` that walked the key's whole chain and missed. That walk notes
+/// the chain's first empty slot, or its end when it has none, and `insert` of the same hash
+/// starts there instead of walking the chain again (145 instructions per insert of a fresh
+/// fill, callgrind, most of them that second walk). Any change of the index's layout between
+/// the two (an insert, a removal, a split, a sweep) voids it: `insert` then walks as before.
+#[derive(Clone, Copy)]
+struct Hint {
+    h: u64,
+    /// `slot` < the bucket's length: an empty slot; `FULL`: the chain's last bucket, full;
+    /// `bucket` NONE: no hint.
+    at: Pos,
+}
+/// `Hint::at`'s slot when the chain has no empty slot.
+const FULL: u8 = u8::MAX;
+/// No hint (`Hint::at`).
+const NO_HINT: Pos = Pos { bucket: NONE, prev: NONE, slot: FULL };
 
 impl Index {
     /// `initial_buckets` is rounded up to a power of two.
@@ -205,6 +228,7 @@ impl Index {
             ovf_in_use: 0,
             items: 0,
             scratch: Vec::new(),
+            hint: Hint { h: 0, at: NO_HINT },
         }
     }
 
@@ -265,17 +289,23 @@ impl Index {
         let tag = slot::tag_of_hash(h);
         let mut handle = self.home(h);
         let mut prev = NONE;
+        // The chain's first empty slot, for `insert` after a miss (`Hint`).
+        let mut free = NO_HINT;
         loop {
             // Each bucket size gets its own fixed-length scan: over a slice of either length
             // a get hit took 22 more instructions (bench/instructions.sh), with no chain at all.
+            let here = Pos { bucket: handle, prev, slot: FULL };
             let found = if handle & OVF != 0 {
-                scan(&mut self.overflow[(handle & !OVF) as usize].0, tag, &mut self.items, &mut visit)
+                scan(&mut self.overflow[(handle & !OVF) as usize].0, tag, &mut self.items, &mut visit, here, &mut free)
             } else {
-                scan(&mut self.primary[handle as usize], tag, &mut self.items, &mut visit)
+                scan(&mut self.primary[handle as usize], tag, &mut self.items, &mut visit, here, &mut free)
             };
             match found {
                 Ok(i) => return Some(Pos { bucket: handle, prev, slot: i as u8 }),
-                Err(NONE) => return None,
+                Err(NONE) => {
+                    self.hint = Hint { h, at: if free.slot == FULL { here } else { free } };
+                    return None;
+                }
                 Err(next) => {
                     prev = handle;
                     handle = next;
@@ -347,12 +377,32 @@ impl Index {
 
     /// Adds an entry. Never fails: a full chain gets another overflow bucket.
     pub fn insert(&mut self, h: u64, v: u64) -> Pos {
+        let Hint { h: hh, at } = self.hint;
+        if hh == h && at.bucket != NONE {
+            self.hint.at = NO_HINT;
+            self.items += 1;
+            if at.slot == FULL {
+                // A `find` since may have purged the chain's last entry (it only empties
+                // slots, so the chain still ends here).
+                let b = self.bucket_mut(at.bucket);
+                let j = b.len() - 1;
+                if b[j] != 0 {
+                    return self.extend(at.bucket, v);
+                }
+                b[j] = v;
+                return Pos { slot: j as u8, ..at };
+            }
+            debug_assert_eq!(self.get(at), 0);
+            self.bucket_mut(at.bucket)[at.slot as usize] = v;
+            return at;
+        }
         let home = self.home(h);
         self.insert_at(home, v)
     }
 
     fn insert_at(&mut self, home: u64, v: u64) -> Pos {
         debug_assert!(v != 0 && v & slot::LINK == 0);
+        self.hint.at = NO_HINT;
         self.items += 1;
         let mut handle = home;
         let mut prev = NONE;
@@ -367,15 +417,22 @@ impl Index {
                 handle = OVF | (last & !slot::LINK);
                 continue;
             }
-            // Chain full: move the last entry into a new overflow bucket and link it.
-            let n = self.alloc_overflow();
-            let nb = self.bucket_mut(n);
-            nb[0] = last;
-            nb[1] = v;
-            let b = self.bucket_mut(handle);
-            b[b.len() - 1] = slot::LINK | (n & !OVF);
-            return Pos { bucket: n, prev: handle, slot: 1 };
+            return self.extend(handle, v);
         }
+    }
+
+    /// A full chain whose last bucket is `handle` gets another overflow bucket: the last entry
+    /// moves into it, beside `v`, and its slot becomes the link.
+    fn extend(&mut self, handle: u64, v: u64) -> Pos {
+        let n = self.alloc_overflow();
+        let b = self.bucket_mut(handle);
+        let last = b[b.len() - 1];
+        debug_assert!(last != 0 && last & slot::LINK == 0);
+        b[b.len() - 1] = slot::LINK | (n & !OVF);
+        let nb = self.bucket_mut(n);
+        nb[0] = last;
+        nb[1] = v;
+        Pos { bucket: n, prev: handle, slot: 1 }
     }
 
     /// Clears a slot. The chain stays compact: the last entry of the chain moves into the hole,
@@ -383,6 +440,7 @@ impl Index {
     /// overflow buckets (they would cost memory and lookup time).
     pub fn remove(&mut self, p: Pos) {
         debug_assert!(self.get(p) != 0);
+        self.hint.at = NO_HINT;
         self.bucket_mut(p.bucket)[p.slot as usize] = 0;
         self.items -= 1;
         // Walk to the chain's last bucket.
@@ -483,12 +541,24 @@ impl Index {
             handle = next;
         }
         self.items -= entries.len();
-        let mask = (1u64 << (self.level + 1)) - 1;
+        self.hint.at = NO_HINT;
+        // Both chains are built from empty, so each entry goes where the last one of its
+        // chain went, not through `insert_at`'s walk from the chain's start (77 instructions
+        // an entry, callgrind, on a fresh fill, which rehashes about one entry per insert).
+        let high = 1u64 << self.level;
+        let mut tails = [(s as u64, 0usize), (s as u64 + high, 0usize)];
         for &e in &entries {
             if let Some(h) = rehash(e) {
-                let b = h & mask;
-                debug_assert!(b as usize == s || b as usize == s + (1 << self.level));
-                self.insert_at(b, e);
+                debug_assert_eq!(h & (high - 1), s as u64 & (high - 1));
+                let t = &mut tails[(h & high != 0) as usize];
+                self.items += 1;
+                let len = if t.0 & OVF != 0 { OVF_SLOTS } else { SLOTS };
+                if t.1 < len {
+                    self.bucket_mut(t.0)[t.1] = e;
+                    t.1 += 1;
+                } else {
+                    *t = (self.extend(t.0, e).bucket, 2);
+                }
             }
         }
         self.scratch = entries;
@@ -502,6 +572,9 @@ impl Index {
     /// Clears every entry in the chains of primary buckets `from..to` for which `dead` says so.
     /// Returns the next bucket to sweep (wraps to 0 at the end).
     pub fn sweep(&mut self, from: usize, count: usize, mut dead: impl FnMut(u64) -> bool) -> usize {
+        // It only empties slots, which leaves a hint's slot empty, but its `FULL` no longer
+        // true: void it rather than reason about which.
+        self.hint.at = NO_HINT;
         let end = (from + count).min(self.primary.len());
         for b in from..end {
             let mut handle = b as u64;
@@ -571,17 +644,23 @@ impl Index {
 }
 
 /// `find`'s visit of one bucket: Ok(slot) on a match, else Err(the next bucket's handle, or
-/// NONE at the chain's end).
+/// NONE at the chain's end). `free`: set to the first empty slot met (in bucket `here`) if it
+/// names none yet (`FULL`).
 #[inline(always)]
 fn scan<const N: usize>(
     b: &mut [u64; N],
     tag: u64,
     items: &mut usize,
     visit: &mut impl FnMut(u64) -> Visit,
+    here: Pos,
+    free: &mut Pos,
 ) -> Result<usize, u64> {
     for (i, e) in b.iter_mut().enumerate() {
         let s = *e;
         if s == 0 {
+            if free.slot == FULL {
+                *free = Pos { slot: i as u8, ..here };
+            }
             continue;
         }
         if s & slot::LINK != 0 {
@@ -596,6 +675,9 @@ fn scan<const N: usize>(
             Visit::Purge => {
                 *e = 0;
                 *items -= 1;
+                if free.slot == FULL {
+                    *free = Pos { slot: i as u8, ..here };
+                }
             }
         }
     }

@@ -211,6 +211,35 @@ pub(crate) fn decode(buf: &[u8]) -> Header {
     Header { bits, key_len, value_len, flags, exp, cas, header_len: p as u8 }
 }
 
+/// Where the key of the item at `buf[0]` lies: `decode(buf).key_range()` without reading the
+/// value length, flags, exp or CAS, only skipping them. The index's split rehashes every entry
+/// of a bucket it splits by its key (a fresh cache's fill pays about one per item), and the
+/// whole decode was 72 instructions of it (callgrind), this about a third of that.
+#[inline]
+pub(crate) fn key_range(buf: &[u8]) -> core::ops::Range<usize> {
+    let b0 = buf[0];
+    let bits = b0 & 0x0f;
+    let mut p = match b0 >> 4 {
+        VLEN_U8 => 3,
+        VLEN_U16 => 4,
+        VLEN_U32 => 6,
+        _ => 2,
+    };
+    if bits & HAS_FLAGS != 0 {
+        while buf[p] & 0x80 != 0 {
+            p += 1;
+        }
+        p += 1;
+    }
+    if bits & HAS_EXP != 0 {
+        p += 4;
+    }
+    if bits & HAS_CAS != 0 {
+        p += 8;
+    }
+    p..p + buf[1] as usize
+}
+
 /// Sets the DEAD bit of the item at `buf[0]`.
 #[inline]
 pub(crate) fn mark_dead(buf: &mut [u8]) {
@@ -271,6 +300,7 @@ mod tests {
         assert_eq!(d.explicit_cas(), h.cas);
         assert!(!d.is_dead());
         assert_eq!(d.total_len(), h.total_len());
+        assert_eq!(key_range(&buf), d.key_range());
         if h.exp != 0 {
             let off = d.exp_offset().unwrap();
             assert_eq!(&buf[off..off + 4], &h.exp.to_le_bytes());

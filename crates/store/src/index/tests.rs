@@ -182,11 +182,58 @@ fn random_operations_match_a_model() {
         let find = |ix: &mut Index, k: u64, e: u64| ix.find(hash(k), |s| if s == e { Visit::Match } else { Visit::Skip });
         match next() % 10 {
             0..=4 => {
-                if let std::collections::hash_map::Entry::Vacant(v) = model.entry(k) {
+                if !model.contains_key(&k) {
                     let e = ent(k, false);
+                    match next() % 3 {
+                        // As a store does: a lookup that misses, then the insert where it
+                        // ended (`Hint`).
+                        0 => assert!(find(&mut ix, k, e).is_none()),
+                        // The same, with the lookup purging what it meets of keys divisible
+                        // by 7 (as dead items are), the hint's chain end among them.
+                        1 => {
+                            let mut purged = Vec::new();
+                            let hit = ix.find(hash(k), |s| {
+                                if key_of(s) % 7 == 0 {
+                                    purged.push(key_of(s));
+                                    Visit::Purge
+                                } else {
+                                    Visit::Skip
+                                }
+                            });
+                            assert!(hit.is_none());
+                            for p in purged {
+                                model.remove(&p);
+                            }
+                        }
+                        _ => {}
+                    }
+                    // Between the lookup and the insert, sometimes another change (as an
+                    // eviction may come between a store's lookup and its insert): the hint
+                    // must not survive it.
+                    match next() % 6 {
+                        0 => {
+                            // One from the same chain (homes are the hash's low 6 bits).
+                            let other = model.keys().copied().find(|&o| hash(o) & 0x3f == hash(k) & 0x3f);
+                            if let Some(o) = other {
+                                let oe = model.remove(&o).unwrap();
+                                let p = find(&mut ix, o, oe).expect("present");
+                                ix.remove(p);
+                            }
+                        }
+                        1 => {
+                            let o = k + 3_000 + next() % 3_000;
+                            if let std::collections::hash_map::Entry::Vacant(v) = model.entry(o) {
+                                let oe = ent(o, false);
+                                ix.insert(hash(o), oe);
+                                v.insert(oe);
+                            }
+                        }
+                        2 if ix.buckets() < 512 => ix.split_one(|e| Some(hash(key_of(e)))),
+                        _ => {}
+                    }
                     let p = ix.insert(hash(k), e);
                     assert_eq!(ix.get(p), e);
-                    v.insert(e);
+                    model.insert(k, e);
                 }
             }
             5 | 6 => {

@@ -201,6 +201,17 @@ impl Shard {
     pub(crate) fn index_insert(&mut self, h: u64, s: u64) {
         self.index.insert(h, s);
         while self.index.wants_split() {
+            // The split reads the key of every item in the bucket's chain, each in a segment
+            // written at some other time, so most are cache misses: ask for all of them first,
+            // so they load side by side rather than one after another.
+            let metas = &self.segs.metas;
+            self.index.for_each_in_chain(self.index.geometry().1, |e| {
+                if !slot::is_flash(e) {
+                    if let Some(d) = metas[slot::seg(e) as usize].data.get(slot::off(e) as usize) {
+                        crate::buf::prefetch(d);
+                    }
+                }
+            });
             let segs = &mut self.segs;
             let stats = &mut self.stats;
             let flash = &self.flash;
@@ -213,8 +224,7 @@ impl Shard {
                 match segs.metas[sg as usize].state {
                     SegState::Live => {
                         let d = &segs.metas[sg as usize].data[slot::off(e) as usize..];
-                        let hdr = item::decode(d);
-                        Some(xxhash_rust::xxh3::xxh3_64(&d[hdr.key_range()]))
+                        Some(xxhash_rust::xxh3::xxh3_64(&d[item::key_range(d)]))
                     }
                     SegState::Dead(r) => {
                         segs.release_dead_ref(sg);
