@@ -7,7 +7,7 @@
 //!     T::poll(wait)            wait (no wait while -R yielders wait; IDLE_SWEEP at most with
 //!                              idle_timeout), mark the slots with work, say if woken
 //!     share                    held the core for RUN_BUDGET without a switch: offer it
-//!                              (share.rs)
+//!                              (share.rs; only where the workers outnumber the cores)
 //!     adopt                    if woken: every socket in the channel gets a slot and a turn
 //!     deliver                  if woken: finished jobs' replies (jobs.rs) go to their
 //!                              connections, which are marked for a turn
@@ -45,7 +45,7 @@ use std::time::Duration;
 
 use mnemo_store::{Prefetch, PREFETCH_HEAD};
 
-use super::share::{CoreShare, RUN_BUDGET};
+use super::share::{self, CoreShare, RUN_BUDGET};
 use crate::conn::{Conn, Io, Stream, Turn};
 use crate::jobs::{Job, Mailbox};
 use crate::stats::{bump, Counters};
@@ -199,8 +199,9 @@ pub struct Worker<T: Transport> {
     touched: bool,
     read_at_sweep: u64,
     pub(super) sweep_due: Arc<std::sync::atomic::AtomicBool>,
-    /// How long it has held its core (share.rs).
-    share: CoreShare,
+    /// How long it has held its core (share.rs); None when the workers do not outnumber the
+    /// cores they may run on (`share::needed`), where no worker waits behind another.
+    share: Option<CoreShare>,
 }
 
 impl<T: Transport> Worker<T> {
@@ -208,7 +209,6 @@ impl<T: Transport> Worker<T> {
         Worker {
             io,
             incoming,
-            sh,
             counters,
             slots: Slots { slots: Vec::new(), free: Vec::new(), marked: Vec::new() },
             ready: Vec::new(),
@@ -221,7 +221,8 @@ impl<T: Transport> Worker<T> {
             touched: false,
             read_at_sweep: 0,
             sweep_due: Arc::default(),
-            share: CoreShare::new(RUN_BUDGET),
+            share: share::needed(sh.config.threads).then(|| CoreShare::new(RUN_BUDGET)),
+            sh,
         }
     }
 
@@ -247,7 +248,9 @@ impl<T: Transport> Worker<T> {
         let woken = self.io.poll(wait, &mut self.slots);
         // After the wait, with the last round's replies on their way: the core's other
         // workers get their turn (share.rs).
-        self.share.check();
+        if let Some(share) = self.share.as_mut() {
+            share.check();
+        }
         if woken {
             self.adopt();
             self.deliver();

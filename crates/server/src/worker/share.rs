@@ -1,6 +1,8 @@
 //! A worker's share of its core: after running [`RUN_BUDGET`] without once leaving the CPU,
 //! it offers the core to whatever else is waiting for it (`sched_yield`) before it goes on.
 //!
+//! Only where the workers outnumber the cores the process may run on ([`needed`]).
+//!
 //! Why: workers that share a core (more `-t` than cores, or a server pinned to one core as in
 //! `bench/flash.sh`'s throughput phase, `-t 4` on core 0) and are all busy never sleep, so no
 //! wake-up gives the scheduler a reason to switch: each ran until the timer tick took the core
@@ -27,6 +29,16 @@
 //! runnable costs one system call.
 
 use std::time::{Duration, Instant};
+
+/// Whether `workers` event loops can outnumber the cores this process may run on (its CPU
+/// affinity and cgroup quota, as `available_parallelism` reads them): only then can a busy
+/// worker hold a core another one waits for. Elsewhere (`-t 1`, or no more workers than
+/// cores) the check is not made at all, so it costs nothing: its clock read is about 90
+/// instructions per loop round (bench/instructions.sh, `-t 1`: get hit 1,953 -> 2,042 with
+/// the check made every round).
+pub fn needed(workers: usize) -> bool {
+    workers > std::thread::available_parallelism().map_or(1, |n| n.get())
+}
 
 /// How long a worker runs without leaving the core before it offers the core. Measured in
 /// `bench/flash.sh`'s throughput phase setting (idle machine, two 10 s runs each, one of them
@@ -88,6 +100,14 @@ fn switches() -> u64 {
 mod tests {
     use super::*;
     use std::cell::Cell;
+
+    #[test]
+    fn only_more_workers_than_cores_need_the_check() {
+        let cores = std::thread::available_parallelism().unwrap().get();
+        assert!(!needed(1));
+        assert!(!needed(cores));
+        assert!(needed(cores + 1));
+    }
 
     #[test]
     fn within_the_budget_nothing_is_asked_or_yielded() {
