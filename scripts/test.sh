@@ -216,8 +216,9 @@ else
         rc_a=0; rc_b=0
         wait "$pid_a" || rc_a=$?
         wait "$pid_b" || rc_b=$?
-        for r in "$run_a:$rc_a:$fuzz_log" "$run_b:$rc_b:$fuzz_log.b"; do
-            log=${r##*:}; r=${r%:*}; rc=${r##*:}; run=${r%:*}; target=${run%%:*}
+        runs=("$run_a" "$run_b"); rcs=("$rc_a" "$rc_b"); logs=("$fuzz_log" "$fuzz_log.b")
+        for i in 0 1; do
+            run=${runs[$i]}; rc=${rcs[$i]}; log=${logs[$i]}; target=${run%%:*}
             if [ "$rc" -eq 0 ]; then
                 echo "   $run: $(grep -o 'Done [0-9]* runs in [0-9]* second(s)' "$log" | tail -n 1)"
             else
