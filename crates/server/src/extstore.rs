@@ -11,9 +11,10 @@
 //!   recache_rate    u32             1 flash hit in N to RAM  the store
 //!   compact_under   u32 (pages)     when compaction starts   the store
 //!   max_frag        double          which page is compacted  the store (per mille)
-//!   drop_under      u32 (pages)     memcached's drop of      kept for `stats settings`:
-//!   max_sleep       u32 (µs)          COLD items, its        mnemo has no such mechanism
-//!   drop_unread     u32 (0 = off)     threads' pacing        (docs/flash.md)
+//!   drop_unread     u32 (0 = off)   compaction drops unread  the store
+//!   drop_under      u32 (pages)       records below this     the store
+//!   max_sleep       u32 (µs)        its threads' pacing      kept for `stats settings`:
+//!                                                            mnemo has no such thread
 //!   free_memchunks  class limit     deprecated in memcached  checked only (class < 64)
 //! ```
 //!
@@ -80,9 +81,17 @@ fn apply(args: Keys<'_>, sh: &Shared) -> Option<()> {
             live.max_frag = parse_f64(value)?;
             store(FlashSetting::MaxFragPermille(live.max_frag_permille()));
         }
-        b"drop_under" => live.drop_under = Some(num()?),
+        b"drop_under" => {
+            let v = num()?;
+            live.drop_under = Some(v);
+            store(FlashSetting::DropUnder(Some(v as usize)));
+        }
         b"max_sleep" => live.max_sleep = num()?,
-        b"drop_unread" => live.drop_unread = num()? != 0,
+        b"drop_unread" => {
+            let v = num()? != 0;
+            live.drop_unread = v;
+            store(FlashSetting::DropUnread(v));
+        }
         // memcached wants both numbers here (more than four tokens) and a class below 64.
         b"free_memchunks" => {
             let (class, limit) = (num()?, third.and_then(parse_u32_flags));

@@ -678,49 +678,6 @@ impl Store {
             (n + dn, b + db)
         }))
     }
-
-    /// Flash compaction, one page per call: the live records of the page `compaction_victim`
-    /// names are read (no lock held), appended again and their entries repointed (the index
-    /// slots name entries, so they do not change). A record that changed meanwhile (deleted,
-    /// overwritten, recached) is skipped; expired ones are left to go with the page.
-    fn compact_flash(&self, now: Time) {
-        let Some(f) = &self.flash else { return };
-        let Some((page, gen)) = f.compaction_victim() else { return };
-        let c = f.counters();
-        let mut rec = Vec::new();
-        for shard in self.shards.iter() {
-            let mut victims = Vec::new();
-            shard.lock().flash.each(|i, loc| {
-                if loc.page == page && loc.gen == gen {
-                    victims.push((i, loc));
-                }
-            });
-            for (i, loc) in victims {
-                let Ok(g) = f.read(&loc, &mut rec) else { continue };
-                let Ok((key, v)) = f.verify_any(&rec, page, g) else { continue };
-                if v.meta.exp != 0 && v.meta.exp <= now {
-                    c.compact_skipped.fetch_add(1, Ordering::Relaxed);
-                    continue;
-                }
-                let mut s = shard.lock();
-                if s.flash.get(i).map(|(_, l)| l) != Some(loc) {
-                    continue;
-                }
-                match f.append(key, v.value, v.meta) {
-                    Some(nl) => {
-                        s.flash.relocate(i, nl);
-                        f.release(&loc);
-                        c.compact_rescues.fetch_add(1, Ordering::Relaxed);
-                    }
-                    None => {
-                        // The writer is behind: the rest of the page is left for the next call.
-                        c.compact_skipped.fetch_add(1, Ordering::Relaxed);
-                        return;
-                    }
-                }
-            }
-        }
-    }
 }
 
 #[cfg(test)]

@@ -13,10 +13,10 @@
 //!                     ssl_chain_cert  ssl_key  ssl_ca_cert  ssl_verify_mode  ssl_min_version
 //!                     ssl_ciphers  ssl_session_cache  ssl_keyformat (TLS with -Z: tls.rs)
 //!                     ext_path  ext_page_size  ext_wbuf_size  ext_item_size  ext_low_ttl
-//!                     ext_recache_rate  ext_compact_under  ext_max_frag  ext_item_age (the
-//!                     flash tier: mnemo-store's flash module)  ext_threads (its read threads:
-//!                     the server's flashio.rs)
-//!   checked, shown    ext_drop_under  ext_drop_unread  ext_io_depth  ext_max_sleep
+//!                     ext_recache_rate  ext_compact_under  ext_max_frag  ext_item_age
+//!                     ext_drop_under  ext_drop_unread (the flash tier: mnemo-store's flash
+//!                     module)  ext_threads (its read threads: the server's flashio.rs)
+//!   checked, shown    ext_io_depth  ext_max_sleep
 //!   by stats settings slab_automove_freeratio
 //!   but ignored       (docs/flash.md)
 //!   reported only     ssl_wbuf_size  ssl_kernel_tls (rustls sizes its own records; no kTLS)
@@ -244,6 +244,8 @@ impl FlashOptions {
             recache_rate: self.recache_rate,
             compact_under: self.compact_under.map(|n| n as usize),
             max_frag_permille: self.max_frag_permille(),
+            drop_unread: self.drop_unread,
+            drop_under: self.drop_under.map(|n| n as usize),
             item_age: self.item_age,
             more,
             ..mnemo_store::FlashConfig::new(path, size)
@@ -272,13 +274,13 @@ impl FlashOptions {
             "ext_io_depth" => int().map(|v| self.io_depth = v).map(|()| false),
             "ext_item_age" => int().map(|v| self.item_age = v).map(|()| true),
             "ext_compact_under" => int().map(|v| self.compact_under = Some(v)).map(|()| true),
-            "ext_drop_under" => int().map(|v| self.drop_under = Some(v)).map(|()| false),
+            "ext_drop_under" => int().map(|v| self.drop_under = Some(v)).map(|()| true),
             "ext_max_sleep" => int().map(|v| self.max_sleep = v).map(|()| false),
             "ext_max_frag" => float().map(|v| self.max_frag = v).map(|()| true),
             "slab_automove_freeratio" => float().map(|v| self.automove_freeratio = v).map(|()| false),
             "ext_drop_unread" => {
                 self.drop_unread = true;
-                Ok(false)
+                Ok(true)
             }
             _ => return None,
         };
@@ -478,6 +480,11 @@ mod tests {
         assert_eq!((fc.flash.pages(), fc.flash.compact_under(), fc.flash.drop_under()), (8, 2, 2));
         let sc = fc.flash.store_config().unwrap();
         assert_eq!((sc.page_size, sc.wbuf_size, sc.item_size, sc.size), (8 << 20, 2 << 20, 100, 64 << 20));
+        assert_eq!((sc.drop_unread, sc.drop_under, sc.low_ttl), (false, None, 0));
+        let dropping = ExtOptions::parse(&["ext_drop_unread,ext_drop_under=3,ext_low_ttl=60,ext_path=/f:64M"]).unwrap();
+        assert!(dropping.ignored.is_empty(), "{:?}", dropping.ignored);
+        let sc = dropping.flash.store_config().unwrap();
+        assert_eq!((sc.drop_unread, sc.drop_under, sc.low_ttl), (true, Some(3), 60));
         let err = |o: &str| ExtOptions::parse(&[o]).unwrap_err();
         assert_eq!(err("ext_path=/x:1g,ext_page_size=2"), "Must specify ext_page_size before any ext_path arguments");
         assert!(err("ext_path=/x").starts_with("must supply size to ext_path"));

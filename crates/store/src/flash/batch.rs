@@ -50,7 +50,7 @@ impl Flash {
                     continue;
                 }
                 outs[i].clear();
-                let mut bufs = w.filling.iter().chain(w.queue.iter().map(|b| &**b));
+                let mut bufs = w.in_ram();
                 if let Some(b) = bufs.find(|b| b.holds(loc)) {
                     let s = loc.off as usize - b.at;
                     outs[i].extend_from_slice(&b.data[s..s + loc.len as usize]);

@@ -149,9 +149,7 @@ impl Flash {
         let pages = sh.gens.len();
         let w = sh.w.lock();
         let mut full: Vec<u32> = w.full.iter().copied().collect();
-        if w.page != NO_PAGE {
-            full.push(w.page);
-        }
+        full.extend(w.open_pages());
         drop(w);
         let mut out = Vec::with_capacity(HEAD + pages * PAGE_ROW + locs.len() * (ENTRY + 1));
         out.extend_from_slice(MAGIC);
@@ -233,7 +231,7 @@ impl Flash {
     fn install(&self, t: &Table) {
         let sh = &*self.sh;
         let mut w = sh.w.lock();
-        assert!(w.page == NO_PAGE && w.queue.is_empty() && w.filling.is_none(), "a list is installed before any write");
+        assert!(w.open_pages().next().is_none() && w.in_ram().next().is_none(), "a list is installed before any write");
         let is_full: std::collections::HashSet<u32> = t.full.iter().copied().collect();
         for p in 0..sh.gens.len() {
             sh.gens[p].store(t.gens[p], Relaxed);

@@ -26,6 +26,15 @@
 //!  page choice when the open page is full: a free page; else a full page with no live
 //!    record left (reclaimed); else the oldest full page (evicted: its records become
 //!    unreachable because their generation no longer matches).
+//!  two streams of pages (memcached's page buckets), each with its open page and buffer:
+//!    default    everything else, and compaction's copies
+//!    low TTL    items with less than ext_low_ttl seconds to live when they go to flash:
+//!               their pages empty together; a full one whose latest expiry has passed is
+//!               reclaimed whole by the maintenance pass (`reclaim_expired`), and
+//!               compaction never picks one
+//!  compaction (`compaction_victim`, memcached's rule): while few pages are free, the
+//!    oldest fragmented page; with ext_drop_unread, while at most ext_drop_under pages are
+//!    free, the oldest page anyway, keeping only the records read since they were written
 //!
 //!  per shard (entries.rs), one 16-byte entry per flashed item:
 //!    [ key hash bits 0..40 | page (24) ]  [ gen (16) | offset / 8 (24) | record length (24) ]
@@ -51,7 +60,7 @@ use std::collections::VecDeque;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
 use parking_lot::{Condvar, Mutex};
@@ -68,6 +77,8 @@ pub const DEFAULT_ITEM_SIZE: usize = 512;
 pub const DEFAULT_RECACHE_RATE: u32 = 2000;
 pub const DEFAULT_LOW_TTL: u32 = 0;
 pub const DEFAULT_MAX_FRAG_PERMILLE: u32 = 800;
+/// memcached's ext_drop_unread default: compaction rescues every live record.
+pub const DEFAULT_DROP_UNREAD: bool = false;
 /// memcached 1.6.18's ext_item_age default: no age, items go to flash only when evicted.
 pub const DEFAULT_ITEM_AGE: u32 = u32::MAX;
 /// Largest page: record offsets are kept in 24 bits of 8-byte units (entries.rs).
@@ -99,7 +110,8 @@ pub struct FlashConfig {
     pub wbuf_size: usize,
     /// Items whose value has at least this many bytes go to flash rather than being evicted.
     pub item_size: usize,
-    /// Items with less than this many seconds to live are evicted, not flashed.
+    /// Items with less than this many seconds to live go to pages of their own (the low-TTL
+    /// stream, module doc); 0: none do.
     pub low_ttl: u32,
     /// One flash hit in this many brings its item back to RAM (0: never).
     pub recache_rate: u32,
@@ -110,6 +122,12 @@ pub struct FlashConfig {
     /// live bytes are under this share of the page, scaled by the used share of the file
     /// ([`Flash::compaction_victim`]).
     pub max_frag_permille: u32,
+    /// memcached's ext_drop_unread: while at most `drop_under` pages are free and no page is
+    /// fragmented enough, compaction takes the oldest page anyway and drops its records
+    /// that were not read since they were written ([`Flash::compaction_victim`]).
+    pub drop_unread: bool,
+    /// Pages (None: a quarter of the file's pages, memcached's default for ext_drop_under).
+    pub drop_under: Option<usize>,
     /// memcached's ext_item_age: seconds after which an item that would go to flash goes
     /// there before memory is full ([`DEFAULT_ITEM_AGE`]: never). Items carry no time of their
     /// own: the age is their segment's (`Shard::age_out`).
@@ -129,6 +147,8 @@ impl FlashConfig {
             recache_rate: DEFAULT_RECACHE_RATE,
             compact_under: None,
             max_frag_permille: DEFAULT_MAX_FRAG_PERMILLE,
+            drop_unread: DEFAULT_DROP_UNREAD,
+            drop_under: None,
             item_age: DEFAULT_ITEM_AGE,
         }
     }
@@ -204,6 +224,23 @@ pub struct FlashRef {
     pub(crate) h: u64,
     pub(crate) entry: u32,
     pub(crate) loc: Loc,
+}
+
+/// Which stream of pages a record is written to (module doc; memcached's page buckets).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Stream {
+    Default = 0,
+    LowTtl = 1,
+}
+const STREAMS: usize = 2;
+
+/// The page a flash-wide pass picked for compaction ([`Flash::compaction_victim`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Victim {
+    pub page: u32,
+    pub gen: u16,
+    /// ext_drop_unread's pass: records not read since they were written are dropped.
+    pub drop_unread: bool,
 }
 
 /// A record's place in the file.
@@ -313,17 +350,38 @@ impl Buf {
 }
 
 const NO_PAGE: u32 = u32::MAX;
+/// A page's latest expiry when one of its records never expires (or it is not known).
+const NEVER: u32 = u32::MAX;
+
+/// A stream's open page and the buffer being filled for it.
+struct Open {
+    filling: Option<Buf>,
+    page: u32,
+    used: usize,
+}
 
 struct Writes {
-    filling: Option<Buf>,
+    /// Per [`Stream`].
+    open: [Open; STREAMS],
     /// Sealed buffers, oldest first; the writer thread writes the front one.
     queue: VecDeque<Arc<Buf>>,
     spare: Vec<Vec<u8>>,
-    page: u32,
-    page_used: usize,
+    /// Closed pages, in the order they were closed.
     full: VecDeque<u32>,
     free: Vec<u32>,
     stop: bool,
+}
+
+impl Writes {
+    /// Records not on disk yet: the buffers being filled, then the queued ones.
+    fn in_ram(&self) -> impl Iterator<Item = &Buf> {
+        self.open.iter().filter_map(|o| o.filling.as_ref()).chain(self.queue.iter().map(|b| &**b))
+    }
+
+    /// The pages open for writing.
+    fn open_pages(&self) -> impl Iterator<Item = u32> + '_ {
+        self.open.iter().map(|o| o.page).filter(|&p| p != NO_PAGE)
+    }
 }
 
 struct Shared {
@@ -336,6 +394,11 @@ struct Shared {
     /// Per page, its opening in order of all pages' openings (1, 2, ...; 0: never opened):
     /// memcached's page `version` (`stats extstore`).
     versions: Box<[AtomicU64]>,
+    /// Per page, whether it was opened for the low-TTL stream (compaction skips it).
+    low: Box<[AtomicBool]>,
+    /// Per page, the latest expiry of the records written to it ([`NEVER`] if one never
+    /// expires or it is not known: a page kept from an earlier process).
+    expires: Box<[AtomicU32]>,
     w: Mutex<Writes>,
     wake: Condvar,
     c: Counters,
@@ -386,12 +449,12 @@ impl Flash {
             live_objects: zeros(pages),
             live_bytes: zeros(pages),
             versions: zeros(pages),
+            low: (0..pages).map(|_| AtomicBool::new(false)).collect(),
+            expires: (0..pages).map(|_| AtomicU32::new(NEVER)).collect(),
             w: Mutex::new(Writes {
-                filling: None,
+                open: [(); STREAMS].map(|()| Open { filling: None, page: NO_PAGE, used: 0 }),
                 queue: VecDeque::new(),
                 spare: (0..WBUFS).map(|_| Vec::with_capacity(cfg.wbuf_size)).collect(),
-                page: NO_PAGE,
-                page_used: 0,
                 full: VecDeque::new(),
                 // Lowest page first: pop from the end.
                 free: (0..pages as u32).rev().collect(),
@@ -417,13 +480,22 @@ impl Flash {
         &self.sh.c
     }
 
-    /// Whether an item of this value length and expiry may go to flash.
+    /// Whether an item of this value length may go to flash.
     #[inline]
-    pub fn wants(&self, key_len: usize, value_len: usize, exp: crate::Time, now: crate::Time) -> bool {
+    pub fn wants(&self, key_len: usize, value_len: usize) -> bool {
+        value_len >= self.tune.item_size() && record::len(key_len, value_len) <= self.cfg.wbuf_size.min(MAX_RECORD)
+    }
+
+    /// The stream an item expiring at `exp` goes to now (memcached: less than ext_low_ttl
+    /// seconds left, the low-TTL bucket).
+    #[inline]
+    pub fn stream_for(&self, exp: crate::Time, now: crate::Time) -> Stream {
         let low_ttl = self.tune.low_ttl();
-        value_len >= self.tune.item_size()
-            && record::len(key_len, value_len) <= self.cfg.wbuf_size.min(MAX_RECORD)
-            && (low_ttl == 0 || exp == 0 || exp.saturating_sub(now) >= low_ttl)
+        if exp != 0 && exp.saturating_sub(now) < low_ttl {
+            Stream::LowTtl
+        } else {
+            Stream::Default
+        }
     }
 
     /// Pages recycled so far (shards compare it to sweep their stale entries).
@@ -446,40 +518,50 @@ impl Flash {
         self.sh.gens.get(loc.page as usize).is_some_and(|g| g.load(Relaxed) as u16 == loc.gen)
     }
 
-    /// Appends a record to the write buffer. None: no buffer free (the writer is behind), so
-    /// the caller evicts as it would without flash.
+    /// Appends a record to the default stream's write buffer ([`Flash::append_to`]).
     pub fn append(&self, key: &[u8], value: &[u8], meta: Meta) -> Option<Loc> {
+        self.append_to(key, value, meta, Stream::Default)
+    }
+
+    /// Appends a record to `stream`'s write buffer. None: no buffer free (the writer is
+    /// behind), so the caller evicts as it would without flash.
+    pub fn append_to(&self, key: &[u8], value: &[u8], meta: Meta, stream: Stream) -> Option<Loc> {
         let n = record::len(key.len(), value.len());
         if n > self.cfg.wbuf_size.min(MAX_RECORD) {
             return None;
         }
         let sh = &*self.sh;
+        let k = stream as usize;
         let mut w = sh.w.lock();
-        let new_page = w.page == NO_PAGE || w.page_used + n > sh.page_size;
-        let new_buf = w.filling.as_ref().is_none_or(|b| b.data.len() + n > self.cfg.wbuf_size);
+        let o = &w.open[k];
+        let new_page = o.page == NO_PAGE || o.used + n > sh.page_size;
+        let new_buf = o.filling.as_ref().is_none_or(|b| b.data.len() + n > self.cfg.wbuf_size);
         if new_page || new_buf {
             if w.spare.is_empty() {
                 sh.c.write_behind.fetch_add(1, Relaxed);
                 return None;
             }
-            if let Some(b) = w.filling.take() {
+            if let Some(b) = w.open[k].filling.take() {
                 w.queue.push_back(Arc::new(b));
                 sh.wake.notify_all();
             }
             if new_page {
-                self.next_page(&mut w);
+                self.next_page(&mut w, stream);
             }
             let mut data = w.spare.pop().expect("checked");
             data.clear();
-            w.filling = Some(Buf { page: w.page, at: w.page_used, data });
+            let o = &mut w.open[k];
+            o.filling = Some(Buf { page: o.page, at: o.used, data });
         }
-        let (page, off) = (w.page, w.page_used);
+        let o = &mut w.open[k];
+        let (page, off) = (o.page, o.used);
         let gen = sh.gens[page as usize].load(Relaxed);
-        let b = w.filling.as_mut().expect("set above");
+        let b = o.filling.as_mut().expect("set above");
         let start = b.data.len();
         b.data.resize(start + n, 0);
         record::encode(&mut b.data[start..], Place { page, gen }, key, value, meta);
-        w.page_used += n;
+        o.used += n;
+        sh.expires[page as usize].fetch_max(if meta.exp == 0 { NEVER } else { meta.exp }, Relaxed);
         sh.live_objects[page as usize].fetch_add(1, Relaxed);
         sh.live_bytes[page as usize].fetch_add(n as u64, Relaxed);
         sh.c.objects_written.fetch_add(1, Relaxed);
@@ -487,12 +569,24 @@ impl Flash {
         Some(Loc { page, gen: gen as u16, off: off as u32, len: n as u32 })
     }
 
-    /// Opens the next page to fill: a free one, a full one whose records are all dead, or the
+    /// Opens `stream`'s next page: a free one, a full one whose records are all dead, or the
     /// oldest full one (its records are lost: they no longer match its generation).
-    fn next_page(&self, w: &mut Writes) {
+    fn next_page(&self, w: &mut Writes, stream: Stream) {
         let sh = &*self.sh;
-        if w.page != NO_PAGE {
-            w.full.push_back(w.page);
+        let k = stream as usize;
+        if w.open[k].page != NO_PAGE {
+            w.full.push_back(w.open[k].page);
+        }
+        if w.free.is_empty() && w.full.is_empty() {
+            // A one-page file: the other stream's open page is closed and taken.
+            for o in w.open.iter_mut().filter(|o| o.page != NO_PAGE) {
+                if let Some(b) = o.filling.take() {
+                    w.queue.push_back(Arc::new(b));
+                    sh.wake.notify_all();
+                }
+                w.full.push_back(o.page);
+                o.page = NO_PAGE;
+            }
         }
         let p = if let Some(p) = w.free.pop() {
             sh.c.page_allocs.fetch_add(1, Relaxed);
@@ -523,8 +617,34 @@ impl Flash {
         let opened: u64 = [&c.page_allocs, &c.page_reclaims, &c.page_evictions].iter().map(|a| a.load(Relaxed)).sum();
         let opened = opened + sh.opened_base.load(Relaxed);
         sh.versions[p as usize].store(opened, Relaxed);
-        w.page = p;
-        w.page_used = 0;
+        sh.low[p as usize].store(stream == Stream::LowTtl, Relaxed);
+        sh.expires[p as usize].store(0, Relaxed);
+        w.open[k] = Open { filling: None, page: p, used: 0 };
+    }
+
+    /// Reclaims every full page whose records have all expired (by the latest expiry written
+    /// to it), as a page with no live record is: its generation moves on, its entries become
+    /// stale (swept later, or dropped by their key's next lookup) and it is free. Low-TTL pages
+    /// are made for this; a default page qualifies too once its last record expired. Counted
+    /// as memcached counts a page freed when its last object goes (page_reclaims).
+    pub fn reclaim_expired(&self, now: crate::Time) {
+        let sh = &*self.sh;
+        let mut w = sh.w.lock();
+        let gone = |p: u32| {
+            let e = sh.expires[p as usize].load(Relaxed);
+            e != NEVER && e <= now && sh.live_objects[p as usize].load(Relaxed) > 0
+        };
+        while let Some(i) = w.full.iter().position(|&p| gone(p)) {
+            let p = w.full.remove(i).expect("in range");
+            sh.gens[p as usize].fetch_add(1, Relaxed);
+            let objs = sh.live_objects[p as usize].swap(0, Relaxed);
+            sh.live_bytes[p as usize].store(0, Relaxed);
+            sh.stale.fetch_add(objs, Relaxed);
+            sh.recycled.fetch_add(1, Relaxed);
+            sh.c.page_reclaims.fetch_add(1, Relaxed);
+            // Reused before any never-written page (free pops from the end).
+            w.free.push(p);
+        }
     }
 
     /// `stats extstore`: each page's version and live bytes, in page order.
@@ -578,8 +698,7 @@ impl Flash {
         out.clear();
         {
             let w = sh.w.lock();
-            let bufs = w.filling.iter().chain(w.queue.iter().map(|b| &**b));
-            for b in bufs {
+            for b in w.in_ram() {
                 if b.holds(loc) {
                     let s = loc.off as usize - b.at;
                     out.extend_from_slice(&b.data[s..s + loc.len as usize]);
@@ -621,13 +740,15 @@ impl Flash {
         Ok(Some(gen))
     }
 
-    /// The page to compact now, if any (with its generation), by memcached's rule
-    /// (storage.c `storage_compact_check`): while at most `compact_under` pages are free, the
-    /// oldest full page that still holds live records and whose live bytes are below
+    /// The page to compact now, if any, by memcached's rule (storage.c
+    /// `storage_compact_check`): while at most `compact_under` pages are free, the oldest full
+    /// default-stream page that still holds live records and whose live bytes are below
     /// `page size × max_frag × (1 − free pages / pages)` (the fewer pages free, the fuller a
-    /// page may be and still be compacted). Copying those out (`Store::maintain`) leaves the
+    /// page may be and still be compacted); if none is and ext_drop_unread is on while at
+    /// most `drop_under` pages are free, the oldest such page whatever its bytes, its unread
+    /// records to be dropped. Copying the kept records out (`Store::maintain`) leaves the
     /// page with none: free, and the next one reused before any page with live records is.
-    pub fn compaction_victim(&self) -> Option<(u32, u16)> {
+    pub(crate) fn compaction_victim(&self) -> Option<Victim> {
         let sh = &*self.sh;
         let w = sh.w.lock();
         let pages = sh.gens.len() as u128;
@@ -637,11 +758,20 @@ impl Flash {
         }
         // live < page × (permille / 1000) × (pages − free) / pages, in integers.
         let limit = sh.page_size as u128 * u128::from(self.tune.max_frag_permille()) * (pages - free as u128);
-        w.full.iter().copied().find(|&p| {
-            let live = u128::from(sh.live_bytes[p as usize].load(Relaxed));
-            sh.live_objects[p as usize].load(Relaxed) > 0 && live * 1000 * pages < limit
-        })
-        .map(|p| (p, sh.gens[p as usize].load(Relaxed) as u16))
+        let mut candidates = w
+            .full
+            .iter()
+            .copied()
+            .filter(|&p| !sh.low[p as usize].load(Relaxed) && sh.live_objects[p as usize].load(Relaxed) > 0);
+        let victim = |page: u32, drop_unread| Victim { page, gen: sh.gens[page as usize].load(Relaxed) as u16, drop_unread };
+        let oldest = candidates.clone().next();
+        if let Some(p) = candidates.find(|&p| u128::from(sh.live_bytes[p as usize].load(Relaxed)) * 1000 * pages < limit) {
+            return Some(victim(p, false));
+        }
+        if self.tune.drop_unread() && free <= self.tune.drop_under(sh.gens.len()) {
+            return oldest.map(|p| victim(p, true));
+        }
+        None
     }
 
     /// Pages free: never written, or full with no live record left (memcached frees a page
@@ -661,9 +791,11 @@ impl Flash {
     pub fn sync(&self) {
         let sh = &*self.sh;
         let mut w = sh.w.lock();
-        if let Some(b) = w.filling.take() {
-            w.queue.push_back(Arc::new(b));
-            sh.wake.notify_all();
+        for k in 0..STREAMS {
+            if let Some(b) = w.open[k].filling.take() {
+                w.queue.push_back(Arc::new(b));
+                sh.wake.notify_all();
+            }
         }
         while !w.queue.is_empty() {
             sh.wake.wait(&mut w);

@@ -1,7 +1,14 @@
 //! The shard's side of the flash tier: moving an item's value to flash (demotion, called by
-//! eviction and by the age pass of ext_item_age), bringing it back (recache), and dropping
-//! a flashed copy. The flash module owns
-//! the file; these own the index slot and the shard's entry table.
+//! eviction and by the age pass of ext_item_age), bringing it back (recache), dropping a
+//! flashed copy, and the maintenance pass over the file (`Store::compact_flash`: expired
+//! pages reclaimed, one page compacted). The flash module owns the file; these own the index
+//! slot and the shard's entry table.
+//!
+//! A flashed item's slot keeps its read count (index.rs `slot::freq`): a demotion or a
+//! compaction's copy sets it to 0 and a flash hit raises it, so it says whether the record
+//! was read since it was written, what ext_drop_unread's compaction keeps.
+
+use std::sync::atomic::Ordering::Relaxed;
 
 use crate::flash::{FlashRef, Loc, Meta};
 use crate::index::{slot, Pos};
@@ -75,16 +82,17 @@ impl Shard {
     }
 
     /// Writes the live item at (seg, off) to flash if it qualifies (flash configured, value
-    /// large enough, not about to expire, a write buffer free). Returns its new entry; the
+    /// large enough, a write buffer free), on the low-TTL pages if it is about to expire. Returns its new entry; the
     /// caller repoints the slot and drops the RAM copy.
     pub(crate) fn demote(&mut self, env: &Env<'_>, seg: u32, off: usize, hdr: &Header, h: u64, now: Time) -> Option<u32> {
         let f = env.flash?;
-        if !f.wants(hdr.key_len as usize, hdr.value_len as usize, hdr.exp, now) {
+        if !f.wants(hdr.key_len as usize, hdr.value_len as usize) {
             return None;
         }
         let cas = self.cas_of(env.geo, seg, off, hdr);
         let d = &self.segs.metas[seg as usize].data[off..];
-        let loc: Loc = f.append(&d[hdr.key_range()], &d[hdr.value_range()], Meta { flags: hdr.flags, exp: hdr.exp, cas })?;
+        let meta = Meta { flags: hdr.flags, exp: hdr.exp, cas };
+        let loc: Loc = f.append_to(&d[hdr.key_range()], &d[hdr.value_range()], meta, f.stream_for(hdr.exp, now))?;
         let i = self.flash.alloc(h, loc);
         if i.is_none() {
             f.release(&loc);
@@ -124,7 +132,7 @@ impl Shard {
             let hdr = self.header_at(v, off);
             let len = hdr.total_len();
             let live = !hdr.is_dead() && (hdr.exp == 0 || hdr.exp > now);
-            if !live || !f.wants(hdr.key_len as usize, hdr.value_len as usize, hdr.exp, now) {
+            if !live || !f.wants(hdr.key_len as usize, hdr.value_len as usize) {
                 off += len;
                 continue;
             }
@@ -175,7 +183,7 @@ impl Shard {
                 let hdr = self.header_at(v, off);
                 let len = hdr.total_len();
                 let live = !hdr.is_dead() && (hdr.exp == 0 || hdr.exp > now);
-                if live && f.wants(hdr.key_len as usize, hdr.value_len as usize, hdr.exp, now) {
+                if live && f.wants(hdr.key_len as usize, hdr.value_len as usize) {
                     n += 1;
                     bytes += len as u64;
                 }
@@ -208,5 +216,67 @@ impl crate::Store {
             }
         }
         false
+    }
+
+    /// The flash tier's share of `maintain`: full pages whose records have all expired are
+    /// reclaimed, then one page is compacted (`Flash::compaction_victim`): its live records
+    /// are read (no lock held), appended again and their entries repointed (the index slots
+    /// name entries, so they do not change). A record that changed meanwhile (deleted,
+    /// overwritten, recached) is skipped; expired ones are left to go with the page. On
+    /// ext_drop_unread's pass a record not read since it was written is dropped instead, item
+    /// and all (memcached drops its COLD items' records there), and counted compact_skipped.
+    pub(crate) fn compact_flash(&self, now: Time) {
+        let Some(f) = &self.flash else { return };
+        f.reclaim_expired(now);
+        let Some(victim) = f.compaction_victim() else { return };
+        let c = f.counters();
+        let mut rec = Vec::new();
+        for (me, shard) in self.shards.iter().enumerate() {
+            let env = self.env(me);
+            let mut victims = Vec::new();
+            shard.lock().flash.each(|i, loc| {
+                if loc.page == victim.page && loc.gen == victim.gen {
+                    victims.push((i, loc));
+                }
+            });
+            for (i, loc) in victims {
+                let Ok(g) = f.read(&loc, &mut rec) else { continue };
+                let Ok((key, v)) = f.verify_any(&rec, victim.page, g) else { continue };
+                if v.meta.exp != 0 && v.meta.exp <= now {
+                    c.compact_skipped.fetch_add(1, Relaxed);
+                    continue;
+                }
+                let mut s = shard.lock();
+                if s.flash.get(i).map(|(_, l)| l) != Some(loc) {
+                    continue;
+                }
+                let h = Self::hash(key);
+                let pos = s.index.find_exact(h, slot::FLASH_BASE + (i >> 20), i & slot::OFF_MAX);
+                if victim.drop_unread {
+                    if let Some(pos) = pos.filter(|&p| slot::freq(s.index.get(p)) == 0) {
+                        s.remove_flash(&env, pos, &FlashRef { h, entry: i, loc });
+                        c.compact_skipped.fetch_add(1, Relaxed);
+                        continue;
+                    }
+                }
+                match f.append(key, v.value, v.meta) {
+                    Some(nl) => {
+                        s.flash.relocate(i, nl);
+                        f.release(&loc);
+                        // Written again: unread until its next hit.
+                        if let Some(pos) = pos {
+                            let cleared = slot::cleared(s.index.get(pos));
+                            s.index.set(pos, cleared);
+                        }
+                        c.compact_rescues.fetch_add(1, Relaxed);
+                    }
+                    None => {
+                        // The writer is behind: the rest of the page is left for the next call.
+                        c.compact_skipped.fetch_add(1, Relaxed);
+                        return;
+                    }
+                }
+            }
+        }
     }
 }

@@ -586,3 +586,123 @@ fn without_item_age_nothing_goes_to_flash_while_ram_has_room() {
     assert_eq!(s.stats().flash.unwrap().objects_written, 0);
     assert_eq!(s.flashable_in_ram(1).unwrap().0, 100);
 }
+
+/// Appends to `stream`, waiting for the writer as [`append`] does.
+fn append_to(f: &Flash, key: &[u8], value: &[u8], meta: Meta, stream: Stream) -> Loc {
+    loop {
+        if let Some(l) = f.append_to(key, value, meta, stream) {
+            return l;
+        }
+        f.sync();
+    }
+}
+
+/// ext_low_ttl: short-lived records go to pages of their own, which compaction leaves alone
+/// and the maintenance pass reclaims whole once their latest expiry has passed; the default
+/// stream's records are untouched by it.
+#[test]
+fn low_ttl_records_fill_pages_of_their_own_reclaimed_whole_when_expired() {
+    let t = TempFile::new("lowttl");
+    let mut c = cfg(&t, 8 << 20, 1 << 20, 256 << 10);
+    (c.compact_under, c.max_frag_permille) = (Some(8), 1000);
+    let f = Flash::open(&c).unwrap();
+    let short = |i: u32| Meta { flags: i, exp: 90 + i % 10, cas: 1 };
+    // Interleaved: 700 short-lived records of 3 KB (2.1 MB: two full pages and an open one)
+    // and 100 that never expire.
+    let (mut low, mut default) = (Vec::new(), Vec::new());
+    for i in 0..700u32 {
+        low.push(append_to(&f, format!("s{i}").as_bytes(), &[1u8; 3000], short(i), Stream::LowTtl));
+        if i % 7 == 0 {
+            default.push(append_to(&f, format!("d{i}").as_bytes(), &[2u8; 3000], META, Stream::Default));
+        }
+    }
+    f.sync();
+    let pages = |locs: &[Loc]| locs.iter().map(|l| l.page).collect::<std::collections::BTreeSet<_>>();
+    assert!(pages(&low).is_disjoint(&pages(&default)), "{:?} {:?}", pages(&low), pages(&default));
+    assert_eq!(pages(&low).len(), 3);
+    // Two full low-TTL pages, nearly all fragmented by the rule: compaction still picks none.
+    assert_eq!(f.compaction_victim(), None);
+    // Not all expired yet (the latest expiry on each page is 99).
+    f.reclaim_expired(98);
+    assert_eq!(f.counters().page_reclaims.load(Relaxed), 0);
+    f.reclaim_expired(99);
+    assert_eq!(f.counters().page_reclaims.load(Relaxed), 2);
+    let open = low.last().unwrap().page;
+    for (i, loc) in low.iter().enumerate() {
+        let r = read(&f, loc, format!("s{i}").as_bytes());
+        // The open page is never reclaimed (memcached's active page neither).
+        assert_eq!(r.is_ok(), loc.page == open, "record s{i} on page {}", loc.page);
+    }
+    for (n, loc) in default.iter().enumerate() {
+        assert_eq!(read(&f, loc, format!("d{}", n * 7).as_bytes()).unwrap(), vec![2u8; 3000]);
+    }
+    let mut st = FlashStats::default();
+    f.add_stats(&mut st);
+    assert_eq!(st.pages_free, 8 - 2, "{st:?}");
+    // The reclaimed pages are reused first, by either stream.
+    let next = append_to(&f, b"again", &[3u8; 3000], META, Stream::Default);
+    let l = append_to(&f, b"low", &[3u8; 3000], short(0), Stream::LowTtl);
+    assert!(pages(&low).contains(&next.page) || next.page == default[0].page, "{next:?}");
+    assert_eq!(read(&f, &l, b"low").unwrap(), vec![3u8; 3000]);
+}
+
+/// A one-page file still takes both streams: the page goes from one stream to the other.
+#[test]
+fn one_page_serves_both_streams() {
+    let t = TempFile::new("onepage");
+    let f = Flash::open(&cfg(&t, 1 << 20, 1 << 20, 256 << 10)).unwrap();
+    for i in 0..600u32 {
+        let (meta, stream) = if i % 2 == 0 { (META, Stream::Default) } else { (Meta { exp: 5, ..META }, Stream::LowTtl) };
+        let l = append_to(&f, format!("k{i}").as_bytes(), &[i as u8; 3000], meta, stream);
+        assert_eq!(read(&f, &l, format!("k{i}").as_bytes()).unwrap(), vec![i as u8; 3000], "record {i}");
+    }
+    assert!(f.counters().page_evictions.load(Relaxed) > 0);
+}
+
+/// ext_drop_unread: while few pages are free and none is fragmented enough, the oldest page
+/// is compacted anyway; its records read since they went to flash are kept (copied out),
+/// the others dropped with their items and counted as compaction skips.
+#[test]
+fn drop_unread_compaction_keeps_only_the_records_read_since_written() {
+    let t = TempFile::new("dropunread");
+    let mut fc = cfg(&t, 16 << 20, 1 << 20, 256 << 10);
+    (fc.item_size, fc.recache_rate, fc.item_age) = (1000, 0, 5);
+    (fc.compact_under, fc.drop_under, fc.max_frag_permille) = (Some(16), Some(16), 0);
+    let s = Store::new(StoreConfig { mem_limit: 8 << 20, shards: 1, huge_pages: false, flash: Some(fc), ..Default::default() });
+    // 1,000 values of 2 KB (2 MB: pages 0 and 1 full, 2 open), all to flash by ext_item_age.
+    fill(&s, 1000, 2000);
+    s.maintain(6);
+    s.flash_sync();
+    let st = s.stats();
+    assert_eq!((st.flash_items, st.flash.as_ref().unwrap().compact_skipped), (1000, 0), "{st:?}");
+    // Off (the default): no page qualifies, nothing happens.
+    s.maintain(7);
+    assert_eq!(s.stats().flash_items, 1000);
+    // Every third key read.
+    for i in (0..1000).step_by(3) {
+        assert_eq!(get(&s, &format!("k{i}")), Some(value(i, 2000)), "key {i}");
+    }
+    assert!(s.tune_flash(FlashSetting::DropUnread(true)));
+    s.maintain(8);
+    s.flash_sync();
+    let fs = s.stats().flash.unwrap();
+    // The oldest page, about 520 records: a third kept, two thirds dropped.
+    assert!(fs.compact_rescues > 150 && fs.compact_skipped > 300, "{fs:?}");
+    assert_eq!(s.stats().flash_items, 1000 - fs.compact_skipped);
+    let mut served = 0;
+    for i in 0..1000u32 {
+        match get(&s, &format!("k{i}")) {
+            Some(v) => {
+                assert_eq!(v, value(i, 2000), "key {i}");
+                served += 1;
+            }
+            None => assert!(i % 3 != 0, "key {i} was read, and is gone"),
+        }
+    }
+    assert_eq!(served, 1000 - fs.compact_skipped);
+    // Too many pages free for drop_under: the pass stops.
+    assert!(s.tune_flash(FlashSetting::DropUnder(Some(0))));
+    let before = s.stats().flash.unwrap();
+    s.maintain(9);
+    assert_eq!(s.stats().flash.unwrap().compact_skipped, before.compact_skipped);
+}

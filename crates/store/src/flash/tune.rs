@@ -1,19 +1,21 @@
 //! The flash tier's settings that change at run time: memcached's `extstore <name> <value>`
 //! command (proto_text.c) sets them on a running server. The file's shape (path, size, page
-//! and write buffer sizes) stays what [`FlashConfig`] opened it with; these six are read
+//! and write buffer sizes) stays what [`FlashConfig`] opened it with; these eight are read
 //! where they act, on every decision, so a change applies to the next item, hit or
 //! compaction check.
 //!
 //! ```text
 //!   extstore item_size N     -> Tune::item_size      Flash::wants (which items go to flash)
-//!   extstore low_ttl N       -> Tune::low_ttl        Flash::wants
+//!   extstore low_ttl N       -> Tune::low_ttl        Flash::stream_for (low-TTL pages)
 //!   extstore item_age N      -> Tune::item_age       Shard::age_out
 //!   extstore recache_rate N  -> Tune::recache_rate   Flash::recache_due
 //!   extstore compact_under N -> Tune::compact_under  Flash::compaction_victim
 //!   extstore max_frag F      -> Tune::max_frag       Flash::compaction_victim
+//!   extstore drop_unread N   -> Tune::drop_unread    Flash::compaction_victim
+//!   extstore drop_under N    -> Tune::drop_under     Flash::compaction_victim
 //! ```
 
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering::Relaxed};
 
 use super::FlashConfig;
 
@@ -29,9 +31,13 @@ pub enum FlashSetting {
     CompactUnder(Option<usize>),
     /// Per mille of a page's bytes.
     MaxFragPermille(u32),
+    DropUnread(bool),
+    /// Pages; None: a quarter of the file's pages.
+    DropUnder(Option<usize>),
 }
 
-/// `compact_under` unset: a quarter of the pages (kept apart so the default follows the file).
+/// `compact_under` / `drop_under` unset: a quarter of the pages (kept apart so the default
+/// follows the file).
 const UNSET: usize = usize::MAX;
 
 /// The current values; each is read and written on its own (no setting depends on another).
@@ -43,6 +49,8 @@ pub(crate) struct Tune {
     recache_rate: AtomicU32,
     compact_under: AtomicUsize,
     max_frag_permille: AtomicU32,
+    drop_unread: AtomicBool,
+    drop_under: AtomicUsize,
 }
 
 impl Tune {
@@ -54,6 +62,8 @@ impl Tune {
             recache_rate: AtomicU32::new(cfg.recache_rate),
             compact_under: AtomicUsize::new(cfg.compact_under.unwrap_or(UNSET)),
             max_frag_permille: AtomicU32::new(cfg.max_frag_permille),
+            drop_unread: AtomicBool::new(cfg.drop_unread),
+            drop_under: AtomicUsize::new(cfg.drop_under.unwrap_or(UNSET)),
         }
     }
 
@@ -65,6 +75,8 @@ impl Tune {
             FlashSetting::RecacheRate(v) => self.recache_rate.store(v, Relaxed),
             FlashSetting::CompactUnder(v) => self.compact_under.store(v.unwrap_or(UNSET), Relaxed),
             FlashSetting::MaxFragPermille(v) => self.max_frag_permille.store(v, Relaxed),
+            FlashSetting::DropUnread(v) => self.drop_unread.store(v, Relaxed),
+            FlashSetting::DropUnder(v) => self.drop_under.store(v.unwrap_or(UNSET), Relaxed),
         }
     }
 
@@ -89,6 +101,16 @@ impl Tune {
     }
     pub fn max_frag_permille(&self) -> u32 {
         self.max_frag_permille.load(Relaxed)
+    }
+    pub fn drop_unread(&self) -> bool {
+        self.drop_unread.load(Relaxed)
+    }
+    /// Pages, given the file's page count for the default.
+    pub fn drop_under(&self, pages: usize) -> usize {
+        match self.drop_under.load(Relaxed) {
+            UNSET => pages / 4,
+            n => n,
+        }
     }
 }
 
@@ -125,5 +147,9 @@ mod tests {
         t.set(FlashSetting::LowTtl(5));
         t.set(FlashSetting::ItemAge(9));
         assert_eq!((t.max_frag_permille(), t.recache_rate(), t.low_ttl(), t.item_age()), (0, 1, 5, 9));
+        assert_eq!((t.drop_unread(), t.drop_under(16)), (false, 4));
+        t.set(FlashSetting::DropUnread(true));
+        t.set(FlashSetting::DropUnder(Some(3)));
+        assert_eq!((t.drop_unread(), t.drop_under(16)), (true, 3));
     }
 }
