@@ -456,6 +456,82 @@ def test_stats_extstore_lists_every_page_as_memcached_does(tmp_path):
     assert seen["mnemod"] == seen["memcached"]
 
 
+def wait_until(s, what, done, limit=40, sub=b""):
+    """Polls `stats [sub]` until `done(stats)` holds (memcached's background threads act
+    within a second or so; mnemod's maintenance pass runs once a second)."""
+    deadline = time.monotonic() + limit
+    while True:
+        st = stats(s, sub)
+        if done(st):
+            return st
+        assert time.monotonic() < deadline, (what, st)
+        time.sleep(0.2)
+
+
+@pytest.mark.parametrize("kind", ["mnemod", "memcached"])
+def test_low_ttl_items_go_to_pages_of_their_own_reclaimed_once_expired(kind, tmp_path):
+    """ext_low_ttl=60: items with less TTL left when they go to flash (ext_item_age=1) are
+    written to pages of their own (`stats extstore` bucket 3, memcached's low-TTL bucket);
+    once they have expired those pages are reclaimed whole (extstore_page_reclaims), while
+    the items without TTL, on the other pages, are all still served."""
+    args = ["-m", "256", "-o", "ext_item_size=512,ext_item_age=1,ext_wbuf_size=2,ext_page_size=8,"
+            f"ext_max_frag=0,ext_low_ttl=60,ext_path={tmp_path / 'flash'}:64m"]
+    big = lambda k: value(int(k.split(b":")[1]), 20000)
+    short = [key(i) for i in range(1000)]  # 20 MB: two full 8 MB pages and an open one
+    kept = [key(i) for i in range(1000, 1200)]
+    with Server(kind, *args) as srv, srv.connect() as s:
+        req = b"".join(b"set %s 0 9 20000 noreply\r\n%s\r\n" % (k, big(k)) for k in short)
+        req += b"".join(b"set %s 0 0 20000 noreply\r\n%s\r\n" % (k, big(k)) for k in kept)
+        s.sendall(req)
+        assert roundtrip(s, b"mn\r\n") == b"MN\r\n"
+        wait_until(s, "all on flash", lambda st: int(st["extstore_objects_written"]) >= 1150)
+        # memcached shows a page's bucket once it is full (its maintenance thread's copy).
+        low_pages = lambda p: [n for n in range(8) if p[f"{n}:bucket"] == "3"]
+        low = low_pages(wait_until(s, "low-TTL pages", lambda p: len(low_pages(p)) >= 2, sub=b"extstore"))
+        assert stats(s)["extstore_page_reclaims"] == "0"
+        # Until they have expired (9 s); memcached drops the expired headers when its crawler
+        # passes.
+        wait_until(s, "expired", lambda st: get_many(s, short[-1:]) == {})
+        assert roundtrip(s, b"lru_crawler crawl all\r\n") == b"OK\r\n"
+        st = wait_until(s, "low-TTL pages reclaimed", lambda st: int(st["extstore_page_reclaims"]) >= 2)
+        assert get_many(s, short) == {}
+        assert get_many(s, kept) == {k: big(k) for k in kept}
+    print(f"{kind}: pages {low} in the low-TTL bucket, extstore_page_reclaims {st['extstore_page_reclaims']}")
+
+
+@pytest.mark.parametrize("kind", ["mnemod", "memcached"])
+def test_drop_unread_compacts_the_oldest_page_keeping_what_was_read(kind, tmp_path):
+    """`extstore drop_unread 1` with drop_under above the free pages and max_frag 0 (no page is
+    fragmented enough): the oldest page is compacted anyway; its records read since they went
+    to flash are copied out (extstore_compact_rescues), the others dropped
+    (extstore_compact_skipped), and pages come free. memcached keeps what left its COLD LRU
+    (two reads); mnemo what was read at all since it was written: both read twice here."""
+    args = ["-m", "64", "-o", "ext_item_size=512,ext_item_age=1,ext_wbuf_size=2,ext_page_size=8,"
+            f"ext_recache_rate=10000,ext_max_frag=0,ext_compact_under=1,ext_path={tmp_path / 'flash'}:64m"]
+    big = lambda k: value(int(k.split(b":")[1]), 20000)
+    keys = [key(i) for i in range(2000)]  # 40 MB: five 8 MB pages
+    read = keys[:200:2]  # on the oldest page
+    with Server(kind, *args) as srv, srv.connect() as s:
+        set_many(s, keys, big)
+        before = wait_until(s, "on flash", lambda st: int(st["extstore_objects_written"]) >= 1950
+                            and int(st["extstore_pages_free"]) <= 3)
+        for _ in range(2):
+            assert get_many(s, read) == {k: big(k) for k in read}
+        for cmd in [b"max_frag 0", b"compact_under 4", b"drop_under 4", b"drop_unread 1"]:
+            assert roundtrip(s, b"extstore " + cmd + b"\r\n") == b"OK\r\n"
+        st = wait_until(s, "dropped", lambda st: int(st["extstore_compact_skipped"]) > 0
+                        and int(st["extstore_pages_free"]) > int(before["extstore_pages_free"]))
+        assert roundtrip(s, b"extstore drop_unread 0\r\n") == b"OK\r\n"
+        got = get_many(s, keys)
+        assert all(v == big(k) for k, v in got.items())
+        if kind == "mnemod":
+            assert all(k in got for k in read), [k for k in read if k not in got]
+            assert int(stats(s)["extstore_compact_rescues"]) > 0
+    print(f"{kind}: compact_rescues {st['extstore_compact_rescues']} compact_skipped "
+          f"{st['extstore_compact_skipped']} pages_free {before['extstore_pages_free']} -> "
+          f"{st['extstore_pages_free']}, {len(got)} of {len(keys)} served")
+
+
 # --- reads off the event loop (issue 37 stop 3) ----------------------------------------------------
 
 def recv_exactly(s, n):

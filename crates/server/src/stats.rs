@@ -553,13 +553,14 @@ fn item_class(out: &mut Vec<u8>, lru: bool, class: u32, v: &dyn Fn(&str) -> u64)
 
 /// `stats extstore`: memcached 1.6.18's four lines per page of the flash file, every page
 /// (written or not), in page order: `N:version` (0: never written), `N:bytes` (live records),
-/// `N:bucket` and `N:free_bucket` (always 0: mnemo has one page stream, no low-TTL bucket).
+/// `N:bucket` (3 for a page of the low-TTL stream, memcached's number for that bucket; else 0)
+/// and `N:free_bucket` (always 0: no page is set aside for a bucket).
 /// Without `ext_path`, an empty group, as a memcached built with extstore but none configured.
 pub fn extstore_pages(sh: &Shared, out: &mut Vec<u8>) {
     for (n, p) in sh.store.flash_pages().unwrap_or_default().iter().enumerate() {
         stat(out, &format!("{n}:version"), p.version);
         stat(out, &format!("{n}:bytes"), p.bytes);
-        stat(out, &format!("{n}:bucket"), 0);
+        stat(out, &format!("{n}:bucket"), p.bucket);
         stat(out, &format!("{n}:free_bucket"), 0);
     }
     line(out, b"END");

@@ -125,6 +125,25 @@ proptest! {
         run(cfg, &ops, true);
     }
 
+    /// With memcached's low-TTL pages (most items here live under 4 s: their own page stream,
+    /// reclaimed whole once expired) and ext_drop_unread on at every maintenance pass (the
+    /// oldest page compacted, unread records dropped with their items): expired records are
+    /// never served, and whatever is kept is still the model's.
+    #[test]
+    fn eviction_regime_flash_low_ttl_and_drop_unread(ops in proptest::collection::vec(op_strategy(300, true), 300..900), pages in 1u64..12) {
+        let f = FlashFile::new();
+        let fc = FlashConfig {
+            low_ttl: 4,
+            drop_unread: true,
+            compact_under: Some(pages as usize),
+            drop_under: Some(pages as usize),
+            max_frag_permille: 0,
+            ..f.config(pages)
+        };
+        let cfg = StoreConfig { mem_limit: 64 << 10, shards: 2, flash: Some(fc), ..Default::default() };
+        run(cfg, &ops, true);
+    }
+
     /// The same with a flash file that never fills: with the writer keeping up, far fewer
     /// items are forgotten, and those kept are still exactly the model's.
     #[test]

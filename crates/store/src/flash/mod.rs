@@ -5,7 +5,8 @@
 //! record format (record.rs), the per-shard table of flashed items (entries.rs) and the shard
 //! operations on them (ops.rs: demote, recache, drop), the settings that change at run
 //! time (tune.rs: memcached's `extstore <name> <value>`), the list of flashed items a
-//! graceful stop leaves beside the file for the next start (keep.rs), and the reads of
+//! graceful stop leaves beside the file for the next start (keep.rs), the page choice,
+//! expired pages' reclaim and compaction's choice (pages.rs), and the reads of
 //! several records together (batch.rs: a multi-get's). The shards decide
 //! what goes to flash (evict.rs: what eviction would otherwise drop) and serve reads
 //! (lib.rs, shard.rs); this module only writes records and reads them back.
@@ -52,6 +53,7 @@ mod batch;
 pub(crate) mod entries;
 mod keep;
 mod ops;
+mod pages;
 pub(crate) mod record;
 mod tune;
 mod writer;
@@ -120,11 +122,11 @@ pub struct FlashConfig {
     pub compact_under: Option<usize>,
     /// memcached's ext_max_frag (0.80 = 800), per mille: a full page is compacted while its
     /// live bytes are under this share of the page, scaled by the used share of the file
-    /// ([`Flash::compaction_victim`]).
+    /// (pages.rs `compaction_victim`).
     pub max_frag_permille: u32,
     /// memcached's ext_drop_unread: while at most `drop_under` pages are free and no page is
     /// fragmented enough, compaction takes the oldest page anyway and drops its records
-    /// that were not read since they were written ([`Flash::compaction_victim`]).
+    /// that were not read since they were written (pages.rs `compaction_victim`).
     pub drop_unread: bool,
     /// Pages (None: a quarter of the file's pages, memcached's default for ext_drop_under).
     pub drop_under: Option<usize>,
@@ -233,15 +235,6 @@ pub(crate) enum Stream {
     LowTtl = 1,
 }
 const STREAMS: usize = 2;
-
-/// The page a flash-wide pass picked for compaction ([`Flash::compaction_victim`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Victim {
-    pub page: u32,
-    pub gen: u16,
-    /// ext_drop_unread's pass: records not read since they were written are dropped.
-    pub drop_unread: bool,
-}
 
 /// A record's place in the file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -424,7 +417,14 @@ pub struct PageStat {
     pub version: u64,
     /// Bytes of live records on it.
     pub bytes: u64,
+    /// memcached's page bucket number: [`PAGE_BUCKET_LOW_TTL`] for a low-TTL stream's page,
+    /// else 0.
+    pub bucket: u32,
 }
+
+/// memcached's number for the low-TTL page bucket (storage.c `PAGE_BUCKET_LOWTTL`), as
+/// `stats extstore` shows it.
+pub const PAGE_BUCKET_LOW_TTL: u32 = 3;
 
 /// The open flash file; see the module doc.
 pub(crate) struct Flash {
@@ -569,89 +569,15 @@ impl Flash {
         Some(Loc { page, gen: gen as u16, off: off as u32, len: n as u32 })
     }
 
-    /// Opens `stream`'s next page: a free one, a full one whose records are all dead, or the
-    /// oldest full one (its records are lost: they no longer match its generation).
-    fn next_page(&self, w: &mut Writes, stream: Stream) {
-        let sh = &*self.sh;
-        let k = stream as usize;
-        if w.open[k].page != NO_PAGE {
-            w.full.push_back(w.open[k].page);
-        }
-        if w.free.is_empty() && w.full.is_empty() {
-            // A one-page file: the other stream's open page is closed and taken.
-            for o in w.open.iter_mut().filter(|o| o.page != NO_PAGE) {
-                if let Some(b) = o.filling.take() {
-                    w.queue.push_back(Arc::new(b));
-                    sh.wake.notify_all();
-                }
-                w.full.push_back(o.page);
-                o.page = NO_PAGE;
-            }
-        }
-        let p = if let Some(p) = w.free.pop() {
-            sh.c.page_allocs.fetch_add(1, Relaxed);
-            p
-        } else {
-            let empty = w.full.iter().position(|&p| sh.live_objects[p as usize].load(Relaxed) == 0);
-            let p = match empty {
-                Some(i) => {
-                    sh.c.page_reclaims.fetch_add(1, Relaxed);
-                    w.full.remove(i).expect("in range")
-                }
-                None => {
-                    sh.c.page_evictions.fetch_add(1, Relaxed);
-                    // With one page, the page just closed is the one recycled.
-                    w.full.pop_front().expect("at least one page")
-                }
-            };
-            sh.gens[p as usize].fetch_add(1, Relaxed);
-            let objs = sh.live_objects[p as usize].swap(0, Relaxed);
-            sh.stale.fetch_add(objs, Relaxed);
-            let bytes = sh.live_bytes[p as usize].swap(0, Relaxed);
-            sh.c.objects_evicted.fetch_add(objs, Relaxed);
-            sh.c.bytes_evicted.fetch_add(bytes, Relaxed);
-            sh.recycled.fetch_add(1, Relaxed);
-            p
-        };
-        let c = &sh.c;
-        let opened: u64 = [&c.page_allocs, &c.page_reclaims, &c.page_evictions].iter().map(|a| a.load(Relaxed)).sum();
-        let opened = opened + sh.opened_base.load(Relaxed);
-        sh.versions[p as usize].store(opened, Relaxed);
-        sh.low[p as usize].store(stream == Stream::LowTtl, Relaxed);
-        sh.expires[p as usize].store(0, Relaxed);
-        w.open[k] = Open { filling: None, page: p, used: 0 };
-    }
-
-    /// Reclaims every full page whose records have all expired (by the latest expiry written
-    /// to it), as a page with no live record is: its generation moves on, its entries become
-    /// stale (swept later, or dropped by their key's next lookup) and it is free. Low-TTL pages
-    /// are made for this; a default page qualifies too once its last record expired. Counted
-    /// as memcached counts a page freed when its last object goes (page_reclaims).
-    pub fn reclaim_expired(&self, now: crate::Time) {
-        let sh = &*self.sh;
-        let mut w = sh.w.lock();
-        let gone = |p: u32| {
-            let e = sh.expires[p as usize].load(Relaxed);
-            e != NEVER && e <= now && sh.live_objects[p as usize].load(Relaxed) > 0
-        };
-        while let Some(i) = w.full.iter().position(|&p| gone(p)) {
-            let p = w.full.remove(i).expect("in range");
-            sh.gens[p as usize].fetch_add(1, Relaxed);
-            let objs = sh.live_objects[p as usize].swap(0, Relaxed);
-            sh.live_bytes[p as usize].store(0, Relaxed);
-            sh.stale.fetch_add(objs, Relaxed);
-            sh.recycled.fetch_add(1, Relaxed);
-            sh.c.page_reclaims.fetch_add(1, Relaxed);
-            // Reused before any never-written page (free pops from the end).
-            w.free.push(p);
-        }
-    }
-
     /// `stats extstore`: each page's version and live bytes, in page order.
     pub fn pages(&self) -> Vec<PageStat> {
         let sh = &*self.sh;
         (0..sh.versions.len())
-            .map(|p| PageStat { version: sh.versions[p].load(Relaxed), bytes: sh.live_bytes[p].load(Relaxed) })
+            .map(|p| PageStat {
+                version: sh.versions[p].load(Relaxed),
+                bytes: sh.live_bytes[p].load(Relaxed),
+                bucket: if sh.low[p].load(Relaxed) { PAGE_BUCKET_LOW_TTL } else { 0 },
+            })
             .collect()
     }
 
@@ -738,47 +664,6 @@ impl Flash {
             return Err(Reject::Gone);
         }
         Ok(Some(gen))
-    }
-
-    /// The page to compact now, if any, by memcached's rule (storage.c
-    /// `storage_compact_check`): while at most `compact_under` pages are free, the oldest full
-    /// default-stream page that still holds live records and whose live bytes are below
-    /// `page size × max_frag × (1 − free pages / pages)` (the fewer pages free, the fuller a
-    /// page may be and still be compacted); if none is and ext_drop_unread is on while at
-    /// most `drop_under` pages are free, the oldest such page whatever its bytes, its unread
-    /// records to be dropped. Copying the kept records out (`Store::maintain`) leaves the
-    /// page with none: free, and the next one reused before any page with live records is.
-    pub(crate) fn compaction_victim(&self) -> Option<Victim> {
-        let sh = &*self.sh;
-        let w = sh.w.lock();
-        let pages = sh.gens.len() as u128;
-        let free = self.free_pages(&w);
-        if free > self.tune.compact_under(sh.gens.len()) {
-            return None;
-        }
-        // live < page × (permille / 1000) × (pages − free) / pages, in integers.
-        let limit = sh.page_size as u128 * u128::from(self.tune.max_frag_permille()) * (pages - free as u128);
-        let mut candidates = w
-            .full
-            .iter()
-            .copied()
-            .filter(|&p| !sh.low[p as usize].load(Relaxed) && sh.live_objects[p as usize].load(Relaxed) > 0);
-        let victim = |page: u32, drop_unread| Victim { page, gen: sh.gens[page as usize].load(Relaxed) as u16, drop_unread };
-        let oldest = candidates.clone().next();
-        if let Some(p) = candidates.find(|&p| u128::from(sh.live_bytes[p as usize].load(Relaxed)) * 1000 * pages < limit) {
-            return Some(victim(p, false));
-        }
-        if self.tune.drop_unread() && free <= self.tune.drop_under(sh.gens.len()) {
-            return oldest.map(|p| victim(p, true));
-        }
-        None
-    }
-
-    /// Pages free: never written, or full with no live record left (memcached frees a page
-    /// when its last object goes; here it waits in `full` until reused, first of all).
-    fn free_pages(&self, w: &Writes) -> usize {
-        let sh = &*self.sh;
-        w.free.len() + w.full.iter().filter(|&&p| sh.live_objects[p as usize].load(Relaxed) == 0).count()
     }
 
     /// Counts a flash hit; true when this one should bring its item back to RAM.
