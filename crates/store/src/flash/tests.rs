@@ -706,3 +706,35 @@ fn drop_unread_compaction_keeps_only_the_records_read_since_written() {
     s.maintain(9);
     assert_eq!(s.stats().flash.unwrap().compact_skipped, before.compact_skipped);
 }
+
+/// Through the store: with ext_low_ttl, items about to expire go to flash (by ext_item_age)
+/// on low-TTL pages, which the maintenance pass reclaims once they have all expired; the items
+/// without a TTL are still served from their own pages.
+#[test]
+fn the_store_sends_short_lived_items_to_low_ttl_pages_and_reclaims_them() {
+    let t = TempFile::new("storelow");
+    let mut fc = cfg(&t, 16 << 20, 1 << 20, 256 << 10);
+    (fc.item_size, fc.recache_rate, fc.item_age, fc.low_ttl) = (1000, 0, 2, 60);
+    let s = Store::new(StoreConfig { mem_limit: 16 << 20, shards: 1, huge_pages: false, flash: Some(fc), ..Default::default() });
+    // 1,200 short-lived values of 2 KB (2.4 MB: two full low-TTL pages) expiring at 30, and
+    // 100 without a TTL.
+    for i in 0..1200u32 {
+        s.store(Mode::Set, format!("s{i}").as_bytes(), i, 30, &value(i, 2000), 1).unwrap();
+    }
+    fill(&s, 100, 2000);
+    s.maintain(3);
+    s.flash_sync();
+    let st = s.stats();
+    assert_eq!(st.flash_items, 1300, "{st:?}");
+    let low = s.flash_pages().unwrap().iter().filter(|p| p.bucket == PAGE_BUCKET_LOW_TTL).count();
+    assert_eq!(low, 3);
+    s.maintain(29);
+    assert_eq!(s.stats().flash.unwrap().page_reclaims, 0);
+    s.maintain(30);
+    let fs = s.stats().flash.unwrap();
+    assert_eq!((fs.page_reclaims, fs.compact_rescues), (2, 0), "{fs:?}");
+    for i in 0..100 {
+        assert_eq!(get(&s, &format!("k{i}")), Some(value(i, 2000)), "key {i}");
+    }
+    assert!((0..1200).all(|i| s.get(format!("s{i}").as_bytes(), 30, |_| ()).hit().is_none()));
+}
