@@ -34,6 +34,8 @@
 #   THREADS=4 KEYS=440000 REQUESTS=2000000 TTL_REQUESTS=1000000 TTL_RATE=20000 bash bench/hitratio.sh
 #   SKIP_BUILD=1 bash bench/hitratio.sh                 # use target/release/mnemod as it is
 #   MNEMOD_ARGS="--eviction=fifo" bash bench/hitratio.sh   # the previous policy
+# How low any policy could go on the Zipf rows (cold floor, lower bound, Belady at a size):
+#   python3 bench/hitratio_bound.py zipf-shift 7,25 --requests 1000000
 set -euo pipefail
 shopt -s inherit_errexit # a failed server start or replay inside $(...) stops the run
 source "$(dirname "$0")/lib.sh"

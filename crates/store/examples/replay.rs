@@ -7,7 +7,10 @@
 //! WORKLOAD: a trace file (`*.trace.xz`: big-endian u32 key ids, read through `xz -dc`), with
 //! `@N` appended to replay only its first N requests; or `zipf:KEYS:REQUESTS` (Zipf 0.99, values
 //! 200..1000 B); or `shift:KEYS:REQUESTS` (zipf, but the second half of the requests draws
-//! from KEYS other keys, and only it counts: hitratio.py's zipf-shift); or `mixed:KEYS:REQUESTS` (Zipf 0.99, values log-uniform 10 B..500 KB).
+//! from KEYS other keys, and only it counts: hitratio.py's zipf-shift); or `mixed:KEYS:REQUESTS` (Zipf 0.99, values log-uniform 10 B..500 KB);
+//! or `ttl:KEYS:REQUESTS` (zipf, but 40% of the keys are set with a TTL of 2, 3, 5 or 8 s, and
+//! the requests are paced at `TTL_RATE` per second, with `Store::maintain` once a second as the
+//! server runs it: hitratio.py's zipf-ttl).
 //! POLICY: a store policy (`Eviction`'s names), or `lru`: an exact LRU over bytes charging each
 //! item memcached's way (a 56-byte header + key + value + 2, no slab classes), as a reference for
 //! what memcached's policy does at that memory. Default: the store's default policy and `lru`.
@@ -19,7 +22,12 @@
 //! shard count (default the store's choice for the limit, as mnemod runs it); REPLAY_MEMORY=1 also prints where the
 //! memory went (item bytes, unwritten segment room, index, metadata); REPLAY_BANDS=1 the miss
 //! ratio of the requests for each power-of-two value size (`2^k` = k..k+1 bits; size awareness)
-//! and each size's share of the value bytes held at the end.
+//! and each size's share of the value bytes held at the end. With REPLAY_MEMORY=1 a `ttl`
+//! workload also prints the expired items still held at the end (bytes no eviction has had
+//! back yet). REPLAY_WINDOWS=N prints the miss ratio of every N counted requests, each with
+//! the bytes of the uncounted part's keys still held then (zipf-shift: how long the old phase
+//! lingers). REPLAY_FLUSH_AT_WARM=1 empties the cache where counting starts (zipf-shift: what
+//! a policy that forgot the old phase at once would miss).
 
 use std::io::Read;
 use std::process::{Command, Stdio};
@@ -29,6 +37,11 @@ use mnemo_store::*;
 /// The quantile function of trace value sizes (hitratio.py SIZE_KNOTS): log-linear pieces.
 const SIZE_KNOTS: [(f64, f64); 4] = [(0.0, 32.0), (0.5, 230.0), (0.9, 1024.0), (1.0, 16384.0)];
 const WARMUP: f64 = 0.2;
+/// ttl: requests per (simulated) second, hitratio.sh's TTL_RATE; the share of keys with a TTL
+/// and the TTLs, hitratio.py's TTL_SHARE and TTLS.
+const TTL_RATE: usize = 20_000;
+const TTL_SHARE: f64 = 0.4;
+const TTLS: [u32; 4] = [2, 3, 5, 8];
 
 fn splitmix64(x: u64) -> u64 {
     let mut x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
@@ -55,6 +68,12 @@ struct Workload {
     /// Share of the requests not counted.
     warm: f64,
     size: Box<dyn Fn(u32) -> usize>,
+    /// Seconds a key's item lives after its set (0: no TTL); with any, requests are paced.
+    ttl: Box<dyn Fn(u32) -> u32>,
+}
+
+fn no_ttl() -> Box<dyn Fn(u32) -> u32> {
+    Box::new(|_| 0)
 }
 
 fn read_trace(path: &str, limit: usize) -> Vec<u32> {
@@ -98,7 +117,7 @@ fn zipf(n: usize, reqs: usize, seed: u64, first: u64) -> Vec<u32> {
 
 fn workload(spec: &str) -> Workload {
     let (kind, rest) = spec.split_once(':').unwrap_or((spec, ""));
-    if matches!(kind, "zipf" | "shift" | "mixed") {
+    if matches!(kind, "zipf" | "shift" | "mixed" | "ttl") {
         let mut it = rest.split(':').map(|x| x.parse::<usize>().expect("KEYS:REQUESTS"));
         let (n, reqs) = (it.next().unwrap(), it.next().unwrap());
         let (keys, warm) = if kind == "shift" {
@@ -117,13 +136,27 @@ fn workload(spec: &str) -> Workload {
                 (10.0 * (50_000.0f64).powf(u)) as usize
             })
         };
-        return Workload { keys, warm, size };
+        let ttl: Box<dyn Fn(u32) -> u32> = if kind == "ttl" {
+            Box::new(|id| {
+                let r = splitmix64(u64::from(id) ^ 11);
+                let u = (r >> 11) as f64 / (1u64 << 53) as f64;
+                if u < TTL_SHARE { TTLS[(r & 3) as usize] } else { 0 }
+            })
+        } else {
+            no_ttl()
+        };
+        return Workload { keys, warm, size, ttl };
     }
     let (path, limit) = match spec.split_once('@') {
         Some((p, n)) => (p, n.parse().expect("@N")),
         None => (spec, 0),
     };
-    Workload { keys: read_trace(path, limit), warm: WARMUP, size: Box::new(|id| trace_value_size(u64::from(id))) }
+    Workload {
+        keys: read_trace(path, limit),
+        warm: WARMUP,
+        size: Box::new(|id| trace_value_size(u64::from(id))),
+        ttl: no_ttl(),
+    }
 }
 
 fn replay(w: &Workload, mib: f64, policy: Eviction) -> String {
@@ -138,10 +171,39 @@ fn replay(w: &Workload, mib: f64, policy: Eviction) -> String {
     let (mut miss, mut counted, mut miss_bytes, mut bytes) = (0u64, 0u64, 0u64, 0u64);
     let value = vec![b'v'; 512 << 10];
     let mut bands = [[0u64; 2]; 24];
+    let paced = w.keys.iter().any(|&id| (w.ttl)(id) != 0);
+    let windows: usize = std::env::var("REPLAY_WINDOWS").ok().map_or(0, |v| v.parse().expect("REPLAY_WINDOWS"));
+    let (mut window_line, mut window_miss) = (Vec::new(), 0u64);
+    let old_ids: Vec<u32> = if windows > 0 {
+        let mut v = w.keys[..warm].to_vec();
+        v.sort_unstable();
+        v.dedup();
+        v
+    } else {
+        Vec::new()
+    };
+    let mut now: Time = 1;
     for (i, &id) in w.keys.iter().enumerate() {
+        if paced && 1 + (i / TTL_RATE) as Time != now {
+            now = 1 + (i / TTL_RATE) as Time;
+            s.maintain(now);
+        }
+        if i == warm && std::env::var_os("REPLAY_FLUSH_AT_WARM").is_some() {
+            s.flush_all(now);
+        }
         let key = format!("t:{id}");
         let n = (w.size)(id);
-        let hit = s.get(key.as_bytes(), 1, |it| it.value.len()).hit();
+        let hit = s.get(key.as_bytes(), now, |it| it.value.len()).hit();
+        if i >= warm && windows > 0 && (i - warm) % windows == 0 && i > warm {
+            // The bytes of the uncounted part's keys still held (peeked: not reads).
+            let old: usize = old_ids
+                .iter()
+                .filter(|&&id| s.peek(format!("t:{id}").as_bytes(), now, |_| ()).is_hit())
+                .map(|&id| (w.size)(id))
+                .sum();
+            window_line.push(format!("{:.3}/{:.1}M", (miss - window_miss) as f64 / windows as f64, old as f64 / 1e6));
+            window_miss = miss;
+        }
         if i >= warm {
             counted += 1;
             bytes += n as u64;
@@ -156,7 +218,11 @@ fn replay(w: &Workload, mib: f64, policy: Eviction) -> String {
                     miss += 1;
                     miss_bytes += n as u64;
                 }
-                let _ = s.store(Mode::Set, key.as_bytes(), 0, 0, &value[..n], 1);
+                let exp = match (w.ttl)(id) {
+                    0 => 0,
+                    t => now + t,
+                };
+                let _ = s.store(Mode::Set, key.as_bytes(), 0, exp, &value[..n], now);
             }
         }
     }
@@ -171,13 +237,31 @@ fn replay(w: &Workload, mib: f64, policy: Eviction) -> String {
         ids.dedup();
         for id in ids {
             let n = (w.size)(id);
-            if s.get(format!("t:{id}").as_bytes(), 1, |_| ()).hit().is_some() {
+            if s.get(format!("t:{id}").as_bytes(), now, |_| ()).hit().is_some() {
                 held[n.max(1).ilog2() as usize] += n as u64;
             }
         }
         let total = held.iter().sum::<u64>().max(1) as f64;
         let line: Vec<String> = held.iter().enumerate().filter(|(_, &b)| b > 0).map(|(i, &b)| format!("2^{i}:{:.3}", b as f64 / total)).collect();
         eprintln!("  value bytes held by size: {}", line.join(" "));
+    }
+    if windows > 0 {
+        eprintln!("  miss per {windows} counted requests: {}", window_line.join(" "));
+    }
+    if std::env::var_os("REPLAY_MEMORY").is_some() && paced {
+        // Expired items still held at the end (a peek of each TTL key: the run is over).
+        let mut ids: Vec<u32> = w.keys.iter().copied().filter(|&id| (w.ttl)(id) != 0).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        let (mut n, mut b) = (0u64, 0u64);
+        for id in ids {
+            let key = format!("t:{id}");
+            if s.peek(key.as_bytes(), now, |_| ()) == Lookup::Expired {
+                n += 1;
+                b += (key.len() + (w.size)(id)) as u64;
+            }
+        }
+        eprintln!("  expired but held at the end: {n} items, {b} key+value bytes");
     }
     if std::env::var_os("REPLAY_MEMORY").is_some() {
         eprintln!(
@@ -203,6 +287,8 @@ fn replay_lru(w: &Workload, mib: f64) -> String {
     struct Node {
         id: u32,
         size: usize,
+        /// Request index from which it is expired (usize::MAX: never).
+        exp: usize,
         prev: usize,
         next: usize,
     }
@@ -232,8 +318,14 @@ fn replay_lru(w: &Workload, mib: f64) -> String {
         }
         if let Some(&i) = map.get(&id) {
             unlink(&mut nodes, &mut head, &mut tail, i);
-            push(&mut nodes, &mut head, &mut tail, i);
-            continue;
+            if nodes[i].exp > r {
+                push(&mut nodes, &mut head, &mut tail, i);
+                continue;
+            }
+            // Expired: a miss, and the set below replaces it.
+            used -= nodes[i].size;
+            map.remove(&id);
+            free.push(i);
         }
         if r >= warm {
             miss += 1;
@@ -251,7 +343,13 @@ fn replay_lru(w: &Workload, mib: f64) -> String {
             free.push(t);
             evictions += 1;
         }
-        let node = Node { id, size, prev: NIL, next: NIL };
+        // The store's clock: whole seconds from 1, an item of TTL t set in second s lives
+        // until second s + t begins.
+        let exp = match (w.ttl)(id) {
+            0 => usize::MAX,
+            t => (r / TTL_RATE + t as usize) * TTL_RATE,
+        };
+        let node = Node { id, size, exp, prev: NIL, next: NIL };
         let i = match free.pop() {
             Some(i) => {
                 nodes[i] = node;

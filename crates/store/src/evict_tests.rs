@@ -261,3 +261,44 @@ fn the_split_follows_where_returning_keys_left() {
     let st = s.stats();
     assert!(st.mem_used <= st.limit_maxbytes, "{st:?}");
 }
+
+/// Items kept by an eviction go to their own TTL group's segment when it has room, not the
+/// writer's: a read item without a TTL in a TTL group's segment would keep that segment from
+/// expiring whole. Read keys without a TTL are kept pass after pass while new keys, half of
+/// them with a TTL, stream through.
+#[test]
+fn kept_items_stay_in_their_ttl_group() {
+    let s = store(Eviction::S3Fifo);
+    let hot = |k: u32| format!("hot:{k}");
+    for k in 0..300 {
+        put(&s, &hot(k), 200);
+    }
+    for round in 0..200u32 {
+        for k in 0..300 {
+            fetch(&s, &hot(k));
+        }
+        for i in 0..100 {
+            let key = format!("new:{round}:{i}");
+            let exp = if i % 2 == 0 { 1000 } else { 0 };
+            s.store(Mode::Set, key.as_bytes(), 0, exp, &[b'v'; 200], 1).unwrap();
+        }
+    }
+    assert!(s.stats().evictions > 10_000);
+    // Live items without a TTL, by whether their segment is a TTL group's.
+    let (mut home, mut away) = (0, 0);
+    let sh = s.shards[0].lock();
+    for id in sh.segs.live_ids() {
+        let m = &sh.segs.metas[id as usize];
+        let mut off = 0;
+        while off < m.write {
+            let hdr = sh.header_at(id, off);
+            if !hdr.is_dead() && hdr.exp == 0 {
+                *(if m.ttl == 0 { &mut home } else { &mut away }) += 1;
+            }
+            off += hdr.total_len();
+        }
+    }
+    drop(sh);
+    assert!((0..300).all(|k| holds(&s, &hot(k))), "the read keys stay");
+    assert!(away * 20 < home, "{away} items without a TTL in TTL segments, {home} in their own");
+}
