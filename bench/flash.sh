@@ -19,6 +19,8 @@
 #   KEYS=60000 REQUESTS=200000 MEM=64 FLASH_SIZE=1G bash bench/flash.sh    # a quick one
 #   SKIP_BUILD=1 bash bench/flash.sh                                       # target/release/mnemod as it is
 #   PHASES=throughput REPS=5 bash bench/flash.sh                           # only the second table
+#   FLASH_MNEMOD=/tmp/mnemod-x SKIP_BUILD=1 SERVERS=mnemod PHASES=throughput bash bench/flash.sh
+#                                                       # another mnemod binary (a variant, a base)
 #
 # Throughput (PHASES=throughput; both phases by default): the Python client cannot load a
 # server, so ops/s and latency come from the project's load generator, `mnemo bench` (Rust,
@@ -43,6 +45,7 @@ PY=${PYTHON:-python3}
 PHASES=${PHASES:-table throughput}
 REPS=${REPS:-3} DUR=${DUR:-10} WARMUP=${WARMUP:-1} SERVER_CPU=${SERVER_CPU:-0} LOAD_CPU=${LOAD_CPU:-1}
 
+MNEMOD=${FLASH_MNEMOD:-$MNEMOD}
 [ "${SKIP_BUILD:-0}" = 1 ] || (note "building target/release/mnemod and mnemo"; cargo build --release -q -p mnemo-server -p mnemo-cli)
 mkdir -p "$FLASH_DIR"
 

@@ -34,6 +34,14 @@ pub trait Io: Read + Write {
     /// by reference, instead of through the stream's buffers.
     fn direct(&self) -> bool;
 
+    /// Take every byte of `out` as written, by taking the buffer itself instead of copying
+    /// it: `out` is left empty (holding a spare buffer of the stream's, for the next replies).
+    /// False when the stream cannot (it writes to the socket, or still holds replies of its
+    /// own, which must go first): the caller writes as usual.
+    fn take_output(&mut self, _out: &mut Vec<u8>) -> bool {
+        false
+    }
+
     /// Replies accepted by the stream but not yet handed to the kernel (memcached's
     /// conn_mwrite): `-o idle_timeout` leaves such a connection alone.
     fn sending(&self) -> bool {
