@@ -194,9 +194,14 @@ fn get(s: &Store, key: &str) -> Option<Vec<u8>> {
     s.get(key.as_bytes(), 1, |it| it.value.to_vec()).hit()
 }
 
+/// Keys k0..kn, waiting for the writer every 100 values: on a loaded machine it could fall
+/// behind (its buffers all busy) and demotions would turn into evictions.
 fn fill(s: &Store, n: u32, len: usize) {
     for i in 0..n {
         s.store(Mode::Set, format!("k{i}").as_bytes(), i, 0, &value(i, len), 1).unwrap();
+        if i % 100 == 99 {
+            s.flash_sync();
+        }
     }
 }
 
