@@ -479,7 +479,8 @@ impl Shard {
     /// small, or reinsertion in main); compaction's stay in `v`'s FIFO. They are appended to
     /// that FIFO's active segment of their own TTL group (compaction's: the writer's, which is
     /// `v`'s), else of the writer's, and at most one new segment is opened for them; when the
-    /// writer writes to that same segment, they leave it `dest.1` bytes. If no segment was opened, `v`'s buffer becomes the writer's new segment.
+    /// writer writes to that same segment, they leave it `dest.1` bytes. If no segment was
+    /// opened, `v`'s buffer becomes the writer's new segment.
     fn relocate(&mut self, env: &Env<'_>, now: Time, v: u32, dest: Option<Dest>, keep_all: bool) -> bool {
         if v == 0 {
             return false;

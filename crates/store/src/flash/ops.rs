@@ -82,8 +82,8 @@ impl Shard {
     }
 
     /// Writes the live item at (seg, off) to flash if it qualifies (flash configured, value
-    /// large enough, a write buffer free), on the low-TTL pages if it is about to expire. Returns its new entry; the
-    /// caller repoints the slot and drops the RAM copy.
+    /// large enough, a write buffer free), on the low-TTL pages if it is about to expire.
+    /// Returns its new entry; the caller repoints the slot and drops the RAM copy.
     pub(crate) fn demote(&mut self, env: &Env<'_>, seg: u32, off: usize, hdr: &Header, h: u64, now: Time) -> Option<u32> {
         let f = env.flash?;
         if !f.wants(hdr.key_len as usize, hdr.value_len as usize) {

@@ -10,8 +10,9 @@
 //!
 //! Reads copy straight from the ring's buffers; a connection's whole output is taken as it
 //! is when nothing is queued (`take_output`: its buffer becomes `out`), and otherwise writes
-//! are accepted (copied) until `out` holds [`SEND_HIGH`] bytes, after which they say WouldBlock, exactly as a full socket
-//! would, so the connection's backpressure (WBUF_HIGH) works as on epoll.
+//! are accepted (copied) until `out` holds [`SEND_HIGH`] bytes, after which they say
+//! WouldBlock, exactly as a full socket would, so the connection's backpressure (WBUF_HIGH)
+//! works as on epoll.
 
 use std::collections::VecDeque;
 use std::io;
