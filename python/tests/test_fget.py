@@ -38,7 +38,8 @@ def records(data):
 @pytest.fixture(scope="module")
 def filtered():
     spec = [f"topk={example_wasm('topk')}", f"select={example_wasm('select')}"]
-    servers = Server.many(3, "mnemod", "--filter", spec[0], "--filter", spec[1])
+    # A deadline far above the default 5 ms: no call may time out on a loaded machine.
+    servers = Server.many(3, "mnemod", "--filter", spec[0], "--filter", spec[1], "--filter-timeout-ms", "2000")
     yield servers
     for s in servers:
         s.stop()

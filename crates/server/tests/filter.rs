@@ -384,7 +384,8 @@ fn an_unauthenticated_fget_keeps_the_connection_in_sync() {
     let ex = examples();
     let auth = std::env::temp_dir().join(format!("mnemod-fget-auth-{}", std::process::id()));
     std::fs::write(&auth, "alice:secret\n").unwrap();
-    let srv = Server::start(&["-Y", &auth.display().to_string(), "--filter", &arg("topk", ex.wasm("topk"))]);
+    // A deadline far above the default 5 ms: the call must not time out on a loaded machine.
+    let srv = Server::start(&["-Y", &auth.display().to_string(), "--filter-timeout-ms", "2000", "--filter", &arg("topk", ex.wasm("topk"))]);
     let mut c = Conn::new(&srv);
     // Refused whole, the over-long block included: its bytes are never read as commands.
     let big = vec![b'x'; 64 * 1024 + 10];
