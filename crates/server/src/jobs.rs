@@ -337,10 +337,11 @@ mod tests {
         let (m, _poll) = mailbox();
         let p = pool.clone();
         std::thread::spawn(move || watchdog(&p));
-        running(&pool, &m, 1, Duration::from_millis(30));
+        // Due far enough away that no stall between these two lines reaches it.
+        running(&pool, &m, 1, Duration::from_millis(500));
         assert!(Watch { pool: &pool, thread: 0 }.claim());
         // Past the due time, the watchdog has nothing to post.
-        std::thread::sleep(Duration::from_millis(60));
+        std::thread::sleep(Duration::from_millis(600));
         assert!(m.take().is_empty());
         let r = pool.running[0].lock().take().unwrap();
         r.to.post(Done { slot: r.slot, gen: r.gen, reply: b"OK\r\n".to_vec() });

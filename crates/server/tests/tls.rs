@@ -217,7 +217,9 @@ fn refresh_certs_gives_new_connections_the_new_certificate() {
     std::fs::copy(certs.path("server2.crt"), &crt).unwrap();
     std::fs::copy(certs.path("server2.key"), &key).unwrap();
     assert_eq!(ask(&mut old, b"refresh_certs\r\n", b"\r\n"), b"OK\r\n");
-    assert_eq!(stat(&mut old, "time_since_server_cert_refresh").as_deref(), Some("0"));
+    // 0, or 1 where the server's clock ticked between the refresh and the stats.
+    let since = stat(&mut old, "time_since_server_cert_refresh").unwrap();
+    assert!(since == "0" || since == "1", "{since}");
     let mut new = connect(&server, &config);
     assert_eq!(ask(&mut new, b"version\r\n", b"\r\n"), b"VERSION 1.6.18\r\n");
     assert_ne!(peer_cert(&new), first);
