@@ -292,6 +292,11 @@ pub(crate) struct Counters {
     /// left in place (expired, or no write buffer free: tried again next time).
     pub compact_rescues: AtomicU64,
     pub compact_skipped: AtomicU64,
+    /// The parts of page_reclaims and compact_skipped that the model checker must see reached
+    /// (crates/store/tests/model.rs): pages reclaimed because every record on them expired
+    /// (`reclaim_expired`), and records ext_drop_unread's pass dropped with their items.
+    pub pages_expired: AtomicU64,
+    pub unread_dropped: AtomicU64,
 }
 
 /// What `stats` reports about the flash tier (memcached's extstore fields).
@@ -322,6 +327,10 @@ pub struct FlashStats {
     pub io_submits: u64,
     pub compact_rescues: u64,
     pub compact_skipped: u64,
+    /// Not memcached's (no `stats` line): of page_reclaims, the pages reclaimed whole because
+    /// all their records had expired; of compact_skipped, the records ext_drop_unread dropped.
+    pub pages_expired: u64,
+    pub unread_dropped: u64,
     /// RAM of the per-shard entry tables (bytes), and entries in use.
     pub entry_bytes: u64,
     pub entries: u64,
@@ -732,6 +741,8 @@ impl Flash {
         st.write_behind = get(&c.write_behind);
         st.compact_rescues = get(&c.compact_rescues);
         st.compact_skipped = get(&c.compact_skipped);
+        st.pages_expired = get(&c.pages_expired);
+        st.unread_dropped = get(&c.unread_dropped);
         st.io_errors = get(&c.io_errors);
         st.io_submits = get(&c.io_submits);
         st.objects_used = sh.live_objects.iter().map(get).sum();

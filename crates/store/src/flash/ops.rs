@@ -27,6 +27,17 @@ impl Shard {
         }
     }
 
+    /// A flashed copy found by a write that needs its item in RAM (replace, cas, append,
+    /// prepend, incr, decr, touch, gat): the store brought it back, or found it in RAM, and
+    /// making room for the write pushed it to flash again. The write fails as on an evicted
+    /// item (memcached's, whose allocation for the write can evict the old item alike), and
+    /// the item is counted evicted: it was, by the write's own room-making. Uncounted, it
+    /// would be an item gone without any count saying so (the model checker's `losses`).
+    pub fn evict_flashed(&mut self, env: &Env<'_>, pos: Pos, fref: &FlashRef) {
+        self.remove_flash(env, pos, fref);
+        self.stats.evictions += 1;
+    }
+
     /// The slot of `fref` if it is still where a lookup left it (no write, delete, recache or
     /// page recycling since).
     pub fn refind_flash(&mut self, env: &Env<'_>, key: &[u8], fref: &FlashRef, now: Time) -> Option<Pos> {
@@ -256,6 +267,7 @@ impl crate::Store {
                     if let Some(pos) = pos.filter(|&p| slot::freq(s.index.get(p)) == 0) {
                         s.remove_flash(&env, pos, &FlashRef { h, entry: i, loc });
                         c.compact_skipped.fetch_add(1, Relaxed);
+                        c.unread_dropped.fetch_add(1, Relaxed);
                         continue;
                     }
                 }
