@@ -604,6 +604,18 @@ impl Flash {
         sub(&self.sh.live_bytes[loc.page as usize], u64::from(loc.len));
     }
 
+    /// ext_drop_unread's drop of the record at `loc` with its entry kept, as memcached keeps
+    /// the item's header (storage.c's compaction skips the record; the page, emptied, is
+    /// freed and its version moves on): the page no longer counts the record, and the entry
+    /// is to be repointed at the returned place, a generation of the page already past, so
+    /// the key's next lookup reads nothing, counts miss_from_extstore as memcached's does,
+    /// and drops it; the sweep drops it with the entries of recycled pages.
+    pub(crate) fn drop_kept(&self, loc: &Loc) -> Loc {
+        self.release(loc);
+        self.sh.stale.fetch_add(1, Relaxed);
+        Loc { gen: loc.gen.wrapping_sub(1), ..*loc }
+    }
+
     /// Reads the record at `loc` into `out` (from a write buffer if it is not on disk yet).
     /// Err: the page was recycled or the file could not be read (a miss either way).
     pub fn read(&self, loc: &Loc, out: &mut Vec<u8>) -> Result<u32, Reject> {

@@ -234,16 +234,16 @@ impl crate::Store {
     /// are read (no lock held), appended again and their entries repointed (the index slots
     /// name entries, so they do not change). A record that changed meanwhile (deleted,
     /// overwritten, recached) is skipped; expired ones are left to go with the page. On
-    /// ext_drop_unread's pass a record not read since it was written is dropped instead, item
-    /// and all (memcached drops its COLD items' records there), and counted compact_skipped.
+    /// ext_drop_unread's pass a record not read since it was written is dropped instead
+    /// (memcached drops its COLD items' records there), counted compact_skipped; its item
+    /// stays until its key's next lookup finds the record gone (`Flash::drop_kept`).
     pub(crate) fn compact_flash(&self, now: Time) {
         let Some(f) = &self.flash else { return };
         f.reclaim_expired(now);
         let Some(victim) = f.compaction_victim() else { return };
         let c = f.counters();
         let mut rec = Vec::new();
-        for (me, shard) in self.shards.iter().enumerate() {
-            let env = self.env(me);
+        for shard in &self.shards {
             let mut victims = Vec::new();
             shard.lock().flash.each(|i, loc| {
                 if loc.page == victim.page && loc.gen == victim.gen {
@@ -263,13 +263,13 @@ impl crate::Store {
                 }
                 let h = Self::hash(key);
                 let pos = s.index.find_exact(h, slot::FLASH_BASE + (i >> 20), i & slot::OFF_MAX);
-                if victim.drop_unread {
-                    if let Some(pos) = pos.filter(|&p| slot::freq(s.index.get(p)) == 0) {
-                        s.remove_flash(&env, pos, &FlashRef { h, entry: i, loc });
-                        c.compact_skipped.fetch_add(1, Relaxed);
-                        c.unread_dropped.fetch_add(1, Relaxed);
-                        continue;
-                    }
+                if victim.drop_unread && pos.is_some_and(|p| slot::freq(s.index.get(p)) == 0) {
+                    // The item stays, naming a place already gone: a miss from flash at its
+                    // key's next lookup, as memcached's kept header is (Flash::drop_kept).
+                    s.flash.relocate(i, f.drop_kept(&loc));
+                    c.compact_skipped.fetch_add(1, Relaxed);
+                    c.unread_dropped.fetch_add(1, Relaxed);
+                    continue;
                 }
                 match f.append(key, v.value, v.meta) {
                     Some(nl) => {
