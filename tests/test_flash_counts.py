@@ -41,3 +41,4 @@ def test_an_item_dropped_by_drop_unread_is_a_miss_from_extstore_at_its_next_look
         assert (after["evictions"], after["curr_items"]) == ("0", str(len(got))), after
     print(f"{kind}: compact_skipped {dropped['extstore_compact_skipped']}, {len(keys) - len(got)} keys "
           f"gone, miss_from_extstore +{missed}")
+

@@ -288,8 +288,9 @@ pub(crate) struct Counters {
     /// System calls that read records for a read that may wait: a `pread` each, or one
     /// io_uring submission for a batch (batch.rs).
     pub io_submits: AtomicU64,
-    /// Compaction: live records copied out of a page before it is recycled, and the ones it
-    /// left in place (expired, or no write buffer free: tried again next time).
+    /// Compaction: live records copied out of a page before it is recycled, and the live ones
+    /// it did not copy (dropped by ext_drop_unread, or left in place for want of a write
+    /// buffer: tried again next time). An expired record is neither, as in memcached.
     pub compact_rescues: AtomicU64,
     pub compact_skipped: AtomicU64,
     /// The parts of page_reclaims and compact_skipped that the model checker must see reached

@@ -233,7 +233,8 @@ impl crate::Store {
     /// reclaimed, then one page is compacted (`Flash::compaction_victim`): its live records
     /// are read (no lock held), appended again and their entries repointed (the index slots
     /// name entries, so they do not change). A record that changed meanwhile (deleted,
-    /// overwritten, recached) is skipped; expired ones are left to go with the page. On
+    /// overwritten, recached) is skipped; an expired one is dropped with its item, uncounted,
+    /// as memcached's compaction counts nothing for an expired item. On
     /// ext_drop_unread's pass a record not read since it was written is dropped instead
     /// (memcached drops its COLD items' records there), counted compact_skipped; its item
     /// stays until its key's next lookup finds the record gone (`Flash::drop_kept`).
@@ -243,7 +244,8 @@ impl crate::Store {
         let Some(victim) = f.compaction_victim() else { return };
         let c = f.counters();
         let mut rec = Vec::new();
-        for shard in &self.shards {
+        for (me, shard) in self.shards.iter().enumerate() {
+            let env = self.env(me);
             let mut victims = Vec::new();
             shard.lock().flash.each(|i, loc| {
                 if loc.page == victim.page && loc.gen == victim.gen {
@@ -253,16 +255,21 @@ impl crate::Store {
             for (i, loc) in victims {
                 let Ok(g) = f.read(&loc, &mut rec) else { continue };
                 let Ok((key, v)) = f.verify_any(&rec, victim.page, g) else { continue };
-                if v.meta.exp != 0 && v.meta.exp <= now {
-                    c.compact_skipped.fetch_add(1, Relaxed);
-                    continue;
-                }
                 let mut s = shard.lock();
                 if s.flash.get(i).map(|(_, l)| l) != Some(loc) {
                     continue;
                 }
                 let h = Self::hash(key);
                 let pos = s.index.find_exact(h, slot::FLASH_BASE + (i >> 20), i & slot::OFF_MAX);
+                if v.meta.exp != 0 && v.meta.exp <= now {
+                    // Expired: dropped as its key's next lookup would drop it, so the page
+                    // empties. Counted nowhere, as memcached's readback counts nothing for an
+                    // item no longer valid (storage.c `storage_compact_readback`).
+                    if let Some(pos) = pos {
+                        s.remove_flash(&env, pos, &FlashRef { h, entry: i, loc });
+                    }
+                    continue;
+                }
                 if victim.drop_unread && pos.is_some_and(|p| slot::freq(s.index.get(p)) == 0) {
                     // The item stays, naming a place already gone: a miss from flash at its
                     // key's next lookup, as memcached's kept header is (Flash::drop_kept).

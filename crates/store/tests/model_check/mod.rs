@@ -130,6 +130,8 @@ pub struct Reached {
     pub pages_expired: u64,
     /// Records ext_drop_unread's compaction dropped with their items.
     pub drops: u64,
+    /// `extstore_compact_skipped`: those drops, and records left for want of a write buffer.
+    pub skipped: u64,
     /// Records compaction copied out (`extstore_compact_rescues`).
     pub rescues: u64,
     /// Items the model saw gone before their time (a miss, or a write acting as on a miss).
@@ -143,6 +145,7 @@ impl std::ops::AddAssign for Reached {
         self.page_reclaims += o.page_reclaims;
         self.pages_expired += o.pages_expired;
         self.drops += o.drops;
+        self.skipped += o.skipped;
         self.rescues += o.rescues;
         self.vanished += o.vanished;
         self.flash_hits += o.flash_hits;
@@ -455,6 +458,7 @@ pub fn run(cfg: StoreConfig, ops: &[Op], lenient: bool) -> Reached {
         page_reclaims: f.page_reclaims,
         pages_expired: f.pages_expired,
         drops: f.unread_dropped,
+        skipped: f.compact_skipped,
         rescues: f.compact_rescues,
         vanished: m.vanished,
         flash_hits: f.get_extstore,
