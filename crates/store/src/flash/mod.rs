@@ -288,10 +288,16 @@ pub(crate) struct Counters {
     /// System calls that read records for a read that may wait: a `pread` each, or one
     /// io_uring submission for a batch (batch.rs).
     pub io_submits: AtomicU64,
-    /// Compaction: live records copied out of a page before it is recycled, and the ones it
-    /// left in place (expired, or no write buffer free: tried again next time).
+    /// Compaction: live records copied out of a page before it is recycled, and the live ones
+    /// it did not copy (dropped by ext_drop_unread, or left in place for want of a write
+    /// buffer: tried again next time). An expired record is neither, as in memcached.
     pub compact_rescues: AtomicU64,
     pub compact_skipped: AtomicU64,
+    /// The parts of page_reclaims and compact_skipped that the model checker must see reached
+    /// (crates/store/tests/model.rs): pages reclaimed because every record on them expired
+    /// (`reclaim_expired`), and records ext_drop_unread's pass dropped with their items.
+    pub pages_expired: AtomicU64,
+    pub unread_dropped: AtomicU64,
 }
 
 /// What `stats` reports about the flash tier (memcached's extstore fields).
@@ -322,6 +328,10 @@ pub struct FlashStats {
     pub io_submits: u64,
     pub compact_rescues: u64,
     pub compact_skipped: u64,
+    /// Not memcached's (no `stats` line): of page_reclaims, the pages reclaimed whole because
+    /// all their records had expired; of compact_skipped, the records ext_drop_unread dropped.
+    pub pages_expired: u64,
+    pub unread_dropped: u64,
     /// RAM of the per-shard entry tables (bytes), and entries in use.
     pub entry_bytes: u64,
     pub entries: u64,
@@ -595,6 +605,18 @@ impl Flash {
         sub(&self.sh.live_bytes[loc.page as usize], u64::from(loc.len));
     }
 
+    /// ext_drop_unread's drop of the record at `loc` with its entry kept, as memcached keeps
+    /// the item's header (storage.c's compaction skips the record; the page, emptied, is
+    /// freed and its version moves on): the page no longer counts the record, and the entry
+    /// is to be repointed at the returned place, a generation of the page already past, so
+    /// the key's next lookup reads nothing, counts miss_from_extstore as memcached's does,
+    /// and drops it; the sweep drops it with the entries of recycled pages.
+    pub(crate) fn drop_kept(&self, loc: &Loc) -> Loc {
+        self.release(loc);
+        self.sh.stale.fetch_add(1, Relaxed);
+        Loc { gen: loc.gen.wrapping_sub(1), ..*loc }
+    }
+
     /// Reads the record at `loc` into `out` (from a write buffer if it is not on disk yet).
     /// Err: the page was recycled or the file could not be read (a miss either way).
     pub fn read(&self, loc: &Loc, out: &mut Vec<u8>) -> Result<u32, Reject> {
@@ -732,6 +754,8 @@ impl Flash {
         st.write_behind = get(&c.write_behind);
         st.compact_rescues = get(&c.compact_rescues);
         st.compact_skipped = get(&c.compact_skipped);
+        st.pages_expired = get(&c.pages_expired);
+        st.unread_dropped = get(&c.unread_dropped);
         st.io_errors = get(&c.io_errors);
         st.io_submits = get(&c.io_submits);
         st.objects_used = sh.live_objects.iter().map(get).sum();

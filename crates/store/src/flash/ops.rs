@@ -27,6 +27,17 @@ impl Shard {
         }
     }
 
+    /// A flashed copy found by a write that needs its item in RAM (replace, cas, append,
+    /// prepend, incr, decr, touch, gat): the store brought it back, or found it in RAM, and
+    /// making room for the write pushed it to flash again. The write fails as on an evicted
+    /// item (memcached's, whose allocation for the write can evict the old item alike), and
+    /// the item is counted evicted: it was, by the write's own room-making. Uncounted, it
+    /// would be an item gone without any count saying so (the model checker's `losses`).
+    pub fn evict_flashed(&mut self, env: &Env<'_>, pos: Pos, fref: &FlashRef) {
+        self.remove_flash(env, pos, fref);
+        self.stats.evictions += 1;
+    }
+
     /// The slot of `fref` if it is still where a lookup left it (no write, delete, recache or
     /// page recycling since).
     pub fn refind_flash(&mut self, env: &Env<'_>, key: &[u8], fref: &FlashRef, now: Time) -> Option<Pos> {
@@ -222,9 +233,11 @@ impl crate::Store {
     /// reclaimed, then one page is compacted (`Flash::compaction_victim`): its live records
     /// are read (no lock held), appended again and their entries repointed (the index slots
     /// name entries, so they do not change). A record that changed meanwhile (deleted,
-    /// overwritten, recached) is skipped; expired ones are left to go with the page. On
-    /// ext_drop_unread's pass a record not read since it was written is dropped instead, item
-    /// and all (memcached drops its COLD items' records there), and counted compact_skipped.
+    /// overwritten, recached) is skipped; an expired one is dropped with its item, uncounted,
+    /// as memcached's compaction counts nothing for an expired item. On
+    /// ext_drop_unread's pass a record not read since it was written is dropped instead
+    /// (memcached drops its COLD items' records there), counted compact_skipped; its item
+    /// stays until its key's next lookup finds the record gone (`Flash::drop_kept`).
     pub(crate) fn compact_flash(&self, now: Time) {
         let Some(f) = &self.flash else { return };
         f.reclaim_expired(now);
@@ -242,22 +255,28 @@ impl crate::Store {
             for (i, loc) in victims {
                 let Ok(g) = f.read(&loc, &mut rec) else { continue };
                 let Ok((key, v)) = f.verify_any(&rec, victim.page, g) else { continue };
-                if v.meta.exp != 0 && v.meta.exp <= now {
-                    c.compact_skipped.fetch_add(1, Relaxed);
-                    continue;
-                }
                 let mut s = shard.lock();
                 if s.flash.get(i).map(|(_, l)| l) != Some(loc) {
                     continue;
                 }
                 let h = Self::hash(key);
                 let pos = s.index.find_exact(h, slot::FLASH_BASE + (i >> 20), i & slot::OFF_MAX);
-                if victim.drop_unread {
-                    if let Some(pos) = pos.filter(|&p| slot::freq(s.index.get(p)) == 0) {
+                if v.meta.exp != 0 && v.meta.exp <= now {
+                    // Expired: dropped as its key's next lookup would drop it, so the page
+                    // empties. Counted nowhere, as memcached's readback counts nothing for an
+                    // item no longer valid (storage.c `storage_compact_readback`).
+                    if let Some(pos) = pos {
                         s.remove_flash(&env, pos, &FlashRef { h, entry: i, loc });
-                        c.compact_skipped.fetch_add(1, Relaxed);
-                        continue;
                     }
+                    continue;
+                }
+                if victim.drop_unread && pos.is_some_and(|p| slot::freq(s.index.get(p)) == 0) {
+                    // The item stays, naming a place already gone: a miss from flash at its
+                    // key's next lookup, as memcached's kept header is (Flash::drop_kept).
+                    s.flash.relocate(i, f.drop_kept(&loc));
+                    c.compact_skipped.fetch_add(1, Relaxed);
+                    c.unread_dropped.fetch_add(1, Relaxed);
+                    continue;
                 }
                 match f.append(key, v.value, v.meta) {
                     Some(nl) => {

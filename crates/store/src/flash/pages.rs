@@ -91,6 +91,7 @@ impl Flash {
             sh.stale.fetch_add(objs, Relaxed);
             sh.recycled.fetch_add(1, Relaxed);
             sh.c.page_reclaims.fetch_add(1, Relaxed);
+            sh.c.pages_expired.fetch_add(1, Relaxed);
             // Reused before any never-written page (free pops from the end).
             w.free.push(p);
         }

@@ -283,8 +283,13 @@ impl Shard {
                 // The store layer brought a flashed item back to RAM first where the mode needs
                 // the old value; a flashed copy still here is overwritten: it must never be
                 // found again after this write.
-                Found::Flash { pos, fref } => {
+                Found::Flash { pos, fref } if mode == Mode::Set => {
                     self.remove_flash(env, pos, &fref);
+                    continue;
+                }
+                // Back on flash: making room for this write pushed it there (ops.rs).
+                Found::Flash { pos, fref } => {
+                    self.evict_flashed(env, pos, &fref);
                     continue;
                 }
                 _ => None,
@@ -375,7 +380,7 @@ impl Shard {
                 // for the rewrite evicted it there: this change fails as for an evicted item,
                 // and the old copy must not outlive the failure.
                 Found::Flash { pos, fref } => {
-                    self.remove_flash(env, pos, &fref);
+                    self.evict_flashed(env, pos, &fref);
                     return Ok(Found::Absent);
                 }
                 other => return Ok(other),
@@ -517,7 +522,7 @@ impl Shard {
                 Found::Live { pos, seg, off, hdr } => (pos, seg, off, hdr),
                 // As in retime: back on flash after the store brought it to RAM.
                 Found::Flash { pos, fref } => {
-                    self.remove_flash(env, pos, &fref);
+                    self.evict_flashed(env, pos, &fref);
                     return Err(DeltaError::NotFound);
                 }
                 _ => return Err(DeltaError::NotFound),

@@ -8,7 +8,13 @@
 //!   store must report no eviction);
 //! * eviction regime: memory is tiny; the store may forget items (then the model forgets them
 //!   too), but whatever it returns must be the model's current item -- value, flags, exp and
-//!   CAS -- never a stale or foreign one, and memory must stay within the limit.
+//!   CAS -- never a stale or foreign one, and memory must stay within the limit;
+//! * flash regime (the eviction regime with a small flash file, [`flash_config`]): the same,
+//!   and every item the model sees vanish (a miss, or a write that acts as on a miss, while the
+//!   model holds it live) must be one the store counted lost -- evicted from RAM, on an evicted
+//!   page, dropped by ext_drop_unread's compaction ([`losses`]). A record that expired, or a
+//!   whole page reclaimed because all its records expired, is a miss the model expects anyway
+//!   (the item's own expiry); nothing else may disappear.
 //!
 //! CAS values are checked for what the protocol promises: a read returns the CAS of the last
 //! modification, every modification gets a CAS the key never had, touch keeps it.
@@ -55,14 +61,104 @@ pub enum Op {
     Advance(u32),
     Flush(u8),
     Maintain,
+    /// Waits for the flash writer to write every queued buffer (`Store::flash_sync`).
+    Sync,
+}
+
+/// Which checks a case runs under (see the module doc).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Regime {
+    Exact,
+    Evict,
+    /// The eviction regime with a flash tier (a small file, small pages).
+    Flash,
 }
 
 /// One test: a store configuration, the regime and the operations.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct Case {
     pub cfg: StoreConfig,
     pub lenient: bool,
     pub ops: Vec<Op>,
+    /// The flash file of a flash-regime case, removed with the case.
+    pub file: Option<FlashFile>,
+}
+
+/// A flash file for one case, removed after it.
+#[derive(Debug)]
+pub struct FlashFile(pub std::path::PathBuf);
+
+impl FlashFile {
+    pub fn new() -> FlashFile {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        static N: AtomicU32 = AtomicU32::new(0);
+        let n = N.fetch_add(1, Ordering::Relaxed);
+        FlashFile(std::env::temp_dir().join(format!("mnemo-model-flash-{}-{n}", std::process::id())))
+    }
+
+    /// Small pages so that pages are recycled within a case (stale entries, generations), a
+    /// low item size so most values go to flash, and a high recache rate so flash hits come
+    /// back to RAM often.
+    pub fn config(&self, pages: u64) -> FlashConfig {
+        FlashConfig {
+            page_size: 64 << 10,
+            wbuf_size: 16 << 10,
+            item_size: 16,
+            recache_rate: 3,
+            ..FlashConfig::new(&self.0, pages * (64 << 10))
+        }
+    }
+}
+
+impl Drop for FlashFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+        let mut lock = self.0.clone().into_os_string();
+        lock.push(".lock");
+        let _ = std::fs::remove_file(lock);
+    }
+}
+
+/// What a case reached on the flash tier (all 0 without one), from the store's counters at
+/// its end: the model tests sum these over their cases, so a regime that stops reaching a
+/// path fails rather than passing on nothing.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Reached {
+    /// Pages reclaimed (`extstore_page_reclaims`): emptied, or every record expired.
+    pub page_reclaims: u64,
+    /// Of those, pages reclaimed whole because every record on them expired.
+    pub pages_expired: u64,
+    /// Records ext_drop_unread's compaction dropped with their items.
+    pub drops: u64,
+    /// `extstore_compact_skipped`: those drops, and records left for want of a write buffer.
+    pub skipped: u64,
+    /// Records compaction copied out (`extstore_compact_rescues`).
+    pub rescues: u64,
+    /// Items the model saw gone before their time (a miss, or a write acting as on a miss).
+    pub vanished: u64,
+    /// Flash hits (`get_extstore`).
+    pub flash_hits: u64,
+}
+
+impl std::ops::AddAssign for Reached {
+    fn add_assign(&mut self, o: Reached) {
+        self.page_reclaims += o.page_reclaims;
+        self.pages_expired += o.pages_expired;
+        self.drops += o.drops;
+        self.skipped += o.skipped;
+        self.rescues += o.rescues;
+        self.vanished += o.vanished;
+        self.flash_hits += o.flash_hits;
+    }
+}
+
+/// Items the store may have lost so far, each counted once where it was lost: evicted from
+/// RAM, a record lost with its evicted page, a record dropped (or skipped) by compaction.
+/// With a flash tier every item the model sees vanish must be among them: nothing else may
+/// disappear (an expired item is not a vanished one; the model never expects it).
+fn losses(st: &StoreStats) -> u64 {
+    let f = st.flash.as_ref().map_or(0, |f| f.objects_evicted + f.unread_dropped);
+    st.evictions + f
 }
 
 pub fn key_bytes(k: u16) -> Vec<u8> {
@@ -106,9 +202,17 @@ struct Model {
     /// Eviction regime: the store may have dropped any item.
     lenient: bool,
     item_size_max: usize,
+    /// Live items the store no longer had (eviction regime): see [`losses`].
+    vanished: u64,
 }
 
 impl Model {
+    /// The store no longer has `k`, which the model holds live: it was lost (lenient only).
+    fn vanish(&mut self, k: &[u8]) {
+        assert!(self.lenient, "{k:?} vanished in the exact regime");
+        self.items.remove(k);
+        self.vanished += 1;
+    }
     fn tick(&mut self) {
         self.seen = self.seen.max(self.now);
         self.flush_due(self.seen);
@@ -193,10 +297,12 @@ fn read_item(it: Item<'_>) -> MItem {
     MItem { value: it.value.to_vec(), flags: it.flags, exp: it.exp, cas: it.cas }
 }
 
-/// Runs `ops` on a fresh store and the model; panics at the first disagreement.
-pub fn run(cfg: StoreConfig, ops: &[Op], lenient: bool) {
+/// Runs `ops` on a fresh store and the model; panics at the first disagreement. Returns what
+/// the case reached on the flash tier.
+pub fn run(cfg: StoreConfig, ops: &[Op], lenient: bool) -> Reached {
     let limit = cfg.mem_limit as u64;
     let item_size_max = cfg.item_size_max;
+    let flash = cfg.flash.is_some();
     let store = Store::new(cfg);
     let mut m = Model {
         items: HashMap::new(),
@@ -206,8 +312,9 @@ pub fn run(cfg: StoreConfig, ops: &[Op], lenient: bool) {
         cas_seen: HashMap::new(),
         lenient,
         item_size_max,
+        vanished: 0,
     };
-    for op in ops {
+    for (i, op) in ops.iter().enumerate() {
         if !matches!(op, Op::Advance(_) | Op::Flush(_)) {
             m.tick();
         }
@@ -244,9 +351,7 @@ pub fn run(cfg: StoreConfig, ops: &[Op], lenient: bool) {
                         m.items.insert(k.clone(), c);
                     }
                     (None, None) => {}
-                    (Some(_), None) if m.lenient => {
-                        m.items.remove(&k);
-                    }
+                    (Some(_), None) if m.lenient => m.vanish(&k),
                     (c, g) => panic!("gat {k:?}: model {c:?} store {g:?}"),
                 }
             }
@@ -258,9 +363,7 @@ pub fn run(cfg: StoreConfig, ops: &[Op], lenient: bool) {
                 match (cur.is_some(), ok) {
                     (true, true) => m.items.get_mut(&k).unwrap().exp = exp,
                     (false, false) => {}
-                    (true, false) if m.lenient => {
-                        m.items.remove(&k);
-                    }
+                    (true, false) if m.lenient => m.vanish(&k),
                     other => panic!("touch {k:?}: model/store {other:?}"),
                 }
             }
@@ -270,7 +373,7 @@ pub fn run(cfg: StoreConfig, ops: &[Op], lenient: bool) {
                 let ok = store.delete(&k, m.now);
                 match (cur.is_some(), ok) {
                     (a, b) if a == b => {}
-                    (true, false) if m.lenient => {}
+                    (true, false) if m.lenient => m.vanish(&k),
                     other => panic!("delete {k:?}: model/store {other:?}"),
                 }
                 m.items.remove(&k);
@@ -302,9 +405,7 @@ pub fn run(cfg: StoreConfig, ops: &[Op], lenient: bool) {
                         it.cas = cas;
                     }
                     (Err(a), Err(b)) if a == b => {}
-                    (_, Err(DeltaError::NotFound)) if m.lenient => {
-                        m.items.remove(&k);
-                    }
+                    (_, Err(DeltaError::NotFound)) if m.lenient => m.vanish(&k),
                     (a, b) => panic!("delta {k:?}: model {a:?} store {b:?}"),
                 }
             }
@@ -316,6 +417,7 @@ pub fn run(cfg: StoreConfig, ops: &[Op], lenient: bool) {
                 store.flush_all(at);
                 m.pending = Some(at);
             }
+            Op::Sync => store.flash_sync(),
             Op::Maintain => {
                 store.maintain(m.now);
                 let st = store.stats();
@@ -342,6 +444,24 @@ pub fn run(cfg: StoreConfig, ops: &[Op], lenient: bool) {
         } else {
             assert_eq!(st.evictions, 0, "exact regime must not evict");
         }
+        if flash {
+            if m.vanished > losses(&st) {
+                let mut op = format!("{op:?}");
+                op.truncate(120);
+                panic!("op {i} ({op}...): {} items vanished, {} lost by count: {st:?}", m.vanished, losses(&st));
+            }
+        }
+    }
+    let st = store.stats();
+    let f = st.flash.unwrap_or_default();
+    Reached {
+        page_reclaims: f.page_reclaims,
+        pages_expired: f.pages_expired,
+        drops: f.unread_dropped,
+        skipped: f.compact_skipped,
+        rescues: f.compact_rescues,
+        vanished: m.vanished,
+        flash_hits: f.get_extstore,
     }
 }
 
@@ -350,9 +470,7 @@ fn check_read(m: &mut Model, k: &[u8], got: Option<MItem>) {
     match (cur, got) {
         (Some(c), Some(g)) => assert_eq!(c, g, "read {k:?}"),
         (None, None) => {}
-        (Some(_), None) if m.lenient => {
-            m.items.remove(k);
-        }
+        (Some(_), None) if m.lenient => m.vanish(k),
         (c, g) => panic!("read {k:?}: model {c:?} store {g:?}"),
     }
 }
@@ -391,7 +509,7 @@ fn do_store(
     let (mut want, mut new) = expect_store(mode, cur.as_ref(), k.len(), isz, value, flags, exp);
     if m.lenient && kind(&got) != want && cur.is_some() {
         // Evicted behind the model's back: then it must act as if absent.
-        m.items.remove(k);
+        m.vanish(k);
         (want, new) = expect_store(mode, None, k.len(), isz, value, flags, exp);
     }
     assert_eq!(kind(&got), want, "{mode:?} {k:?} (model had {cur:?})");
@@ -428,15 +546,18 @@ impl Input<'_> {
 /// Most operations an input may decode to: bounds the time of one fuzz execution.
 pub const MAX_OPS: usize = 3000;
 
-/// Decodes any bytes into a Case. Byte 0 picks the configuration (bit 0: regime, unless
-/// `force_lenient` says; bits 1-2: shards; bits 3-4: memory in the eviction regime; bits 5-6: 0
-/// gives a 2 KiB item_size_max, so TooLarge and the append limit are reached; bit 7: the fifo
-/// eviction policy instead of the default s3fifo). Then one byte per operation picks its kind,
-/// followed by its arguments.
-pub fn decode(data: &[u8], force_lenient: Option<bool>) -> Case {
+/// Decodes any bytes into a Case. Byte 0 picks the configuration (bit 0: regime, exact or
+/// eviction, unless `force` names one; bits 1-2: shards; bits 3-4: memory in the eviction
+/// regimes; bits 5-6: 0 gives a 2 KiB item_size_max, so TooLarge and the append limit are
+/// reached; bit 7: the fifo eviction policy instead of the default s3fifo). The flash regime
+/// (only when forced: the regime of an unforced input stays its first byte's) reads one byte
+/// more, the flash tier's settings ([`flash_config`]). Then one byte per operation picks its
+/// kind, followed by its arguments.
+pub fn decode(data: &[u8], force: Option<Regime>) -> Case {
     let mut r = Input { data, pos: 0 };
     let c = r.u8();
-    let lenient = force_lenient.unwrap_or(c & 1 == 1);
+    let regime = force.unwrap_or(if c & 1 == 1 { Regime::Evict } else { Regime::Exact });
+    let lenient = regime != Regime::Exact;
     let shards = [1, 2, 4, 8][(c as usize >> 1) & 3];
     let mem_limit = if lenient {
         [64 << 10, 96 << 10, 128 << 10, 256 << 10][(c as usize >> 3) & 3]
@@ -445,13 +566,23 @@ pub fn decode(data: &[u8], force_lenient: Option<bool>) -> Case {
     };
     let item_size_max = if (c >> 5) & 3 == 0 { 2048 } else { 1 << 20 };
     let eviction = if c >> 7 == 1 { Eviction::Fifo } else { Eviction::S3Fifo };
-    let cfg = StoreConfig { mem_limit, shards, item_size_max, eviction, ..Default::default() };
+    let (file, flash) = match regime {
+        Regime::Flash => {
+            let file = FlashFile::new();
+            let fc = flash_config(&file, r.u8());
+            (Some(file), Some(fc))
+        }
+        _ => (None, None),
+    };
+    let cfg = StoreConfig { mem_limit, shards, item_size_max, eviction, flash, ..Default::default() };
+    // The flash regime has one kind more: waiting for the writer.
+    let kinds = if regime == Regime::Flash { 37 } else { 36 };
     // Few keys when nothing is evicted (so operations meet), many under pressure.
     let keys: u16 = if lenient { 256 } else { 24 };
     let mut serial = 0u32;
     let mut ops = Vec::new();
     while r.more() && ops.len() < MAX_OPS {
-        let o = r.u8() % 36;
+        let o = r.u8() % kinds;
         let op = match o {
             0..=11 => {
                 let (mode, key) = (r.u8() % 5, r.u8() as u16 % keys);
@@ -483,11 +614,32 @@ pub fn decode(data: &[u8], force_lenient: Option<bool>) -> Case {
                 })
             }
             34 => Op::Flush(r.u8() % 4),
-            _ => Op::Maintain,
+            35 => Op::Maintain,
+            _ => Op::Sync,
         };
         ops.push(op);
     }
-    Case { cfg, lenient, ops }
+    Case { cfg, lenient, ops, file }
+}
+
+/// The flash regime's settings from one byte: bits 0-2 the pages (1-8 of 64 KiB), bit 3
+/// memcached's low-TTL pages (ext_low_ttl 4 s), bit 4 ext_drop_unread, bit 5 compaction and
+/// dropping while any page is in use (else memcached's default, a quarter of the pages free),
+/// bit 6 ext_max_frag 0 (no page is fragmented enough: only drop_unread compacts), bit 7 no
+/// recaching (else one flash hit in 3 comes back to RAM).
+pub fn flash_config(file: &FlashFile, b: u8) -> FlashConfig {
+    let pages = 1 + u64::from(b & 7);
+    let base = file.config(pages);
+    let under = (b & 32 != 0).then_some(pages as usize);
+    FlashConfig {
+        low_ttl: if b & 8 != 0 { 4 } else { 0 },
+        drop_unread: b & 16 != 0,
+        compact_under: under,
+        drop_under: under,
+        max_frag_permille: if b & 64 != 0 { 0 } else { base.max_frag_permille },
+        recache_rate: if b & 128 != 0 { 0 } else { base.recache_rate },
+        ..base
+    }
 }
 
 fn flags(r: &mut Input<'_>) -> u32 {
@@ -547,7 +699,7 @@ fn value(r: &mut Input<'_>, lenient: bool, serial: &mut u32) -> Vec<u8> {
 }
 
 /// Decodes and runs; what the fuzz target and the replay test call.
-pub fn check(data: &[u8], force_lenient: Option<bool>) {
-    let case = decode(data, force_lenient);
-    run(case.cfg, &case.ops, case.lenient);
+pub fn check(data: &[u8], force: Option<Regime>) -> Reached {
+    let case = decode(data, force);
+    run(case.cfg, &case.ops, case.lenient)
 }
