@@ -22,7 +22,9 @@
 //! shard count (default the store's choice for the limit, as mnemod runs it); REPLAY_MEMORY=1 also prints where the
 //! memory went (item bytes, unwritten segment room, index, metadata); REPLAY_BANDS=1 the miss
 //! ratio of the requests for each power-of-two value size (`2^k` = k..k+1 bits; size awareness)
-//! and each size's share of the value bytes held at the end. With REPLAY_MEMORY=1 a `ttl`
+//! and each size's share of the value bytes held at the end; REPLAY_CAUSES=1 the counted misses by
+//! cause: a key's first request, its last set's TTL ran out (both unavoidable), evicted (a key
+//! with a TTL, or without). With REPLAY_MEMORY=1 a `ttl`
 //! workload also prints the expired items still held at the end (bytes no eviction has had
 //! back yet). REPLAY_WINDOWS=N prints the miss ratio of every N counted requests, each with
 //! the bytes of the uncounted part's keys still held then (zipf-shift: how long the old phase
@@ -182,6 +184,10 @@ fn replay(w: &Workload, mib: f64, policy: Eviction) -> String {
     } else {
         Vec::new()
     };
+    // REPLAY_CAUSES: each key's last set (request index, exp) and the counted misses by cause.
+    let causes = std::env::var_os("REPLAY_CAUSES").is_some();
+    let mut last_set = std::collections::HashMap::<u32, Time>::new();
+    let mut cause = [0u64; 4]; // first request, expired since its set, evicted (TTL key), evicted (no TTL)
     let mut now: Time = 1;
     for (i, &id) in w.keys.iter().enumerate() {
         if paced && 1 + (i / TTL_RATE) as Time != now {
@@ -222,6 +228,17 @@ fn replay(w: &Workload, mib: f64, policy: Eviction) -> String {
                     0 => 0,
                     t => now + t,
                 };
+                if causes {
+                    if i >= warm {
+                        cause[match last_set.get(&id) {
+                            None => 0,
+                            Some(&e) if e != 0 && e <= now => 1,
+                            Some(_) if exp != 0 => 2,
+                            Some(_) => 3,
+                        }] += 1;
+                    }
+                    last_set.insert(id, exp);
+                }
                 let _ = s.store(Mode::Set, key.as_bytes(), 0, exp, &value[..n], now);
             }
         }
@@ -244,6 +261,13 @@ fn replay(w: &Workload, mib: f64, policy: Eviction) -> String {
         let total = held.iter().sum::<u64>().max(1) as f64;
         let line: Vec<String> = held.iter().enumerate().filter(|(_, &b)| b > 0).map(|(i, &b)| format!("2^{i}:{:.3}", b as f64 / total)).collect();
         eprintln!("  value bytes held by size: {}", line.join(" "));
+    }
+    if causes {
+        let c = |k: usize| cause[k] as f64 / counted as f64;
+        eprintln!(
+            "  misses (share of counted requests): first {:.4} expired {:.4} evicted ttl-key {:.4} evicted no-ttl key {:.4}",
+            c(0), c(1), c(2), c(3)
+        );
     }
     if windows > 0 {
         eprintln!("  miss per {windows} counted requests: {}", window_line.join(" "));

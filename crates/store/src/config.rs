@@ -26,7 +26,7 @@ pub const MAX_SEGMENT_SIZE: usize = 1 << 20;
 pub const MIN_SEGMENT_SIZE: usize = 4 << 10;
 /// A shard aims to hold at least this many regular segments, so eviction is fine-grained.
 /// With the shard count left to the store, segments are sized as with `DEFAULT_SHARDS` shards
-/// (limit / 128) even where `SHARD_MIN_MEMORY` chose fewer, so a small cache's shard holds
+/// (limit / 128 then; limit / 256 now, `AUTO_SEGMENTS_PER_SHARD`) even where `SHARD_MIN_MEMORY` chose fewer, so a small cache's shard holds
 /// more, smaller segments: finer FIFO steps, less room left unwritten in the active segments,
 /// and more TTL groups (`Geometry::ttl_groups`), so items of different TTLs share segments
 /// less and segments expire whole sooner. Store-level replay (examples/replay.rs), miss ratio
@@ -38,6 +38,23 @@ pub const MIN_SEGMENT_SIZE: usize = 4 << 10;
 /// segments make its 1..16 KB values large items, `Geometry::large_min`; sizes the server
 /// bench cannot reach at equal memory: memcached holds ~24 MiB there).
 const SEGMENTS_PER_SHARD: usize = 8;
+/// With the shard count left to the store, segments are limit / (16 x this): 256 where the
+/// figures above say 128. Smaller still, active segments leave less room unwritten and TTL
+/// groups are finer. Store-level replay, miss ratio limit / 128 -> limit / 256: zipf-ttl at
+/// 7 / 25 MiB 0.3378 / 0.2638 -> 0.3376 / 0.2623 (unwritten 625 -> 444 KB, expired items
+/// held 327 -> 172 KB at the end); Zipf 0.3049 / 0.2209 -> 0.3056 / 0.2208; zipf-shift 0.3381
+/// / 0.2797 -> 0.3386 / 0.2798; orm-night at 23 / 34 MiB 0.0181 / 0.0140 -> 0.0183 / 0.0140;
+/// mixed sizes at 45 / 88 MiB 0.2635 / 0.2258 -> 0.2638 / 0.2252. (limit / 512: zipf-ttl at
+/// 25 MiB 0.2621, 7 MiB 0.3391.)
+const AUTO_SEGMENTS_PER_SHARD: usize = 16;
+/// ... but not below this (nor above a shard's share / 8, as with an explicit count): under
+/// 16 MiB, segments of a few KiB made web12's 1..16 KB values large items (`large_min`), each
+/// in a buffer of its own. Store-level replay, web12 at 0.5 / 1 / 2 MiB (with ghost.rs's
+/// `LIVE_EPOCHS` 12): 0.3181 / 0.2400 / 0.1689 -> 0.2847 / 0.2088 / 0.1515 (0.2835 / 0.2178 /
+/// 0.1621 with a share / 8 everywhere, before limit / 128); a floor of 32 KiB 0.2942 / 0.2343
+/// / 0.1673. The cost, at 7 MiB (16 -> 64 KiB): zipf-ttl 0.3316 -> 0.3355, Zipf 0.3054 ->
+/// 0.3049, zipf-shift 0.3350 -> 0.3346.
+const AUTO_SEGMENT_FLOOR: usize = 64 << 10;
 /// Index buckets a shard starts with (64 bytes each).
 const INITIAL_BUCKETS: usize = 64;
 /// Items of more than this many bytes always get a buffer of their own (see `large_min`).
@@ -156,12 +173,13 @@ impl Geometry {
             n => n.clamp(1, MAX_SHARDS).next_power_of_two(),
         };
         let fair_share = cfg.mem_limit / shards;
-        // Segments as 16 shards would have them where the store chose fewer
-        // (`SEGMENTS_PER_SHARD`); an explicit count keeps 8 per shard.
+        // Segments as 16 shards would have them where the store chose fewer, within a floor
+        // (`AUTO_SEGMENTS_PER_SHARD`, `AUTO_SEGMENT_FLOOR`); an explicit count keeps 8 per shard.
         let want = match cfg.shards {
-            0 => cfg.mem_limit / DEFAULT_SHARDS,
-            _ => fair_share,
-        } / SEGMENTS_PER_SHARD;
+            0 => (cfg.mem_limit / (DEFAULT_SHARDS * AUTO_SEGMENTS_PER_SHARD))
+                .max(AUTO_SEGMENT_FLOOR.min(fair_share / SEGMENTS_PER_SHARD)),
+            _ => fair_share / SEGMENTS_PER_SHARD,
+        };
         // Largest power of two <= want, within bounds.
         let seg = if want < MIN_SEGMENT_SIZE {
             MIN_SEGMENT_SIZE
@@ -231,11 +249,15 @@ mod tests {
         let shards = |mib: usize| Geometry::new(&StoreConfig { mem_limit: mib << 20, ..Default::default() }).shards;
         assert_eq!((shards(1), shards(31), shards(32), shards(45), shards(64)), (1, 1, 2, 2, 4));
         assert_eq!((shards(255), shards(256), shards(4096)), (8, 16, 16));
-        // Segments as with 16 shards: limit / 128, whatever the count.
+        // Segments of limit / 256, whatever the count ...
         let g = Geometry::new(&StoreConfig { mem_limit: 64 << 20, ..Default::default() });
-        assert_eq!((g.fair_share, g.seg_size), (16 << 20, 512 << 10));
+        assert_eq!((g.fair_share, g.seg_size), (16 << 20, 256 << 10));
         let g = Geometry::new(&StoreConfig { mem_limit: 25 << 20, ..Default::default() });
-        assert_eq!((g.shards, g.seg_size, g.ttl_groups), (1, 128 << 10, 50));
+        assert_eq!((g.shards, g.seg_size, g.ttl_groups), (1, 64 << 10, 100));
+        // ... but at least 64 KiB under 16 MiB, and at most a shard's share / 8.
+        let seg = |limit: usize| Geometry::new(&StoreConfig { mem_limit: limit, ..Default::default() }).seg_size;
+        assert_eq!((seg(7 << 20), seg(1 << 20), seg(256 << 10)), (64 << 10, 64 << 10, 32 << 10));
+        assert_eq!((seg(32 << 20), seg(4 << 30)), (128 << 10, MAX_SEGMENT_SIZE));
         // An explicit count is kept, however small the limit.
         let g = Geometry::new(&StoreConfig { mem_limit: 1 << 20, shards: 8, ..Default::default() });
         assert_eq!(g.shards, 8);

@@ -302,3 +302,39 @@ fn kept_items_stay_in_their_ttl_group() {
     assert!((0..300).all(|k| holds(&s, &hot(k))), "the read keys stay");
     assert!(away * 20 < home, "{away} items without a TTL in TTL segments, {home} in their own");
 }
+
+/// Under S3-FIFO a key whose item expired after being read goes to main when it is set
+/// again (the ghost remembers it as `Left::Expired`), whether a read found it expired or its
+/// segment expired whole first; a key whose item expired unread goes through small.
+#[test]
+fn a_key_read_before_it_expired_skips_probation_when_set_again() {
+    let s = store(Eviction::S3Fifo);
+    for k in 0..6000 {
+        set(&s, k);
+    }
+    assert!(s.stats().evictions > 0, "the ghost is used once the shard evicts");
+    let with_ttl = |key: &str, now| s.store(Mode::Set, key.as_bytes(), 0, 5, &[b'v'; 200], now).unwrap();
+    let split = || s.shards[0].lock().ghost.split();
+    for key in ["read:1", "unread:1", "read:2", "unread:2"] {
+        with_ttl(key, 1);
+    }
+    for key in ["read:1", "read:2"] {
+        assert!(s.get(key.as_bytes(), 2, |_| ()).is_hit());
+    }
+    // 1: a read meets the expired item.
+    for key in ["read:1", "unread:1"] {
+        assert!(s.get(key.as_bytes(), 5, |_| ()) == crate::Lookup::Expired);
+    }
+    // 2: the whole segment expires first (the maintenance pass a server runs each second).
+    s.maintain(6);
+    assert!(!holds(&s, "read:2") && !holds(&s, "unread:2"));
+    let before = split();
+    for key in ["read:1", "unread:1", "read:2", "unread:2"] {
+        put(&s, key, 200);
+    }
+    assert_eq!(queue_of(&s, b"read:1"), Queue::Main);
+    assert_eq!(queue_of(&s, b"read:2"), Queue::Main);
+    assert_eq!(queue_of(&s, b"unread:1"), Queue::Small);
+    assert_eq!(queue_of(&s, b"unread:2"), Queue::Small);
+    assert_eq!(split(), before, "an expiry says nothing about small's share");
+}

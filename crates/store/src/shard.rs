@@ -17,8 +17,8 @@ use parking_lot::Mutex;
 use crate::budget::Budget;
 use crate::flash::entries::{self, Entries};
 use crate::flash::{Flash, FlashRef};
-use crate::config::Geometry;
-use crate::ghost::Ghost;
+use crate::config::{Eviction, Geometry};
+use crate::ghost::{Ghost, Left};
 use crate::index::{slot, Index, Pos, Visit};
 use crate::item::{self, Header, NewHeader};
 use crate::segment::{exp_bound, ttl_bucket, DeadReason, Queue, SegState, SegTable, TTL_BUCKETS};
@@ -256,7 +256,7 @@ impl Shard {
             // A match that decoded no header: the walk stopped at a flashed slot.
             return self.find_flashed(env, h, key, now, dead);
         };
-        self.live(env, pos, hdr, now)
+        self.live(env, pos, h, hdr, now)
     }
 
     /// `find` for a key whose walk met a flashed slot: the walk again, where a flashed slot
@@ -278,7 +278,7 @@ impl Shard {
             return dead.map_or(Found::Absent, Found::Dead);
         };
         match matched {
-            Some(hdr) => self.live(env, pos, hdr, now),
+            Some(hdr) => self.live(env, pos, h, hdr, now),
             None => {
                 let entry = slot::flash_entry(self.index.get(pos));
                 let (_, loc) = self.flash.get(entry).expect("visit_flash matched a live entry");
@@ -287,15 +287,26 @@ impl Shard {
         }
     }
 
+    /// Key hash `h`'s item expired after a read: under S3-FIFO, once the shard evicts, the
+    /// ghost remembers it (`Left::Expired`), so its next set goes to main, not through
+    /// probation again: a key read before its TTL ran out is likely read again after.
+    fn expired_read(&mut self, env: &Env<'_>, h: u64) {
+        if env.geo.eviction == Eviction::S3Fifo && self.stats.evictions > 0 {
+            self.ghost.insert(h, self.stats.curr_items as usize, Left::Expired);
+        }
+    }
+
     /// `find`'s answer for the item whose header `hdr` was matched at `pos`: live, or
     /// unlinked as expired.
     #[inline(always)]
-    fn live(&mut self, env: &Env<'_>, pos: Pos, hdr: Header, now: Time) -> Found {
+    fn live(&mut self, env: &Env<'_>, pos: Pos, h: u64, hdr: Header, now: Time) -> Found {
         let s = self.index.get(pos);
         let (seg, off) = (slot::seg(s), slot::off(s) as usize);
         if hdr.exp != 0 && hdr.exp <= now {
             if !slot::fetched(s) {
                 self.stats.expired_unfetched += 1;
+            } else {
+                self.expired_read(env, h);
             }
             self.remove(env, pos);
             return Found::Dead(DeadReason::Expired);
