@@ -26,10 +26,11 @@ pub const MAX_SEGMENT_SIZE: usize = 1 << 20;
 pub const MIN_SEGMENT_SIZE: usize = 4 << 10;
 /// A shard aims to hold at least this many regular segments, so eviction is fine-grained.
 /// With the shard count left to the store, segments are sized as with `DEFAULT_SHARDS` shards
-/// (limit / 128 then; limit / 256 now, `AUTO_SEGMENTS_PER_SHARD`) even where `SHARD_MIN_MEMORY` chose fewer, so a small cache's shard holds
-/// more, smaller segments: finer FIFO steps, less room left unwritten in the active segments,
-/// and more TTL groups (`Geometry::ttl_groups`), so items of different TTLs share segments
-/// less and segments expire whole sooner. Store-level replay (examples/replay.rs), miss ratio
+/// (limit / 128 then; limit / 256 now, `AUTO_SEGMENTS_PER_SHARD`) even where
+/// `SHARD_MIN_MEMORY` chose fewer, so a small cache's shard holds more, smaller segments:
+/// finer FIFO steps, less room left unwritten in the active segments, and more TTL groups
+/// (`Geometry::ttl_groups`), so items of different TTLs share segments less and segments
+/// expire whole sooner. Store-level replay (examples/replay.rs), miss ratio
 /// a shard's share / 8 -> limit / 128 (with evict.rs's keepers in their own TTL group):
 /// zipf-ttl at 7 / 25 MiB 0.3527 / 0.2759 -> 0.3415 / 0.2674; zipf-shift 0.3432 / 0.2812 ->
 /// 0.3381 / 0.2797; Zipf 0.3116 / 0.2233 -> 0.3049 / 0.2209; orm-night at 23 / 34 MiB 0.0186 /

@@ -24,9 +24,9 @@
 //! ambiguous (the 4-bit age would wrap). A full bucket gives its oldest entry to an insert.
 //! Sized from the shard's item count: `ENTRIES_PER_ITEM` (1.5) entries of 4 bytes per item, so
 //! it remembers about as many keys as the shard holds (S3-FIFO's ghost is as long as its
-//! main queue; buckets that fill first forget a little sooner), grown (emptied) when the shard holds a third more, and allocated
-//! only on the first insert: a cache that never evicts pays nothing for it. The table's bytes
-//! count against `-m` (shard.rs `sync_overhead`).
+//! main queue; buckets that fill first forget a little sooner), grown (emptied) when the shard
+//! holds a third more, and allocated only on the first insert: a cache that never evicts pays
+//! nothing for it. The table's bytes count against `-m` (shard.rs `sync_overhead`).
 //!
 //! The split (ARC's adaptation, on S3-FIFO's two FIFOs): small's target share of the shard's
 //! segment bytes, between `SPLIT_MIN` (1/20) and `SPLIT_MAX` (1/2). A key back from small's
