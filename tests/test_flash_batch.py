@@ -139,6 +139,8 @@ def test_a_pipeline_of_50_mg_q_over_flashed_keys_reads_them_together_in_order(lo
             assert (d["cmd_get"], d["get_misses"]) == (51, misses), d
             assert d["get_extstore"] == flashed, d
             assert_read_together(d, flashed)
+            print(f"{loop}: 50 mg q ({flashed} flashed, cold): {d['objects_read']} records read, "
+                  f"{d['syscr']} read system calls on the flash I/O thread")
             # h: each flashed value read above counts as fetched.
             assert roundtrip(s, b"mg %s h\r\n" % key(7)) == b"HD h1\r\n"
     finally:
@@ -181,6 +183,7 @@ def test_gathering_stops_at_the_request_budget(disk_path):
             assert got[-1][2] == 99
             d = delta(before, counters(srv))
             assert d["objects_read"] == 30, d
+            print(f"-R 4: 30 GETKQ (cold): {d['syscr']} read system calls on the flash I/O thread")
             if io_uring_available():
                 # Six jobs of up to five keys: a few reads each at most, not one per key.
                 assert d["syscr"] <= 12, d
