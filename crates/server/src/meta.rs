@@ -213,7 +213,8 @@ fn deferrable(m: &Meta<'_>) -> bool {
 /// A request after a deferred mg that the same flash I/O job answers ([`gather`]).
 #[derive(Debug)]
 enum Follow {
-    Get(OwnedGet),
+    // Boxed: an mg's flags are 400 bytes, an mn nothing.
+    Get(Box<OwnedGet>),
     /// mn.
     Noop,
 }
@@ -279,7 +280,7 @@ pub(crate) fn gather(g: &mut FlashGet, input: &[u8], limits: &text::Limits, budg
         let text::Parsed::Request(req, n) = text::parse(&input[used..], limits) else { break };
         match req {
             text::Request::Meta(ref m) if deferrable(m) => {
-                g.rest.push(Follow::Get(OwnedGet::new(m)));
+                g.rest.push(Follow::Get(Box::new(OwnedGet::new(m))));
                 keys += 1;
             }
             text::Request::MetaNoop => g.rest.push(Follow::Noop),
