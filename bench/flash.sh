@@ -18,7 +18,8 @@
 #   bash bench/flash.sh
 #   KEYS=60000 REQUESTS=200000 MEM=64 FLASH_SIZE=1G bash bench/flash.sh    # a quick one
 #   SKIP_BUILD=1 bash bench/flash.sh                                       # target/release/mnemod as it is
-#   PHASES=throughput REPS=5 bash bench/flash.sh                           # only the second table
+#   PHASES=throughput REPS=5 bash bench/flash.sh                           # only the fixed-mix table
+#   PHASES="throughput lookaside" bash bench/flash.sh                      # both throughput tables
 #   FLASH_MNEMOD=/tmp/mnemod-x SKIP_BUILD=1 SERVERS=mnemod PHASES=throughput bash bench/flash.sh
 #                                                       # another mnemod binary (a variant, a base)
 #
@@ -29,8 +30,16 @@
 # (alternating which goes first) starts afresh with the flags above, `mnemo bench --prefill`
 # sets every key once (KEYS keys of 1-16 KiB, the same 8x-the-RAM data set), then DUR seconds
 # (after WARMUP) of 1:10 set:get over Zipf(ZIPF) keys, 50 connections: ops/s, p50/p99 of the
-# gets, hit ratio, and the flash reads per second from the server's get_extstore. The table
-# gives the median of REPS repetitions and the min-max of ops/s.
+# gets, hit ratio, hits/s (gets answered with a value), value bytes/s served, and the flash
+# reads per second from the server's get_extstore. The table gives the median of REPS
+# repetitions and the min-max of ops/s, then the paired ratios (each repetition's second server
+# over its first, e.g. mnemod / memcached; the median of the REPS ratios).
+#
+# Look-aside (PHASES=lookaside): the same, with `mnemo bench --look-aside`: a get that misses
+# is followed on its connection by a set of that key (the backend's value coming back), as the
+# issue's "look-aside Zipf" says. The fixed mix sends no set after a miss, so a server that
+# misses sends fewer bytes per get and is never charged for the refill; look-aside charges
+# each server for its own misses, as a real cache user's backend would.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 cd "$ROOT"
@@ -42,7 +51,7 @@ SERVERS=${SERVERS:-memcached mnemod}
 export KEYS=${KEYS:-240000} REQUESTS=${REQUESTS:-600000} ZIPF=${ZIPF:-0.99} BATCH=${BATCH:-32} SAMPLES=${SAMPLES:-3000}
 PY=${PYTHON:-python3}
 
-PHASES=${PHASES:-table throughput}
+PHASES=${PHASES:-table throughput lookaside}
 REPS=${REPS:-3} DUR=${DUR:-10} WARMUP=${WARMUP:-1} SERVER_CPU=${SERVER_CPU:-0} LOAD_CPU=${LOAD_CPU:-1}
 
 MNEMOD=${FLASH_MNEMOD:-$MNEMOD}
@@ -78,8 +87,8 @@ for line in buf.decode().splitlines():
 PYEOF
 }
 
-throughput() {
-    local rep name order port pid before after out
+throughput() { # [--look-aside]
+    local rep name order port pid before after out mode=("$@")
     local results=$BENCH_TMP/throughput.jsonl
     : >"$results"
     for rep in $(seq 1 "$REPS"); do
@@ -92,41 +101,59 @@ throughput() {
             spawn taskset -c "$SERVER_CPU" "${ARGV[@]}"
             pid=$SPAWNED
             wait_port "$port" "$pid" 120
-            note "throughput $rep/$REPS: $name"
+            note "throughput${1:+ $1} $rep/$REPS: $name"
             taskset -c "$LOAD_CPU" "$MNEMO" bench --server "127.0.0.1:$port" --keys "$KEYS" --value-size 1k-16k \
                 --prefill --requests 1 --connections 50 --json >/dev/null
             before=$(stat_of "$port" get_extstore)
             out=$(taskset -c "$LOAD_CPU" "$MNEMO" bench --server "127.0.0.1:$port" --keys "$KEYS" --value-size 1k-16k \
-                --zipf "$ZIPF" --ratio 1:10 --connections 50 --duration "$DUR" --warmup "$WARMUP" --json)
+                --zipf "$ZIPF" --ratio 1:10 ${mode[@]+"${mode[@]}"} --connections 50 --duration "$DUR" --warmup "$WARMUP" --json)
             after=$(stat_of "$port" get_extstore)
             # Nothing to keep: no graceful stop (mnemod's -e would write every flashed value).
             kill -KILL "$pid" 2>/dev/null || true
             wait "$pid" 2>/dev/null || true
-            python3 -c 'import json,sys; r=json.loads(sys.argv[1]); r["name"]=sys.argv[2]; r["flash_reads"]=int(sys.argv[4])-int(sys.argv[3]); print(json.dumps(r))' \
-                "$out" "$name" "$before" "$after" >>"$results"
+            python3 -c 'import json,sys; r=json.loads(sys.argv[1]); r["name"]=sys.argv[2]; r["rep"]=int(sys.argv[5]); r["flash_reads"]=int(sys.argv[4])-int(sys.argv[3]); print(json.dumps(r))' \
+                "$out" "$name" "$before" "$after" "$rep" >>"$results"
         done
     done
     rm -f "$FLASH_DIR"/flash-* "$FLASH_DIR/snap-mnemod"
     echo
-    echo "Throughput: \`mnemo bench --keys $KEYS --value-size 1k-16k --zipf $ZIPF --ratio 1:10 --connections 50 --duration $DUR --warmup $WARMUP\` after \`--prefill\`; server on core $SERVER_CPU, load on core $LOAD_CPU; median of $REPS (loadavg $(cut -d' ' -f1-3 /proc/loadavg))"
+    echo "Throughput${1:+ (look-aside)}: \`mnemo bench --keys $KEYS --value-size 1k-16k --zipf $ZIPF --ratio 1:10${1:+ $1} --connections 50 --duration $DUR --warmup $WARMUP\` after \`--prefill\`; server on core $SERVER_CPU, load on core $LOAD_CPU; median of $REPS (loadavg $(cut -d' ' -f1-3 /proc/loadavg), $(git rev-parse --short HEAD 2>/dev/null || echo '?'))"
     echo
-    echo "| server | ops/s (min-max) | get p50 / p99 (µs) | hit ratio | flash reads/s |"
-    echo "|---|---|---|---|---|"
     python3 - "$results" $SERVERS <<'PYEOF'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
-for name in sys.argv[2:]:
+names = sys.argv[2:]
+print("| server | ops/s (min-max) | get p50 / p99 (µs) | hit ratio | hits/s | value MB/s | sets after a miss /s | flash reads/s |")
+print("|---|---|---|---|---|---|---|---|")
+for name in names:
     rs = [r for r in rows if r["name"] == name]
     med = lambda f: statistics.median(f(r) for r in rs)
     ops = [r["ops_per_sec"] for r in rs]
     print(f"| {name} | {med(lambda r: r['ops_per_sec']):,.0f} ({min(ops):,.0f}-{max(ops):,.0f}) | "
           f"{med(lambda r: r['latency_us']['get']['p50']):.0f} / {med(lambda r: r['latency_us']['get']['p99']):.0f} | "
-          f"{med(lambda r: r['hit_ratio'] or 0):.4f} | {med(lambda r: r['flash_reads'] / r['seconds']):,.0f} |")
+          f"{med(lambda r: r['hit_ratio'] or 0):.4f} | {med(lambda r: r['hits_per_sec']):,.0f} | "
+          f"{med(lambda r: r['value_bytes_per_sec']) / 1e6:,.1f} | {med(lambda r: r['refills'] / r['seconds']):,.0f} | "
+          f"{med(lambda r: r['flash_reads'] / r['seconds']):,.0f} |")
+if len(names) == 2:
+    # Paired: each repetition's two servers ran back to back on the same machine state.
+    a, b = names
+    by = {(r["name"], r["rep"]): r for r in rows}
+    reps = sorted({r["rep"] for r in rows if (a, r["rep"]) in by and (b, r["rep"]) in by})
+    def ratio(f):
+        rs = [f(by[(b, k)]) / f(by[(a, k)]) for k in reps if f(by[(a, k)])]
+        return f"{statistics.median(rs):.2f} ({', '.join(f'{x:.2f}' for x in rs)})" if rs else "-"
+    print()
+    print(f"Paired ratios {b} / {a}, median (each repetition): ops/s {ratio(lambda r: r['ops_per_sec'])}; "
+          f"hits/s {ratio(lambda r: r['hits_per_sec'])}; value bytes/s {ratio(lambda r: r['value_bytes_per_sec'])}; "
+          f"get p99 {ratio(lambda r: r['latency_us']['get']['p99'])}")
 PYEOF
 }
 
-case " $PHASES " in *" throughput "*) ;; *) throughput() { :; } ;; esac
-case " $PHASES " in *" table "*) ;; *) throughput; exit 0 ;; esac
+phases_after_table() {
+    case " $PHASES " in *" throughput "*) throughput ;; esac
+    case " $PHASES " in *" lookaside "*) throughput --look-aside ;; esac
+}
+case " $PHASES " in *" table "*) ;; *) phases_after_table; exit 0 ;; esac
 
 echo "| server | hit ratio | ops/s | get p50 / p99 (µs) | flash hit p50 / p99 (µs) | RSS per item (B) | write amplification | served after restart |"
 echo "|---|---|---|---|---|---|---|---|"
@@ -166,4 +193,4 @@ print(f"| {name} | {run['hit_ratio']:.4f} | {run['ops']:,} | {run['p50_us']} / {
 PYEOF
 done
 
-throughput
+phases_after_table

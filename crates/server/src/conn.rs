@@ -514,7 +514,12 @@ impl<S: Io> Conn<S> {
                     }
                     BinNext::Later(n) => {
                         self.rpos += n;
-                        self.job = session.job.take();
+                        let mut job = session.job.take();
+                        // The GETs pipelined after it join its job: their flashed reads go together.
+                        if let Some(Pending::FlashRead(crate::flashio::Read::Binary(g))) = &mut job {
+                            self.rpos += binary::gather(g, &self.rbuf[self.rpos..self.rend], sh, budget);
+                        }
+                        self.job = job;
                         self.waiting = true;
                         return Progress::Later;
                     }
@@ -555,7 +560,11 @@ impl<S: Io> Conn<S> {
                     }
                     match next {
                         Next::Continue | Next::Resume(_) | Next::Flush => {}
-                        Next::Later(job) => {
+                        Next::Later(mut job) => {
+                            // The mg pipelined after it join its job: their flashed reads go together.
+                            if let Pending::FlashRead(crate::flashio::Read::Meta(g)) = &mut job {
+                                self.rpos += crate::meta::gather(g, &self.rbuf[self.rpos..self.rend], &limits, budget);
+                            }
                             self.job = Some(job);
                             self.waiting = true;
                             return Progress::Later;

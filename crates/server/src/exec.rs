@@ -381,22 +381,18 @@ pub(crate) fn get_flashed(keys: &[u8], cas: bool, first: read::Flashed, sh: &Sha
     let mut holes = Vec::new();
     let mut first = Some(first);
     for key in keys.iter() {
-        let at = if first.is_some() { first.take() } else { read::locate(key, &mut TextHit { key, cas, last: false }, sh, c, &mut out) };
-        if let Some(at) = at {
-            holes.push((out.len(), key, at));
-        }
+        let flashed = match first.take() {
+            Some(at) => at,
+            None => match read::locate(key, read::Read::Get, &mut TextHit { key, cas, last: false }, sh, c, &mut out) {
+                Answer::Now(_) => continue,
+                Answer::Later(at) => at,
+            },
+        };
+        holes.push(read::Hole { at: out.len(), key, req: (), flashed });
     }
-    // All the records' disk reads go out together (one io_uring submission where the
-    // kernel has it), not one pread after another.
-    let reads = sh.store.read_flash_many(&holes.iter().map(|(_, key, at)| (&at.fref, *key)).collect::<Vec<_>>());
-    let mut reply = Vec::with_capacity(out.len() + reads.iter().map(|r| r.as_ref().map_or(0, |v| v.value().len() + 64)).sum::<usize>() + 5);
-    let mut done = 0;
-    for ((pos, key, at), v) in holes.into_iter().zip(reads) {
-        reply.extend_from_slice(&out[done..pos]);
-        done = pos;
-        read::finish_read(key, read::Read::Get, at, v, &mut TextHit { key, cas, last: false }, sh, c, &mut reply);
-    }
-    reply.extend_from_slice(&out[done..]);
+    let mut reply = read::fill_holes(out, holes, sh, |key, (), at, v, reply| {
+        read::finish_read(key, read::Read::Get, at, v, &mut TextHit { key, cas, last: false }, sh, c, reply);
+    });
     reply.extend_from_slice(b"END\r\n");
     reply
 }

@@ -24,7 +24,18 @@
 //! does not look the key up again. A text multi-get hands over every key from the first
 //! flashed one on: the job looks the rest up (RAM hits written at once), reads all their
 //! flashed records together (`Store::read_flash_many`: one io_uring submission of the
-//! thread's own ring), then writes the replies in key order.
+//! thread's own ring), then writes the replies in key order. A binary GET or an mg takes the
+//! requests pipelined after it the same way: the connection gathers the complete GET-family
+//! frames and NOOPs (mg and mn) that follow it in its input into the job (binary/storage.rs
+//! and meta.rs `gather`, at most [`GATHER_KEYS`] keys and the -R budget), stopping at any
+//! other request, which runs on the worker once the job's replies are in place:
+//!
+//! ```text
+//!   input: GETQ f1 | GETQ r2 | GETKQ f3 | GETQ miss | NOOP | SET k | GETQ k
+//!          └─ deferred ─┴──────── gathered into its job ─────────┘  └ after the job ┘
+//!   job:   locate r2 (RAM hit, written), f3 (flashed), miss (quiet: nothing)
+//!          read f1 and f3 together; replies in request order, the NOOP's last
+//! ```
 //!
 //! Counting: each pool thread has a block of its own in `Shared::counters` (after the
 //! workers' and the UDP threads'), since a block is written by one thread only (stats.rs).
@@ -41,15 +52,20 @@ use crate::jobs::{Done, Mailbox};
 use crate::stats::Counters;
 use crate::{Config, Shared};
 
+/// The most keys one job takes: a binary or meta pipeline's GETs gathered after the deferred
+/// one (binary/storage.rs and meta.rs `gather`), one io_uring submission's worth of reads
+/// (the store's batch.rs rings hold 64).
+pub(crate) const GATHER_KEYS: usize = 64;
+
 /// A read answered later: what its reply needs of the request, owned (the connection may
 /// close while it runs).
 #[derive(Debug)]
 pub(crate) enum Read {
     /// get / gets: the keys from the flashed one on, separated by single spaces.
     Text { keys: Box<[u8]>, cas: bool, first: Flashed },
-    /// The binary GET family (GET, GETQ, GETK, GETKQ).
+    /// The binary GET family (GET, GETQ, GETK, GETKQ), and the GETs and NOOPs pipelined after it.
     Binary(crate::binary::FlashGet),
-    /// mg.
+    /// mg, and the mg and mn pipelined after it.
     Meta(Box<crate::meta::FlashGet>),
 }
 

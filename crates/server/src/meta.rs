@@ -5,6 +5,7 @@
 //! nothing new: EN for mg, HD for ms/md/ma (and ma's value), never an error or a NF/NS/EX.
 
 use mnemo_proto::meta::{Meta, MetaKind};
+use mnemo_proto::text;
 use mnemo_proto::reply::line;
 use mnemo_proto::ErrorReply;
 use mnemo_store::{Item, Mode, Time};
@@ -176,48 +177,119 @@ fn get(m: &Meta<'_>, sh: &Shared, c: &Counters, out: &mut Vec<u8>, direct: Optio
             Next::Continue
         }
         Answer::Later(first) => {
-            let g = FlashGet {
-                raw_key: m.raw_key.into(),
-                key: m.key,
-                opaque: m.flags.opaque.map(Into::into),
-                flags: m.flags.with_opaque(None),
-                first,
-            };
+            let g = FlashGet { mg: OwnedGet::new(m), first, rest: Vec::new() };
             Next::Later(crate::command::Pending::FlashRead(crate::flashio::Read::Meta(Box::new(g))))
         }
     }
 }
 
-/// An mg whose value is on flash (no T, u or N: those read synchronously), answered by the
-/// flash I/O pool (flashio.rs): the request's parts it needs, owned.
+/// An mg as a flash I/O job answers it: the request's parts its reply needs, owned.
 #[derive(Debug)]
-pub(crate) struct FlashGet {
+struct OwnedGet {
     raw_key: Box<[u8]>,
     key: mnemo_proto::meta::KeyBuf,
     opaque: Option<Box<[u8]>>,
     flags: mnemo_proto::meta::MetaFlags<'static>,
+}
+
+impl OwnedGet {
+    fn new(m: &Meta<'_>) -> OwnedGet {
+        OwnedGet { raw_key: m.raw_key.into(), key: m.key, opaque: m.flags.opaque.map(Into::into), flags: m.flags.with_opaque(None) }
+    }
+
+    fn meta(&self) -> Meta<'_> {
+        Meta { kind: MetaKind::Get, raw_key: &self.raw_key, key: self.key, flags: self.flags.with_opaque(self.opaque.as_deref()), data: b"" }
+    }
+}
+
+/// How a deferred mg reads: what `get` defers is an mg without T, u or N.
+const DEFERRED: read::Read = read::Read::Meta { touch: None, peek: false, vivify: None };
+
+/// Whether `get` would defer `m` when its value is on flash.
+fn deferrable(m: &Meta<'_>) -> bool {
+    m.kind == MetaKind::Get && m.flags.ttl.is_none() && !m.flags.has(b'u') && m.flags.vivify.is_none()
+}
+
+/// A request after a deferred mg that the same flash I/O job answers ([`gather`]).
+#[derive(Debug)]
+enum Follow {
+    // Boxed: an mg's flags are 400 bytes, an mn nothing.
+    Get(Box<OwnedGet>),
+    /// mn.
+    Noop,
+}
+
+/// An mg whose value is on flash (no T, u or N: those read synchronously), answered by the
+/// flash I/O pool (flashio.rs), with the mg and mn pipelined after it ([`gather`]).
+#[derive(Debug)]
+pub(crate) struct FlashGet {
+    mg: OwnedGet,
     first: read::Flashed,
+    rest: Vec<Follow>,
 }
 
 impl FlashGet {
-    /// On a flash I/O thread: the read and its reply, as `get` would have written it.
+    /// On a flash I/O thread: the replies, as `get` (and `mn`) would have written them, in
+    /// request order. The gathered mg are looked up here (RAM hits and misses answered at
+    /// once), then every flashed record is read together (`read::fill_holes`).
     pub fn run(self, sh: &Shared, c: &Counters) -> Vec<u8> {
-        let m = Meta {
-            kind: MetaKind::Get,
-            raw_key: &self.raw_key,
-            key: self.key,
-            flags: self.flags.with_opaque(self.opaque.as_deref()),
-            data: b"",
+        // The reply of an mg whose read is done: EN for a miss, unless q.
+        let missed = |g: &OwnedGet, out: &mut Vec<u8>| {
+            let m = g.meta();
+            if !m.flags.quiet {
+                status(&m, b"EN", m.raw_key, out);
+            }
         };
         let mut out = Vec::new();
-        let how = read::Read::Meta { touch: None, peek: false, vivify: None };
-        let mut hit = MetaHit { m: &m, sh, now: sh.clock.now() };
-        let found = read::finish(m.key.as_bytes(), how, self.first, &mut hit, sh, c, &mut out);
-        if !found.is_hit() && !m.flags.quiet {
-            status(&m, b"EN", m.raw_key, &mut out);
+        let mut holes = vec![read::Hole { at: 0, key: self.mg.key.as_bytes(), req: &self.mg, flashed: self.first }];
+        for f in &self.rest {
+            let g = match f {
+                Follow::Noop => {
+                    out.extend_from_slice(b"MN\r\n");
+                    continue;
+                }
+                Follow::Get(g) => g,
+            };
+            let m = g.meta();
+            let mut hit = MetaHit { m: &m, sh, now: sh.clock.now() };
+            match read::locate(g.key.as_bytes(), DEFERRED, &mut hit, sh, c, &mut out) {
+                Answer::Now(found) if found.is_hit() => {}
+                Answer::Now(_) => missed(g, &mut out),
+                Answer::Later(flashed) => holes.push(read::Hole { at: out.len(), key: g.key.as_bytes(), req: g, flashed }),
+            }
         }
-        out
+        read::fill_holes(out, holes, sh, |key, g, at, v, reply| {
+            let m = g.meta();
+            let mut hit = MetaHit { m: &m, sh, now: sh.clock.now() };
+            if !read::finish_read(key, DEFERRED, at, v, &mut hit, sh, c, reply).is_hit() {
+                missed(g, reply);
+            }
+        })
     }
+}
+
+/// The requests pipelined after an mg that was deferred (its value on flash), taken into its
+/// job so that their flashed reads go together (conn.rs): complete mg requests that `get`
+/// would defer too (no T, u or N) and mn, from the front of `input`. It stops at anything else
+/// (an ms must run after the job, on the worker), at an incomplete request, when `budget`
+/// (-R) is spent or the job has `flashio::GATHER_KEYS` keys. Returns the bytes taken.
+pub(crate) fn gather(g: &mut FlashGet, input: &[u8], limits: &text::Limits, budget: &mut usize) -> usize {
+    let mut used = 0;
+    let mut keys = 1 + g.rest.iter().filter(|f| matches!(f, Follow::Get(_))).count();
+    while *budget > 0 && keys < crate::flashio::GATHER_KEYS {
+        let text::Parsed::Request(req, n) = text::parse(&input[used..], limits) else { break };
+        match req {
+            text::Request::Meta(ref m) if deferrable(m) => {
+                g.rest.push(Follow::Get(Box::new(OwnedGet::new(m))));
+                keys += 1;
+            }
+            text::Request::MetaNoop => g.rest.push(Follow::Noop),
+            _ => break,
+        }
+        used += n;
+        *budget -= 1;
+    }
+    used
 }
 
 fn set(m: &Meta<'_>, sh: &Shared, c: &Counters, out: &mut Vec<u8>) {

@@ -13,6 +13,11 @@
 //! sends the next batch when the whole batch is answered (`--refill`: as soon as any reply
 //! arrives, keeping `pipeline` in flight). Latency = reply read - batch sent.
 //!
+//! Look-aside (`--look-aside`): a get that misses puts its key on the connection's `refill`
+//! queue, and that connection's next request is a set of the key (what a cache user does after
+//! reading the backend), before any random draw. Those sets are requests of the run like any
+//! other: they count in ops, sets, the latencies and `--requests`.
+//!
 //! Fixed rate: requests are due on a schedule whatever the server does; a request that cannot
 //! go out (its connection has `pipeline` in flight) waits in that connection's backlog, and its
 //! latency still counts from when it was due. That is the coordinated-omission correction: a
@@ -54,6 +59,10 @@ pub struct Stats {
     pub sets: u64,
     pub get_keys: u64,
     pub hits: u64,
+    /// Value bytes the get replies carried (their VALUE lines' lengths).
+    pub value_bytes: u64,
+    /// Look-aside: sets sent because a get missed (included in `sets`).
+    pub refills: u64,
     /// ERROR / CLIENT_ERROR / SERVER_ERROR replies, and replies of the wrong kind.
     pub errors: u64,
     /// Set replies other than STORED (NOT_STORED and the like).
@@ -77,6 +86,8 @@ impl Stats {
             sets: 0,
             get_keys: 0,
             hits: 0,
+            value_bytes: 0,
+            refills: 0,
             errors: 0,
             not_stored: 0,
             all: h(),
@@ -93,6 +104,8 @@ impl Stats {
         self.sets += o.sets;
         self.get_keys += o.get_keys;
         self.hits += o.hits;
+        self.value_bytes += o.value_bytes;
+        self.refills += o.refills;
         self.errors += o.errors;
         self.not_stored += o.not_stored;
         self.all.add(&o.all).expect("same bounds");
@@ -131,6 +144,10 @@ struct Pending {
     t0: u64,
     keys: u32,
     is_set: bool,
+    /// A get's (first) key: what a look-aside miss sets.
+    key: u64,
+    /// A look-aside set (sent because a get missed).
+    refill: bool,
 }
 
 struct Conn {
@@ -142,6 +159,8 @@ struct Conn {
     rend: usize,
     scanner: Scanner,
     inflight: VecDeque<Pending>,
+    /// Look-aside: keys whose get missed, set before anything else is drawn.
+    refill: VecDeque<u64>,
     /// Fixed rate: due times of requests not yet sent.
     backlog: VecDeque<u64>,
     rng: Rng,
@@ -184,6 +203,7 @@ fn connect_all(cfg: &Config, job: &Job, poll: &mut Poll, conns: &mut Vec<Conn>) 
             rend: 0,
             scanner: Scanner::new(),
             inflight: VecDeque::with_capacity(job.pipeline),
+            refill: VecDeque::new(),
             backlog: VecDeque::new(),
             rng: Rng::for_stream(cfg.seed, global as u64),
             plan,
@@ -409,6 +429,8 @@ impl<'a> Loop<'a> {
             c.rend += got;
             let stats = &mut self.stats;
             let inflight = &mut c.inflight;
+            let refill = &mut c.refill;
+            let look_aside = self.cfg.look_aside;
             let mut bad = None;
             let used = c
                 .scanner
@@ -417,6 +439,10 @@ impl<'a> Loop<'a> {
                         bad = Some("reply without a request");
                         return;
                     };
+                    // Warm-up misses are refilled too: the set is the miss's cost, not the window's.
+                    if look_aside && !p.is_set && matches!(reply, Reply::Get { hits: 0, .. }) {
+                        refill.push_back(p.key);
+                    }
                     if now >= from && now < until {
                         record(stats, p, reply, now);
                     }
@@ -515,9 +541,25 @@ fn build_request(cfg: &Config, c: &mut Conn, blob: &[u8], t0: u64) -> Option<Pen
                 t0,
                 keys: 1,
                 is_set: true,
+                key: id,
+                refill: false,
             })
         }
         Plan::Mixed => {
+            if let Some(id) = c.refill.pop_front() {
+                let len = c
+                    .rng
+                    .range_inclusive(cfg.value_min as u64, cfg.value_max as u64)
+                    as usize;
+                encode::set(&mut c.wbuf, &cfg.key_format, id, &blob[..len]);
+                return Some(Pending {
+                    t0,
+                    keys: 1,
+                    is_set: true,
+                    key: id,
+                    refill: true,
+                });
+            }
             let total = cfg.set_weight as u64 + cfg.get_weight as u64;
             if c.rng.below(total) < cfg.set_weight as u64 {
                 let id = cfg.pick_key(&mut c.rng);
@@ -530,18 +572,29 @@ fn build_request(cfg: &Config, c: &mut Conn, blob: &[u8], t0: u64) -> Option<Pen
                     t0,
                     keys: 1,
                     is_set: true,
+                    key: id,
+                    refill: false,
                 })
             } else {
                 let rng = &mut c.rng;
+                let mut first = 0;
                 encode::get(
                     &mut c.wbuf,
                     &cfg.key_format,
-                    (0..cfg.multiget).map(|_| cfg.pick_key(rng)),
+                    (0..cfg.multiget).map(|i| {
+                        let k = cfg.pick_key(rng);
+                        if i == 0 {
+                            first = k;
+                        }
+                        k
+                    }),
                 );
                 Some(Pending {
                     t0,
                     keys: cfg.multiget as u32,
                     is_set: false,
+                    key: first,
+                    refill: false,
                 })
             }
         }
@@ -554,6 +607,7 @@ fn record(stats: &mut Stats, p: Pending, reply: Reply, now: u64) {
     stats.ops += 1;
     if p.is_set {
         stats.sets += 1;
+        stats.refills += u64::from(p.refill);
         stats.set.saturating_record(lat);
         match reply {
             Reply::Stored => {}
@@ -565,7 +619,10 @@ fn record(stats: &mut Stats, p: Pending, reply: Reply, now: u64) {
         stats.get_keys += p.keys as u64;
         stats.get.saturating_record(lat);
         match reply {
-            Reply::Get { hits } => stats.hits += hits as u64,
+            Reply::Get { hits, bytes } => {
+                stats.hits += hits as u64;
+                stats.value_bytes += bytes;
+            }
             _ => stats.errors += 1,
         }
     }

@@ -64,6 +64,12 @@ pub struct BenchArgs {
     /// Keys per get (`get k1 ... kN`); 1 is a plain get.
     #[arg(short, long, default_value_t = 1)]
     pub multiget: usize,
+    /// Look-aside: after a get that misses, the connection's next request is a set of that key
+    /// (a cache user filling the cache from its backend). These sets are requests of the run:
+    /// they count in ops/s, sets, latencies and --requests, on top of --ratio's random sets.
+    /// Needs --multiget 1.
+    #[arg(long)]
+    pub look_aside: bool,
     /// Key popularity: uniform, or zipf with this exponent (e.g. 0.99).
     #[arg(long)]
     pub zipf: Option<f64>,
@@ -119,6 +125,7 @@ pub struct Config {
     pub set_weight: u32,
     pub get_weight: u32,
     pub multiget: usize,
+    pub look_aside: bool,
     pub zipf: Option<Zipf>,
     pub duration: Option<Duration>,
     pub requests: Option<u64>,
@@ -167,6 +174,10 @@ impl Config {
         if a.keys == 0 {
             return Err("--keys must be at least 1".into());
         }
+        if a.look_aside && a.multiget != 1 {
+            // A multi-get's reply does not say which keys missed without parsing its keys.
+            return Err("--look-aside needs --multiget 1".into());
+        }
         if a.ratio == (0, 0) {
             return Err("--ratio must not be 0:0".into());
         }
@@ -200,6 +211,7 @@ impl Config {
             set_weight: a.ratio.0,
             get_weight: a.ratio.1,
             multiget: positive("multiget", a.multiget)?,
+            look_aside: a.look_aside,
             zipf,
             duration,
             requests: a.requests,

@@ -18,6 +18,8 @@ struct Rates {
     secs: f64,
     ops: f64,
     keys: f64,
+    hits: f64,
+    value_bytes: f64,
     hit_ratio: Option<f64>,
 }
 
@@ -27,6 +29,8 @@ fn rates(s: &Stats) -> Rates {
         secs,
         ops: s.ops as f64 / secs,
         keys: (s.get_keys + s.sets) as f64 / secs,
+        hits: s.hits as f64 / secs,
+        value_bytes: s.value_bytes as f64 / secs,
         hit_ratio: (s.get_keys > 0).then(|| s.hits as f64 / s.get_keys as f64),
     }
 }
@@ -42,7 +46,7 @@ fn describe(cfg: &Config) -> String {
         None => "closed loop".to_string(),
     };
     format!(
-        "{} | {} conns, {} thread(s), pipeline {}{} | {} keys of {} B{}, values {} | set:get {}:{}, multiget {} | {}",
+        "{} | {} conns, {} thread(s), pipeline {}{} | {} keys of {} B{}, values {} | set:get {}:{}{}, multiget {} | {}",
         cfg.server,
         cfg.connections,
         cfg.threads,
@@ -54,6 +58,7 @@ fn describe(cfg: &Config) -> String {
         value,
         cfg.set_weight,
         cfg.get_weight,
+        if cfg.look_aside { " + a set after each miss" } else { "" },
         cfg.multiget,
         mode
     )
@@ -83,15 +88,27 @@ pub fn table(cfg: &Config, s: &Stats) -> String {
     let _ = writeln!(o, "{}", describe(cfg));
     let _ = writeln!(
         o,
-        "{} requests in {:.2} s: {} gets ({} keys), {} sets; errors {}, not stored {}",
-        s.ops, r.secs, s.gets, s.get_keys, s.sets, s.errors, s.not_stored
+        "{} requests in {:.2} s: {} gets ({} keys), {} sets ({} after a miss); errors {}, not stored {}",
+        s.ops, r.secs, s.gets, s.get_keys, s.sets, s.refills, s.errors, s.not_stored
     );
     let _ = writeln!(o);
-    let _ = writeln!(o, "{:>14} {:>14} {:>10}", "ops/s", "keys/s", "hit ratio");
+    let _ = writeln!(
+        o,
+        "{:>14} {:>14} {:>10} {:>14} {:>16}",
+        "ops/s", "keys/s", "hit ratio", "hits/s", "value bytes/s"
+    );
     let hit = r
         .hit_ratio
         .map_or("-".to_string(), |h| format!("{:.2}%", h * 100.0));
-    let _ = writeln!(o, "{:>14} {:>14} {:>10}", group(r.ops), group(r.keys), hit);
+    let _ = writeln!(
+        o,
+        "{:>14} {:>14} {:>10} {:>14} {:>16}",
+        group(r.ops),
+        group(r.keys),
+        hit,
+        group(r.hits),
+        group(r.value_bytes)
+    );
     let _ = writeln!(o);
     let _ = write!(o, "{:<8}", "latency");
     for (name, _) in QUANTILES {
@@ -159,7 +176,7 @@ pub fn json(cfg: &Config, s: &Stats) -> String {
         o,
         "\"server\":{},\"connections\":{},\"threads\":{},\"pipeline\":{},\"refill\":{},\"keys\":{},\
          \"key_size\":{},\"value_min\":{},\"value_max\":{},\"set_weight\":{},\"get_weight\":{},\
-         \"multiget\":{},\"rate\":{},\"seed\":{},",
+         \"multiget\":{},\"look_aside\":{},\"rate\":{},\"seed\":{},",
         json_str(&cfg.server.to_string()),
         cfg.connections,
         cfg.threads,
@@ -172,23 +189,29 @@ pub fn json(cfg: &Config, s: &Stats) -> String {
         cfg.set_weight,
         cfg.get_weight,
         cfg.multiget,
+        cfg.look_aside,
         cfg.rate.map_or("null".to_string(), |r| format!("{r}")),
         cfg.seed
     );
     let _ = write!(
         o,
-        "\"seconds\":{:.6},\"requests\":{},\"gets\":{},\"sets\":{},\"get_keys\":{},\"hits\":{},\
-         \"errors\":{},\"not_stored\":{},\"ops_per_sec\":{:.1},\"keys_per_sec\":{:.1},\"hit_ratio\":{},",
+        "\"seconds\":{:.6},\"requests\":{},\"gets\":{},\"sets\":{},\"refills\":{},\"get_keys\":{},\
+         \"hits\":{},\"value_bytes\":{},\"errors\":{},\"not_stored\":{},\"ops_per_sec\":{:.1},\
+         \"keys_per_sec\":{:.1},\"hits_per_sec\":{:.1},\"value_bytes_per_sec\":{:.1},\"hit_ratio\":{},",
         r.secs,
         s.ops,
         s.gets,
         s.sets,
+        s.refills,
         s.get_keys,
         s.hits,
+        s.value_bytes,
         s.errors,
         s.not_stored,
         r.ops,
         r.keys,
+        r.hits,
+        r.value_bytes,
         r.hit_ratio.map_or("null".to_string(), |h| format!("{h:.6}"))
     );
     let _ = write!(

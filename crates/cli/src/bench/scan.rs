@@ -7,8 +7,8 @@
 //! *line* (at most [`MAX_LINE`] bytes) is left for the caller to keep at the front of its buffer.
 //!
 //! ```text
-//!   VALUE <key> <flags> <bytes> [<cas>]\r\n  -> skip <bytes> + 2, hits += 1
-//!   END\r\n                                  -> Reply::Get { hits }
+//!   VALUE <key> <flags> <bytes> [<cas>]\r\n  -> skip <bytes> + 2, hits += 1, bytes += <bytes>
+//!   END\r\n                                  -> Reply::Get { hits, bytes }
 //!   STORED\r\n                               -> Reply::Stored
 //!   anything else\r\n                        -> Reply::Other(class)  (NOT_STORED, ERROR, ...)
 //! ```
@@ -18,9 +18,10 @@ pub const MAX_LINE: usize = 2048;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Reply {
-    /// A complete get / multi-get reply with this many values.
+    /// A complete get / multi-get reply with this many values, of `bytes` value bytes in all.
     Get {
         hits: u32,
+        bytes: u64,
     },
     Stored,
     Other(Class),
@@ -55,6 +56,8 @@ pub struct Scanner {
     skip: usize,
     /// VALUE blocks seen in the get reply in progress.
     hits: u32,
+    /// Their declared value bytes.
+    bytes: u64,
 }
 
 impl Scanner {
@@ -76,7 +79,7 @@ impl Scanner {
     /// True when no reply is partly scanned (no value body pending, no VALUE seen without END).
     #[cfg(test)]
     pub fn idle(&self) -> bool {
-        self.skip == 0 && self.hits == 0
+        self.skip == 0 && self.hits == 0 && self.bytes == 0
     }
 
     /// Scans `buf`, calling `on_reply` once per complete reply, in order. Returns how many bytes
@@ -111,13 +114,19 @@ impl Scanner {
             pos += nl + 1;
             match line {
                 b"END" => {
-                    on_reply(Reply::Get { hits: self.hits });
+                    on_reply(Reply::Get {
+                        hits: self.hits,
+                        bytes: self.bytes,
+                    });
                     self.hits = 0;
+                    self.bytes = 0;
                 }
                 b"STORED" => on_reply(Reply::Stored),
                 _ if line.starts_with(b"VALUE ") => {
-                    self.skip = value_len(line).ok_or(ScanError::BadValueLine)? + 2;
+                    let len = value_len(line).ok_or(ScanError::BadValueLine)?;
+                    self.skip = len + 2;
                     self.hits += 1;
+                    self.bytes += len as u64;
                 }
                 _ => {
                     let class = if line.starts_with(b"ERROR")
@@ -130,6 +139,7 @@ impl Scanner {
                     };
                     // An error in the middle of a multi-get ends that reply, as memcached does.
                     self.hits = 0;
+                    self.bytes = 0;
                     on_reply(Reply::Other(class));
                 }
             }
@@ -182,10 +192,10 @@ VALUE k1 0 11\r\nEND\r\nEND\r\nx\r\nVALUE k2 7 0 99\r\n\r\nEND\r\nNOT_STORED\r\n
 
     fn expected() -> Vec<Reply> {
         vec![
-            Reply::Get { hits: 1 },
-            Reply::Get { hits: 0 },
+            Reply::Get { hits: 1, bytes: 5 },
+            Reply::Get { hits: 0, bytes: 0 },
             Reply::Stored,
-            Reply::Get { hits: 2 },
+            Reply::Get { hits: 2, bytes: 11 },
             Reply::Other(Class::Status),
             Reply::Other(Class::Error),
         ]
@@ -218,7 +228,7 @@ VALUE k1 0 11\r\nEND\r\nEND\r\nx\r\nVALUE k2 7 0 99\r\n\r\nEND\r\nNOT_STORED\r\n
         stream.extend_from_slice(&body);
         stream.extend_from_slice(b"\r\nEND\r\n");
         let chunks: Vec<&[u8]> = stream.chunks(4096).collect();
-        assert_eq!(scan_all(&chunks).unwrap(), vec![Reply::Get { hits: 1 }]);
+        assert_eq!(scan_all(&chunks).unwrap(), vec![Reply::Get { hits: 1, bytes: 100_000 }]);
     }
 
     #[test]

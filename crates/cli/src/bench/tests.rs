@@ -13,21 +13,36 @@ use super::*;
 /// Answers `set` with STORED and `get` with a VALUE for every key already set, then END.
 /// Returns its address; its threads end when the test process does.
 fn fake_server() -> SocketAddr {
+    fake_server_logged().0
+}
+
+/// One request as the fake server saw it: (connection number, command, key, a get's hit).
+type Logged = (usize, &'static str, Vec<u8>, bool);
+
+/// [`fake_server`], also logging every single-key request in arrival order.
+fn fake_server_logged() -> (SocketAddr, Arc<Mutex<Vec<Logged>>>) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     let store = Arc::new(Mutex::new(HashMap::<Vec<u8>, usize>::new()));
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let log2 = log.clone();
     std::thread::spawn(move || {
-        for sock in listener.incoming() {
+        for (n, sock) in listener.incoming().enumerate() {
             let Ok(sock) = sock else { return };
-            let store = store.clone();
-            std::thread::spawn(move || serve(sock, &store));
+            let (store, log) = (store.clone(), log2.clone());
+            std::thread::spawn(move || serve(sock, &store, n, &log));
         }
     });
-    addr
+    (addr, log)
 }
 
 /// Answers set and get; a get returns a value of the length last set for the key.
-fn serve(sock: std::net::TcpStream, store: &Mutex<HashMap<Vec<u8>, usize>>) {
+fn serve(
+    sock: std::net::TcpStream,
+    store: &Mutex<HashMap<Vec<u8>, usize>>,
+    conn: usize,
+    log: &Mutex<Vec<Logged>>,
+) {
     // One write per reply: without NODELAY, Nagle holds each next reply for a delayed ACK.
     sock.set_nodelay(true).unwrap();
     let mut out = sock.try_clone().unwrap();
@@ -46,10 +61,15 @@ fn serve(sock: std::net::TcpStream, store: &Mutex<HashMap<Vec<u8>, usize>>) {
                 let mut data = vec![0u8; len + 2];
                 r.read_exact(&mut data).unwrap();
                 store.lock().unwrap().insert(words[1].to_vec(), len);
+                log.lock().unwrap().push((conn, "set", words[1].to_vec(), false));
                 reply.extend_from_slice(b"STORED\r\n");
             }
             b"get" => {
                 let store = store.lock().unwrap();
+                if words.len() == 2 {
+                    let hit = store.contains_key(words[1]);
+                    log.lock().unwrap().push((conn, "get", words[1].to_vec(), hit));
+                }
                 for k in &words[1..] {
                     if let Some(&len) = store.get(*k) {
                         reply.extend_from_slice(format!("VALUE {} 0 {len}\r\n", String::from_utf8_lossy(k)).as_bytes());
@@ -141,6 +161,58 @@ fn prefill_sets_every_key_then_gets_hit() {
     assert_eq!(s.ops, 200);
     assert_eq!(s.get_keys, 1000);
     assert_eq!(s.hits, 1000);
+    // Every value is 32 bytes (the default --value-size).
+    assert_eq!(s.value_bytes, 1000 * 32);
+    assert_eq!(s.refills, 0);
+}
+
+/// `--look-aside` without a prefill: every get that misses is followed, on its connection, by a
+/// set of the same key, and those sets are the run's own requests (ops = gets + sets, within -n).
+#[test]
+fn look_aside_sets_each_missed_key_next() {
+    let (addr, log) = fake_server_logged();
+    let cfg = config(
+        addr,
+        &["-c", "3", "-k", "40", "-n", "600", "-r", "1:4", "--look-aside", "--value-size", "10-20"],
+    );
+    let s = mixed(&cfg);
+    assert_eq!(s.ops, 600);
+    assert_eq!(s.gets + s.sets, 600);
+    assert_eq!(s.errors, 0);
+    let log = log.lock().unwrap();
+    assert_eq!(log.len(), 600);
+    let misses = s.gets - s.hits;
+    assert!(misses > 0 && s.hits > 0, "{misses} misses, {} hits", s.hits);
+    // A connection's last request may be a miss whose set the budget no longer allowed.
+    assert!(s.refills <= misses && misses - s.refills <= 3, "{} refills, {misses} misses", s.refills);
+    assert!(s.refills < s.sets, "the 1:4 ratio's random sets come on top");
+    let mut followed = 0;
+    for conn in 0..3 {
+        let reqs: Vec<_> = log.iter().filter(|r| r.0 == conn).collect();
+        for (i, r) in reqs.iter().enumerate() {
+            if r.1 == "get" && !r.3 {
+                if let Some(next) = reqs.get(i + 1) {
+                    assert_eq!((next.1, &next.2), ("set", &r.2), "after the miss of {:?}", r.2);
+                    followed += 1;
+                }
+            }
+        }
+    }
+    assert_eq!(followed, s.refills);
+    // Value bytes are what the hits carried: 10-20 bytes each.
+    assert!((10 * s.hits..=20 * s.hits).contains(&s.value_bytes), "{}", s.value_bytes);
+}
+
+#[test]
+fn look_aside_refuses_multiget() {
+    #[derive(Parser)]
+    struct T {
+        #[command(flatten)]
+        b: BenchArgs,
+    }
+    let argv = ["t", "--look-aside", "-m", "2"];
+    let err = Config::from_args(&T::try_parse_from(argv).unwrap().b).unwrap_err();
+    assert!(err.contains("--multiget 1"), "{err}");
 }
 
 /// Values of 16 KB and more are dropped unread (MSG_TRUNC) after a short read of their line:

@@ -3,7 +3,7 @@
 //! the store calls, the CAS rules and the counting; here its answer becomes memcached's
 //! binary statuses and bodies.
 
-use mnemo_proto::binary::{Status, StoreOp, DELTA_NO_CREATE};
+use mnemo_proto::binary::{self as bin, Status, StoreOp, DELTA_NO_CREATE};
 use mnemo_store::{Item, Mode};
 
 use super::{expiry, After, Reply};
@@ -51,7 +51,8 @@ pub(super) fn get(
     let sent = match read::get(key, how, &mut hit, sh, c, r.out, r.direct.as_deref_mut()) {
         Answer::Now(sent) => sent,
         Answer::Later(first) => {
-            let g = FlashGet { key: key.into(), with_key, quiet, opcode: r.opcode, opaque: r.opaque, first };
+            let get = BinGet { key: key.into(), with_key, quiet, opcode: r.opcode, opaque: r.opaque };
+            let g = FlashGet { get, first, rest: Vec::new() };
             return After::Later(Pending::FlashRead(crate::flashio::Read::Binary(g)));
         }
     };
@@ -70,29 +71,97 @@ fn get_missed(key: &[u8], with_key: bool, r: &mut Reply<'_>) {
     }
 }
 
-/// A GET whose value is on flash, answered by the flash I/O pool (flashio.rs).
+/// A GET family request (no touch) as a flash I/O job answers it: its parts, owned.
 #[derive(Debug)]
-pub(crate) struct FlashGet {
+pub(crate) struct BinGet {
     key: Box<[u8]>,
     with_key: bool,
     quiet: bool,
     opcode: u8,
     opaque: u32,
+}
+
+impl BinGet {
+    fn hit(&self) -> BinHit<'_> {
+        BinHit { key: if self.with_key { &self.key } else { &[] }, op: self.opcode, opaque: self.opaque }
+    }
+
+    /// A miss's reply, if the request wants one.
+    fn missed(&self, out: &mut Vec<u8>) {
+        if !self.quiet {
+            get_missed(&self.key, self.with_key, &mut Reply { opcode: self.opcode, opaque: self.opaque, out, direct: None });
+        }
+    }
+}
+
+/// A request after a deferred GET that the same flash I/O job answers ([`gather`]).
+#[derive(Debug)]
+enum Follow {
+    Get(BinGet),
+    Noop { opcode: u8, opaque: u32 },
+}
+
+/// A GET whose value is on flash, answered by the flash I/O pool (flashio.rs), with the
+/// GETs and NOOPs pipelined after it ([`gather`]).
+#[derive(Debug)]
+pub(crate) struct FlashGet {
+    get: BinGet,
     first: read::Flashed,
+    rest: Vec<Follow>,
 }
 
 impl FlashGet {
-    /// On a flash I/O thread: the read and its reply, as `get` would have written it.
+    /// On a flash I/O thread: the replies, as `get` (and `execute`'s NOOP) would have written
+    /// them, in request order. The gathered GETs are looked up here (RAM hits and misses
+    /// answered at once), then every flashed record is read together (`read::fill_holes`).
     pub fn run(self, sh: &Shared, c: &Counters) -> Vec<u8> {
         let mut out = Vec::new();
-        let key = &self.key[..];
-        let mut hit = BinHit { key: if self.with_key { key } else { &[] }, op: self.opcode, opaque: self.opaque };
-        let found = read::finish(key, Read::Get, self.first, &mut hit, sh, c, &mut out);
-        if !found.is_hit() && !self.quiet {
-            get_missed(key, self.with_key, &mut Reply { opcode: self.opcode, opaque: self.opaque, out: &mut out, direct: None });
+        let mut holes = vec![read::Hole { at: 0, key: &self.get.key[..], req: &self.get, flashed: self.first }];
+        for f in &self.rest {
+            match f {
+                Follow::Noop { opcode, opaque } => bin::response(&mut out, *opcode, Status::Ok, *opaque, 0, &[], &[], &[]),
+                Follow::Get(g) => match read::locate(&g.key, Read::Get, &mut g.hit(), sh, c, &mut out) {
+                    Answer::Now(found) if found.is_hit() => {}
+                    Answer::Now(_) => g.missed(&mut out),
+                    Answer::Later(flashed) => holes.push(read::Hole { at: out.len(), key: &g.key, req: g, flashed }),
+                },
+            }
         }
-        out
+        read::fill_holes(out, holes, sh, |key, g, at, v, reply| {
+            if !read::finish_read(key, Read::Get, at, v, &mut g.hit(), sh, c, reply).is_hit() {
+                g.missed(reply);
+            }
+        })
     }
+}
+
+/// The requests pipelined after a GET that was deferred (its value on flash), taken into its
+/// job so that their flashed reads go together (conn.rs): complete GET/GETQ/GETK/GETKQ
+/// frames, and NOOPs (their replies in order), from the front of `input`. It stops at anything
+/// else (a SET must run after the job, on the worker), at an incomplete frame, when `budget`
+/// (-R) is spent or the job has `flashio::GATHER_KEYS` keys. Returns the bytes taken. No
+/// SASL check is needed: the deferred GET passed it, and only SASL requests (which stop the
+/// gathering) change it.
+pub(crate) fn gather(g: &mut FlashGet, input: &[u8], sh: &Shared, budget: &mut usize) -> usize {
+    let limits = mnemo_proto::text::Limits { item_size_max: sh.config.item_size_max, use_cas: sh.config.use_cas };
+    let mut used = 0;
+    let mut keys = 1 + g.rest.iter().filter(|f| matches!(f, Follow::Get(_))).count();
+    while *budget > 0 && keys < crate::flashio::GATHER_KEYS {
+        let rest = &input[used..];
+        let bin::Frame::Ready(h) = bin::frame(rest) else { break };
+        let bin::Parsed::Request(req, n) = bin::request(&h, rest, &limits) else { break };
+        match req {
+            bin::Request::Get { key, with_key, quiet, touch: None } => {
+                g.rest.push(Follow::Get(BinGet { key: key.into(), with_key, quiet, opcode: h.opcode, opaque: h.opaque }));
+                keys += 1;
+            }
+            bin::Request::Noop => g.rest.push(Follow::Noop { opcode: h.opcode, opaque: h.opaque }),
+            _ => break,
+        }
+        used += n;
+        *budget -= 1;
+    }
+    used
 }
 
 fn bin_response(r: &mut Reply<'_>, status: Status, key: &[u8]) {

@@ -11,7 +11,7 @@
 //!              in a write buffer or the page cache (RWF_NOWAIT) -> served now, as a hit
 //!              else -> Answer::Later(Flashed): nothing written, nothing but cmd_get counted; the
 //!                 protocol makes a Pending::FlashRead and the flash I/O pool (flashio.rs)
-//!                 runs `finish` (read, verify, write the hit, count the outcome)
+//!                 runs `fill_holes` + `finish_read` (read, verify, write the hit, count)
 //!       on flash otherwise (UDP, gat/touch, mg T/u/N, the I/O pool's own reads):
 //!              read synchronously by the store (no lock held)
 //!     mg N on a miss: add a placeholder, the writer's `vivified` answers it
@@ -264,10 +264,13 @@ pub(crate) struct Flashed {
     pub fetched: bool,
 }
 
-/// A get's lookup, on a flash I/O thread for a multi-get's later keys: a RAM hit is written
-/// by `hit` and counted at once; a flashed item's location is handed back, for
-/// [`finish_read`] once its record is read (`cmd_get` is counted here either way).
-pub(crate) fn locate<H: Hit>(key: &[u8], hit: &mut H, sh: &Shared, c: &Counters, out: &mut Vec<u8>) -> Option<Flashed> {
+/// A get's lookup, on a flash I/O thread for the requests gathered after a deferred one (a
+/// text multi-get's later keys, a binary or meta pipeline's later gets): a RAM hit is written
+/// by `hit` and counted at once (`Now`); a flashed item's location is handed back (`Later`),
+/// for [`finish_read`] once its record is read (`cmd_get` is counted here either way). `read`
+/// is `Get` or a deferrable `Meta` (no T, u or N): what [`get`] would have answered `Later`.
+pub(crate) fn locate<H: Hit>(key: &[u8], read: Read, hit: &mut H, sh: &Shared, c: &Counters, out: &mut Vec<u8>) -> Answer<Lookup<()>, Flashed> {
+    debug_assert!(matches!(read, Read::Get | Read::Meta { touch: None, peek: false, vivify: None }));
     bump(&c.cmd_get, 1);
     let write = |it: Item<'_>| {
         if let Some(tail) = hit.head(&it, out) {
@@ -277,23 +280,18 @@ pub(crate) fn locate<H: Hit>(key: &[u8], hit: &mut H, sh: &Shared, c: &Counters,
     };
     match sh.store.get_located(key, sh.clock.now(), write) {
         Located::Done(found) => {
-            count(key, Read::Get, found, sh, c);
-            None
+            count(key, read, found, sh, c);
+            Answer::Now(found)
         }
-        Located::Flash { fref, fetched, .. } => Some(Flashed { fref, fetched }),
+        Located::Flash { fref, fetched, .. } => Answer::Later(Flashed { fref, fetched }),
     }
 }
 
-/// The rest of a read [`get`] answered `Later` (an I/O pool thread, flashio.rs): its record
-/// is read and verified, the hit written by `hit`, the outcome counted (its `cmd_get` was
-/// counted by the lookup). A record gone, recycled or damaged is a miss (the store counts
-/// `miss_from_extstore` or `badcrc_from_extstore` and drops the entry).
-pub(crate) fn finish<H: Hit>(key: &[u8], read: Read, at: Flashed, hit: &mut H, sh: &Shared, c: &Counters, out: &mut Vec<u8>) -> Lookup<()> {
-    let v = sh.store.read_flash(&at.fref, key);
-    finish_read(key, read, at, v, hit, sh, c, out)
-}
-
-/// [`finish`] with the record already read (a multi-get reads all its records first).
+/// The rest of a read [`get`] answered `Later` (an I/O pool thread, flashio.rs), its record
+/// read ([`fill_holes`] reads a job's records together): the record verified, the hit written
+/// by `hit`, the outcome counted (its `cmd_get` was counted by the lookup). A record gone,
+/// recycled or damaged is a miss (the store counts `miss_from_extstore` or
+/// `badcrc_from_extstore` and drops the entry).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn finish_read<H: Hit>(
     key: &[u8],
@@ -313,6 +311,37 @@ pub(crate) fn finish_read<H: Hit>(
     });
     count(key, read, found, sh, c);
     found
+}
+
+/// A flashed record's place in a batch's reply (a text multi-get, a binary or meta pipeline):
+/// the offset in the reply so far where its reply goes, its key, what the protocol needs to
+/// write that reply, and where the record is.
+pub(crate) struct Hole<'k, T> {
+    pub at: usize,
+    pub key: &'k [u8],
+    pub req: T,
+    pub flashed: Flashed,
+}
+
+/// On a flash I/O thread: every hole's record read together (`Store::read_flash_many`: one
+/// io_uring submission, not a pread each), then the reply: `out`'s bytes with each hole's
+/// reply, written by `fill` (which finishes the read: [`finish_read`]), in its place.
+pub(crate) fn fill_holes<T>(
+    out: Vec<u8>,
+    holes: Vec<Hole<'_, T>>,
+    sh: &Shared,
+    mut fill: impl FnMut(&[u8], T, Flashed, Result<FlashValue, FlashReject>, &mut Vec<u8>),
+) -> Vec<u8> {
+    let reads = sh.store.read_flash_many(&holes.iter().map(|h| (&h.flashed.fref, h.key)).collect::<Vec<_>>());
+    let mut reply = Vec::with_capacity(out.len() + reads.iter().map(|r| r.as_ref().map_or(0, |v| v.value().len() + 64)).sum::<usize>() + 5);
+    let mut done = 0;
+    for (h, v) in holes.into_iter().zip(reads) {
+        reply.extend_from_slice(&out[done..h.at]);
+        done = h.at;
+        fill(h.key, h.req, h.flashed, v, &mut reply);
+    }
+    reply.extend_from_slice(&out[done..]);
+    reply
 }
 
 /// What `me` shows of an item, as read (meta.rs encodes it).
