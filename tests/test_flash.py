@@ -514,6 +514,37 @@ def test_low_ttl_items_go_to_pages_of_their_own_reclaimed_once_expired(kind, tmp
     print(f"{kind}: pages {low} in the low-TTL bucket, extstore_page_reclaims {st['extstore_page_reclaims']}")
 
 
+def drop_unread_args(tmp_path):
+    return ["-m", "64", "-o", "ext_item_size=512,ext_item_age=1,ext_wbuf_size=2,ext_page_size=8,"
+            f"ext_recache_rate=10000,ext_max_frag=0,ext_compact_under=1,ext_path={tmp_path / 'flash'}:64m"]
+
+
+DROP_UNREAD_KEYS = [key(i) for i in range(2000)]  # 40 MB of 20 KB values: five 8 MB pages
+DROP_UNREAD_READ = DROP_UNREAD_KEYS[:200:2]  # on the oldest page, read twice: kept by both
+
+
+def big_value(k):
+    return value(int(k.split(b":")[1]), 20000)
+
+
+def drop_unread_pass(s):
+    """Fills the file, reads DROP_UNREAD_READ twice, then turns ext_drop_unread on (max_frag 0,
+    compact_under and drop_under 4) until a page comes free, and off again. Returns the stats
+    before the pass and once it dropped."""
+    keys, read = DROP_UNREAD_KEYS, DROP_UNREAD_READ
+    set_many(s, keys, big_value)
+    before = wait_until(s, "on flash", lambda st: int(st["extstore_objects_written"]) >= 1950
+                        and int(st["extstore_pages_free"]) <= 3)
+    for _ in range(2):
+        assert get_many(s, read) == {k: big_value(k) for k in read}
+    for cmd in [b"max_frag 0", b"compact_under 4", b"drop_under 4", b"drop_unread 1"]:
+        assert roundtrip(s, b"extstore " + cmd + b"\r\n") == b"OK\r\n"
+    dropped = wait_until(s, "dropped", lambda st: int(st["extstore_compact_skipped"]) > 0
+                         and int(st["extstore_pages_free"]) > int(before["extstore_pages_free"]))
+    assert roundtrip(s, b"extstore drop_unread 0\r\n") == b"OK\r\n"
+    return before, dropped
+
+
 @pytest.mark.parametrize("kind", ["mnemod", "memcached"])
 def test_drop_unread_compacts_the_oldest_page_keeping_what_was_read(kind, tmp_path):
     """`extstore drop_unread 1` with drop_under above the free pages and max_frag 0 (no page is
@@ -521,24 +552,11 @@ def test_drop_unread_compacts_the_oldest_page_keeping_what_was_read(kind, tmp_pa
     to flash are copied out (extstore_compact_rescues), the others dropped
     (extstore_compact_skipped), and pages come free. memcached keeps what left its COLD LRU
     (two reads); mnemo what was read at all since it was written: both read twice here."""
-    args = ["-m", "64", "-o", "ext_item_size=512,ext_item_age=1,ext_wbuf_size=2,ext_page_size=8,"
-            f"ext_recache_rate=10000,ext_max_frag=0,ext_compact_under=1,ext_path={tmp_path / 'flash'}:64m"]
-    big = lambda k: value(int(k.split(b":")[1]), 20000)
-    keys = [key(i) for i in range(2000)]  # 40 MB: five 8 MB pages
-    read = keys[:200:2]  # on the oldest page
-    with Server(kind, *args) as srv, srv.connect() as s:
-        set_many(s, keys, big)
-        before = wait_until(s, "on flash", lambda st: int(st["extstore_objects_written"]) >= 1950
-                            and int(st["extstore_pages_free"]) <= 3)
-        for _ in range(2):
-            assert get_many(s, read) == {k: big(k) for k in read}
-        for cmd in [b"max_frag 0", b"compact_under 4", b"drop_under 4", b"drop_unread 1"]:
-            assert roundtrip(s, b"extstore " + cmd + b"\r\n") == b"OK\r\n"
-        st = wait_until(s, "dropped", lambda st: int(st["extstore_compact_skipped"]) > 0
-                        and int(st["extstore_pages_free"]) > int(before["extstore_pages_free"]))
-        assert roundtrip(s, b"extstore drop_unread 0\r\n") == b"OK\r\n"
+    with Server(kind, *drop_unread_args(tmp_path)) as srv, srv.connect() as s:
+        before, st = drop_unread_pass(s)
+        keys, read = DROP_UNREAD_KEYS, DROP_UNREAD_READ
         got = get_many(s, keys)
-        assert all(v == big(k) for k, v in got.items())
+        assert all(v == big_value(k) for k, v in got.items())
         if kind == "mnemod":
             assert all(k in got for k in read), [k for k in read if k not in got]
             assert int(stats(s)["extstore_compact_rescues"]) > 0

@@ -224,6 +224,21 @@ fn flash_expired_low_ttl_page_is_reclaimed_and_nothing_else_vanishes() {
     assert_eq!(r.vanished, 0, "{r:?}");
 }
 
+/// One shard with 64 KiB of RAM over a flash file of 12 pages, ext_drop_unread's pass on at
+/// every maintenance pass whatever the fragmentation, and no recaching (a flash hit leaves
+/// the item on flash, counted read).
+fn drop_unread_store(f: &FlashFile) -> StoreConfig {
+    let fc = FlashConfig {
+        drop_unread: true,
+        compact_under: Some(12),
+        drop_under: Some(12),
+        max_frag_permille: 0,
+        recache_rate: 0,
+        ..f.config(12)
+    };
+    StoreConfig { mem_limit: 64 << 10, shards: 1, flash: Some(fc), ..Default::default() }
+}
+
 /// ext_drop_unread drops exactly the unread records of the page it compacts, items and all,
 /// and rescues the read ones: 200 items of 1 KB without expiry through 64 KiB of RAM to the
 /// file (the writer waited for after each set), every even one read once (no recaching: a
@@ -233,15 +248,7 @@ fn flash_expired_low_ttl_page_is_reclaimed_and_nothing_else_vanishes() {
 #[test]
 fn flash_drop_unread_drops_exactly_the_unread_records() {
     let f = FlashFile::new();
-    let fc = FlashConfig {
-        drop_unread: true,
-        compact_under: Some(12),
-        drop_under: Some(12),
-        max_frag_permille: 0,
-        recache_rate: 0,
-        ..f.config(12)
-    };
-    let cfg = StoreConfig { mem_limit: 64 << 10, shards: 1, flash: Some(fc), ..Default::default() };
+    let cfg = drop_unread_store(&f);
     let mut ops = Vec::new();
     for k in 0..200 {
         ops.extend([set(k, 0), Op::Sync]);
@@ -262,15 +269,7 @@ fn flash_drop_unread_drops_exactly_the_unread_records() {
 #[test]
 fn flash_compaction_counts_no_expired_record() {
     let f = FlashFile::new();
-    let fc = FlashConfig {
-        drop_unread: true,
-        compact_under: Some(12),
-        drop_under: Some(12),
-        max_frag_permille: 0,
-        recache_rate: 0,
-        ..f.config(12)
-    };
-    let cfg = StoreConfig { mem_limit: 64 << 10, shards: 1, flash: Some(fc), ..Default::default() };
+    let cfg = drop_unread_store(&f);
     let mut ops = Vec::new();
     for k in 0..200 {
         ops.extend([set(k, if k % 2 == 0 { 3 } else { 0 }), Op::Sync]);
