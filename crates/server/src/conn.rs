@@ -563,7 +563,7 @@ impl<S: Io> Conn<S> {
                         Next::Later(mut job) => {
                             // The mg pipelined after it join its job: their flashed reads go together.
                             if let Pending::FlashRead(crate::flashio::Read::Meta(g)) = &mut job {
-                                self.rpos += crate::meta::gather(g, &self.rbuf[self.rpos..self.rend], &limits, budget);
+                                self.rpos += crate::meta::gather(g, &self.rbuf[self.rpos..self.rend], &limits, sh, budget);
                             }
                             self.job = Some(job);
                             self.waiting = true;

@@ -163,11 +163,7 @@ impl read::Hit for MetaHit<'_, '_> {
 
 fn get(m: &Meta<'_>, sh: &Shared, c: &Counters, out: &mut Vec<u8>, direct: Option<&mut dyn Direct>) -> Next {
     let f = &m.flags;
-    let how = read::Read::Meta {
-        touch: f.ttl.map(|t| sh.clock.item_expiry(t)),
-        peek: f.has(b'u'),
-        vivify: f.vivify.map(|t| sh.clock.item_expiry(t)),
-    };
+    let how = read_of(m, sh);
     let mut hit = MetaHit { m, sh, now: sh.clock.now() };
     match read::get(m.key.as_bytes(), how, &mut hit, sh, c, out, direct) {
         Answer::Now(sent) => {
@@ -180,6 +176,16 @@ fn get(m: &Meta<'_>, sh: &Shared, c: &Counters, out: &mut Vec<u8>, direct: Optio
             let g = FlashGet { mg: OwnedGet::new(m), first, rest: Vec::new() };
             Next::Later(crate::command::Pending::FlashRead(crate::flashio::Read::Meta(Box::new(g))))
         }
+    }
+}
+
+/// How an mg reads (meta flags T, u and N).
+fn read_of(m: &Meta<'_>, sh: &Shared) -> read::Read {
+    let f = &m.flags;
+    read::Read::Meta {
+        touch: f.ttl.map(|t| sh.clock.item_expiry(t)),
+        peek: f.has(b'u'),
+        vivify: f.vivify.map(|t| sh.clock.item_expiry(t)),
     }
 }
 
@@ -205,10 +211,6 @@ impl OwnedGet {
 /// How a deferred mg reads: what `get` defers is an mg without T, u or N.
 const DEFERRED: read::Read = read::Read::Meta { touch: None, peek: false, vivify: None };
 
-/// Whether `get` would defer `m` when its value is on flash.
-fn deferrable(m: &Meta<'_>) -> bool {
-    m.kind == MetaKind::Get && m.flags.ttl.is_none() && !m.flags.has(b'u') && m.flags.vivify.is_none()
-}
 
 /// A request after a deferred mg that the same flash I/O job answers ([`gather`]).
 #[derive(Debug)]
@@ -273,13 +275,14 @@ impl FlashGet {
 /// would defer too (no T, u or N) and mn, from the front of `input`. It stops at anything else
 /// (an ms must run after the job, on the worker), at an incomplete request, when `budget`
 /// (-R) is spent or the job has `flashio::GATHER_KEYS` keys. Returns the bytes taken.
-pub(crate) fn gather(g: &mut FlashGet, input: &[u8], limits: &text::Limits, budget: &mut usize) -> usize {
+pub(crate) fn gather(g: &mut FlashGet, input: &[u8], limits: &text::Limits, sh: &Shared, budget: &mut usize) -> usize {
     let mut used = 0;
     let mut keys = 1 + g.rest.iter().filter(|f| matches!(f, Follow::Get(_))).count();
     while *budget > 0 && keys < crate::flashio::GATHER_KEYS {
         let text::Parsed::Request(req, n) = text::parse(&input[used..], limits) else { break };
         match req {
-            text::Request::Meta(ref m) if deferrable(m) => {
+            // What `get` would defer too, were its value on flash.
+            text::Request::Meta(ref m) if m.kind == MetaKind::Get && read_of(m, sh).deferrable() => {
                 g.rest.push(Follow::Get(Box::new(OwnedGet::new(m))));
                 keys += 1;
             }

@@ -72,6 +72,14 @@ pub(crate) enum Read {
     },
 }
 
+impl Read {
+    /// Whether [`get`] may answer this read `Later` when its value is on flash: a get, or an
+    /// mg without T, u or N (those read synchronously, their lookup and change in one step).
+    pub(crate) fn deferrable(self) -> bool {
+        matches!(self, Read::Get | Read::Meta { touch: None, peek: false, vivify: None })
+    }
+}
+
 /// The protocol's side of a hit: what it writes around the value.
 pub(crate) trait Hit {
     /// Writes what precedes a hit's value into `out`; returns the bytes that follow the value,
@@ -270,7 +278,7 @@ pub(crate) struct Flashed {
 /// for [`finish_read`] once its record is read (`cmd_get` is counted here either way). `read`
 /// is `Get` or a deferrable `Meta` (no T, u or N): what [`get`] would have answered `Later`.
 pub(crate) fn locate<H: Hit>(key: &[u8], read: Read, hit: &mut H, sh: &Shared, c: &Counters, out: &mut Vec<u8>) -> Answer<Lookup<()>, Flashed> {
-    debug_assert!(matches!(read, Read::Get | Read::Meta { touch: None, peek: false, vivify: None }));
+    debug_assert!(read.deferrable());
     bump(&c.cmd_get, 1);
     let write = |it: Item<'_>| {
         if let Some(tail) = hit.head(&it, out) {
