@@ -62,6 +62,7 @@ mod listener;
 mod marks;
 mod meta;
 mod metrics;
+mod owner;
 mod pool;
 mod restart;
 mod splice;
@@ -261,20 +262,22 @@ pub enum ServerError {
 pub(crate) const WORKER_STACK: usize = 2 * 1024 * 1024 + config::MAX_FILTER_STACK;
 
 /// Bind, start every thread, and serve until shutdown.
-pub fn run(config: Config) -> Result<(), ServerError> {
+pub fn run(mut config: Config) -> Result<(), ServerError> {
     // Before the listeners are bound: a client may connect as soon as they are, and a SIGHUP
     // sent then (a test's reload right after the port answered, an operator's config push)
     // met the default action and killed the server.
     auth::install_sighup();
     let credentials = auth::Credentials::from_config(&config)?;
+    // The path as given, for the restore's log line; the config keeps the resolved one.
+    let memory_file_given = config.memory_file.clone();
     if let Some(path) = &config.memory_file {
         // Before binding: a second instance on the same file refuses whatever its port.
-        restart::claim(path).map_err(ServerError::MemoryFile)?;
+        config.memory_file = Some(restart::claim(path).map_err(ServerError::MemoryFile)?);
     }
     for (path, _) in config.ext.flash.paths() {
         // The flash file's records are addressed by this process's index alone: a second
         // server writing its pages would hand both wrong values (memcached refuses too).
-        restart::own(std::path::Path::new(path), "-o ext_path").map_err(ServerError::FlashFile)?;
+        owner::own(std::path::Path::new(path), "-o ext_path").map_err(ServerError::FlashFile)?;
     }
     // Filters load (and compile) before anything is bound: a bad one stops the start-up.
     let filters = mnemo_filter::FilterHost::new(config.filter_limits, config.filters.clone())?;
@@ -295,7 +298,8 @@ pub fn run(config: Config) -> Result<(), ServerError> {
     if let Some(path) = &sh.config.memory_file {
         // Before any connection is served: the listeners are bound, so clients that connect
         // meanwhile wait in the backlog.
-        let _ = sh.restored.set(restart::restore(&sh.store, path, sh.clock.now(), sh.clock.process_started()));
+        let shown = memory_file_given.as_deref().unwrap_or(path);
+        let _ = sh.restored.set(restart::restore(&sh.store, path, shown, sh.clock.now(), sh.clock.process_started()));
         restart::install_stop_signals();
     }
     sh.conn_structs.fetch_add(listeners.len() as u64, Relaxed);
@@ -372,9 +376,19 @@ fn drop_privileges(user: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// One line for the flash file's I/O errors of the last second (`new` of `all` so far).
+fn log_flash_errors(new: u64, all: u64, last: &str) {
+    eprintln!(
+        "mnemod: flash file: {new} I/O error(s) in the last second, {all} in all (stats: extstore_io_errors); \
+         the latest: {last}; the values in a failed write are lost (misses)"
+    );
+}
+
 /// Advance the clock at each second boundary and let the store reclaim expired segments.
 fn maintenance(sh: &Shared) {
     use std::time::{Duration, SystemTime, UNIX_EPOCH};
+    // Flash I/O errors already logged: each second with new ones gets one line.
+    let mut io_errors_logged = 0;
     loop {
         let sub = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
         std::thread::sleep(Duration::from_nanos(u64::from(1_000_000_000 - sub.min(999_999_999))) + Duration::from_millis(1));
@@ -386,7 +400,15 @@ fn maintenance(sh: &Shared) {
             sh.shutdown();
         }
         sh.store.maintain(now);
+        if let Some((n, last)) = sh.store.flash_io_errors() {
+            // Fewer than logged: `stats reset` zeroed the count.
+            if n > io_errors_logged {
+                log_flash_errors(n - io_errors_logged, n, &last);
+            }
+            io_errors_logged = n;
+        }
         if auth::reload_requested() {
+
             if sh.config.auth_file.is_some() || sh.config.sasldb.is_some() {
                 match auth::Credentials::from_config(&sh.config) {
                     Ok(c) => *sh.credentials.write() = c,

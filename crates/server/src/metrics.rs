@@ -345,6 +345,7 @@ fn extstore(p: &mut Page, x: &mnemo_store::FlashStats) {
         ("memcached_extstore_bytes_read_total", "Bytes read from the flash file.", x.bytes_read),
         ("memcached_extstore_compact_rescues_total", "Live records compaction copied out of a page.", x.compact_rescues),
         ("memcached_extstore_compact_skipped_total", "Records compaction left in place.", x.compact_skipped),
+        ("mnemo_extstore_io_errors_total", "Failed reads and writes of the flash file (its records are lost).", x.io_errors),
     ] {
         p.one(name, Counter, help, v);
     }
@@ -530,6 +531,7 @@ fn snapshot(p: &mut Page, sh: &Shared) {
         ("mnemo_snapshot_restored_items", "Items restored at start.", rep.items),
         ("mnemo_snapshot_restored_expired", "Items in the snapshot that had expired.", rep.expired),
         ("mnemo_snapshot_restored_dropped", "Items in the snapshot that no longer fit.", rep.dropped),
+        ("mnemo_snapshot_restored_evicted", "Restored items evicted by later ones of the same restore.", rep.evicted),
         ("mnemo_snapshot_restored_bad_blocks", "Snapshot blocks dropped for a bad checksum.", u64::from(rep.bad_blocks)),
     ] {
         p.one(name, Gauge, help, v);

@@ -1,36 +1,42 @@
 //! Warm restart: with `-e PATH` (memcached's `--memory-file`), the store is written to PATH when
-//! mnemod stops on `shutdown` (with `-A`), SIGUSR1 or SIGTERM, and read back when it starts, so
-//! a restart (an upgrade, a reboot) keeps the cache warm. The file format and its checksums
-//! are mnemo-store's (snapshot.rs).
+//! mnemod stops on `shutdown` (with `-A`), SIGUSR1, SIGTERM or SIGINT, and read back when it
+//! starts, so a restart (an upgrade, a reboot) keeps the cache warm. The file format and its
+//! checksums are mnemo-store's (snapshot.rs).
 //!
 //! ```text
-//!   start   PATH.lock: flock, exclusive, held to exit -> taken by another mnemod? refuse to start
+//!   start   PATH: owned (owner.rs: flock on the file itself, held to exit) -> another
+//!           mnemod has it? refuse to start
 //!           PATH.tmp there? a write that never finished (a kill, a full disk): removed
-//!           PATH there? -> Store::restore_snapshot (before any listener serves)
+//!           PATH non-empty? -> Store::restore_snapshot (before any listener serves)
+//!                          -> PATH emptied and synced: this snapshot is spent
 //!                          -> one log line; `stats snapshot` keeps the report
-//!   stop    a worker (`shutdown`) or the maintenance thread (SIGUSR1/SIGTERM, seen within a
-//!           second) -> Store::freeze: every shard locked, so no write is acknowledged after
-//!           this point -> PATH.tmp written, synced, renamed over PATH -> exit
+//!   stop    a worker (`shutdown`) or the maintenance thread (SIGUSR1/SIGTERM/SIGINT, seen
+//!           within a second) -> Store::freeze: every shard locked, so no write is
+//!           acknowledged after this point -> PATH.tmp written, synced, renamed over PATH
+//!           -> exit
 //!
 //!   without -e, with a flash tier (-o ext_path=FILE): the same stop writes FILE.entries (the
 //!   flashed items' locations, mnemo-store flash/keep.rs) instead; the next start reads and
 //!   removes it before serving ([`keep_flash_start`])
 //! ```
 //!
-//! One process owns PATH: two writing the same PATH.tmp would leave one's cache, or a mix of
-//! both, under the other's name. The lock is on PATH.lock, not PATH, because every snapshot
-//! replaces PATH's inode; the kernel drops it when the process ends, however it ends. The
-//! flash file (`-o ext_path`) is owned the same way ([`own`]), through its own PATH.lock.
+//! The rule: a cache may forget, never lie. A snapshot describes the cache at the moment of
+//! the stop that wrote it; once a start has read it, every write acknowledged after that
+//! start makes it stale. So it is emptied right after the restore, before anything is
+//! served: a stop that writes no new one (kill -9, the OOM killer, power loss, a failed write)
+//! leads to an empty start, never to the older cache. The same holds for FILE.entries.
 //!
-//! A missing file is a cold start. A damaged one never yields a wrong value: its bad blocks
-//! (or everything, for a bad header) are dropped, and the log line says so.
+//! The exception no file can show: a server run on the same keys *without* `-e` (or with
+//! another file) in between leaves PATH as its own last graceful stop wrote it, and a later
+//! start with `-e PATH` restores that older cache. The start's log line says when the snapshot
+//! was written (docs/operations.md).
+//!
+//! A missing or empty file is a cold start. A damaged one never yields a wrong value: its bad
+//! blocks (or everything, for a bad header) are dropped, and the log line says so.
 
 use core::sync::atomic::{AtomicBool, Ordering};
 use std::fs::File;
-use std::io::{Read, Seek, Write};
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::time::Instant;
 
 use mnemo_proto::reply::{line, stat};
@@ -57,60 +63,26 @@ impl Restored {
     }
 }
 
-/// PATH with a suffix: PATH.lock, PATH.tmp.
+/// PATH with a suffix (PATH.tmp).
 fn beside(path: &Path, suffix: &str) -> PathBuf {
     let mut p = path.as_os_str().to_owned();
     p.push(suffix);
     PathBuf::from(p)
 }
 
-/// The open lock files (`-e`'s PATH.lock, the flash file's), so their locks live as long as
-/// the process.
-static LOCKS: Mutex<Vec<File>> = Mutex::new(Vec::new());
-
-/// Makes this process the one owner of `path` (a file named by `option`, such as `-e` or
-/// `-o ext_path`) through an exclusive flock on PATH.lock, held to exit. The error is the
-/// line to print when another process owns it, or the lock file cannot be had.
-pub fn own(path: &Path, option: &str) -> Result<(), String> {
-    let lock_path = beside(path, ".lock");
-    let say = |why: String| format!("{option} {}: {why}", path.display());
-    let mut file = File::options()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&lock_path)
-        .map_err(|e| say(format!("cannot open {}: {e}", lock_path.display())))?;
-    // SAFETY: flock on a descriptor we own, open for the call.
-    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-        let e = std::io::Error::last_os_error();
-        if e.raw_os_error() != Some(libc::EWOULDBLOCK) {
-            return Err(say(format!("cannot lock {}: {e}", lock_path.display())));
-        }
-        let mut pid = String::new();
-        let _ = file.read_to_string(&mut pid);
-        let pid = pid.trim();
-        let who = if pid.is_empty() { "another process".to_string() } else { format!("another mnemod (pid {pid})") };
-        return Err(say(format!("in use by {who}; refusing to start")));
-    }
-    // Who holds it, for the refusal above; the lock, not this text, is what excludes.
-    let _ = file.set_len(0).and_then(|()| file.rewind()).and_then(|()| writeln!(file, "{}", std::process::id()));
-    LOCKS.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(file);
-    Ok(())
-}
-
-/// Makes this process the one owner of `-e`'s `path` (before anything is bound or read), then
-/// removes a PATH.tmp that a write which never finished left behind. The error is the line
-/// to print when another process owns it, or the lock file cannot be had.
-pub fn claim(path: &Path) -> Result<(), String> {
-    own(path, "-e")?;
-    let tmp = beside(path, ".tmp");
+/// Makes this process the one owner of `-e`'s `path` (before anything is bound or read,
+/// owner.rs), then removes a PATH.tmp that a write which never finished left behind. Returns
+/// the path with its symlinks resolved: the snapshot is written beside and renamed over the
+/// file itself, never over a link to it. The error is the line to print.
+pub fn claim(path: &Path) -> Result<PathBuf, String> {
+    let real = crate::owner::own(path, "-e")?;
+    let tmp = beside(&real, ".tmp");
     match std::fs::remove_file(&tmp) {
         Ok(()) => eprintln!("mnemod: -e {}: removed {}, left by a snapshot write that did not finish", path.display(), tmp.display()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => eprintln!("mnemod: -e {}: cannot remove the stale {}: {e}", path.display(), tmp.display()),
     }
-    Ok(())
+    Ok(real)
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -119,14 +91,16 @@ extern "C" fn on_stop(_: libc::c_int) {
     STOP.store(true, Ordering::SeqCst);
 }
 
-/// SIGUSR1 and SIGTERM become a request the maintenance thread acts on (the handler itself
-/// only stores a flag). Only with `-e` or a flash tier: without a snapshot or a flash list
-/// to write, they keep their default action (exit), as in memcached.
+/// SIGUSR1, SIGTERM and SIGINT become a request the maintenance thread acts on (the handler
+/// itself only stores a flag): a Ctrl-C in a terminal keeps the cache as SIGTERM does. Only
+/// with `-e` or a flash tier: without a snapshot or a flash list to write, they keep their
+/// default action (exit), as in memcached.
 pub fn install_stop_signals() {
     // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
     unsafe {
         libc::signal(libc::SIGUSR1, on_stop as extern "C" fn(libc::c_int) as libc::sighandler_t);
         libc::signal(libc::SIGTERM, on_stop as extern "C" fn(libc::c_int) as libc::sighandler_t);
+        libc::signal(libc::SIGINT, on_stop as extern "C" fn(libc::c_int) as libc::sighandler_t);
     }
 }
 
@@ -134,42 +108,76 @@ pub fn stop_requested() -> bool {
     STOP.load(Ordering::SeqCst)
 }
 
-/// Reads `path` into the (empty) store at start-up.
-pub fn restore(store: &Store, path: &Path, now: Time, origin: u64) -> Restored {
+/// Reads `path` (as [`claim`] resolved it) into the (empty) store at start-up, then empties
+/// it (module doc: a snapshot is spent once read). `shown` is the path as given, for the log.
+pub fn restore(store: &Store, path: &Path, shown: &Path, now: Time, origin: u64) -> Restored {
     let t = Instant::now();
-    let file = match std::fs::File::open(path) {
+    let file = match File::open(path) {
         Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            eprintln!("mnemod: -e {}: no snapshot yet; starting empty", path.display());
-            return Restored::default();
-        }
-        Err(e) => return refused(path, e.to_string()),
+        Err(e) => return refused(shown, e.to_string()),
     };
     let len = match file.metadata() {
         Ok(m) => m.len(),
-        Err(e) => return refused(path, e.to_string()),
+        Err(e) => return refused(shown, e.to_string()),
     };
+    if len == 0 {
+        // What owner.rs creates, and what a restore or a crash after one leaves.
+        eprintln!("mnemod: -e {}: no snapshot (the file is empty); starting empty", shown.display());
+        return Restored::default();
+    }
     let input = std::io::BufReader::with_capacity(1 << 20, file);
-    match store.restore_snapshot(input, len, now, origin) {
+    let restored = match store.restore_snapshot(input, len, now, origin) {
         Ok(r) => {
             let usec = t.elapsed().as_micros() as u64;
-            let how = match &r.stopped {
-                None if r.bad_blocks == 0 => "complete".to_string(),
-                None => format!("{} damaged block(s) dropped", r.bad_blocks),
-                Some(why) => format!("incomplete: {why}; {} damaged block(s) dropped", r.bad_blocks),
-            };
+            let ago = (origin + u64::from(now)).saturating_sub(r.written_unix);
             eprintln!(
-                "mnemod: -e {}: restored {} items in {:.2} s ({} expired while down, {} no longer fit; {how})",
-                path.display(),
+                "mnemod: -e {}: restored {} items in {:.2} s from a snapshot written {ago} s ago ({} expired while \
+                 down; {})",
+                shown.display(),
                 r.items,
                 usec as f64 / 1e6,
                 r.expired,
-                r.dropped
+                how(&r)
             );
             Restored { report: Some(r), usec, refused: None }
         }
-        Err(e) => refused(path, e.to_string()),
+        Err(e) => refused(shown, e.to_string()),
+    };
+    // Spent, whatever it held: a later crash must find no snapshot rather than this one.
+    match crate::owner::empty(path) {
+        Ok(()) => eprintln!(
+            "mnemod: -e {}: emptied; the next graceful stop writes it again (a crash before then starts empty)",
+            shown.display()
+        ),
+        Err(e) => {
+            // Serving with a snapshot that a crash would bring back could serve stale values.
+            eprintln!("mnemod: -e {}: cannot empty the restored snapshot: {e}; starting empty instead", shown.display());
+            store.flush_all(now);
+            return Restored { refused: Some(format!("cannot empty the file: {e}")), ..Restored::default() };
+        }
     }
+    restored
+}
+
+/// "complete", or "partial: ..." with every count of what did not come back.
+fn how(r: &RestoreReport) -> String {
+    if r.complete {
+        return "complete".to_string();
+    }
+    let mut parts = Vec::new();
+    if r.dropped > 0 {
+        parts.push(format!("{} did not fit (-I, -m)", r.dropped));
+    }
+    if r.evicted > 0 {
+        parts.push(format!("{} evicted by the restore itself", r.evicted));
+    }
+    if r.bad_blocks > 0 {
+        parts.push(format!("{} damaged block(s) dropped", r.bad_blocks));
+    }
+    if let Some(why) = &r.stopped {
+        parts.push(format!("incomplete: {why}"));
+    }
+    format!("partial: {}", parts.join(", "))
 }
 
 fn refused(path: &Path, why: String) -> Restored {
@@ -208,7 +216,8 @@ pub fn save_and_exit(store: &Store, path: &Path, now: Time, origin: u64, cleanup
 /// back instead (it holds the flashed values too), and the list is removed unread.
 pub fn keep_flash_start(store: &Store, memory_file: Option<&Path>, now: Time, origin: u64) {
     let Some(list) = store.flash_list_path() else { return };
-    if memory_file.is_some_and(Path::exists) {
+    // A snapshot to restore (owner.rs leaves an empty file where there is none).
+    if memory_file.and_then(|p| std::fs::metadata(p).ok()).is_some_and(|m| m.len() > 0) {
         match store.discard_flash_list() {
             Ok(true) => eprintln!("mnemod: {}: not read: -e's snapshot brings the flashed items back", list.display()),
             Ok(false) => {}
@@ -217,7 +226,12 @@ pub fn keep_flash_start(store: &Store, memory_file: Option<&Path>, now: Time, or
         return;
     }
     let t = Instant::now();
-    let Some(r) = store.restore_flash_list(now, origin) else { return };
+    let Some(r) = store.restore_flash_list(now, origin) else {
+        if memory_file.is_none() {
+            eprintln!("mnemod: {}: no list of kept items; the flash file starts empty", list.display());
+        }
+        return;
+    };
     match &r.refused {
         Some(why) => eprintln!("mnemod: {}: {why}; the flash file starts empty", list.display()),
         None => eprintln!(
@@ -262,6 +276,7 @@ pub fn stats(path: Option<&Path>, r: &Restored, out: &mut Vec<u8>) {
     stat(out, "snapshot_restored_items", rep.items);
     stat(out, "snapshot_restored_expired", rep.expired);
     stat(out, "snapshot_restored_dropped", rep.dropped);
+    stat(out, "snapshot_restored_evicted", rep.evicted);
     stat(out, "snapshot_restored_bad_blocks", rep.bad_blocks);
     stat(out, "snapshot_restore", r.state());
     stat(out, "snapshot_restore_usec", r.usec);

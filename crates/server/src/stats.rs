@@ -327,6 +327,9 @@ fn extstore(x: &mnemo_store::FlashStats, out: &mut Vec<u8>) {
         ("extstore_bytes_fragmented", x.bytes_fragmented),
         ("extstore_limit_maxbytes", x.limit_maxbytes),
         ("extstore_io_queue", x.io_queue),
+        // mnemo's own (memcached only prints "read/write op failed" on stderr): failed reads
+        // and writes of the flash file; the log says which and why.
+        ("extstore_io_errors", x.io_errors),
     ] {
         stat(out, name, v);
     }

@@ -129,7 +129,7 @@ fn start(path: &Path, extra: &[&str]) -> Server {
 
 #[test]
 fn every_stop_writes_the_snapshot_and_a_restart_reads_every_item_back() {
-    for how in ["SIGTERM", "SIGUSR1", "shutdown graceful"] {
+    for how in ["SIGTERM", "SIGUSR1", "SIGINT", "shutdown graceful"] {
         let dir = TempDir::new(&how.replace(' ', "-"));
         let mut srv = start(&dir.file(), &["-A"]);
         let mut c = srv.connect();
@@ -147,6 +147,7 @@ fn every_stop_writes_the_snapshot_and_a_restart_reads_every_item_back() {
         match how {
             "SIGTERM" => signal(&srv, libc::SIGTERM),
             "SIGUSR1" => signal(&srv, libc::SIGUSR1),
+            "SIGINT" => signal(&srv, libc::SIGINT),
             _ => c.write_all(b"shutdown graceful\r\n").unwrap(),
         }
         assert!(wait_exit(&mut srv).success(), "{how}");
@@ -321,12 +322,14 @@ fn a_second_instance_on_the_same_file_refuses_to_start() {
     let srv = start(&dir.file(), &[]);
     assert_eq!(get_all(&mut srv.connect(), &keys), want);
 
-    // However the owner ends (kill -9 here), the kernel releases the lock.
+    // However the owner ends (kill -9 here), the kernel releases the lock. The snapshot
+    // was spent by the start that read it, so the crashed server's successor starts empty:
+    // the values it served may have changed since (the rule: forget, never lie).
     let mut srv = srv;
     srv.child.kill().unwrap();
     srv.child.wait().unwrap();
     let srv = start(&dir.file(), &[]);
-    assert_eq!(get_all(&mut srv.connect(), &keys), want);
+    assert!(get_all(&mut srv.connect(), &keys).is_empty());
 }
 
 #[test]
@@ -345,4 +348,77 @@ fn a_stale_tmp_file_is_removed_at_start() {
     let srv = start(&dir.file(), &[]);
     let keys: Vec<&String> = want.keys().collect();
     assert_eq!(get_all(&mut srv.connect(), &keys), want);
+}
+
+/// A one-line command's reply line.
+fn ask(c: &mut TcpStream, cmd: &str) -> String {
+    c.write_all(cmd.as_bytes()).unwrap();
+    let mut r = BufReader::new(c.try_clone().unwrap());
+    let mut l = String::new();
+    r.read_line(&mut l).unwrap();
+    l
+}
+
+/// Issue 47's first finding: the snapshot stayed in place after its restore, so any exit that
+/// wrote no new one (kill -9 here) brought the previous cache back: overwritten values,
+/// deleted keys and a flush undone.
+#[test]
+fn a_restored_snapshot_is_spent_so_a_crash_never_brings_it_back() {
+    let dir = TempDir::new("spent");
+    let mut srv = start(&dir.file(), &[]);
+    let mut c = srv.connect();
+    let old = set_all(&mut c, 0..300, 0);
+    signal(&srv, libc::SIGTERM);
+    assert!(wait_exit(&mut srv).success());
+
+    let mut srv = start(&dir.file(), &[]);
+    let mut c = srv.connect();
+    let keys: Vec<&String> = old.keys().collect();
+    assert_eq!(get_all(&mut c, &keys), old);
+    assert_eq!(std::fs::metadata(dir.file()).unwrap().len(), 0, "the restored snapshot is emptied before serving");
+    // New values for half the keys, the other half deleted; then a crash.
+    let new = set_all(&mut c, 0..150, 0);
+    for i in 150..300 {
+        assert_eq!(ask(&mut c, &format!("delete key:{i}\r\n")), "DELETED\r\n");
+    }
+    srv.child.kill().unwrap();
+    srv.child.wait().unwrap();
+
+    let mut srv = start(&dir.file(), &[]);
+    let mut c = srv.connect();
+    let got = get_all(&mut c, &keys);
+    for (k, v) in &got {
+        assert_eq!(new.get(k), Some(v), "{k} came back with a value older than its last write, or deleted");
+    }
+    assert_eq!(stats(&mut c, "snapshot")["snapshot_restore"], "none");
+
+    // A flush, a graceful stop, a start, a crash: the flushed keys stay gone.
+    set_all(&mut c, 0..100, 0);
+    signal(&srv, libc::SIGTERM);
+    assert!(wait_exit(&mut srv).success());
+    let mut srv = start(&dir.file(), &[]);
+    let mut c = srv.connect();
+    assert_eq!(ask(&mut c, "flush_all\r\n"), "OK\r\n");
+    srv.child.kill().unwrap();
+    srv.child.wait().unwrap();
+    let srv = start(&dir.file(), &[]);
+    assert!(get_all(&mut srv.connect(), &keys).is_empty(), "a flush was undone by a crash");
+}
+
+/// The lock is on the file itself: a second server reaching it through a symlink, or after a
+/// side file was deleted, refuses as one naming it directly does.
+#[test]
+fn a_second_instance_through_a_symlink_refuses_too() {
+    let dir = TempDir::new("symlink");
+    let first = start(&dir.file(), &[]);
+    let mut c = first.connect();
+    let want = set_all(&mut c, 0..50, 0);
+    let link = dir.0.join("link.snap");
+    std::os::unix::fs::symlink(dir.file(), &link).unwrap();
+    let _ = std::fs::remove_file(dir.0.join("cache.snap.lock"));
+    let (status, err) = run_refused(&link);
+    assert_eq!(status.code(), Some(1), "{err}");
+    assert_eq!(err, format!("mnemod: -e {}: in use by another mnemod (pid {}); refusing to start\n", link.display(), first.child.id()));
+    let keys: Vec<&String> = want.keys().collect();
+    assert_eq!(get_all(&mut c, &keys), want);
 }

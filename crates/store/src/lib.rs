@@ -381,6 +381,12 @@ impl Store {
         self.flash.is_some()
     }
 
+    /// The flash file's I/O errors so far and the text of the latest (None without a flash
+    /// tier). Cheap: an atomic and a short lock, for the server's once-a-second check.
+    pub fn flash_io_errors(&self) -> Option<(u64, String)> {
+        self.flash.as_ref().map(|f| f.io_errors())
+    }
+
     /// Writes out the flash write buffer and waits for the writer (tests; a clean shutdown).
     pub fn flash_sync(&self) {
         if let Some(f) = &self.flash {

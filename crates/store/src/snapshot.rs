@@ -182,11 +182,17 @@ pub struct SnapshotStats {
 /// sense or a block was damaged; every sound block is restored all the same.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RestoreReport {
+    /// Items stored. Some of them may have been evicted again by later ones (`evicted`).
     pub items: u64,
     /// Expired while the server was down.
     pub expired: u64,
     /// Would not fit any more (-I smaller than the item, or -m full).
     pub dropped: u64,
+    /// Items the restore itself evicted (from RAM, or with a flash page) to make room for later
+    /// ones: a snapshot larger than this store's `-m` (and flash file).
+    pub evicted: u64,
+    /// When the snapshot was written (unix seconds, from its header).
+    pub written_unix: u64,
     /// Blocks lost to damage, with their items (counted from the end record when it is sound,
     /// else one per damaged place).
     pub bad_blocks: u32,
@@ -478,12 +484,18 @@ impl Store {
         if fmt.resyncs() {
             fmt.salt = u64::from_le_bytes(head[32..40].try_into().unwrap());
         }
+        let written_unix = u64::from_le_bytes(head[16..24].try_into().unwrap());
         self.raise_cas_floor(u64::from_le_bytes(head[24..32].try_into().unwrap()));
         w.advance(fmt.header_len);
         let now_unix = origin + u64::from(now);
         let bh = fmt.block_header_len;
-        let mut report = RestoreReport::default();
+        let mut report = RestoreReport { written_unix, ..RestoreReport::default() };
         let (mut good, mut damaged) = (0u32, 0u32);
+        // Items the restore pushes out of RAM wait for a flash write buffer rather than being
+        // evicted for want of one; what is evicted anyway (the file larger than RAM and flash
+        // together) is counted from the store's own counts.
+        let _patient = self.flash.as_ref().map(|f| f.patient());
+        let evicted_before = self.evicted_total();
         let mut written: Option<u32> = None;
         loop {
             let pos = w.pos;
@@ -565,8 +577,19 @@ impl Store {
             }
         }
         report.bad_blocks = written.map_or(damaged, |n| n.saturating_sub(good));
-        report.complete = written.is_some() && report.bad_blocks == 0 && report.stopped.is_none();
+        report.evicted = self.evicted_total().saturating_sub(evicted_before);
+        report.complete = written.is_some()
+            && report.bad_blocks == 0
+            && report.stopped.is_none()
+            && report.dropped == 0
+            && report.evicted == 0;
         Ok(report)
+    }
+
+    /// Items evicted so far, from RAM and with flash pages.
+    fn evicted_total(&self) -> u64 {
+        let st = self.stats();
+        st.evictions + st.flash.map_or(0, |f| f.objects_evicted)
     }
 
     fn restore_block(&self, mut p: &[u8], now: Time, now_unix: u64, origin: u64, report: &mut RestoreReport) {

@@ -74,8 +74,8 @@ impl Flash {
                     Ok(0) => break,
                     Ok(n) => got[i] += n,
                     Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                    Err(_) => {
-                        sh.c.io_errors.fetch_add(1, Relaxed);
+                    Err(e) => {
+                        sh.io_error(format_args!("reading {} bytes at page {} offset {}", loc.len, loc.page, loc.off), &e);
                         break;
                     }
                 }

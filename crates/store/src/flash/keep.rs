@@ -264,8 +264,8 @@ impl Flash {
                 Ok(0) => break,
                 Ok(k) => got += k,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => {
-                    self.sh.c.io_errors.fetch_add(1, Relaxed);
+                Err(e) => {
+                    self.sh.io_error(format_args!("reading {n} bytes at page {page} offset {off}"), &e);
                     break;
                 }
             }

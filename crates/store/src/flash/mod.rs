@@ -405,6 +405,11 @@ struct Shared {
     w: Mutex<Writes>,
     wake: Condvar,
     c: Counters,
+    /// The text of the latest I/O error ([`Shared::io_error`]); empty while there was none.
+    last_io_error: Mutex<String>,
+    /// Tests: the writer pauses this long (µs) before each buffer, as a busy machine makes it.
+    #[cfg(test)]
+    writer_delay_us: AtomicU64,
     /// Pages recycled so far: a shard that has not swept since holds stale entries.
     recycled: AtomicU64,
     /// Entries (all shards) that name a record of a recycled page: added when a page is
@@ -445,9 +450,32 @@ pub(crate) struct Flash {
     pub tune: tune::Tune,
     /// Flash hits, for `recache_rate`.
     hits: AtomicU64,
+    /// While set ([`Flash::patient`]), a demotion that finds no write buffer free waits for
+    /// one instead of failing (which evicts the item).
+    patient: AtomicBool,
+}
+
+/// While alive, demotions wait for a free write buffer rather than evict ([`Flash::patient`]).
+pub(crate) struct Patient<'a>(&'a Flash);
+
+impl Drop for Patient<'_> {
+    fn drop(&mut self) {
+        self.0.patient.store(false, Relaxed);
+    }
 }
 
 impl Flash {
+    /// Demotions wait for the writer until the guard drops. For the snapshot's restore only:
+    /// it runs before anything is served, so no client waits behind it, and an item it
+    /// restored must not be evicted just because the writer was slower than the reader (an
+    /// earlier version lost a block's worth of items per restart on a busy machine while
+    /// reporting the restore complete). The wait happens under a shard lock; the writer
+    /// thread takes none, so it always makes progress.
+    pub(crate) fn patient(&self) -> Patient<'_> {
+        self.patient.store(true, Relaxed);
+        Patient(self)
+    }
+
     pub fn open(cfg: &FlashConfig) -> Result<Flash, FlashError> {
         let files = cfg.open_files()?.into_boxed_slice();
         let pages = cfg.pages();
@@ -472,6 +500,9 @@ impl Flash {
             }),
             wake: Condvar::new(),
             c: Counters::default(),
+            last_io_error: Mutex::new(String::new()),
+            #[cfg(test)]
+            writer_delay_us: AtomicU64::new(0),
             recycled: AtomicU64::new(0),
             stale: AtomicU64::new(0),
             epochs: zeros(pages),
@@ -483,7 +514,7 @@ impl Flash {
             .name("mnemo-flash-w".into())
             .spawn(move || writer::write_loop(&worker))
             .map_err(FlashError::Open)?;
-        Ok(Flash { sh, writer: Some(writer), cfg: cfg.clone(), tune: tune::Tune::new(cfg), hits: AtomicU64::new(0) })
+        Ok(Flash { sh, writer: Some(writer), cfg: cfg.clone(), tune: tune::Tune::new(cfg), hits: AtomicU64::new(0), patient: AtomicBool::new(false) })
     }
 
     pub fn counters(&self) -> &Counters {
@@ -547,6 +578,10 @@ impl Flash {
         let new_page = o.page == NO_PAGE || o.used + n > sh.page_size;
         let new_buf = o.filling.as_ref().is_none_or(|b| b.data.len() + n > self.cfg.wbuf_size);
         if new_page || new_buf {
+            while w.spare.is_empty() && self.patient.load(Relaxed) {
+                // The writer notifies `wake` after each buffer it writes.
+                sh.wake.wait(&mut w);
+            }
             if w.spare.is_empty() {
                 sh.c.write_behind.fetch_add(1, Relaxed);
                 return None;
@@ -680,8 +715,8 @@ impl Flash {
                 Ok(0) => break,
                 Ok(n) => got += n,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(_) => {
-                    sh.c.io_errors.fetch_add(1, Relaxed);
+                Err(e) => {
+                    sh.io_error(format_args!("reading {} bytes at page {} offset {}", want, loc.page, loc.off), &e);
                     break;
                 }
             }
@@ -726,6 +761,11 @@ impl Flash {
         while w.spare.is_empty() {
             sh.wake.wait(&mut w);
         }
+    }
+
+    /// I/O errors so far and the text of the latest ([`Shared::io_error`]).
+    pub fn io_errors(&self) -> (u64, String) {
+        (self.sh.c.io_errors.load(Relaxed), self.sh.last_io_error.lock().clone())
     }
 
     pub fn add_stats(&self, st: &mut FlashStats) {
@@ -784,6 +824,14 @@ impl Drop for Flash {
 }
 
 impl Shared {
+    /// Counts a failed read or write of the flash file and keeps its text for the server's
+    /// log (`Store::flash_io_errors`): a write that fails loses the records of its buffer
+    /// (they read back as misses), and an operator must be able to see that happen.
+    fn io_error(&self, what: std::fmt::Arguments<'_>, e: &std::io::Error) {
+        self.c.io_errors.fetch_add(1, Relaxed);
+        *self.last_io_error.lock() = format!("{what}: {e}");
+    }
+
     /// The file holding `page` and the offset in it of byte `off` of that page.
     fn at(&self, page: u32, off: u64) -> (&File, u64) {
         let i = self.files.partition_point(|&(_, first)| first <= page) - 1;

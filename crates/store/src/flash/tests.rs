@@ -401,6 +401,39 @@ fn a_snapshot_keeps_flashed_items_across_a_restart() {
     assert!(r.stats().flash.unwrap().objects_written > 2000);
 }
 
+/// Issue 47: a restore that outran the flash writer evicted what it could not demote (about a
+/// snapshot block's worth per restart on a busy machine) and still said "complete". The
+/// restore now waits for a write buffer (`Flash::patient`; here against a writer slowed to a
+/// loaded machine's pace): every item comes back, nothing is
+/// evicted or turned away for want of a buffer, and the report says so.
+#[test]
+fn a_restore_never_evicts_for_want_of_a_write_buffer() {
+    let t = TempFile::new("patient-a");
+    let s = store(&t, 1000);
+    fill(&s, 5000, 2000);
+    s.flash_sync();
+    let before: Vec<u32> = (0..5000).filter(|&i| get(&s, &format!("k{i}")).is_some()).collect();
+    let mut snap = Vec::new();
+    s.write_snapshot(&mut snap, 1, 1_000_000).unwrap();
+    drop(s);
+    let t2 = TempFile::new("patient-b");
+    // Write buffers a quarter of a snapshot block: one block's demotions need several.
+    let mut fc = cfg(&t2, 16 << 20, 1 << 20, 64 << 10);
+    fc.item_size = 1000;
+    fc.recache_rate = 0;
+    let r = Store::new(StoreConfig { mem_limit: 1 << 20, shards: 1, huge_pages: false, flash: Some(fc), ..Default::default() });
+    // A writer as slow as a loaded machine's: without the wait, the restore evicted hundreds.
+    r.flash.as_ref().unwrap().sh.writer_delay_us.store(5_000, Relaxed);
+    let rep = r.restore_snapshot(&snap[..], snap.len() as u64, 1, 1_000_000).unwrap();
+    let fs = r.stats().flash.unwrap();
+    assert_eq!((rep.evicted, fs.write_behind), (0, 0), "{rep:?} {fs:?}");
+    assert!(rep.complete, "{rep:?}");
+    let served = before.iter().filter(|&&i| get(&r, &format!("k{i}")) == Some(value(i, 2000))).count();
+    assert_eq!(served, before.len());
+    // Patience ends with the restore: a demotion with no buffer free fails again at once.
+    assert!(!r.flash.as_ref().unwrap().patient.load(Relaxed));
+}
+
 /// Threads setting, reading, deleting and appending the same keys while eviction moves their
 /// values to flash and reads bring them back: every value read is one that was written for
 /// that key (never another key's bytes, never a torn mix), and nothing deadlocks.

@@ -21,7 +21,6 @@
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
-use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -39,12 +38,15 @@ pub(super) fn write_loop(sh: &Shared) {
     loop {
         if let Some(b) = w.queue.front().cloned() {
             drop(w);
+            #[cfg(test)]
+            std::thread::sleep(Duration::from_micros(sh.writer_delay_us.load(std::sync::atomic::Ordering::Relaxed)));
             // A buffer lies within one page, so within one file.
             let (file, at) = sh.at(b.page, b.at as u64);
             let behind = || sh.w.lock().queue.len() > 1;
-            if write_paced(file, &b.data, at, WRITE_CHUNK, behind).is_err() {
-                // The records stay unreadable (verification rejects what is there).
-                sh.c.io_errors.fetch_add(1, Relaxed);
+            if let Err(e) = write_paced(file, &b.data, at, WRITE_CHUNK, behind) {
+                // The records stay unreadable (verification rejects what is there): their
+                // items become misses. Counted and kept for the log (Shared::io_error).
+                sh.io_error(format_args!("writing {} bytes at page {} offset {}", b.data.len(), b.page, b.at), &e);
             }
             w = sh.w.lock();
             let done = w.queue.pop_front().expect("only the writer pops");
