@@ -328,14 +328,15 @@ def test_options_and_refusals(tmp_path):
         mc = stats(s)
         mc_replies = extstore_replies(s)
         mc_settings = stats(s, b"settings")
-    # The same extstore field names, in the same order, as memcached's `stats`.
+    # The same extstore field names, in the same order, as memcached's `stats`; then mnemo's one
+    # addition, the flash file's I/O errors (memcached only prints them: issue 47).
     with Server("mnemod", "-m", "16", "-o", f"ext_page_size=8,ext_wbuf_size=2,ext_path={path}:64m") as srv, \
             srv.connect() as s:
         mn = stats(s)
         mn_replies = extstore_replies(s)
         mn_settings = stats(s, b"settings")
     ext = lambda st: [k for k in st if "extstore" in k]
-    assert ext(mn) == ext(mc)
+    assert ext(mn) == ext(mc) + ["extstore_io_errors"]
     # `extstore <name> <value>` at run time: memcached's replies, and the values it keeps.
     assert mn_replies == mc_replies
     # memcached's safe_strtoul/strtod zero the setting before refusing a value (`max_frag abc`,

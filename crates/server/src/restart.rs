@@ -202,7 +202,7 @@ pub fn save_and_exit(store: &Store, path: &Path, now: Time, origin: u64, cleanup
             0
         }
         Err(e) => {
-            eprintln!("mnemod: -e {}: writing the snapshot failed: {e}; the previous one (if any) is kept", path.display());
+            eprintln!("mnemod: -e {}: writing the snapshot failed: {e}; the next start begins empty", path.display());
             1
         }
     };
@@ -214,16 +214,37 @@ pub fn save_and_exit(store: &Store, path: &Path, now: Time, origin: u64, cleanup
 /// list a graceful stop left beside the flash file (mnemo-store flash/keep.rs) brings its
 /// items back, and is removed. With `-e` and a snapshot to restore, the snapshot brings them
 /// back instead (it holds the flashed values too), and the list is removed unread.
+///
+/// Both there means runs with and without `-e` took turns on this flash file, and the one
+/// written last holds the newer values: an older snapshot restored over a newer list would
+/// serve values overwritten since. So the newer one (by modification time) is read and the
+/// other is spent unread.
 pub fn keep_flash_start(store: &Store, memory_file: Option<&Path>, now: Time, origin: u64) {
     let Some(list) = store.flash_list_path() else { return };
+    let modified = |p: &Path| std::fs::metadata(p).ok().filter(|m| m.len() > 0).and_then(|m| m.modified().ok());
     // A snapshot to restore (owner.rs leaves an empty file where there is none).
-    if memory_file.and_then(|p| std::fs::metadata(p).ok()).is_some_and(|m| m.len() > 0) {
-        match store.discard_flash_list() {
-            Ok(true) => eprintln!("mnemod: {}: not read: -e's snapshot brings the flashed items back", list.display()),
-            Ok(false) => {}
-            Err(e) => eprintln!("mnemod: {}: cannot remove: {e}", list.display()),
+    let snapshot = memory_file.and_then(modified);
+    if let Some(snap_at) = snapshot {
+        if modified(&list).is_some_and(|list_at| list_at > snap_at) {
+            let path = memory_file.expect("a snapshot has a path");
+            eprintln!(
+                "mnemod: -e {}: older than {}, which a later stop without -e wrote: not read",
+                path.display(),
+                list.display()
+            );
+            if let Err(e) = crate::owner::empty(path) {
+                // Restoring it would serve values overwritten since: refuse to start instead.
+                eprintln!("mnemod: -e {}: cannot empty it: {e}", path.display());
+                std::process::exit(1);
+            }
+        } else {
+            match store.discard_flash_list() {
+                Ok(true) => eprintln!("mnemod: {}: not read: -e's snapshot brings the flashed items back", list.display()),
+                Ok(false) => {}
+                Err(e) => eprintln!("mnemod: {}: cannot remove: {e}", list.display()),
+            }
+            return;
         }
-        return;
     }
     let t = Instant::now();
     let Some(r) = store.restore_flash_list(now, origin) else {
