@@ -249,4 +249,11 @@ def test_flashed_items_are_listed(kind, tmp_path):
         served = set(get_many(s, keys))
         # memcached's extstore drops some on the way (31,579 of 40,000 served here).
         assert len(served) > n * (0.9 if kind == "mnemod" else 0.5), len(served)
-        dump_expecting(srv, s, served)
+        if kind == "mnemod":
+            dump_expecting(srv, s, served)
+        else:
+            # memcached lists its extstore items too, but passed over some it serves (hundreds
+            # of 31,579 in one run here): more than RAM holds is listed, and nothing it does
+            # not serve.
+            listed = set(dump(s, kind=kind))
+            assert listed <= served and len(listed) > n // 2, (len(listed), len(served))
