@@ -15,8 +15,7 @@
 //! ```
 //!
 //! Memory: the key and 9 bytes per key sent, kept until the check (100 MB for 5 million
-//! keys of 11 bytes). Time: one pipelined meta get per key (about 2% of the copy's time
-//! in `bench/migrate.sh`'s 1,000,000-item copy, see docs/operators-switching.md).
+//! keys of 11 bytes). Time: one pipelined meta get per key, per destination in parallel.
 
 use super::lane::{self, ReadBuf};
 use super::wire::{self, KeyForm, RELATIVE_TTL_LIMIT};
