@@ -29,11 +29,12 @@
 //! deadlock if the dump waited on the lanes (it did, with bounded batches: 106,496 of
 //! 1,000,000 items copied, then nothing for 60 s).
 
+pub(super) use super::readbuf::ReadBuf;
 use super::wire::{self, DumpLine, GetReply, KeyForm, KeyRef, SetReply, ValueReply};
 use super::{Counters, MigrateError};
 use std::collections::HashSet;
 use std::hash::{BuildHasherDefault, Hasher};
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::TcpStream;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::mpsc::{channel, sync_channel, Receiver, Sender, SyncSender};
@@ -740,57 +741,6 @@ fn tally_replies(
         c.exists.fetch_add(exists, Relaxed);
     }
     Ok(())
-}
-
-/// A read buffer that keeps the unread bytes at its front and grows to fit one whole reply.
-pub(super) struct ReadBuf {
-    buf: Vec<u8>,
-    lo: usize,
-    hi: usize,
-}
-
-impl ReadBuf {
-    pub(super) fn new() -> ReadBuf {
-        ReadBuf {
-            buf: vec![0; 1 << 18],
-            lo: 0,
-            hi: 0,
-        }
-    }
-
-    pub(super) fn data(&self) -> &[u8] {
-        &self.buf[self.lo..self.hi]
-    }
-
-    pub(super) fn consume(&mut self, n: usize) {
-        self.lo += n;
-        if self.lo == self.hi {
-            self.lo = 0;
-            self.hi = 0;
-        }
-    }
-
-    /// Read more; the connection closing before a reply is whole is an error.
-    pub(super) fn fill(&mut self, mut conn: &TcpStream, addr: &str) -> Result<(), MigrateError> {
-        if self.lo > 0 {
-            self.buf.copy_within(self.lo..self.hi, 0);
-            self.hi -= self.lo;
-            self.lo = 0;
-        }
-        if self.hi == self.buf.len() {
-            let n = self.buf.len() * 2;
-            self.buf.resize(n, 0);
-        }
-        match conn.read(&mut self.buf[self.hi..]) {
-            Ok(0) => Err(MigrateError::Closed(addr.to_owned())),
-            Ok(n) => {
-                self.hi += n;
-                Ok(())
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => Ok(()),
-            Err(e) => Err(MigrateError::Io(addr.to_owned(), e)),
-        }
-    }
 }
 
 #[cfg(test)]

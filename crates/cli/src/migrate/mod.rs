@@ -28,12 +28,14 @@
 //!   mod.rs      arguments, the plan (which keys go where), progress line, summary
 //!   lane.rs     the threads and connections of one source's copy
 //!   rawkeys.rs  keys only the binary protocol names: fetched by binary gets
+//!   readbuf.rs  the read buffer every connection's replies are parsed from
 //!   verify.rs   after the copy: which keys sent are at their destination
 //!   wire.rs     metadump lines, mg/ms and binary requests and replies (no I/O)
 //! ```
 
 mod lane;
 mod rawkeys;
+mod readbuf;
 mod verify;
 mod wire;
 
