@@ -472,7 +472,8 @@ fn busy_crawler_and_keys_gone_meanwhile() {
 
 /// A destination that answers quiet sets as a server may: nothing for a stored key (`new:`),
 /// `NS` for a key it holds (`exists:`), an error for one it cannot store (`fail:`), and `HD`
-/// anyway for `loud:` keys (a server that ignores `q`). Anything but a quiet add is an error.
+/// anyway for `loud:` keys (a server that ignores `q`); the check after the copy (`mg <key> u`)
+/// finds every key but the `fail:` ones. Anything else is an error.
 fn scripted_destination() -> String {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap().to_string();
@@ -495,6 +496,8 @@ fn scripted_destination() -> String {
                                 _ => b"",
                             }
                         }
+                        ["mg", key, "u"] if key.starts_with("fail:") => b"EN\r\n",
+                        ["mg", _, "u"] => b"HD\r\n",
                         _ => b"ERROR\r\n",
                     };
                     s.get_mut().write_all(reply).unwrap();
@@ -538,6 +541,11 @@ fn quiet_sets_still_count_what_was_kept_and_refused() {
             summary(&text, "failed")
         ),
         (8, 5, 2, 1),
+        "{text}"
+    );
+    assert_eq!(
+        (summary(&text, "present"), summary(&text, "missing")),
+        (7, 1),
         "{text}"
     );
     assert!(

@@ -25,6 +25,10 @@
 //! * `cls` is always 1: mnemo has no slab classes (`stats items` reports one class, 1, too).
 //!   `metadump <classes>` lists everything when the list names class 1, nothing otherwise;
 //!   `cachedump 1` lists everything, any other class nothing.
+//! * Items whose value is on flash (`-o ext_path`) are listed as memcached lists its extstore
+//!   items; their keys are read from the records' heads, with no shard lock held (store's
+//!   dump.rs says what that costs a step). Their `size` is the record's bytes on flash and
+//!   their `la` the process's start (a record carries no time).
 //! * `size` (metadump) is the bytes the item occupies in mnemo (header + key + value), not
 //!   memcached's item struct size, which is ~50 bytes more. cachedump's `<size> b` is
 //!   memcached's value length; mnemo's dump walk does not report it yet, so it shows the

@@ -8,7 +8,9 @@
 //!    a destination)          ▼
 //!                          B: reads the replies, writes quiet ms (mode E) and an mn to the
 //!                            │ batch's destination (keys stored again at the source since
-//!                            │ listed: fetched once more by mg, on B's own connection)
+//!                            │ listed: fetched once more by mg, on B's own connection; keys
+//!                            │ only the binary protocol names: by binary gets, on another:
+//!                            │ rawkeys.rs), and notes each key it sent (verify.rs)
 //!                            │ count of sets written
 //!                            ▼
 //!                          C: reads the destination's answers up to the MN, tallies them
@@ -27,11 +29,12 @@
 //! deadlock if the dump waited on the lanes (it did, with bounded batches: 106,496 of
 //! 1,000,000 items copied, then nothing for 60 s).
 
-use super::wire::{self, DumpLine, GetReply, KeyRef, SetReply, ValueReply};
+pub(super) use super::readbuf::ReadBuf;
+use super::wire::{self, DumpLine, GetReply, KeyForm, KeyRef, SetReply, ValueReply};
 use super::{Counters, MigrateError};
 use std::collections::HashSet;
 use std::hash::{BuildHasherDefault, Hasher};
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::TcpStream;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::mpsc::{channel, sync_channel, Receiver, Sender, SyncSender};
@@ -63,10 +66,21 @@ pub struct Batch {
     pub lines: Vec<usize>,
     /// The keys of the meta gets, in their order.
     pub keys: Vec<KeyRef>,
+    /// Keys only the binary protocol names ([`KeyForm::BinaryOnly`]), their bytes in `raw`.
+    pub bin: Vec<RawKey>,
+    pub raw: Vec<u8>,
     /// The meta gets, until [`Batch::seal`] puts them after the `gets` line.
     mg: Vec<u8>,
     /// Where the open `gets` line starts in `req`.
     line_start: usize,
+}
+
+/// A key only the binary protocol names and what its listing said (its Unix time of expiry,
+/// -1 for never, and its CAS).
+#[derive(Clone, Copy)]
+pub struct RawKey {
+    pub key: KeyRef,
+    pub listed: Option<(i64, u64)>,
 }
 
 /// A key of a `gets` line and what its listing said.
@@ -86,20 +100,33 @@ impl Batch {
             gets: Vec::with_capacity(size),
             lines: Vec::new(),
             keys: Vec::new(),
+            bin: Vec::new(),
+            raw: Vec::new(),
             mg: Vec::new(),
             line_start: 0,
         }
     }
 
     fn len(&self) -> usize {
-        self.gets.len() + self.keys.len()
+        self.gets.len() + self.keys.len() + self.bin.len()
     }
 
-    /// Add a key: to the `gets` line when the listing gave its CAS and expiry and the text
-    /// protocol can name it, else as a meta get (which says the TTL left itself).
-    fn push(&mut self, key: &[u8], listed: Option<(i64, u64)>) {
-        match listed {
-            Some((exp, cas)) if wire::plain_key(key) => {
+    /// Add a key: to the `gets` line when the listing gave its CAS and expiry, `multiget`
+    /// allows it and the text protocol can name it; to the binary gets when only the binary
+    /// protocol can; else as a meta get (which says the TTL left itself).
+    fn push(&mut self, key: &[u8], listed: Option<(i64, u64)>, multiget: bool) {
+        match (wire::key_form(key), listed.filter(|_| multiget)) {
+            (KeyForm::BinaryOnly, _) => {
+                let start = self.raw.len() as u32;
+                self.raw.extend_from_slice(key);
+                let key = KeyRef {
+                    start,
+                    len: key.len() as u32,
+                    form: KeyForm::BinaryOnly,
+                };
+                self.bin.push(RawKey { key, listed });
+            }
+            (KeyForm::Plain, Some((exp, cas))) => {
                 // A line is cut before it passes GETS_LINE_MAX bytes: mnemod takes get lines
                 // of up to 2 MB, and a long one costs memcached a buffer of its size.
                 let open = self.lines.last().copied().unwrap_or(0);
@@ -217,6 +244,9 @@ pub struct Job<'a> {
     /// Fetch the keys a listing gave a CAS and an expiry with multi-key `gets` (marks them
     /// fetched at the source) rather than `mg ... u` (leaves them as they were).
     pub multiget: bool,
+    /// Per destination, the keys sent to it (verify.rs's records), for the check after the
+    /// copy.
+    pub sent: &'a [Mutex<Vec<u8>>],
 }
 
 pub fn connect(addr: &str) -> Result<TcpStream, MigrateError> {
@@ -342,7 +372,7 @@ fn read_dump(
                 match (job.route)(&key) {
                     Route::Copy(d) => {
                         let b = &mut batches[d];
-                        b.push(&key, exp.zip(cas).filter(|_| job.multiget));
+                        b.push(&key, exp.zip(cas), job.multiget);
                         if b.len() >= job.batch {
                             let full = std::mem::replace(b, Batch::new(d, job.batch));
                             if tx.send(full.seal()).is_err() {
@@ -418,9 +448,7 @@ fn lane(
                 s.spawn(move || tally(&dest_addrs[d], stores[d], conn, from_b, c))
             })
             .collect();
-        let b = fetch_and_store(
-            src_addr, dest_addrs, stores, src_r, dest_w, from_a, to_cs, c,
-        );
+        let b = fetch_and_store(job, src_r, dest_w, from_a, to_cs, c);
         // B is done (or failed): closing the source connection wakes an A stuck in a write.
         let a = a.join().unwrap();
         let cs: Vec<_> = cs.into_iter().map(|h| h.join().unwrap()).collect();
@@ -429,19 +457,20 @@ fn lane(
 }
 
 /// Thread B: gets and mg replies in, ms requests out.
-#[allow(clippy::too_many_arguments)]
 fn fetch_and_store(
-    src_addr: &str,
-    dest_addrs: &[String],
-    stores: &[wire::Store],
+    job: &Job,
     src: TcpStream,
     mut dests: Vec<TcpStream>,
     from_a: Receiver<Batch>,
     to_cs: Vec<SyncSender<usize>>,
     c: &Counters,
 ) -> Result<(), MigrateError> {
+    let (src_addr, dest_addrs, stores) = (&job.source[..], &job.dests[..], &job.stores[..]);
     let result = (|| {
         let mut inb = ReadBuf::new();
+        // Keys only the binary protocol names are fetched here (rawkeys.rs).
+        let mut raw = super::rawkeys::Fetcher::new(src_addr);
+        let mut sent = Vec::new();
         let mut out = Vec::with_capacity(FLUSH_BYTES + (1 << 16));
         // A connection for the keys stored again since listed, opened when one is.
         let mut again: Option<(TcpStream, ReadBuf)> = None;
@@ -451,7 +480,7 @@ fn fetch_and_store(
             let d = batch.dest;
             // Long TTLs become Unix times as of the fetch.
             let now = super::unix_now();
-            let (mut sets, mut gone, mut bytes) = (0usize, 0u64, 0u64);
+            let (mut sets, mut gone, mut bytes, mut unfetched) = (0usize, 0u64, 0u64, 0u64);
             let mut flush = |out: &mut Vec<u8>, sets: &mut usize| -> Result<(), MigrateError> {
                 out.extend_from_slice(stores[d].sync());
                 dests[d]
@@ -462,21 +491,31 @@ fn fetch_and_store(
                 let _ = to_cs[d].send(std::mem::take(sets));
                 Ok(())
             };
+            // `k` names the key in `keys` (the batch's requests, or its raw keys).
             let mut store = |out: &mut Vec<u8>,
                              sets: &mut usize,
                              k: KeyRef,
+                             keys: &[u8],
                              flags: u32,
                              ttl: i64,
                              v: &[u8]|
              -> Result<(), MigrateError> {
                 let ttl = wire::dest_ttl(ttl, now);
+                let key = wire::raw_key(k, keys, &mut scratch);
                 match stores[d] {
-                    wire::Store::Meta => wire::push_set(out, k, &batch.req, flags, ttl, v),
-                    wire::Store::Binary => {
-                        let key = wire::raw_key(k, &batch.req, &mut scratch);
-                        wire::push_addq(out, key, flags, ttl, v)
+                    wire::Store::Meta if k.form == KeyForm::BinaryOnly => {
+                        c.not_sent(format!(
+                            "{}: a key of {} bytes, too long for the meta protocol in base64, \
+                             and the destination does not take the binary protocol",
+                            dest_addrs[d],
+                            key.len()
+                        ));
+                        return Ok(());
                     }
+                    wire::Store::Meta => wire::push_set(out, k, keys, flags, ttl, v),
+                    wire::Store::Binary => wire::push_addq(out, key, flags, ttl, v),
                 }
+                super::verify::note(&mut sent, key, ttl, now);
                 *sets += 1;
                 bytes += v.len() as u64;
                 if out.len() >= FLUSH_BYTES {
@@ -526,7 +565,15 @@ fn fetch_and_store(
                     next += skipped + 1;
                     if l.cas == cas {
                         let ttl = wire::listed_ttl(l.exp, now);
-                        store(&mut out, &mut sets, l.key, flags, ttl, &inb.data()[data])?;
+                        store(
+                            &mut out,
+                            &mut sets,
+                            l.key,
+                            &batch.req,
+                            flags,
+                            ttl,
+                            &inb.data()[data],
+                        )?;
                     } else {
                         refetch.push(l.key);
                     }
@@ -539,9 +586,15 @@ fn fetch_and_store(
                 let (reply, used) = read_get_reply(&mut inb, &src, src_addr)?;
                 match reply {
                     GetReply::Miss => gone += 1,
-                    GetReply::Hit { flags, ttl, data } => {
-                        store(&mut out, &mut sets, k, flags, ttl, &inb.data()[data])?
-                    }
+                    GetReply::Hit { flags, ttl, data } => store(
+                        &mut out,
+                        &mut sets,
+                        k,
+                        &batch.req,
+                        flags,
+                        ttl,
+                        &inb.data()[data],
+                    )?,
                 }
                 inb.consume(used);
             }
@@ -561,19 +614,36 @@ fn fetch_and_store(
                     let (reply, used) = read_get_reply(rb, conn, src_addr)?;
                     match reply {
                         GetReply::Miss => gone += 1,
-                        GetReply::Hit { flags, ttl, data } => {
-                            store(&mut out, &mut sets, k, flags, ttl, &rb.data()[data])?
-                        }
+                        GetReply::Hit { flags, ttl, data } => store(
+                            &mut out,
+                            &mut sets,
+                            k,
+                            &batch.req,
+                            flags,
+                            ttl,
+                            &rb.data()[data],
+                        )?,
                     }
                     rb.consume(used);
                 }
                 refetch.clear();
             }
+            if !batch.bin.is_empty() {
+                let r = raw.fetch(&batch, now, c, |k, flags, ttl, v| {
+                    store(&mut out, &mut sets, k, &batch.raw, flags, ttl, v)
+                })?;
+                gone += r.gone;
+                unfetched += r.unfetched;
+            }
             if sets > 0 {
                 flush(&mut out, &mut sets)?;
             }
+            if !sent.is_empty() {
+                job.sent[d].lock().unwrap().append(&mut sent);
+            }
             c.gone.fetch_add(gone, Relaxed);
-            c.fetched.fetch_add(batch.len() as u64 - gone, Relaxed);
+            c.fetched
+                .fetch_add(batch.len() as u64 - gone - unfetched, Relaxed);
             c.bytes.fetch_add(bytes, Relaxed);
         }
         Ok(())
@@ -659,11 +729,7 @@ fn tally_replies(
                 SetReply::Exists => exists += 1,
                 SetReply::Failed(line) => {
                     failed += 1;
-                    c.failed.fetch_add(1, Relaxed);
-                    let mut first = c.first_failure.lock().unwrap();
-                    if first.is_none() {
-                        *first = Some(format!("{addr}: {line}"));
-                    }
+                    c.refuse(format!("{addr}: {line}"));
                     if line == "ERROR" || line.starts_with("CLIENT_ERROR") {
                         // The destination did not read the set as one: the stream is lost.
                         return Err(MigrateError::Protocol(addr.to_owned(), line));
@@ -677,57 +743,6 @@ fn tally_replies(
     Ok(())
 }
 
-/// A read buffer that keeps the unread bytes at its front and grows to fit one whole reply.
-struct ReadBuf {
-    buf: Vec<u8>,
-    lo: usize,
-    hi: usize,
-}
-
-impl ReadBuf {
-    fn new() -> ReadBuf {
-        ReadBuf {
-            buf: vec![0; 1 << 18],
-            lo: 0,
-            hi: 0,
-        }
-    }
-
-    fn data(&self) -> &[u8] {
-        &self.buf[self.lo..self.hi]
-    }
-
-    fn consume(&mut self, n: usize) {
-        self.lo += n;
-        if self.lo == self.hi {
-            self.lo = 0;
-            self.hi = 0;
-        }
-    }
-
-    /// Read more; the connection closing before a reply is whole is an error.
-    fn fill(&mut self, mut conn: &TcpStream, addr: &str) -> Result<(), MigrateError> {
-        if self.lo > 0 {
-            self.buf.copy_within(self.lo..self.hi, 0);
-            self.hi -= self.lo;
-            self.lo = 0;
-        }
-        if self.hi == self.buf.len() {
-            let n = self.buf.len() * 2;
-            self.buf.resize(n, 0);
-        }
-        match conn.read(&mut self.buf[self.hi..]) {
-            Ok(0) => Err(MigrateError::Closed(addr.to_owned())),
-            Ok(n) => {
-                self.hi += n;
-                Ok(())
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => Ok(()),
-            Err(e) => Err(MigrateError::Io(addr.to_owned(), e)),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -739,26 +754,31 @@ mod tests {
         assert_eq!(std::mem::size_of::<Listed>(), 32);
         assert_eq!(std::mem::size_of::<KeyRef>(), 12);
         let mut b = Batch::new(0, 4);
-        b.push(b"k1", Some((-1, 7)));
-        b.push(b"a b", Some((-1, 8)));
-        b.push(b"k2", None);
-        b.push(b"k3", Some((100, 9)));
+        b.push(b"k1", Some((-1, 7)), true);
+        b.push(b"a b", Some((-1, 8)), true);
+        b.push(b"k2", None, true);
+        b.push(b"k3", Some((100, 9)), true);
+        b.push(&[0; 200], Some((-1, 10)), true);
+        b.push(b"k4", Some((-1, 11)), false);
         let b = b.seal();
         assert_eq!(
             b.req,
-            b"gets k1 k3\r\nmg YSBi b v f t u\r\nmg k2 v f t u\r\n"
+            b"gets k1 k3\r\nmg YSBi b v f t u\r\nmg k2 v f t u\r\nmg k4 v f t u\r\n"
         );
+        // The 200-byte binary key goes by binary get, its listing kept.
+        assert_eq!((b.bin.len(), b.raw.len()), (1, 200));
+        assert_eq!(b.bin[0].listed, Some((-1, 10)));
         let gets: Vec<&[u8]> = b.gets.iter().map(|l| l.key.token(&b.req)).collect();
         assert_eq!(gets, [&b"k1"[..], b"k3"]);
         let mgs: Vec<&[u8]> = b.keys.iter().map(|k| k.token(&b.req)).collect();
-        assert_eq!(mgs, [&b"YSBi"[..], b"k2"]);
-        assert_eq!((b.gets[1].exp, b.gets[1].cas, b.len()), (100, 9, 4));
+        assert_eq!(mgs, [&b"YSBi"[..], b"k2", b"k4"]);
+        assert_eq!((b.gets[1].exp, b.gets[1].cas, b.len()), (100, 9, 6));
         assert_eq!(b.lines, [2]);
         // Long keys: lines are cut before GETS_LINE_MAX, each ends with its own END.
         let mut b = Batch::new(0, 1024);
         let key = |i: usize| format!("{i:0>250}").into_bytes();
         for i in 0..600 {
-            b.push(&key(i), Some((-1, 1)));
+            b.push(&key(i), Some((-1, 1)), true);
         }
         let b = b.seal();
         // "gets", then " " and the key each, then "\r\n".

@@ -18,13 +18,25 @@
 //! * changed at the source after the fetch: the copy has the fetched value. Switch the clients
 //!   over before (or right after) the copy so nothing writes to the source any more.
 //!
+//! After the copy every key sent is looked for at its destination (verify.rs): the summary
+//! says how many the destination kept, and the exit status is 1 when any listed item was
+//! refused, could not be fetched, or was not kept (evicted there: a destination too small
+//! for what was copied), with a line that says how many and why. Items that expired
+//! meanwhile, at either end, are not a failure.
+//!
 //! ```text
-//!   mod.rs     arguments, the plan (which keys go where), progress line, summary
-//!   lane.rs    the threads and connections of one source's copy
-//!   wire.rs    metadump lines, mg/ms requests and replies (no I/O)
+//!   mod.rs      arguments, the plan (which keys go where), progress line, summary
+//!   lane.rs     the threads and connections of one source's copy
+//!   rawkeys.rs  keys only the binary protocol names: fetched by binary gets
+//!   readbuf.rs  the read buffer every connection's replies are parsed from
+//!   verify.rs   after the copy: which keys sent are at their destination
+//!   wire.rs     metadump lines, mg/ms and binary requests and replies (no I/O)
 //! ```
 
 mod lane;
+mod rawkeys;
+mod readbuf;
+mod verify;
 mod wire;
 
 use clap::Args;
@@ -118,8 +130,10 @@ pub struct Counters {
     /// Stored again at the source between their listing and their fetch (another CAS):
     /// fetched once more with a meta get, for the TTL they have now.
     pub refetched: AtomicU64,
-    /// Refused by the destination (too large, out of memory, ...).
+    /// Refused by the destination (too large, out of memory, ...), or not sent because no
+    /// protocol both ends take can carry the key (part of `failed`: `unsent`).
     pub failed: AtomicU64,
+    pub unsent: AtomicU64,
     pub first_failure: Mutex<Option<String>>,
     /// Value bytes fetched.
     pub bytes: AtomicU64,
@@ -127,6 +141,23 @@ pub struct Counters {
     pub stays: AtomicU64,
     /// Fleet mode: keys found on a server that the old list does not make their owner.
     pub stray: AtomicU64,
+}
+
+impl Counters {
+    /// An item the destination refused: `why` is its answer.
+    pub fn refuse(&self, why: String) {
+        self.failed.fetch_add(1, Relaxed);
+        let mut first = self.first_failure.lock().unwrap();
+        if first.is_none() {
+            *first = Some(why);
+        }
+    }
+
+    /// An item listed and not copied, for the reason `why`.
+    pub fn not_sent(&self, why: String) {
+        self.unsent.fetch_add(1, Relaxed);
+        self.refuse(why);
+    }
 }
 
 pub fn unix_now() -> i64 {
@@ -199,10 +230,14 @@ fn plans(hash_tags: bool, args: &MigrateArgs) -> Result<Vec<Plan>, MigrateError>
         .collect())
 }
 
-/// Run every plan; `Ok(false)` when items failed to store.
+/// Run every plan; `Ok(false)` when items failed to store or were not kept.
 fn migrate(hash_tags: bool, args: &MigrateArgs) -> Result<bool, MigrateError> {
     let plans = plans(hash_tags, args)?;
     let c = Counters::default();
+    // Every plan has the same destinations, in the same order (plans()).
+    let dests = plans[0].dests.clone();
+    let sent: Vec<Mutex<Vec<u8>>> = dests.iter().map(|_| Mutex::default()).collect();
+    let sent = &sent;
     // How many items each source holds now (0 when one will not say): for the ETA, and to
     // size the sets of listed keys.
     let items: Vec<u64> = plans
@@ -247,6 +282,7 @@ fn migrate(hash_tags: bool, args: &MigrateArgs) -> Result<bool, MigrateError> {
                         // A fleet's old servers stay in service: their moved keys must not
                         // look read (a multi-get would mark them, and keep them longer).
                         multiget: !fleet,
+                        sent,
                     };
                     lane::run(&job, c)
                 })
@@ -256,8 +292,23 @@ fn migrate(hash_tags: bool, args: &MigrateArgs) -> Result<bool, MigrateError> {
             .into_iter()
             .map(|h| h.join().unwrap())
             .fold(Ok(()), Result::and);
+        // Every destination checked at once, once every copy into it is done.
+        let checked = r.and_then(|()| {
+            let checks: Vec<_> = dests
+                .iter()
+                .zip(sent)
+                .map(|(d, keys)| {
+                    s.spawn(move || verify::check(d, &keys.lock().unwrap(), args.batch as usize))
+                })
+                .collect();
+            let mut v = verify::Verdict::default();
+            for h in checks {
+                v.add(h.join().unwrap()?);
+            }
+            Ok(v)
+        });
         done.store(true, Relaxed);
-        r
+        checked
     });
     let elapsed = start.elapsed();
     let from = args
@@ -270,20 +321,46 @@ fn migrate(hash_tags: bool, args: &MigrateArgs) -> Result<bool, MigrateError> {
         .as_deref()
         .or(args.to_servers.as_deref())
         .unwrap_or("");
+    let verdict = result.as_ref().ok().copied();
     let mut out = std::io::stdout().lock();
-    let _ = out.write_all(summary(&c, from, to, fleet, elapsed).as_bytes());
-    result?;
+    let _ = out.write_all(summary(&c, verdict, from, to, fleet, elapsed).as_bytes());
+    let v = result?;
     if let Some(f) = c.first_failure.lock().unwrap().as_ref() {
         eprintln!("mnemo migrate: first refused item: {f}");
     }
-    Ok(c.failed.load(Relaxed) == 0)
+    let bad = verdict_line(&c, &v);
+    if let Some(l) = &bad {
+        eprintln!("mnemo migrate: {l}");
+    }
+    Ok(bad.is_none())
 }
 
-/// How to write to a destination: binary quiet adds where its `stats settings` say it takes
-/// either protocol on a connection (memcached's and mnemod's default), else quiet meta sets
-/// (`-B ascii`; or `binary`, which wants SASL first).
-fn store_for(addr: &str) -> wire::Store {
-    let binary = (|| {
+/// What was left behind, if anything: items listed and not copied, or copied and not kept.
+fn verdict_line(c: &Counters, v: &verify::Verdict) -> Option<String> {
+    let failed = c.failed.load(Relaxed);
+    let unsent = c.unsent.load(Relaxed);
+    if failed == 0 && v.missing == 0 {
+        return None;
+    }
+    let refused = (failed - unsent).min(v.missing);
+    let mut l = format!(
+        "the destination kept {} of {} items sent; {} not kept",
+        v.present, v.sent, v.missing
+    );
+    l += &format!(
+        " ({refused} refused, {} evicted or deleted at the destination)",
+        v.missing - refused
+    );
+    if unsent > 0 {
+        l += &format!("; {unsent} listed and not sent (see the first refused item)");
+    }
+    Some(l)
+}
+
+/// Whether a server takes the binary protocol on a text port: its `stats settings` say
+/// `binding_protocol auto-negotiate` (memcached's and mnemod's default).
+pub fn speaks_binary(addr: &str) -> bool {
+    (|| {
         let mut conn = lane::connect(addr).ok()?;
         conn.write_all(b"stats settings\r\n").ok()?;
         let mut r = BufReader::new(conn);
@@ -294,8 +371,15 @@ fn store_for(addr: &str) -> wire::Store {
             line.clear();
         }
         Some(auto)
-    })();
-    if binary == Some(true) {
+    })()
+    .unwrap_or(false)
+}
+
+/// How to write to a destination: binary quiet adds where its `stats settings` say it takes
+/// either protocol on a connection (memcached's and mnemod's default), else quiet meta sets
+/// (`-B ascii`; or `binary`, which wants SASL first).
+fn store_for(addr: &str) -> wire::Store {
+    if speaks_binary(addr) {
         wire::Store::Binary
     } else {
         wire::Store::Meta
@@ -343,7 +427,14 @@ fn progress_line(c: &Counters, total: u64, t: Duration) -> String {
     s
 }
 
-fn summary(c: &Counters, from: &str, to: &str, fleet: bool, t: Duration) -> String {
+fn summary(
+    c: &Counters,
+    v: Option<verify::Verdict>,
+    from: &str,
+    to: &str,
+    fleet: bool,
+    t: Duration,
+) -> String {
     let fetched = c.fetched.load(Relaxed);
     let mut s = format!("migrated {from} -> {to}\n");
     s += &format!("  listed   {} keys\n", c.listed.load(Relaxed));
@@ -369,9 +460,24 @@ fn summary(c: &Counters, from: &str, to: &str, fleet: bool, t: Duration) -> Stri
         c.gone.load(Relaxed)
     );
     s += &format!(
-        "  failed   {} (refused by the destination)\n",
-        c.failed.load(Relaxed)
+        "  failed   {} (refused by the destination, or not sent: {} of them)\n",
+        c.failed.load(Relaxed),
+        c.unsent.load(Relaxed)
     );
+    if let Some(v) = v {
+        s += &format!(
+            "  present  {} (kept {} of {} sent: checked at the destination after the copy)\n",
+            v.present, v.present, v.sent
+        );
+        s += &format!(
+            "  missing  {} (sent, not at the destination after the copy: refused, evicted or deleted there)\n",
+            v.missing
+        );
+        s += &format!(
+            "  expired  {} (sent, expired since: not a failure)\n",
+            v.expired
+        );
+    }
     if fleet {
         s += &format!("  stayed   {} (owner unchanged)\n", c.stays.load(Relaxed));
         s += &format!(

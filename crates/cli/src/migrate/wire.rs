@@ -24,6 +24,17 @@
 //! where that run's answers end, so a stored item costs no reply to write and to read. `ms` rather than the text `add` because a key a binary-protocol client stored can
 //! hold bytes the text protocol cannot name (spaces, control bytes); meta commands carry such a
 //! key base64-encoded (`b`), in the get and the set alike.
+//!
+//! How a key travels is decided in one place, [`key_form`]: as it is, base64 with `b`, or,
+//! for a key whose base64 form passes 250 bytes (memcached 1.6.18 checks the key as sent,
+//! before decoding it: raw keys of 187 to 250 bytes), only over the binary protocol, which
+//! names any key: fetched with binary gets ([`push_bin_get`]), stored with binary adds.
+//!
+//! ```text
+//!   after the copy, each key sent to a destination is looked for there (verify.rs):
+//!                 mg <key> [b] u                 ->  HD | EN
+//!                 binary get (key binary-only)   ->  status 0 | 1 (not found)
+//! ```
 
 use base64::Engine as _;
 
@@ -140,18 +151,41 @@ fn hex(c: &u8) -> Option<u8> {
     }
 }
 
-/// Whether the text and meta protocols take `key` as it is (else it travels base64-encoded,
-/// in a meta get).
+/// How a key travels on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyForm {
+    /// As it is, in every protocol.
+    Plain,
+    /// Base64-encoded, with meta's `b` flag: bytes the text protocols cannot carry (a space,
+    /// control bytes).
+    Base64,
+    /// Only the binary protocol names it: its base64 form would pass [`MAX_KEY`] bytes.
+    BinaryOnly,
+}
+
+/// How `key` (1 to 250 bytes) travels: the one place that decides.
+pub fn key_form(key: &[u8]) -> KeyForm {
+    if plain_key(key) {
+        KeyForm::Plain
+    } else if key.len().div_ceil(3) * 4 <= MAX_KEY {
+        KeyForm::Base64
+    } else {
+        KeyForm::BinaryOnly
+    }
+}
+
+/// Whether the text and meta protocols take `key` as it is ([`key_form`]).
 pub fn plain_key(key: &[u8]) -> bool {
     !key.is_empty() && key.len() <= MAX_KEY && key.iter().all(|&b| b > b' ' && b != 0x7f)
 }
 
-/// Where a key sits in a batch's request bytes, as it is written on the wire.
+/// Where a key sits in a batch's request bytes, as it is written on the wire (a
+/// [`KeyForm::BinaryOnly`] key: in the batch's buffer of raw keys).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct KeyRef {
     pub start: u32,
     pub len: u32,
-    pub base64: bool,
+    pub form: KeyForm,
 }
 
 impl KeyRef {
@@ -160,24 +194,58 @@ impl KeyRef {
     }
 }
 
+/// Append `key` as the meta protocol names it (plain or base64: not a
+/// [`KeyForm::BinaryOnly`] key) and, for base64, the ` b` flag.
+fn push_meta_key(req: &mut Vec<u8>, key: &[u8]) -> KeyRef {
+    let start = req.len() as u32;
+    let form = key_form(key);
+    debug_assert!(
+        form != KeyForm::BinaryOnly,
+        "a binary-only key in a meta request"
+    );
+    if form == KeyForm::Plain {
+        req.extend_from_slice(key);
+    } else {
+        let enc = base64::engine::general_purpose::STANDARD.encode(key);
+        req.extend_from_slice(enc.as_bytes());
+    }
+    let len = req.len() as u32 - start;
+    if form != KeyForm::Plain {
+        req.extend_from_slice(b" b");
+    }
+    KeyRef { start, len, form }
+}
+
 /// Append the meta get of `key` (value, client flags, remaining TTL) to `req`.
 pub fn push_get(req: &mut Vec<u8>, key: &[u8]) -> KeyRef {
     req.extend_from_slice(b"mg ");
-    let start = req.len() as u32;
-    let base64 = !plain_key(key);
-    if base64 {
-        let enc = base64::engine::general_purpose::STANDARD.encode(key);
-        req.extend_from_slice(enc.as_bytes());
-    } else {
-        req.extend_from_slice(key);
+    let k = push_meta_key(req, key);
+    req.extend_from_slice(b" v f t u\r\n");
+    k
+}
+
+/// Append the meta get that says whether `key` is there (`HD` or `EN`), leaving its LRU place
+/// and fetched mark as they were (`u`).
+pub fn push_exists(req: &mut Vec<u8>, key: &[u8]) {
+    req.extend_from_slice(b"mg ");
+    push_meta_key(req, key);
+    req.extend_from_slice(b" u\r\n");
+}
+
+/// Read the answer to [`push_exists`]: `Ok(None)` until its line is all there, else whether
+/// the key is there and the bytes the answer took.
+pub fn parse_exists(buf: &[u8]) -> Result<Option<(bool, usize)>, String> {
+    let Some(eol) = memchr::memmem::find(buf, b"\r\n") else {
+        return Ok(None);
+    };
+    match &buf[..eol] {
+        b"HD" => Ok(Some((true, eol + 2))),
+        b"EN" => Ok(Some((false, eol + 2))),
+        l => Err(format!(
+            "unexpected reply to mg: {:?}",
+            String::from_utf8_lossy(l)
+        )),
     }
-    let len = req.len() as u32 - start;
-    req.extend_from_slice(if base64 {
-        b" b v f t u\r\n"
-    } else {
-        b" v f t u\r\n"
-    });
-    KeyRef { start, len, base64 }
 }
 
 /// Starts a batch's multi-key `gets` line; [`push_gets_key`] adds its keys.
@@ -191,7 +259,7 @@ pub fn push_gets_key(req: &mut Vec<u8>, key: &[u8]) -> KeyRef {
     KeyRef {
         start,
         len: key.len() as u32,
-        base64: false,
+        form: KeyForm::Plain,
     }
 }
 
@@ -405,7 +473,11 @@ pub fn push_set(out: &mut Vec<u8>, key: KeyRef, req: &[u8], flags: u32, ttl: i64
     out.extend_from_slice(key.token(req));
     out.push(b' ');
     out.extend_from_slice(itoa::Buffer::new().format(data.len()).as_bytes());
-    if key.base64 {
+    debug_assert!(
+        key.form != KeyForm::BinaryOnly,
+        "a binary-only key in a meta set"
+    );
+    if key.form == KeyForm::Base64 {
         out.extend_from_slice(b" b");
     }
     out.extend_from_slice(b" T");
@@ -443,7 +515,9 @@ impl Store {
 
 const BIN_REQUEST: u8 = 0x80;
 const BIN_RESPONSE: u8 = 0x81;
+const OP_GET: u8 = 0x00;
 const OP_ADDQ: u8 = 0x12;
+const STATUS_NOT_FOUND: u16 = 0x0001;
 const OP_NOOP: u8 = 0x0a;
 const STATUS_KEY_EXISTS: u16 = 0x0002;
 const BIN_HEADER: usize = 24;
@@ -477,10 +551,72 @@ pub fn push_addq(out: &mut Vec<u8>, key: &[u8], flags: u32, ttl: i64, data: &[u8
     out.extend_from_slice(data);
 }
 
-/// The key a batch's request names as `key`, as it is (base64 decoded).
+/// Append the binary get of `key` (any key: the binary protocol names every one) to `out`.
+pub fn push_bin_get(out: &mut Vec<u8>, key: &[u8]) {
+    let mut h = [0u8; BIN_HEADER];
+    h[0] = BIN_REQUEST;
+    h[1] = OP_GET;
+    h[2..4].copy_from_slice(&(key.len() as u16).to_be_bytes());
+    h[8..12].copy_from_slice(&(key.len() as u32).to_be_bytes());
+    out.extend_from_slice(&h);
+    out.extend_from_slice(key);
+}
+
+/// The answer to a binary get.
+#[derive(Debug, PartialEq, Eq)]
+pub enum BinGet {
+    Miss,
+    /// `data`: a range of the buffer given to [`parse_bin_get`].
+    Hit {
+        flags: u32,
+        cas: u64,
+        data: std::ops::Range<usize>,
+    },
+    /// Any other status: its number and message.
+    Failed(String),
+}
+
+/// Read one binary get's answer from the front of `buf`: `Ok(None)` until it is all there.
+pub fn parse_bin_get(buf: &[u8]) -> Result<Option<(BinGet, usize)>, String> {
+    if buf.len() < BIN_HEADER {
+        return Ok(None);
+    }
+    if buf[0] != BIN_RESPONSE || buf[1] != OP_GET {
+        return Err(format!(
+            "not a binary get's answer: {:?}",
+            String::from_utf8_lossy(&buf[..BIN_HEADER])
+        ));
+    }
+    let (klen, extras) = (
+        u16::from_be_bytes([buf[2], buf[3]]) as usize,
+        buf[4] as usize,
+    );
+    let status = u16::from_be_bytes([buf[6], buf[7]]);
+    let body = u32::from_be_bytes([buf[8], buf[9], buf[10], buf[11]]) as usize;
+    let Some(whole) = buf.get(..BIN_HEADER + body) else {
+        return Ok(None);
+    };
+    let r = match status {
+        0 if extras >= 4 && extras + klen <= body => BinGet::Hit {
+            flags: u32::from_be_bytes(whole[BIN_HEADER..BIN_HEADER + 4].try_into().unwrap()),
+            cas: u64::from_be_bytes(whole[16..24].try_into().unwrap()),
+            data: BIN_HEADER + extras + klen..whole.len(),
+        },
+        0 => return Err("a binary get's hit without its flags".into()),
+        STATUS_NOT_FOUND => BinGet::Miss,
+        s => BinGet::Failed(format!(
+            "binary status 0x{s:04x}: {}",
+            String::from_utf8_lossy(&whole[BIN_HEADER..]).trim()
+        )),
+    };
+    Ok(Some((r, whole.len())))
+}
+
+/// The key a batch names as `key`, as it is (base64 decoded): `req` is the buffer `key`
+/// points into.
 pub fn raw_key<'a>(key: KeyRef, req: &'a [u8], scratch: &'a mut Vec<u8>) -> &'a [u8] {
     let token = key.token(req);
-    if !key.base64 {
+    if key.form != KeyForm::Base64 {
         return token;
     }
     scratch.clear();

@@ -23,7 +23,7 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use io_uring::{opcode, types, IoUring};
 
-use super::{Flash, Loc, Reject};
+use super::{record, Flash, Loc, Reject};
 
 /// Reads in flight at once per thread (a larger batch goes in several submissions).
 const RING_ENTRIES: u32 = 64;
@@ -88,6 +88,14 @@ impl Flash {
             res[i] = if sh.gens[loc.page as usize].load(Relaxed) == gen { Ok(gen) } else { Err(Reject::Gone) };
         }
         res
+    }
+
+    /// The heads of the records at `locs` (their first [`record::HEAD_MAX`] bytes, or all of a
+    /// shorter one: header and key) into `outs`: [`Flash::read_many`]'s reads, cut short, for
+    /// a reader that wants the keys, not the values (the dump's, dump.rs).
+    pub fn read_heads(&self, locs: &[Loc], outs: &mut [Vec<u8>]) -> Vec<Result<u32, Reject>> {
+        let heads: Vec<Loc> = locs.iter().map(|l| Loc { len: l.len.min(record::HEAD_MAX as u32), ..*l }).collect();
+        self.read_many(&heads, outs)
     }
 
     /// The disk reads of `disk` (indexes into `locs`/`outs`) through this thread's ring,

@@ -867,4 +867,4 @@ fn cached_read(file: &File, buf: &mut [std::mem::MaybeUninit<u8>], at: u64) -> O
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

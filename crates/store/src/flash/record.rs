@@ -129,6 +129,37 @@ pub(crate) fn verify_any(rec: &[u8], at: Place) -> Result<(&[u8], View<'_>), Rej
     Ok((&rec[HEADER..HEADER + klen], View { meta, value: &rec[HEADER + klen..HEADER + klen + vlen] }))
 }
 
+/// Bytes from a record's start that hold its key, whatever the key's length (its length is
+/// one byte): what a reader that needs only the key and the header reads ([`verify_head`]).
+pub(crate) const HEAD_MAX: usize = HEADER + u8::MAX as usize;
+
+/// What a record's head says: its key, header fields and value length.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Head<'a> {
+    pub key: &'a [u8],
+    pub meta: Meta,
+    pub value_len: usize,
+}
+
+/// Checks the first bytes of a record (at least `min(rec_len, HEAD_MAX)` of them) against what
+/// the index expects: the magic, the place it was written (page and generation) and a length
+/// that agrees with the index's `rec_len`. The checksum covers the whole record and cannot be
+/// checked on a head: a caller that lists the key must also compare the key's hash with the
+/// hash bits its index entry keeps, so a record it did not write is never taken for its own.
+pub(crate) fn verify_head(head: &[u8], at: Place, rec_len: usize) -> Result<Head<'_>, Reject> {
+    if head.len() < HEADER || head[0..2] != MAGIC {
+        return Err(Reject::Gone);
+    }
+    let u32_at = |i: usize| u32::from_le_bytes(head[i..i + 4].try_into().unwrap());
+    let klen = head[2] as usize;
+    let vlen = u32_at(8) as usize;
+    if u32_at(4) != at.gen || u32_at(20) != at.page || len(klen, vlen) != rec_len || head.len() < HEADER + klen {
+        return Err(Reject::Gone);
+    }
+    let meta = Meta { flags: u32_at(12), exp: u32_at(16), cas: u64::from_le_bytes(head[24..32].try_into().unwrap()) };
+    Ok(Head { key: &head[HEADER..HEADER + klen], meta, value_len: vlen })
+}
+
 /// xxh3 of a key, as the store hashes keys (for tests).
 #[cfg(test)]
 pub(crate) fn key_hash(key: &[u8]) -> u64 {
@@ -176,6 +207,21 @@ mod tests {
                 assert!(verify(&d, AT, b"some-key").is_err(), "byte {i} bit {bit:#x}");
             }
         }
+    }
+
+    #[test]
+    fn heads_give_the_key_only_where_it_was_written() {
+        let r = rec(b"some-key", &[7u8; 900], AT);
+        let head = &r[..HEAD_MAX.min(r.len())];
+        let h = verify_head(head, AT, r.len()).unwrap();
+        assert_eq!((h.key, h.value_len, h.meta.cas), (&b"some-key"[..], 900, 12345));
+        // Another generation or page, a length the index does not expect, a head cut before
+        // the key's end, zeroes: not this record.
+        assert_eq!(verify_head(head, Place { gen: 10, ..AT }, r.len()), Err(Reject::Gone));
+        assert_eq!(verify_head(head, Place { page: 4, ..AT }, r.len()), Err(Reject::Gone));
+        assert_eq!(verify_head(head, AT, r.len() + 8), Err(Reject::Gone));
+        assert_eq!(verify_head(&r[..HEADER + 3], AT, r.len()), Err(Reject::Gone));
+        assert_eq!(verify_head(&[0u8; 64], AT, r.len()), Err(Reject::Gone));
     }
 
     #[test]

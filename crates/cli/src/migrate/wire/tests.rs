@@ -244,10 +244,67 @@ fn gets_name_odd_keys_in_base64() {
     let b = push_get(&mut req, b"a b");
     assert_eq!(req, b"mg user:1 v f t u\r\nmg YSBi b v f t u\r\n");
     assert_eq!(a.token(&req), b"user:1");
-    assert_eq!((b.token(&req), b.base64), (&b"YSBi"[..], true));
-    let long = vec![b'k'; MAX_KEY + 1];
-    assert!(push_get(&mut Vec::new(), &long).base64);
-    assert!(!push_get(&mut Vec::new(), &long[..MAX_KEY]).base64);
+    assert_eq!((b.token(&req), b.form), (&b"YSBi"[..], KeyForm::Base64));
+    let long = vec![b'k'; MAX_KEY];
+    assert_eq!(push_get(&mut Vec::new(), &long).form, KeyForm::Plain);
+}
+
+/// memcached 1.6.18 refuses a `b` key whose base64 form passes 250 bytes (it checks the key
+/// as sent): binary keys of 187 bytes and more go over the binary protocol only.
+#[test]
+fn one_place_decides_how_a_key_travels() {
+    assert_eq!(key_form(b"user:1"), KeyForm::Plain);
+    assert_eq!(key_form(&[b'k'; MAX_KEY]), KeyForm::Plain);
+    assert_eq!(key_form(b"a b"), KeyForm::Base64);
+    assert_eq!(key_form(&[0u8; 186]), KeyForm::Base64);
+    assert_eq!(key_form(&[0u8; 187]), KeyForm::BinaryOnly);
+    assert_eq!(key_form(&[0u8; MAX_KEY]), KeyForm::BinaryOnly);
+    let mut req = Vec::new();
+    push_exists(&mut req, b"k1");
+    push_exists(&mut req, b"a b");
+    assert_eq!(req, b"mg k1 u\r\nmg YSBi b u\r\n");
+    let r = b"HD\r\nEN\r\n";
+    assert_eq!(parse_exists(r).unwrap(), Some((true, 4)));
+    assert_eq!(parse_exists(&r[4..]).unwrap(), Some((false, 4)));
+    assert_eq!(parse_exists(b"HD\r").unwrap(), None);
+    assert!(parse_exists(b"SERVER_ERROR x\r\n").is_err());
+}
+
+#[test]
+fn binary_gets_any_key() {
+    let key = [7u8; MAX_KEY];
+    let mut req = Vec::new();
+    push_bin_get(&mut req, &key);
+    assert_eq!(req.len(), 24 + MAX_KEY);
+    assert_eq!(
+        (req[0], req[1], &req[2..4], &req[8..12]),
+        (0x80, 0, &[0, 250][..], &[0, 0, 0, 250][..])
+    );
+    // A hit: flags 9 in the extras, CAS 5, value "hey"; then a miss.
+    let mut r = vec![
+        0x81, 0, 0, 0, 4, 0, 0, 0, 0, 0, 0, 7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 5,
+    ];
+    r.extend_from_slice(&[0, 0, 0, 9]);
+    r.extend_from_slice(b"hey");
+    let miss = [
+        0x81, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    ];
+    r.extend_from_slice(&miss);
+    r.extend_from_slice(b"Not found");
+    let (hit, n) = parse_bin_get(&r).unwrap().unwrap();
+    assert_eq!(
+        hit,
+        BinGet::Hit {
+            flags: 9,
+            cas: 5,
+            data: 28..31
+        }
+    );
+    assert_eq!(parse_bin_get(&r[n..]).unwrap(), Some((BinGet::Miss, 33)));
+    for cut in 0..n {
+        assert_eq!(parse_bin_get(&r[..cut]).unwrap(), None, "cut at {cut}");
+    }
+    assert!(parse_bin_get(b"VALUE key 0 1 1\r\nx\r\nEND\r\n").is_err());
 }
 
 #[test]
