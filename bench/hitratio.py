@@ -13,7 +13,7 @@ The trace is a pure function of the seed and the sizes, so every server sees the
   * the first WARMUP (20%) of the requests fill the cache and are not counted.
 
 Workloads:
-  trace      a real trace of key ids (../shared/traces: big-endian u32 ids, xz), replayed in its
+  trace      a real trace of key ids (bench/traces: big-endian u32 ids, xz), replayed in its
              order. Key id i is the key "t:<i>" and its value has `trace_value_size(i)` bytes, a
              pure function of the id (below): heavy-tailed, median 230 B, 10% above 1 KB, at
              most 16 KB. The first 20% of the requests are not counted.

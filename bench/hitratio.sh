@@ -3,7 +3,7 @@
 #
 # Workloads (bench/hitratio.py has the details), each replayed look-aside (get; set on a miss),
 # the first 20% not counted, against a fresh server per workload and size:
-#   orm-night, web12   the real traces in $TRACES (../shared/traces: big-endian u32 key ids, xz);
+#   orm-night, web12   the real traces in $TRACES (bench/traces, with their licence: big-endian u32 key ids, xz);
 #                      each key's value size is a pure function of its id (hitratio.py
 #                      trace_value_size: median 230 B, 10% above 1 KiB, at most 16 KiB). Cache
 #                      sizes: TRACE_FRACTIONS of the trace's footprint (key + value bytes of every
@@ -55,7 +55,7 @@ WORKLOADS=${WORKLOADS:-orm-night web12 zipf zipf-shift zipf-ttl zipf-mixed}
 MIXED_KEYS=${MIXED_KEYS:-100000}
 MIXED_REQUESTS=${MIXED_REQUESTS:-500000}
 MIXED_FRACTIONS=${MIXED_FRACTIONS:-0.01 0.02}
-TRACES=${TRACES:-$ROOT/../shared/traces}
+TRACES=${TRACES:-$ROOT/bench/traces}
 TRACE_FRACTIONS=${TRACE_FRACTIONS:-0.01 0.02 0.05 0.1 0.2 0.3 0.4 0.5}
 ZIPF_FRACTIONS=${ZIPF_FRACTIONS:-0.01 0.1}
 QUICK=${QUICK:-0}
