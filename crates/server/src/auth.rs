@@ -1,13 +1,12 @@
 //! Credentials for text-protocol auth (-Y) and SASL PLAIN (-S): a file of `user:password`
 //! lines (memcached's -Y format; blank lines and lines starting with '#' are ignored), or for
 //! -S without one, the users of Cyrus SASL's sasldb that memcached -S would use (`sasldb`);
-//! loaded at start-up and again on SIGHUP.
+//! loaded at start-up and again on SIGHUP (signals.rs).
 
 pub mod sasldb;
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 #[derive(Debug, thiserror::Error)]
 pub enum AuthError {
@@ -70,25 +69,6 @@ impl Credentials {
             None => false,
         }
     }
-}
-
-static RELOAD: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_sighup(_: libc::c_int) {
-    RELOAD.store(true, Ordering::Relaxed);
-}
-
-/// Route SIGHUP to a flag the maintenance thread polls (the handler itself only stores).
-pub fn install_sighup() {
-    // SAFETY: the handler only performs an atomic store, which is async-signal-safe.
-    unsafe {
-        libc::signal(libc::SIGHUP, on_sighup as extern "C" fn(libc::c_int) as libc::sighandler_t);
-    }
-}
-
-/// True once after each SIGHUP.
-pub fn reload_requested() -> bool {
-    RELOAD.swap(false, Ordering::Relaxed)
 }
 
 #[cfg(test)]

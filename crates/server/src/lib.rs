@@ -65,6 +65,7 @@ mod metrics;
 mod owner;
 mod pool;
 mod restart;
+mod signals;
 mod splice;
 mod stats;
 mod tls;
@@ -266,7 +267,7 @@ pub fn run(mut config: Config) -> Result<(), ServerError> {
     // Before the listeners are bound: a client may connect as soon as they are, and a SIGHUP
     // sent then (a test's reload right after the port answered, an operator's config push)
     // met the default action and killed the server.
-    auth::install_sighup();
+    signals::install_reload();
     let credentials = auth::Credentials::from_config(&config)?;
     // The path as given, for the restore's log line; the config keeps the resolved one.
     let memory_file_given = config.memory_file.clone();
@@ -293,14 +294,14 @@ pub fn run(mut config: Config) -> Result<(), ServerError> {
     if sh.store.has_flash() {
         // Before -e's restore, which may write to the flash file.
         restart::keep_flash_start(&sh.store, sh.config.memory_file.as_deref(), sh.clock.now(), sh.clock.process_started());
-        restart::install_stop_signals();
+        signals::install_stop();
     }
     if let Some(path) = &sh.config.memory_file {
         // Before any connection is served: the listeners are bound, so clients that connect
         // meanwhile wait in the backlog.
         let shown = memory_file_given.as_deref().unwrap_or(path);
         let _ = sh.restored.set(restart::restore(&sh.store, path, shown, sh.clock.now(), sh.clock.process_started()));
-        restart::install_stop_signals();
+        signals::install_stop();
     }
     sh.conn_structs.fetch_add(listeners.len() as u64, Relaxed);
     let mut handles = Vec::new();
@@ -393,7 +394,7 @@ fn maintenance(sh: &Shared) {
         let sub = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
         std::thread::sleep(Duration::from_nanos(u64::from(1_000_000_000 - sub.min(999_999_999))) + Duration::from_millis(1));
         let now = sh.clock.tick();
-        if restart::stop_requested() {
+        if signals::stop_requested() {
             if sh.verbosity.load(Relaxed) > 0 {
                 eprintln!("mnemod: stopping on a signal");
             }
@@ -407,7 +408,7 @@ fn maintenance(sh: &Shared) {
             }
             io_errors_logged = n;
         }
-        if auth::reload_requested() {
+        if signals::reload_requested() {
 
             if sh.config.auth_file.is_some() || sh.config.sasldb.is_some() {
                 match auth::Credentials::from_config(&sh.config) {

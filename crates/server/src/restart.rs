@@ -34,7 +34,6 @@
 //! A missing or empty file is a cold start. A damaged one never yields a wrong value: its bad
 //! blocks (or everything, for a bad header) are dropped, and the log line says so.
 
-use core::sync::atomic::{AtomicBool, Ordering};
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -83,29 +82,6 @@ pub fn claim(path: &Path) -> Result<PathBuf, String> {
         Err(e) => eprintln!("mnemod: -e {}: cannot remove the stale {}: {e}", path.display(), tmp.display()),
     }
     Ok(real)
-}
-
-static STOP: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_stop(_: libc::c_int) {
-    STOP.store(true, Ordering::SeqCst);
-}
-
-/// SIGUSR1, SIGTERM and SIGINT become a request the maintenance thread acts on (the handler
-/// itself only stores a flag): a Ctrl-C in a terminal keeps the cache as SIGTERM does. Only
-/// with `-e` or a flash tier: without a snapshot or a flash list to write, they keep their
-/// default action (exit), as in memcached.
-pub fn install_stop_signals() {
-    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
-    unsafe {
-        libc::signal(libc::SIGUSR1, on_stop as extern "C" fn(libc::c_int) as libc::sighandler_t);
-        libc::signal(libc::SIGTERM, on_stop as extern "C" fn(libc::c_int) as libc::sighandler_t);
-        libc::signal(libc::SIGINT, on_stop as extern "C" fn(libc::c_int) as libc::sighandler_t);
-    }
-}
-
-pub fn stop_requested() -> bool {
-    STOP.load(Ordering::SeqCst)
 }
 
 /// Reads `path` (as [`claim`] resolved it) into the (empty) store at start-up, then empties
