@@ -16,6 +16,7 @@ The flash file's pages are dropped from the page cache before each cold pass (te
 `drop_cache`), so the flashed reads really go to the flash I/O threads; ext_recache_rate=0
 keeps every flashed item on flash while it is read, so the cold and warm passes read the same.
 """
+import os
 import shutil
 import socket
 import struct
@@ -48,7 +49,11 @@ def val(k):
     return value(int(n), BIG if kind == b"fk" else 300, salt=kind)
 
 
-@pytest.fixture(scope="module", params=["uring", "epoll"])
+# The test command runs the suites once per event loop (MNEMO_IO_LOOP); run alone, both.
+LOOPS = [os.environ["MNEMO_IO_LOOP"]] if os.environ.get("MNEMO_IO_LOOP") else ["uring", "epoll"]
+
+
+@pytest.fixture(scope="module", params=LOOPS)
 def flashed(request):
     """mnemod on event loop `param` with N_BIG values of 100 KB (fk:*, the first 400 surely on
     flash) and N_RAM small ones (rk:*, in RAM)."""

@@ -45,6 +45,8 @@ pub enum Next {
 /// is this plus one value. The connection's read backpressure (conn.rs, `WBUF_HIGH`) uses the
 /// same 256 KiB. It was 4 MiB: 20 never-reading clients then pinned 98 MB where memcached,
 /// which holds references to items instead of copies, grew 37 MB (tests/test_pinned_memory.py).
+/// A flash I/O job answering a multi-get's flashed part stops at the same size (flashio.rs,
+/// "The pause").
 pub const GET_PAUSE_BYTES: usize = 256 * 1024;
 
 /// Append a reply line unless the client asked for none.
