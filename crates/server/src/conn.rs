@@ -32,6 +32,20 @@
 //!          written while it runs       appended by complete()        parsed only after
 //! ```
 //!
+//! The input a job answers stays in the input buffer, unconsumed, until its reply arrives
+//! (`taken` holds the length of each request it took: the deferred one, then those a flash
+//! read gathered after it); nothing is read into the buffer meanwhile, so those bytes stay
+//! where they are. A flash read may stop at the multi-get pause (flashio.rs, "The pause"):
+//! [`Conn::complete`] then consumes only what it answered. A text get keeps its request and
+//! runs on from the key the job stopped at (`resume`, as after `Next::Resume`); a pipeline's
+//! unanswered requests are parsed again. Either waits, as a RAM multi-get does, until the
+//! output is below `WBUF_HIGH`.
+//!
+//! ```text
+//!   rbuf: [ GETQ f1 | GETQ f2 | GETQ f3 | NOOP ]   job took all four, answered 2 (the pause)
+//!          └ consumed by complete() ┘ └ parsed again once the output drains ┘
+//! ```
+//!
 //! A `-Z` connection is a [`Stream::Tls`]: the same loop over plaintext, with the handshake
 //! and the records inside the stream (tls.rs); the batch's replies are encrypted together
 //! and leave in one writev of their records.
@@ -48,6 +62,7 @@ use crate::binary::{self, BinNext, BinSession};
 use crate::command::Pending;
 use crate::command::read::Direct;
 use crate::exec::{self, Next};
+use crate::jobs::Answered;
 use crate::stats::{bump, regauge, Counters};
 use crate::Shared;
 
@@ -125,6 +140,8 @@ pub struct Conn<S> {
     job: Option<Pending>,
     /// A job is in flight: its reply is the next output, and no request is parsed before it.
     waiting: bool,
+    /// The lengths of the requests the job in flight took, from `rpos` on (module docs).
+    taken: Vec<usize>,
     /// Close as soon as the pending output is written.
     closing: bool,
     shutdown: bool,
@@ -222,6 +239,7 @@ impl<S: Io> Conn<S> {
             reads: exec::PendingReads::default(),
             job: None,
             waiting: false,
+            taken: Vec::new(),
             closing: false,
             shutdown: false,
             drained: false,
@@ -239,7 +257,7 @@ impl<S: Io> Conn<S> {
     pub fn read_ahead(&mut self, c: &Counters) -> Option<core::ops::Range<usize>> {
         let plain = !self.stream.socket().is_tls();
         let idle = self.rpos == self.rend && self.wpos == self.wbuf.len() && self.swallow == 0;
-        if !plain || !idle || self.drained || self.closing || self.large.is_some() || self.dump.is_some() {
+        if !plain || !idle || self.waiting || self.drained || self.closing || self.large.is_some() || self.dump.is_some() {
             return None;
         }
         // EOF and errors are left for the turn's own read to meet again and act on.
@@ -302,12 +320,31 @@ impl<S: Io> Conn<S> {
     }
 
     /// The job's reply: it takes its place (the end of the output, as nothing was parsed
-    /// since) and the connection goes on with its input at its next turn. `now` counts as a
-    /// command's completion for `-o idle_timeout`.
-    pub fn complete(&mut self, reply: &[u8], now: mnemo_store::Time) {
+    /// since), the input it answered is consumed (module docs), and the connection goes on
+    /// with the rest at its next turn. `now` counts as a command's completion for
+    /// `-o idle_timeout`.
+    pub fn complete(&mut self, reply: &[u8], answered: Answered, now: mnemo_store::Time) {
         debug_assert!(self.waiting);
         self.wbuf.extend_from_slice(reply);
         self.waiting = false;
+        let answered = match answered {
+            Answered::All => {
+                self.resume = 0;
+                self.taken.len()
+            }
+            // The request stays; it runs on from key `k`.
+            Answered::Keys(k) => {
+                self.resume = k;
+                0
+            }
+            Answered::Requests(n) => {
+                debug_assert!(n >= 1 && n < self.taken.len());
+                n.min(self.taken.len())
+            }
+        };
+        self.rpos += self.taken[..answered].iter().sum::<usize>();
+        debug_assert!(self.rpos <= self.rend);
+        self.taken.clear();
         // Input that arrived meanwhile was not read, and an edge-triggered loop reports it
         // only once: the next turn reads whatever the last one said.
         self.drained = false;
@@ -513,11 +550,12 @@ impl<S: Io> Conn<S> {
                         return Progress::Close;
                     }
                     BinNext::Later(n) => {
-                        self.rpos += n;
+                        // Consumed once the job's reply is in (`complete`).
+                        self.taken.push(n);
                         let mut job = session.job.take();
                         // The GETs pipelined after it join its job: their flashed reads go together.
                         if let Some(Pending::FlashRead(crate::flashio::Read::Binary(g))) = &mut job {
-                            self.rpos += binary::gather(g, &self.rbuf[self.rpos..self.rend], sh, budget);
+                            binary::gather(g, &self.rbuf[self.rpos + n..self.rend], sh, budget, &mut self.taken);
                         }
                         self.job = job;
                         self.waiting = true;
@@ -552,23 +590,25 @@ impl<S: Io> Conn<S> {
                         self.resume = done;
                         return Progress::OutputFull;
                     }
+                    let stacked = std::mem::replace(&mut self.stacked, !matches!(req, text::Request::Get { .. }));
+                    if let Next::Later(mut job) = next {
+                        // The request stays in place until the job's reply is in (`complete`).
+                        self.taken.push(n);
+                        // The mg pipelined after it join its job: their flashed reads go together.
+                        if let Pending::FlashRead(crate::flashio::Read::Meta(g)) = &mut job {
+                            crate::meta::gather(g, &self.rbuf[self.rpos + n..self.rend], &limits, sh, budget, &mut self.taken);
+                        }
+                        self.job = Some(job);
+                        self.waiting = true;
+                        return Progress::Later;
+                    }
                     self.resume = 0;
                     self.rpos += n;
-                    let stacked = std::mem::replace(&mut self.stacked, !matches!(req, text::Request::Get { .. }));
                     if let Next::Flush = next {
                         return Progress::OutputFull;
                     }
                     match next {
-                        Next::Continue | Next::Resume(_) | Next::Flush => {}
-                        Next::Later(mut job) => {
-                            // The mg pipelined after it join its job: their flashed reads go together.
-                            if let Pending::FlashRead(crate::flashio::Read::Meta(g)) = &mut job {
-                                self.rpos += crate::meta::gather(g, &self.rbuf[self.rpos..self.rend], &limits, sh, budget);
-                            }
-                            self.job = Some(job);
-                            self.waiting = true;
-                            return Progress::Later;
-                        }
+                        Next::Continue | Next::Resume(_) | Next::Flush | Next::Later(_) => {}
                         Next::Metadump(dump) => self.dump = dump.begin(stacked, sh, &mut self.wbuf),
                         Next::Swallow(s, reply) => {
                             self.swallow = s;

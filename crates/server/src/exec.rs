@@ -12,6 +12,7 @@ use mnemo_store::Mode;
 
 use crate::command::arith::{self, Counted};
 use crate::command::{delete, flush, read, write, write::Stored, Answer, Proto};
+use crate::jobs::Answered;
 use crate::stats::{self, Counters};
 use crate::Shared;
 
@@ -44,6 +45,8 @@ pub enum Next {
 /// is this plus one value. The connection's read backpressure (conn.rs, `WBUF_HIGH`) uses the
 /// same 256 KiB. It was 4 MiB: 20 never-reading clients then pinned 98 MB where memcached,
 /// which holds references to items instead of copies, grew 37 MB (tests/test_pinned_memory.py).
+/// A flash I/O job answering a multi-get's flashed part stops at the same size (flashio.rs,
+/// "The pause").
 pub const GET_PAUSE_BYTES: usize = 256 * 1024;
 
 /// Append a reply line unless the client asked for none.
@@ -368,33 +371,39 @@ fn defer_get(keys: Keys<'_>, i: usize, cas: bool, first: read::Flashed) -> Next 
         }
         rest.extend_from_slice(k);
     }
-    Next::Later(crate::command::Pending::FlashRead(crate::flashio::Read::Text { keys: rest.into(), cas, first }))
+    let read = crate::flashio::Read::Text { keys: rest.into(), from: i, cas, first };
+    Next::Later(crate::command::Pending::FlashRead(read))
 }
 
 /// On a flash I/O thread: the reply of a get from its first flashed key on (`keys`, the first
-/// located at `first`). The other keys are looked up first (RAM hits written at once), then
-/// every flashed record is read, back to back, then their replies go in their places.
-pub(crate) fn get_flashed(keys: &[u8], cas: bool, first: read::Flashed, sh: &Shared, c: &Counters) -> Vec<u8> {
+/// located at `first`, key `from` of the request). The other keys are looked up first (RAM
+/// hits written at once), then every flashed record is read, back to back, then their replies
+/// go in their places. At the multi-get pause it stops before the next key's lookup
+/// (flashio.rs, "The pause"): the reply then has no END, and the request runs on from that key.
+pub(crate) fn get_flashed(keys: &[u8], from: usize, cas: bool, first: read::Flashed, sh: &Shared, c: &Counters) -> (Vec<u8>, Answered) {
     let keys = Keys::new(keys);
     let mut out = Vec::new();
+    let mut batch = crate::flashio::Batch::new(&first);
+    let mut answered = Answered::All;
     // Flashed keys, with where their replies go in `out`.
-    let mut holes = Vec::new();
-    let mut first = Some(first);
-    for key in keys.iter() {
-        let flashed = match first.take() {
-            Some(at) => at,
-            None => match read::locate(key, read::Read::Get, &mut TextHit { key, cas, last: false }, sh, c, &mut out) {
-                Answer::Now(_) => continue,
-                Answer::Later(at) => at,
-            },
-        };
-        holes.push(read::Hole { at: out.len(), key, req: (), flashed });
+    let mut holes = vec![read::Hole { at: 0, key: keys.iter().next().unwrap_or_default(), req: (), flashed: first }];
+    for (k, key) in keys.iter().enumerate().skip(1) {
+        if batch.full(&out) {
+            answered = Answered::Keys(from + k);
+            break;
+        }
+        if let Answer::Later(flashed) = read::locate(key, read::Read::Get, &mut TextHit { key, cas, last: false }, sh, c, &mut out) {
+            batch.add(&flashed);
+            holes.push(read::Hole { at: out.len(), key, req: (), flashed });
+        }
     }
     let mut reply = read::fill_holes(out, holes, sh, |key, (), at, v, reply| {
         read::finish_read(key, read::Read::Get, at, v, &mut TextHit { key, cas, last: false }, sh, c, reply);
     });
-    reply.extend_from_slice(b"END\r\n");
-    reply
+    if answered == Answered::All {
+        reply.extend_from_slice(b"END\r\n");
+    }
+    (reply, answered)
 }
 
 fn stats_command(args: Keys<'_>, sh: &Shared, out: &mut Vec<u8>) {

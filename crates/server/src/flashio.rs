@@ -37,6 +37,23 @@
 //!          read f1 and f3 together; replies in request order, the NOOP's last
 //! ```
 //!
+//! The pause: a job stops where a RAM multi-get pauses ([`crate::exec::GET_PAUSE_BYTES`]), so
+//! a client that asks for many flashed values and never reads pins what it pins for RAM values
+//! (issue 47: 20 such clients of `get` over 600 x 100 KB took 1.2 GB when a job built its
+//! whole reply). Before it locates each key after the first, the job adds up its reply so far
+//! (RAM hits, misses) and the lengths of the flashed records it located (a located entry knows
+//! its record's length: [`Batch`]); at the pause it stops, before that key's lookup, so no key
+//! is counted (`cmd_get`) or marked fetched twice, and says how far it got
+//! ([`crate::jobs::Answered`]). The connection (conn.rs) keeps the input the job took until
+//! its reply arrives; then a text get runs on from the key the job stopped at (as after
+//! `Next::Resume`, once the output drains), and a pipeline's unanswered requests are parsed
+//! again. Replies stay in request order, byte for byte what one pass would write.
+//!
+//! ```text
+//!   get f1 f2 f3 f4 f5 (100 KB each, cold)   job 1: f1 f2 f3 (300 KB >= 256 KiB), Keys(3)
+//!   output drained below WBUF_HIGH ─────────> worker: get from f4: deferred, job 2: f4 f5 END
+//! ```
+//!
 //! Counting: each pool thread has a block of its own in `Shared::counters` (after the
 //! workers' and the UDP threads'), since a block is written by one thread only (stats.rs).
 //!
@@ -48,7 +65,7 @@
 use std::sync::Arc;
 
 use crate::command::read::Flashed;
-use crate::jobs::{Done, Mailbox};
+use crate::jobs::{Answered, Done, Mailbox};
 use crate::stats::Counters;
 use crate::{Config, Shared};
 
@@ -61,8 +78,9 @@ pub(crate) const GATHER_KEYS: usize = 64;
 /// close while it runs).
 #[derive(Debug)]
 pub(crate) enum Read {
-    /// get / gets: the keys from the flashed one on, separated by single spaces.
-    Text { keys: Box<[u8]>, cas: bool, first: Flashed },
+    /// get / gets: the keys from the flashed one on, separated by single spaces; `from`: the
+    /// first one's index in the request.
+    Text { keys: Box<[u8]>, from: usize, cas: bool, first: Flashed },
     /// The binary GET family (GET, GETQ, GETK, GETKQ), and the GETs and NOOPs pipelined after it.
     Binary(crate::binary::FlashGet),
     /// mg, and the mg and mn pipelined after it.
@@ -71,12 +89,36 @@ pub(crate) enum Read {
 
 impl Read {
     /// The reads and the reply, on a pool thread; `c` is the thread's counters block.
-    fn run(self, sh: &Shared, c: &Counters) -> Vec<u8> {
+    fn run(self, sh: &Shared, c: &Counters) -> (Vec<u8>, Answered) {
         match self {
-            Read::Text { keys, cas, first } => crate::exec::get_flashed(&keys, cas, first, sh, c),
+            Read::Text { keys, from, cas, first } => crate::exec::get_flashed(&keys, from, cas, first, sh, c),
             Read::Binary(g) => g.run(sh, c),
             Read::Meta(g) => g.run(sh, c),
         }
+    }
+}
+
+/// A job's reply so far and the flashed records it located, against the multi-get pause
+/// (module docs, "The pause").
+pub(crate) struct Batch {
+    located: usize,
+}
+
+impl Batch {
+    /// A job whose first key, already located, is `first`.
+    pub fn new(first: &Flashed) -> Batch {
+        Batch { located: first.fref.record_len() }
+    }
+
+    /// A further flashed key was located.
+    pub fn add(&mut self, f: &Flashed) {
+        self.located += f.fref.record_len();
+    }
+
+    /// Whether the job stops before it locates another key: `out` (its reply so far, RAM
+    /// hits and misses) and the located records reach the pause.
+    pub fn full(&self, out: &[u8]) -> bool {
+        out.len() + self.located >= crate::exec::GET_PAUSE_BYTES
     }
 }
 
@@ -123,7 +165,7 @@ fn run(sh: &Shared, me: usize) {
     let c = sh.counters[pool.counters + me].clone();
     loop {
         let job = pool.lanes.pop();
-        let reply = job.read.run(sh, &c);
-        job.to.post(Done { slot: job.slot, gen: job.gen, reply });
+        let (reply, answered) = job.read.run(sh, &c);
+        job.to.post(Done { slot: job.slot, gen: job.gen, reply, answered });
     }
 }

@@ -71,6 +71,21 @@ pub(crate) struct Done {
     pub slot: usize,
     pub gen: u32,
     pub reply: Vec<u8>,
+    /// How much of its requests the reply answers (a flash read stops at the multi-get pause).
+    pub answered: Answered,
+}
+
+/// How much of the requests a job took its reply answers: all of them, or, for a flash read
+/// that reached the multi-get pause (flashio.rs, "The pause"), the part before the key it
+/// stopped at. The connection consumes the answered input and parses the rest again later.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Answered {
+    All,
+    /// A text get: its keys before this index (counted from the request's first key); the
+    /// request runs on from there ([`crate::exec::Next::Resume`]'s index).
+    Keys(usize),
+    /// A binary or meta pipeline: this many of the requests the job took (at least the first).
+    Requests(usize),
 }
 
 /// One worker's finished jobs, and how to wake it.
@@ -217,7 +232,7 @@ fn run(sh: &Shared, me: usize) {
             // Due before a thread was free (the watchdog had not come to it yet): answered
             // now, and not run.
             answered_late(&work);
-            to.post(Done { slot, gen, reply: due.map(|d| d.1).unwrap_or_default() });
+            to.post(Done { slot, gen, reply: due.map(|d| d.1).unwrap_or_default(), answered: Answered::All });
             continue;
         }
         let timed = due.is_some();
@@ -230,7 +245,7 @@ fn run(sh: &Shared, me: usize) {
         // None: the watchdog answered already; this result is dropped.
         let finished = pool.running[me].lock().take();
         if let Some(r) = finished {
-            r.to.post(Done { slot: r.slot, gen: r.gen, reply });
+            r.to.post(Done { slot: r.slot, gen: r.gen, reply, answered: Answered::All });
         }
     }
 }
@@ -261,7 +276,7 @@ fn watchdog(pool: &Pool) {
         for Queued { job, due } in late.drain(..) {
             answered_late(&job.work);
             let reply = due.map(|d| d.1).unwrap_or_default();
-            job.to.post(Done { slot: job.slot, gen: job.gen, reply });
+            job.to.post(Done { slot: job.slot, gen: job.gen, reply, answered: Answered::All });
         }
         for slot in &pool.running {
             let mut r = slot.lock();
@@ -269,7 +284,7 @@ fn watchdog(pool: &Pool) {
             if due <= now {
                 if let Some(Running { to, slot, gen, due: Some((_, late)) }) = r.take() {
                     drop(r);
-                    to.post(Done { slot, gen, reply: late });
+                    to.post(Done { slot, gen, reply: late, answered: Answered::All });
                 }
             } else {
                 next = Some(next.map_or(due, |n| n.min(due)));
@@ -344,7 +359,7 @@ mod tests {
         std::thread::sleep(Duration::from_millis(600));
         assert!(m.take().is_empty());
         let r = pool.running[0].lock().take().unwrap();
-        r.to.post(Done { slot: r.slot, gen: r.gen, reply: b"OK\r\n".to_vec() });
+        r.to.post(Done { slot: r.slot, gen: r.gen, reply: b"OK\r\n".to_vec(), answered: Answered::All });
         let d = m.take();
         assert_eq!((d.len(), &d[0].reply[..]), (1, &b"OK\r\n"[..]));
     }

@@ -16,6 +16,7 @@ use crate::command::read::{self, Direct};
 use crate::command::write::{self, Stored};
 use crate::command::{Answer, Proto};
 use crate::exec::Next;
+use crate::jobs::Answered;
 use crate::stats::Counters;
 use crate::Shared;
 
@@ -233,8 +234,10 @@ pub(crate) struct FlashGet {
 impl FlashGet {
     /// On a flash I/O thread: the replies, as `get` (and `mn`) would have written them, in
     /// request order. The gathered mg are looked up here (RAM hits and misses answered at
-    /// once), then every flashed record is read together (`read::fill_holes`).
-    pub fn run(self, sh: &Shared, c: &Counters) -> Vec<u8> {
+    /// once), then every flashed record is read together (`read::fill_holes`). At the
+    /// multi-get pause it stops before the next mg's lookup (flashio.rs, "The pause"): the
+    /// requests from there on are the connection's to parse again.
+    pub fn run(self, sh: &Shared, c: &Counters) -> (Vec<u8>, Answered) {
         // The reply of an mg whose read is done: EN for a miss, unless q.
         let missed = |g: &OwnedGet, out: &mut Vec<u8>| {
             let m = g.meta();
@@ -243,12 +246,19 @@ impl FlashGet {
             }
         };
         let mut out = Vec::new();
+        let mut batch = crate::flashio::Batch::new(&self.first);
+        let mut answered = Answered::All;
         let mut holes = vec![read::Hole { at: 0, key: self.mg.key.as_bytes(), req: &self.mg, flashed: self.first }];
-        for f in &self.rest {
+        for (i, f) in self.rest.iter().enumerate() {
             let g = match f {
                 Follow::Noop => {
                     out.extend_from_slice(b"MN\r\n");
                     continue;
+                }
+                Follow::Get(_) if batch.full(&out) => {
+                    // The deferred mg and the `i` gathered before this one.
+                    answered = Answered::Requests(1 + i);
+                    break;
                 }
                 Follow::Get(g) => g,
             };
@@ -257,16 +267,20 @@ impl FlashGet {
             match read::locate(g.key.as_bytes(), DEFERRED, &mut hit, sh, c, &mut out) {
                 Answer::Now(found) if found.is_hit() => {}
                 Answer::Now(_) => missed(g, &mut out),
-                Answer::Later(flashed) => holes.push(read::Hole { at: out.len(), key: g.key.as_bytes(), req: g, flashed }),
+                Answer::Later(flashed) => {
+                    batch.add(&flashed);
+                    holes.push(read::Hole { at: out.len(), key: g.key.as_bytes(), req: g, flashed });
+                }
             }
         }
-        read::fill_holes(out, holes, sh, |key, g, at, v, reply| {
+        let reply = read::fill_holes(out, holes, sh, |key, g, at, v, reply| {
             let m = g.meta();
             let mut hit = MetaHit { m: &m, sh, now: sh.clock.now() };
             if !read::finish_read(key, DEFERRED, at, v, &mut hit, sh, c, reply).is_hit() {
                 missed(g, reply);
             }
-        })
+        });
+        (reply, answered)
     }
 }
 
@@ -274,8 +288,9 @@ impl FlashGet {
 /// job so that their flashed reads go together (conn.rs): complete mg requests that `get`
 /// would defer too (no T, u or N) and mn, from the front of `input`. It stops at anything else
 /// (an ms must run after the job, on the worker), at an incomplete request, when `budget`
-/// (-R) is spent or the job has `flashio::GATHER_KEYS` keys. Returns the bytes taken.
-pub(crate) fn gather(g: &mut FlashGet, input: &[u8], limits: &text::Limits, sh: &Shared, budget: &mut usize) -> usize {
+/// (-R) is spent or the job has `flashio::GATHER_KEYS` keys. Each request taken has its length
+/// pushed on `taken` (the connection rewinds over those the job leaves unanswered).
+pub(crate) fn gather(g: &mut FlashGet, input: &[u8], limits: &text::Limits, sh: &Shared, budget: &mut usize, taken: &mut Vec<usize>) {
     let mut used = 0;
     let mut keys = 1 + g.rest.iter().filter(|f| matches!(f, Follow::Get(_))).count();
     while *budget > 0 && keys < crate::flashio::GATHER_KEYS {
@@ -290,9 +305,9 @@ pub(crate) fn gather(g: &mut FlashGet, input: &[u8], limits: &text::Limits, sh: 
             _ => break,
         }
         used += n;
+        taken.push(n);
         *budget -= 1;
     }
-    used
 }
 
 fn set(m: &Meta<'_>, sh: &Shared, c: &Counters, out: &mut Vec<u8>) {

@@ -13,6 +13,7 @@ use crate::command::delete::{self, Deleted};
 use crate::command::read::{self, Read};
 use crate::command::write::{self, Stored};
 use crate::command::{Answer, Pending, Proto};
+use crate::jobs::Answered;
 use crate::stats::Counters;
 use crate::Shared;
 
@@ -114,24 +115,37 @@ impl FlashGet {
     /// On a flash I/O thread: the replies, as `get` (and `execute`'s NOOP) would have written
     /// them, in request order. The gathered GETs are looked up here (RAM hits and misses
     /// answered at once), then every flashed record is read together (`read::fill_holes`).
-    pub fn run(self, sh: &Shared, c: &Counters) -> Vec<u8> {
+    /// At the multi-get pause it stops before the next GET's lookup (flashio.rs, "The pause"):
+    /// the requests from there on are the connection's to parse again.
+    pub fn run(self, sh: &Shared, c: &Counters) -> (Vec<u8>, Answered) {
         let mut out = Vec::new();
+        let mut batch = crate::flashio::Batch::new(&self.first);
+        let mut answered = Answered::All;
         let mut holes = vec![read::Hole { at: 0, key: &self.get.key[..], req: &self.get, flashed: self.first }];
-        for f in &self.rest {
+        for (i, f) in self.rest.iter().enumerate() {
             match f {
                 Follow::Noop { opcode, opaque } => bin::response(&mut out, *opcode, Status::Ok, *opaque, 0, &[], &[], &[]),
+                Follow::Get(_) if batch.full(&out) => {
+                    // The deferred GET and the `i` gathered before this one.
+                    answered = Answered::Requests(1 + i);
+                    break;
+                }
                 Follow::Get(g) => match read::locate(&g.key, Read::Get, &mut g.hit(), sh, c, &mut out) {
                     Answer::Now(found) if found.is_hit() => {}
                     Answer::Now(_) => g.missed(&mut out),
-                    Answer::Later(flashed) => holes.push(read::Hole { at: out.len(), key: &g.key, req: g, flashed }),
+                    Answer::Later(flashed) => {
+                        batch.add(&flashed);
+                        holes.push(read::Hole { at: out.len(), key: &g.key, req: g, flashed });
+                    }
                 },
             }
         }
-        read::fill_holes(out, holes, sh, |key, g, at, v, reply| {
+        let reply = read::fill_holes(out, holes, sh, |key, g, at, v, reply| {
             if !read::finish_read(key, Read::Get, at, v, &mut g.hit(), sh, c, reply).is_hit() {
                 g.missed(reply);
             }
-        })
+        });
+        (reply, answered)
     }
 }
 
@@ -139,10 +153,11 @@ impl FlashGet {
 /// job so that their flashed reads go together (conn.rs): complete GET/GETQ/GETK/GETKQ
 /// frames, and NOOPs (their replies in order), from the front of `input`. It stops at anything
 /// else (a SET must run after the job, on the worker), at an incomplete frame, when `budget`
-/// (-R) is spent or the job has `flashio::GATHER_KEYS` keys. Returns the bytes taken. No
+/// (-R) is spent or the job has `flashio::GATHER_KEYS` keys. Each request taken has its length
+/// pushed on `taken` (the connection rewinds over those the job leaves unanswered). No
 /// SASL check is needed: the deferred GET passed it, and only SASL requests (which stop the
 /// gathering) change it.
-pub(crate) fn gather(g: &mut FlashGet, input: &[u8], sh: &Shared, budget: &mut usize) -> usize {
+pub(crate) fn gather(g: &mut FlashGet, input: &[u8], sh: &Shared, budget: &mut usize, taken: &mut Vec<usize>) {
     let limits = mnemo_proto::text::Limits { item_size_max: sh.config.item_size_max, use_cas: sh.config.use_cas };
     let mut used = 0;
     let mut keys = 1 + g.rest.iter().filter(|f| matches!(f, Follow::Get(_))).count();
@@ -159,9 +174,9 @@ pub(crate) fn gather(g: &mut FlashGet, input: &[u8], sh: &Shared, budget: &mut u
             _ => break,
         }
         used += n;
+        taken.push(n);
         *budget -= 1;
     }
-    used
 }
 
 fn bin_response(r: &mut Reply<'_>, status: Status, key: &[u8]) {

@@ -337,7 +337,7 @@ impl<T: Transport> Worker<T> {
                 continue;
             }
             let Some(conn) = slot.conn.as_mut() else { continue };
-            conn.complete(&d.reply, now);
+            conn.complete(&d.reply, d.answered, now);
             self.slots.mark(d.slot, false);
         }
     }

@@ -228,6 +228,14 @@ pub struct FlashRef {
     pub(crate) loc: Loc,
 }
 
+impl FlashRef {
+    /// The record's length in the file (its header, key and value): what reading it costs in
+    /// memory, known before it is read (the server bounds a batch of flash reads by it).
+    pub fn record_len(&self) -> usize {
+        self.loc.len as usize
+    }
+}
+
 /// Which stream of pages a record is written to (module doc; memcached's page buckets).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Stream {
