@@ -122,6 +122,12 @@ stop_background() {
 trap stop_background EXIT
 
 export MNEMOD_BIN="$root/target/debug/mnemod"
+# The memcached users install today (Debian 13's 1.6.38), built from its source package, for
+# the differential tests that follow it (tests/servers.py kind "memcached-new"). Without Debian
+# 13's archive the script says so and the run fails.
+step "memcached 1.6.38 (Debian 13) from its source package"
+MEMCACHED_NEW_BIN="$(bash scripts/memcached-new.sh | tail -n 1)/memcached"
+export MEMCACHED_NEW_BIN
 # The black-box suites (memccapable, pytest) run once per worker event loop; mnemod reads
 # MNEMO_IO_LOOP (docs/operations.md, "Event loops"). The Rust black-box tests ran above on the default loop
 # (uring) and run again here on the other one (epoll). The epoll run leaves out the Python tests

@@ -3,8 +3,10 @@
 Servers bind 127.0.0.1 on a free port (or a UNIX socket), are waited for by connecting in a
 retry loop with a deadline (never by a fixed sleep) and are killed when the test ends.
 
-    mnemod:    $MNEMOD_BIN -p PORT -l 127.0.0.1 -U 0 [extra]
-    memcached: memcached [-u root] -p PORT -l 127.0.0.1 -U 0 [extra]
+    mnemod:         $MNEMOD_BIN -p PORT -l 127.0.0.1 -U 0 [extra]
+    memcached:      memcached [-u root] -p PORT -l 127.0.0.1 -U 0 [extra]  (Debian 12's 1.6.18)
+    memcached-new:  $MEMCACHED_NEW_BIN, the same flags  (Debian 13's 1.6.38, built from its source
+                    package by scripts/memcached-new.sh; scripts/test.sh sets the variable)
 """
 import itertools
 import os
@@ -18,6 +20,16 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 MNEMOD = os.environ.get("MNEMOD_BIN", str(ROOT / "target" / "debug" / "mnemod"))
 MEMCACHED = shutil.which("memcached") or "/usr/bin/memcached"
+MEMCACHED_NEW = os.environ.get("MEMCACHED_NEW_BIN",
+                               str(ROOT / "target" / "memcached-new" / "memcached-1.6.38" / "memcached"))
+
+
+def need_memcached_new():
+    """The 1.6.38 reference binary, or a failure that says how to build it (never a skip)."""
+    if not os.access(MEMCACHED_NEW, os.X_OK):
+        raise RuntimeError(f"{MEMCACHED_NEW} is missing: run `bash scripts/memcached-new.sh` "
+                           "(it builds Debian 13's memcached 1.6.38 from its source package)")
+    return MEMCACHED_NEW
 START_DEADLINE = 60.0  # a liveness check, not a timing: a debug mnemod compiles its filters first
 
 
@@ -42,7 +54,7 @@ def command(kind, *extra):
     """The argv that starts `kind` ("mnemod" or "memcached") with memcached's flags."""
     if kind == "mnemod":
         return [MNEMOD, *extra]
-    base = [MEMCACHED]
+    base = [need_memcached_new() if kind == "memcached-new" else MEMCACHED]
     # memcached refuses to run as root without -u; as anyone else -u would fail.
     if os.geteuid() == 0:
         base += ["-u", "root"]
