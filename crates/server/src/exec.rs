@@ -263,6 +263,7 @@ pub fn execute_from(
             Answer::Later(job) => Next::Later(job),
         },
         Request::FgetArgsTooLong { swallow } => Next::Swallow(swallow, Some(ErrorReply::FilterArgsTooLong)),
+        Request::BadStoreLine { swallow, noreply } => Next::Swallow(swallow, (!noreply).then_some(ErrorReply::BadFormat)),
     }
 }
 
@@ -285,7 +286,9 @@ pub fn unauthenticated(req: &Request<'_>, sh: &Shared, authed: &mut bool, out: &
         }
         // Data blocks refused before they were read are swallowed all the same: the connection
         // must stay in sync whether or not it has authenticated.
-        Request::TooLarge { swallow, .. } | Request::FgetArgsTooLong { swallow } => {
+        Request::TooLarge { swallow, .. }
+        | Request::FgetArgsTooLong { swallow }
+        | Request::BadStoreLine { swallow, .. } => {
             Next::Swallow(swallow, Some(ErrorReply::Unauthenticated))
         }
         // memcached refuses even `quit` before authentication.
