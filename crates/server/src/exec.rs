@@ -423,9 +423,8 @@ fn stats_command(args: Keys<'_>, sh: &Shared, out: &mut Vec<u8>) {
         Some(b"items") => stats::items(sh, out),
         Some(b"slabs") => stats::slabs(sh, out),
         Some(b"sizes") => stats::sizes(sh, out),
-        // memcached 1.6.18 sends their one line without END.
-        Some(b"sizes_enable") => stats::sizes_switch(sh, true, out),
-        Some(b"sizes_disable") => stats::sizes_switch(sh, false, out),
+        // `sizes_enable|sizes_disable` went in memcached 1.6.25 (`-o track_sizes` remains): they
+        // are unknown subcommands now, as there.
         Some(b"extstore") => stats::extstore_pages(sh, out),
         Some(b"conns") => crate::conns::stats(sh, out),
         Some(b"detail") => match words.next() {
