@@ -292,8 +292,10 @@ fn command<'a>(line: &'a [u8], after: usize, buf: &'a [u8], limits: &Limits) -> 
             }
             get_family(cmd, line, after)
         }
+        // memcached 1.6.40 reads the words it needs and ignores the rest (a last `noreply`
+        // still counts).
         b"set" | b"add" | b"replace" | b"append" | b"prepend" => {
-            if nt != 6 && nt != 7 {
+            if nt < 6 {
                 return err(ErrorReply::Error, after, false);
             }
             let kind = match cmd {
@@ -308,7 +310,7 @@ fn command<'a>(line: &'a [u8], after: usize, buf: &'a [u8], limits: &Limits) -> 
         b"cas" => {
             // Without its CAS token (6) the line is read as a storage line whose CAS is
             // malformed (memcached 1.6.40): refused, its data block swallowed.
-            if !(6..=8).contains(&nt) {
+            if nt < 6 {
                 return err(ErrorReply::Error, after, false);
             }
             storage(StoreKind::Cas, &t, after, buf, limits)
@@ -555,8 +557,8 @@ pub fn pending_store<'a>(buf: &'a [u8], limits: &Limits) -> Option<StoreHead<'a>
         b"cas" => StoreKind::Cas,
         _ => return None,
     };
-    let counts = if kind == StoreKind::Cas { 7..=8 } else { 6..=7 };
-    if !counts.contains(&nt) {
+    let least = if kind == StoreKind::Cas { 7 } else { 6 };
+    if nt < least {
         return None;
     }
     let head = storage_head(kind, &t, nl + 1).ok()?;

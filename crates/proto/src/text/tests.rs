@@ -102,6 +102,9 @@ fn refused_storage_lines_swallow_their_data() {
     // A bad length: nothing to swallow.
     assert!(matches!(p(b"set k 0 0 x\r\n"), Parsed::Error { reply: ErrorReply::BadFormat, .. }));
     assert!(matches!(p(b"cas k 0 0\r\n"), Parsed::Error { reply: ErrorReply::Error, .. }));
+    // Words past the ones a storage command needs are ignored, but a last noreply.
+    assert!(matches!(p(b"set k 0 0 1 noreply extra\r\nx\r\n"), Parsed::Request(Request::Store { noreply: false, .. }, _)));
+    assert!(matches!(p(b"cas k 0 0 1 5 x noreply\r\nx\r\n"), Parsed::Request(Request::Store { cas: 5, noreply: true, .. }, _)));
 }
 
 #[test]
