@@ -14,6 +14,9 @@ Requests and replies are written with Python bytes escapes (\\r \\n \\t \\xNN \\
 extension: {N*TEXT} stands for TEXT repeated N times (a literal brace is written \\x7b / \\x7d).
 A step written `>! ` is sent without the sentinel (a line without a newline, say); its reply is
 what arrives until the server closes or stays quiet for a second.
+A `<45 ` line after a `< ` line is memcached 1.6.45's reply where it differs from the recorded
+release's (1.6.38; the 1.6.40 parser, the 1.6.43 dump OK): mnemod follows 1.6.45 and is checked
+against it, the live 1.6.38 against the `< ` line. The recorder keeps these lines.
 A reply may end in a marker: <CLOSED> (the server closed the connection; the next step opens a
 new one), <TIMEOUT> (the sentinel got no answer: the server swallowed it as data), <QUIET> (a
 `>! ` step's server kept the connection open) or <NOCONNECT> (no server to connect to). `< ` lines are written by
@@ -104,6 +107,7 @@ class Case:
         self.steps = steps          # list of [request bytes, recorded reply bytes or None]
         self.file = file
         self.line = line
+        self.newer = {}             # step index -> memcached 1.6.45's reply (`<45 ` lines)
 
     @property
     def id(self):
@@ -132,6 +136,8 @@ def load(path):
             case.steps.append([decode(raw[2:]), None, False])
         elif raw.startswith(">! "):
             case.steps.append([decode(raw[3:]), None, True])
+        elif raw.startswith("<45 "):
+            case.newer[len(case.steps) - 1] = decode(raw[4:])
         elif raw.startswith("< "):
             case.steps[-1][1] = decode(raw[2:])
         elif raw.strip() and not raw.startswith("#"):
@@ -156,10 +162,12 @@ def save(path, version, cases, header):
     for case in cases:
         out.append("")
         out.append("== " + case.name + (" | " + " ".join(case.flags) if case.flags else ""))
-        for req, rep, bare in case.steps:
+        for i, (req, rep, bare) in enumerate(case.steps):
             out.append((">! " if bare else "> ") + encode(req, run=64))
             if rep is not None:
                 out.append("< " + encode(rep))
+            if i in case.newer:
+                out.append("<45 " + encode(case.newer[i]))
     path.write_text("\n".join(out) + "\n")
 
 

@@ -3,7 +3,8 @@
     .venv/bin/python tests/record_tables.py [tests/tables/text.txt ...]
 
 Runs every case of the given tables (default: every new-format table) against a fresh real
-memcached each and rewrites the `< ` lines with what it answered. Review the diff before
+memcached 1.6.38 (Debian 13's, kind "memcached-new") each and rewrites the `< ` lines with what
+it answered; `<45 ` lines (memcached 1.6.45's reply where it differs) are kept as written. Review the diff before
 committing: the tables are only as good as memcached's replies.
 """
 import pathlib
@@ -12,11 +13,11 @@ import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from conversation import load, run_case, save  # noqa: E402
-from servers import MEMCACHED, Server  # noqa: E402
+from servers import Server, need_memcached_new  # noqa: E402
 
 
 def main(paths):
-    version = subprocess.run([MEMCACHED, "-V"], capture_output=True, text=True).stdout.split()[1]
+    version = subprocess.run([need_memcached_new(), "-V"], capture_output=True, text=True).stdout.split()[1]
     for path in paths:
         path = pathlib.Path(path)
         header = []
@@ -28,7 +29,7 @@ def main(paths):
             header.pop()
         _, cases = load(path)
         for case in cases:
-            with Server("memcached", *case.flags) as srv:
+            with Server("memcached-new", *case.flags) as srv:
                 for st, rep in zip(case.steps, run_case(srv, case)):
                     st[1] = rep
         save(path, version, cases, header)

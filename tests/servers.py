@@ -11,6 +11,7 @@ retry loop with a deadline (never by a fixed sleep) and are killed when the test
 import itertools
 import os
 import pathlib
+import re
 import shutil
 import socket
 import subprocess
@@ -30,6 +31,20 @@ def need_memcached_new():
         raise RuntimeError(f"{MEMCACHED_NEW} is missing: run `bash scripts/memcached-new.sh` "
                            "(it builds Debian 13's memcached 1.6.38 from its source package)")
     return MEMCACHED_NEW
+
+
+def reported_version(kind):
+    """The memcached release `kind` answers `version` with, from its `-V` line: memcached's
+    `memcached 1.6.38`, mnemod's `mnemod 0.1.0 (memcached 1.6.45)` (mnemod's one fact lives in
+    crates/server/src/config.rs)."""
+    out = subprocess.run(command(kind, "-V"), capture_output=True, text=True).stdout
+    return re.search(r"(\d+\.\d+\.\d+)\)?\s*$", out).group(1)
+
+
+# A `version` reply from any of the servers (1.6.18, 1.6.38 or mnemod's 1.6.45), for tests
+# that check a connection is served, not which release answers.
+VERSION_REPLY = re.compile(rb"VERSION 1\.6\.\d+\r\n")
+
 START_DEADLINE = 60.0  # a liveness check, not a timing: a debug mnemod compiles its filters first
 
 

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from servers import Server, roundtrip, stats
+from servers import Server, roundtrip, stats, VERSION_REPLY
 
 TIMEOUT = 1
 # memcached's idle thread looks about once a second: allow a few.
@@ -36,7 +36,7 @@ def test_idle_connections_are_closed_and_counted(kind):
         partial.sendall(b"get some")
         start = time.monotonic()
         while time.monotonic() - start < DEADLINE:
-            assert roundtrip(busy, b"version\r\n") == b"VERSION 1.6.18\r\n"
+            assert VERSION_REPLY.fullmatch(roundtrip(busy, b"version\r\n"))
             time.sleep(0.3)
         assert closed_within(idle, 0.5), kind
         assert closed_within(partial, 0.5), kind
@@ -84,4 +84,4 @@ def test_without_idle_timeout_nothing_is_closed(kind):
             st = stats(s)
             assert "idle_kicks" not in st
             assert stats(s, b"settings")["idle_timeout"] == "0"
-        assert roundtrip(idle, b"version\r\n") == b"VERSION 1.6.18\r\n"
+        assert VERSION_REPLY.fullmatch(roundtrip(idle, b"version\r\n"))

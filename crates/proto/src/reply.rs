@@ -14,7 +14,6 @@ pub enum ErrorReply {
     BadDelta,
     BadExptime,
     NonNumeric,
-    DeleteUsage,
     ShutdownDisabled,
     ShutdownMode,
     FlushDisabled,
@@ -57,10 +56,8 @@ impl ErrorReply {
             ErrorReply::NonNumeric => {
                 "CLIENT_ERROR cannot increment or decrement non-numeric value"
             }
-            ErrorReply::DeleteUsage => {
-                "CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]"
-            }
-            ErrorReply::ShutdownDisabled => "ERROR: shutdown not enabled",
+            // memcached 1.6.40 (1.6.18 to 1.6.39: "ERROR: shutdown not enabled").
+            ErrorReply::ShutdownDisabled => "SERVER_ERROR: shutdown not enabled",
             ErrorReply::ShutdownMode => "CLIENT_ERROR invalid shutdown mode",
             ErrorReply::FlushDisabled => "CLIENT_ERROR flush_all not allowed",
             ErrorReply::Unauthenticated => "CLIENT_ERROR unauthenticated",
@@ -143,8 +140,8 @@ mod tests {
     fn an_error_displays_as_its_reply_line() {
         assert_eq!(ErrorReply::OutOfMemory.to_string(), "SERVER_ERROR out of memory storing object");
         let mut out = Vec::new();
-        ErrorReply::DeleteUsage.write(&mut out);
-        assert_eq!(out, format!("{}\r\n", ErrorReply::DeleteUsage).into_bytes());
+        ErrorReply::ShutdownDisabled.write(&mut out);
+        assert_eq!(out, format!("{}\r\n", ErrorReply::ShutdownDisabled).into_bytes());
     }
 
     #[test]

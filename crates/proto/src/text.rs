@@ -161,6 +161,9 @@ pub enum Request<'a> {
     /// "SERVER_ERROR object too large for cache", swallows `swallow` bytes of data (some may
     /// still be on the wire) and, for `set`, drops the key's old value.
     TooLarge { kind: StoreKind, key: &'a [u8], swallow: usize, noreply: bool },
+    /// A storage line refused after its data length was read (memcached 1.6.40): reply
+    /// "CLIENT_ERROR bad command line format" and swallow `swallow` bytes of data.
+    BadStoreLine { swallow: usize, noreply: bool },
     Delete { key: &'a [u8], noreply: bool },
     Delta { key: &'a [u8], incr: bool, delta: u64, noreply: bool },
     Touch { key: &'a [u8], exptime: i32, noreply: bool },
@@ -270,6 +273,11 @@ fn command<'a>(line: &'a [u8], after: usize, buf: &'a [u8], limits: &Limits) -> 
     if let Some(p) = fast_get(line, after) {
         return p;
     }
+    // memcached 1.6.40's parser: a line shorter than 4 bytes with its newline (a blank line,
+    // `x\r\n`) is refused as malformed before any word is read.
+    if after < 4 {
+        return err(ErrorReply::BadFormat, after, false);
+    }
     let t = Tokens::split(line);
     let nt = t.ntokens();
     let cmd = t.get(0);
@@ -284,8 +292,10 @@ fn command<'a>(line: &'a [u8], after: usize, buf: &'a [u8], limits: &Limits) -> 
             }
             get_family(cmd, line, after)
         }
+        // memcached 1.6.40 reads the words it needs and ignores the rest (a last `noreply`
+        // still counts).
         b"set" | b"add" | b"replace" | b"append" | b"prepend" => {
-            if nt != 6 && nt != 7 {
+            if nt < 6 {
                 return err(ErrorReply::Error, after, false);
             }
             let kind = match cmd {
@@ -298,7 +308,9 @@ fn command<'a>(line: &'a [u8], after: usize, buf: &'a [u8], limits: &Limits) -> 
             storage(kind, &t, after, buf, limits)
         }
         b"cas" => {
-            if nt != 7 && nt != 8 {
+            // Without its CAS token (6) the line is read as a storage line whose CAS is
+            // malformed (memcached 1.6.40): refused, its data block swallowed.
+            if nt < 6 {
                 return err(ErrorReply::Error, after, false);
             }
             storage(StoreKind::Cas, &t, after, buf, limits)
@@ -317,19 +329,13 @@ fn command<'a>(line: &'a [u8], after: usize, buf: &'a [u8], limits: &Limits) -> 
                 None => err(ErrorReply::BadDelta, after, noreply),
             }
         }
+        // memcached 1.6.40 dropped 1.6.18's check of the old `delete <key> <hold time>`
+        // form: whatever follows the key is ignored, except a last `noreply`.
         b"delete" => {
-            if !(3..=5).contains(&nt) {
+            if nt < 3 {
                 return err(ErrorReply::Error, after, false);
             }
-            let mut noreply = false;
-            if nt > 3 {
-                let hold_is_zero = t.get(2) == b"0";
-                noreply = t.noreply();
-                let valid = (nt == 4 && (hold_is_zero || noreply)) || (nt == 5 && hold_is_zero && noreply);
-                if !valid {
-                    return err(ErrorReply::DeleteUsage, after, noreply);
-                }
-            }
+            let noreply = t.noreply();
             let key = t.get(1);
             if key.len() > KEY_MAX {
                 return err(ErrorReply::BadFormat, after, noreply);
@@ -551,8 +557,8 @@ pub fn pending_store<'a>(buf: &'a [u8], limits: &Limits) -> Option<StoreHead<'a>
         b"cas" => StoreKind::Cas,
         _ => return None,
     };
-    let counts = if kind == StoreKind::Cas { 7..=8 } else { 6..=7 };
-    if !counts.contains(&nt) {
+    let least = if kind == StoreKind::Cas { 7 } else { 6 };
+    if nt < least {
         return None;
     }
     let head = storage_head(kind, &t, nl + 1).ok()?;
@@ -594,7 +600,14 @@ fn storage<'a>(
 ) -> Parsed<'a> {
     let h = match storage_head(kind, t, after) {
         Ok(h) => h,
-        Err(noreply) => return err(ErrorReply::BadFormat, after, noreply),
+        // memcached 1.6.40 reads the data length first: once it is valid, a refused line
+        // (key too long, bad flags, exptime or CAS) has its data block swallowed.
+        Err(noreply) => match parse_i32(t.get(4)) {
+            Some(vlen) if (0..=i32::MAX - 2).contains(&vlen) => {
+                return req(Request::BadStoreLine { swallow: vlen as usize + 2, noreply }, after)
+            }
+            _ => return err(ErrorReply::BadFormat, after, noreply),
+        },
     };
     if !limits.item_fits(h.key.len(), h.flags, h.len) {
         return req(Request::TooLarge { kind, key: h.key, swallow: h.len + 2, noreply: h.noreply }, after);

@@ -47,13 +47,19 @@ pub enum ZeroCopy {
 }
 /// What `version`, `stats` and the binary VERSION opcode report: the memcached release whose
 /// behaviour mnemo reproduces, exactly as memcached prints it. Clients parse this as a version
-/// number (Perl's `version->parse` dies on "1.6.18-mnemo-0.1.0"), so nothing may be appended.
-pub const PROTOCOL_VERSION: &str = "1.6.18";
+/// number (Perl's `version->parse` dies on "1.6.45-mnemo-0.1.0"), so nothing may be appended.
+/// Where memcached's releases disagree, mnemo follows this one (docs/compatibility.md).
+macro_rules! protocol_version {
+    () => {
+        "1.6.45"
+    };
+}
+pub const PROTOCOL_VERSION: &str = protocol_version!();
 /// mnemo's own version: `mnemod -V`, the start-up line and `stats settings` `mnemo_version`.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
-/// `mnemod -V`: memcached's "memcached 1.6.18" shape, with mnemo's version and the release it
+/// `mnemod -V`: memcached's "memcached 1.6.45" shape, with mnemo's version and the release it
 /// speaks for.
-const VERSION_LINE: &str = concat!(env!("CARGO_PKG_VERSION"), " (memcached 1.6.18)");
+const VERSION_LINE: &str = concat!(env!("CARGO_PKG_VERSION"), " (memcached ", protocol_version!(), ")");
 
 #[derive(Parser, Debug)]
 #[command(

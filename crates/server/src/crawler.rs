@@ -5,9 +5,16 @@
 //!
 //! ```text
 //!   lru_crawler metadump all|hash|<class,...>
+//!   OK\r\n                                                       (memcached 1.6.43)
 //!   key=<url-encoded key> exp=<-1|unix time> la=<unix time> cas=<n> fetch=<yes|no> cls=1 size=<n>\n
 //!   ...
 //!   END\r\n
+//!
+//!   lru_crawler mgdump all|hash|<class,...>                   (memcached 1.6.19)
+//!   OK\r\n                                                       (memcached 1.6.43)
+//!   mg <key>\r\n  or  mg <base64 key> b\r\n
+//!   ...
+//!   EN\r\n
 //!
 //!   stats cachedump <class> <limit>            (limit 0: as many as fit in 2 MB, memcached's cap)
 //!   ITEM <key> [<size> b; <0|unix time> s]\r\n
@@ -16,7 +23,9 @@
 //! ```
 //!
 //! The metadump item lines end in a bare "\n" and only END in "\r\n": memcached's bytes, which
-//! its clients parse. The metadump is streamed: the connection asks for one store batch at a
+//! its clients parse. An mgdump lists the same items (one walk, [`Metadump`], serves both) as
+//! `mg` requests a client can send back to read each item (memcached's own dump/load tool does
+//! that). The dumps are streamed: the connection asks for one store batch at a
 //! time (`Metadump::step`) and only while its unsent output is small, so a dump of millions of
 //! keys costs a bounded buffer and holds each shard lock for one batch only. A cachedump is
 //! bounded (2 MB) like memcached's, so it is built in one go, one store batch per lock hold.
@@ -40,6 +49,10 @@
 //!   is that walk's too (memcached's is its COLD LRU's, newest first, and it lists an item
 //!   only once its LRU maintainer has moved it out of HOT).
 //! * `slabs reassign` never finds a page to move: valid, distinct classes get `NOSPARE`.
+//! * mgdump base64-encodes (with ` b`) the keys a text line cannot carry (a space, a control
+//!   byte, DEL): mnemo keeps no per-item "stored as base64" bit, so a key a client stored with
+//!   `b` that is printable is listed as it is (memcached lists every `b` key in base64 and
+//!   a binary-protocol key with a space raw, which breaks its line).
 
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -54,9 +67,10 @@ use crate::Shared;
 /// memcached's slab class ids run 1..=63 (MAX_NUMBER_OF_SLAB_CLASSES - 1).
 const MAX_CLASS: u64 = 63;
 
-/// A metadump asked for on one connection, then in progress there.
+/// A metadump or mgdump asked for on one connection, then in progress there.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Metadump {
+    mg: bool,
     /// The class list, until the connection begins the dump (`begin`).
     asked: Option<Classes>,
     cursor: DumpCursor,
@@ -64,13 +78,15 @@ pub struct Metadump {
     list: bool,
 }
 
-/// memcached refuses a metadump while replies of earlier pipelined commands are still unsent
+/// memcached refuses a dump while replies of earlier pipelined commands are still unsent
 /// (its dump writes to the socket directly and would overtake them).
 const PIPELINED: &[u8] = b"ERROR cannot pipeline other commands before metadump";
+const PIPELINED_MG: &[u8] = b"ERROR cannot pipeline other commands before mgdump";
 
 impl Metadump {
-    fn asked(spec: &[u8]) -> Metadump {
-        Metadump { asked: Some(classes(spec)), cursor: DumpCursor::new(), list: false }
+    /// `mg`: an mgdump, else a metadump.
+    fn asked(spec: &[u8], mg: bool) -> Metadump {
+        Metadump { mg, asked: Some(classes(spec)), cursor: DumpCursor::new(), list: false }
     }
 
     /// Starts the dump the connection was asked for, or answers why not. `stacked`: replies
@@ -78,9 +94,10 @@ impl Metadump {
     /// checks that before it reads the class list. None when nothing is left to stream.
     pub fn begin(mut self: Box<Self>, stacked: bool, sh: &Shared, out: &mut Vec<u8>) -> Option<Box<Metadump>> {
         let reply = match self.asked.take() {
+            _ if stacked && self.mg => PIPELINED_MG,
             _ if stacked => PIPELINED,
-            Some(Classes::All | Classes::Hash) => return self.start(true, sh),
-            Some(Classes::List(has_one)) => return self.start(has_one, sh),
+            Some(Classes::All | Classes::Hash) => return self.start(true, sh, out),
+            Some(Classes::List(has_one)) => return self.start(has_one, sh, out),
             Some(Classes::Empty) => NOT_STARTED,
             Some(Classes::Bad) => BAD_CLASS,
             None => return Some(self),
@@ -89,21 +106,30 @@ impl Metadump {
         None
     }
 
-    fn start(mut self: Box<Self>, list: bool, sh: &Shared) -> Option<Box<Metadump>> {
+    fn start(mut self: Box<Self>, list: bool, sh: &Shared, out: &mut Vec<u8>) -> Option<Box<Metadump>> {
         sh.crawler_starts.fetch_add(1, Relaxed);
         self.list = list;
+        // memcached 1.6.43 sends OK before a dump's lines (1.6.18 to 1.6.42 sent none).
+        line(out, b"OK");
         Some(self)
     }
 
     /// Appends the lines of one store batch (one shard lock hold). Returns true once the dump
     /// is complete, END included.
     pub fn step(&mut self, sh: &Shared, out: &mut Vec<u8>) -> bool {
+        let mg = self.mg;
         let more = self.list && {
             let started = sh.clock.process_started();
-            sh.store.dump_step(&mut self.cursor, sh.clock.now(), |it| item_line(out, it, started))
+            sh.store.dump_step(&mut self.cursor, sh.clock.now(), |it| {
+                if mg {
+                    mg_line(out, it.key)
+                } else {
+                    item_line(out, it, started)
+                }
+            })
         };
         if !more {
-            line(out, b"END");
+            line(out, if mg { b"EN" } else { b"END" });
         }
         !more
     }
@@ -128,6 +154,22 @@ fn item_line(out: &mut Vec<u8>, it: &DumpItem<'_>, started: u64) {
     out.extend_from_slice(b" cls=1 size=");
     out.extend_from_slice(b.format(it.size).as_bytes());
     out.push(b'\n');
+}
+
+/// One mgdump line: `mg <key>`, or `mg <base64 key> b` for a key a text line cannot carry.
+fn mg_line(out: &mut Vec<u8>, key: &[u8]) {
+    use base64::Engine;
+    out.extend_from_slice(b"mg ");
+    if key.iter().any(|&b| b <= b' ' || b == 0x7f) {
+        let at = out.len();
+        out.resize(at + key.len().div_ceil(3) * 4, 0);
+        let n = base64::engine::general_purpose::STANDARD.encode_slice(key, &mut out[at..]).expect("sized above");
+        out.truncate(at + n);
+        out.extend_from_slice(b" b\r\n");
+    } else {
+        out.extend_from_slice(key);
+        out.extend_from_slice(b"\r\n");
+    }
 }
 
 /// memcached's uriencode: RFC 3986 unreserved bytes (letters, digits, `-._~`) as they are,
@@ -193,12 +235,12 @@ pub fn command(args: Keys<'_>, sh: &Shared, out: &mut Vec<u8>) -> Next {
     let words = (w.next(), w.next(), w.next());
     let enabled = sh.crawler_enabled.load(Relaxed);
     let reply: &[u8] = match words {
-        (Some(b"metadump"), Some(spec), None) => {
+        (Some(which @ (b"metadump" | b"mgdump")), Some(spec), None) => {
             if !enabled {
                 DISABLED
             } else {
                 // The connection begins it: only it knows what replies are still unsent.
-                return Next::Metadump(Box::new(Metadump::asked(spec)));
+                return Next::Metadump(Box::new(Metadump::asked(spec, which == b"mgdump")));
             }
         }
         // A crawl reclaims expired items; mnemo's maintenance thread already does that once a
@@ -383,6 +425,15 @@ mod tests {
         let mut out = Vec::new();
         url_encode(&mut out, "a%/\u{e9}~-._:b Z9".as_bytes());
         assert_eq!(out, b"a%25%2F%C3%A9~-._%3Ab%20Z9");
+    }
+
+    #[test]
+    fn mgdump_lines() {
+        let mut out = Vec::new();
+        mg_line(&mut out, b"plain:key");
+        mg_line(&mut out, b"a b");
+        mg_line(&mut out, b"\x01\x7f");
+        assert_eq!(out, b"mg plain:key\r\nmg YSBi b\r\nmg AX8= b\r\n");
     }
 
     #[test]

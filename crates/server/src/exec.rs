@@ -263,6 +263,7 @@ pub fn execute_from(
             Answer::Later(job) => Next::Later(job),
         },
         Request::FgetArgsTooLong { swallow } => Next::Swallow(swallow, Some(ErrorReply::FilterArgsTooLong)),
+        Request::BadStoreLine { swallow, noreply } => Next::Swallow(swallow, (!noreply).then_some(ErrorReply::BadFormat)),
     }
 }
 
@@ -285,7 +286,9 @@ pub fn unauthenticated(req: &Request<'_>, sh: &Shared, authed: &mut bool, out: &
         }
         // Data blocks refused before they were read are swallowed all the same: the connection
         // must stay in sync whether or not it has authenticated.
-        Request::TooLarge { swallow, .. } | Request::FgetArgsTooLong { swallow } => {
+        Request::TooLarge { swallow, .. }
+        | Request::FgetArgsTooLong { swallow }
+        | Request::BadStoreLine { swallow, .. } => {
             Next::Swallow(swallow, Some(ErrorReply::Unauthenticated))
         }
         // memcached refuses even `quit` before authentication.
@@ -420,9 +423,8 @@ fn stats_command(args: Keys<'_>, sh: &Shared, out: &mut Vec<u8>) {
         Some(b"items") => stats::items(sh, out),
         Some(b"slabs") => stats::slabs(sh, out),
         Some(b"sizes") => stats::sizes(sh, out),
-        // memcached 1.6.18 sends their one line without END.
-        Some(b"sizes_enable") => stats::sizes_switch(sh, true, out),
-        Some(b"sizes_disable") => stats::sizes_switch(sh, false, out),
+        // `sizes_enable|sizes_disable` went in memcached 1.6.25 (`-o track_sizes` remains): they
+        // are unknown subcommands now, as there.
         Some(b"extstore") => stats::extstore_pages(sh, out),
         Some(b"conns") => crate::conns::stats(sh, out),
         Some(b"detail") => match words.next() {

@@ -119,7 +119,7 @@ pub(crate) struct Shared {
     /// `lru_crawler sleep|tocrawl` as last set (they pace nothing: mnemo runs no crawler).
     pub crawler_sleep: std::sync::atomic::AtomicU32,
     pub crawler_tocrawl: std::sync::atomic::AtomicU32,
-    /// `stats sizes_enable|sizes_disable` (`-o track_sizes` starts it on).
+    /// `stats sizes` tracking, on with `-o track_sizes` (memcached 1.6.25 dropped the runtime switch).
     pub sizes_enabled: AtomicBool,
     /// memcached's connection_structures: listening sockets plus the connection slots the
     /// workers have made (a slot is kept for reuse once made).

@@ -614,7 +614,7 @@ fn sizes_bucket(size: u64) -> u64 {
     size.div_ceil(32) * 32
 }
 
-/// `stats sizes`: with tracking on (`stats sizes_enable`, `-o track_sizes`), how many live
+/// `stats sizes`: with tracking on (`-o track_sizes`), how many live
 /// items fall in each 32-byte bucket of memcached's item size (so the buckets read as
 /// memcached's would for the same items). memcached counts the items stored while tracking
 /// is on; mnemo walks the live items when asked, so items stored before count too.
@@ -650,8 +650,3 @@ pub fn sizes(sh: &Shared, out: &mut Vec<u8>) {
     line(out, b"END");
 }
 
-/// `stats sizes_enable` / `sizes_disable`: one line and, as in memcached 1.6.18, no END.
-pub fn sizes_switch(sh: &Shared, on: bool, out: &mut Vec<u8>) {
-    sh.sizes_enabled.store(on, Relaxed);
-    stat(out, "sizes_status", if on { "enabled" } else { "disabled" });
-}

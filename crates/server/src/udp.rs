@@ -395,13 +395,13 @@ mod tests {
         assert_eq!(ex(&mut run, b"get s nokey\r\n"), [v("VALUE s 0 1\r\na\r\n"), v("END\r\n")]);
         assert_eq!(ex(&mut run, b"get nokey s\r\n"), [empty.clone(), v("VALUE s 0 1\r\na\r\nEND\r\n")]);
         assert_eq!(ex(&mut run, b"get nokey\r\n"), [v("END\r\n")]);
-        assert_eq!(ex(&mut run, b"version\r\nget nokey nokey\r\n"), [v("VERSION 1.6.18\r\n"), v("END\r\n")]);
+        assert_eq!(ex(&mut run, b"version\r\nget nokey nokey\r\n"), [v("VERSION 1.6.45\r\n"), v("END\r\n")]);
         assert_eq!(ex(&mut run, b"set x 0 0 1 noreply\r\na\r\nget nokey k2\r\n"), [empty.clone(), v("END\r\n")]);
         assert_eq!(ex(&mut run, b"get s\r\nquit\r\nversion\r\n"), [v("VALUE s 0 1\r\na\r\nEND\r\n"), empty]);
         assert_eq!(ex(&mut run, b"mn\r\nbogus\r\n"), [v("MN\r\n"), v("ERROR\r\n")]);
         // The first request's protocol is the datagram's: here the rest is a "line" "\x80\n".
         let noop = [0x80, 0x0a, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
-        assert_eq!(ex(&mut run, &[&b"version\r\n"[..], &noop].concat()), [v("VERSION 1.6.18\r\n"), v("ERROR\r\n")]);
+        assert_eq!(ex(&mut run, &[&b"version\r\n"[..], &noop].concat()), [v("VERSION 1.6.45\r\n"), v("ERROR\r\n")]);
         let got = ex(&mut run, &[&noop[..], b"version\r\n"].concat());
         assert_eq!(got.len(), 1);
         assert_eq!(got[0].2[..2], [0x81, 0x0a]);

@@ -182,7 +182,7 @@ fn client_certificates_when_verify_mode_requires_them() {
     let flags = certs.flags(&format!("ssl_verify_mode=2,ssl_ca_cert={}", certs.path("ca.crt")));
     let server = Server::start(&flags.iter().map(String::as_str).collect::<Vec<_>>());
     let mut with = connect(&server, &client_config(&certs, true));
-    assert_eq!(ask(&mut with, b"version\r\n", b"\r\n"), b"VERSION 1.6.18\r\n");
+    assert_eq!(ask(&mut with, b"version\r\n", b"\r\n"), b"VERSION 1.6.45\r\n");
     // Server::start's readiness probe (a connect and a close) counts once; its close may be
     // seen by another worker after this connection is served, so wait for it first.
     wait_handshake_errors(&mut with, 1);
@@ -212,7 +212,7 @@ fn refresh_certs_gives_new_connections_the_new_certificate() {
     let server = Server::start(&["-Z", "-o", &o]);
     let config = client_config(&certs, false);
     let mut old = connect(&server, &config);
-    assert_eq!(ask(&mut old, b"version\r\n", b"\r\n"), b"VERSION 1.6.18\r\n");
+    assert_eq!(ask(&mut old, b"version\r\n", b"\r\n"), b"VERSION 1.6.45\r\n");
     let first = peer_cert(&old);
     std::fs::copy(certs.path("server2.crt"), &crt).unwrap();
     std::fs::copy(certs.path("server2.key"), &key).unwrap();
@@ -221,11 +221,11 @@ fn refresh_certs_gives_new_connections_the_new_certificate() {
     let since = stat(&mut old, "time_since_server_cert_refresh").unwrap();
     assert!(since == "0" || since == "1", "{since}");
     let mut new = connect(&server, &config);
-    assert_eq!(ask(&mut new, b"version\r\n", b"\r\n"), b"VERSION 1.6.18\r\n");
+    assert_eq!(ask(&mut new, b"version\r\n", b"\r\n"), b"VERSION 1.6.45\r\n");
     assert_ne!(peer_cert(&new), first);
     assert_eq!(peer_cert(&new), CertificateDer::from_pem_file(&crt).unwrap().to_vec());
     // The existing connection keeps going on the old one.
-    assert_eq!(ask(&mut old, b"version\r\n", b"\r\n"), b"VERSION 1.6.18\r\n");
+    assert_eq!(ask(&mut old, b"version\r\n", b"\r\n"), b"VERSION 1.6.45\r\n");
     // A key that does not match: memcached's error, and the previous certificate stays.
     std::fs::copy(certs.path("client.key"), &key).unwrap();
     let err = ask(&mut old, b"refresh_certs noreply\r\n", b"\r\n");
@@ -234,7 +234,7 @@ fn refresh_certs_gives_new_connections_the_new_certificate() {
     let err = String::from_utf8(ask(&mut old, b"refresh_certs\r\n", b"\r\n")).unwrap();
     assert_eq!(err, format!("Error loading the certificate chain: {crt} : No such file or directory\r\n"));
     let mut again = connect(&server, &config);
-    assert_eq!(ask(&mut again, b"version\r\n", b"\r\n"), b"VERSION 1.6.18\r\n");
+    assert_eq!(ask(&mut again, b"version\r\n", b"\r\n"), b"VERSION 1.6.45\r\n");
     assert_eq!(peer_cert(&again), peer_cert(&new));
 }
 
@@ -271,7 +271,7 @@ fn a_stalled_handshake_does_not_hold_up_the_worker() {
     let config = client_config(&certs, false);
     for _ in 0..3 {
         let mut s = connect(&server, &config);
-        assert_eq!(ask(&mut s, b"version\r\n", b"\r\n"), b"VERSION 1.6.18\r\n");
+        assert_eq!(ask(&mut s, b"version\r\n", b"\r\n"), b"VERSION 1.6.45\r\n");
     }
     stalled.write_all(&[0]).unwrap();
     let _ = silent.write_all(b"");

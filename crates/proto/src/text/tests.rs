@@ -62,7 +62,7 @@ fn item_size_boundary_matches_memcached() {
 
 #[test]
 fn token_counts_and_unknown_commands() {
-    for line in [&b"get\r\n"[..], b"incr k 1 2 3\r\n", b"verbosity\r\n", b"\r\n", b"a\r\n", b"GET x\r\n", b"cas k 0 0 1\r\n"] {
+    for line in [&b"get\r\n"[..], b"incr k 1 2 3\r\n", b"verbosity\r\n", b"ab\r\n", b"GET x\r\n", b"cas k 0 0\r\n"] {
         assert!(matches!(p(line), Parsed::Error { reply: ErrorReply::Error, .. }), "{line:?}");
     }
     assert_eq!(p(b"foo bar HTTP/1.1\r\n"), Parsed::Close);
@@ -73,8 +73,38 @@ fn delete_forms() {
     assert!(matches!(p(b"delete a 0\r\n"), Parsed::Request(Request::Delete { noreply: false, .. }, _)));
     assert!(matches!(p(b"delete a noreply\r\n"), Parsed::Request(Request::Delete { noreply: true, .. }, _)));
     assert!(matches!(p(b"delete a 0 noreply\r\n"), Parsed::Request(Request::Delete { noreply: true, .. }, _)));
-    assert!(matches!(p(b"delete a 1\r\n"), Parsed::Error { reply: ErrorReply::DeleteUsage, .. }));
-    assert!(matches!(p(b"delete a x y z\r\n"), Parsed::Error { reply: ErrorReply::Error, .. }));
+    // memcached 1.6.40: what follows the key is ignored, but a last noreply.
+    assert!(matches!(p(b"delete a 1\r\n"), Parsed::Request(Request::Delete { noreply: false, .. }, _)));
+    assert!(matches!(p(b"delete a x y z\r\n"), Parsed::Request(Request::Delete { key: b"a", noreply: false }, _)));
+    assert!(matches!(p(b"delete a 10 noreply\r\n"), Parsed::Request(Request::Delete { noreply: true, .. }, _)));
+    assert!(matches!(p(b"delete\r\n"), Parsed::Error { reply: ErrorReply::Error, .. }));
+}
+
+/// memcached 1.6.40's parser: a line under 4 bytes with its newline is malformed; from 4 on,
+/// an unknown one is an ERROR.
+#[test]
+fn short_lines_are_malformed() {
+    for line in [&b"\r\n"[..], b"\n", b"x\r\n", b"mn\n", b" \n"] {
+        assert!(matches!(p(line), Parsed::Error { reply: ErrorReply::BadFormat, noreply: false, .. }), "{line:?}");
+    }
+    for line in [&b"xy\r\n"[..], b"   \r\n"] {
+        assert!(matches!(p(line), Parsed::Error { reply: ErrorReply::Error, .. }), "{line:?}");
+    }
+    assert!(matches!(p(b"mn\r\n"), Parsed::Request(Request::MetaNoop, 4)));
+}
+
+/// memcached 1.6.40: a storage line refused once its data length is known swallows the data.
+#[test]
+fn refused_storage_lines_swallow_their_data() {
+    assert!(matches!(p(b"cas k 0 0 1\r\ny\r\n"), Parsed::Request(Request::BadStoreLine { swallow: 3, noreply: false }, 13)));
+    assert!(matches!(p(b"cas k 0 0 1 noreply\r\ny\r\n"), Parsed::Request(Request::BadStoreLine { swallow: 3, noreply: true }, _)));
+    assert!(matches!(p(b"set k x 0 2\r\nab\r\n"), Parsed::Request(Request::BadStoreLine { swallow: 4, .. }, _)));
+    // A bad length: nothing to swallow.
+    assert!(matches!(p(b"set k 0 0 x\r\n"), Parsed::Error { reply: ErrorReply::BadFormat, .. }));
+    assert!(matches!(p(b"cas k 0 0\r\n"), Parsed::Error { reply: ErrorReply::Error, .. }));
+    // Words past the ones a storage command needs are ignored, but a last noreply.
+    assert!(matches!(p(b"set k 0 0 1 noreply extra\r\nx\r\n"), Parsed::Request(Request::Store { noreply: false, .. }, _)));
+    assert!(matches!(p(b"cas k 0 0 1 5 x noreply\r\nx\r\n"), Parsed::Request(Request::Store { cas: 5, noreply: true, .. }, _)));
 }
 
 #[test]
@@ -85,7 +115,8 @@ fn numeric_errors() {
     assert!(matches!(p(b"gat abc k\r\n"), Parsed::Error { reply: ErrorReply::BadExptime, .. }));
     assert!(matches!(p(b"flush_all x\r\n"), Parsed::Error { reply: ErrorReply::BadExptime, .. }));
     assert!(matches!(p(b"verbosity x\r\n"), Parsed::Error { reply: ErrorReply::BadFormat, .. }));
-    assert!(matches!(p(b"set k -1 0 1\r\nx\r\n"), Parsed::Error { reply: ErrorReply::BadFormat, consumed: 14, .. }));
+    // Bad flags with a valid length: the data is swallowed (memcached 1.6.40).
+    assert!(matches!(p(b"set k -1 0 1\r\nx\r\n"), Parsed::Request(Request::BadStoreLine { swallow: 3, .. }, 14)));
     assert!(matches!(p(b"set k 0 0 -1 noreply\r\n"), Parsed::Error { reply: ErrorReply::BadFormat, noreply: true, .. }));
 }
 

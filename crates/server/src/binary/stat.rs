@@ -8,7 +8,6 @@
 //!   "reset..." "settings..."   matched as prefixes ("resetxyz" resets)
 //!   "detail" + " on..." / " off..." / " dump..."   prefixes again; anything else: Not found
 //!   "items" "slabs" "sizes"    exact
-//!   "sizes_enable" "sizes_disable"   exact; their one line comes WITHOUT the closing response
 //!   anything else ("conns", "cachedump ...", "extstore")   Not found
 //! ```
 
@@ -46,8 +45,7 @@ pub(super) fn stat(key: &[u8], sh: &Shared, r: &mut Reply<'_>) {
             b"items" => stats::items(sh, &mut text),
             b"slabs" => stats::slabs(sh, &mut text),
             b"sizes" => stats::sizes(sh, &mut text),
-            b"sizes_enable" => stats::sizes_switch(sh, true, &mut text),
-            b"sizes_disable" => stats::sizes_switch(sh, false, &mut text),
+            // sizes_enable|sizes_disable: gone in memcached 1.6.25, unknown groups now.
             _ => {
                 r.error(Status::KeyNotFound);
                 return;
@@ -63,8 +61,6 @@ pub(super) fn stat(key: &[u8], sh: &Shared, r: &mut Reply<'_>) {
         };
         r.ok(0, &[], name, value);
     }
-    // The text group's END is the closing response; sizes_enable|disable have neither.
-    if text.ends_with(b"END\r\n") {
-        r.ok(0, &[], &[], &[]);
-    }
+    // The text group's END is the closing response.
+    r.ok(0, &[], &[], &[]);
 }

@@ -130,10 +130,10 @@ fn an_adopted_connection_takes_a_turn_at_once_and_again_when_marked() {
     let mut c = connect(&w, &tx);
     c.write_all(b"version\r\n").unwrap();
     round(&mut w, true, &[]);
-    assert_eq!(read_some(&mut c), b"VERSION 1.6.18\r\n");
+    assert_eq!(read_some(&mut c), b"VERSION 1.6.45\r\n");
     c.write_all(b"version\r\n").unwrap();
     round(&mut w, false, &[0]);
-    assert_eq!(read_some(&mut c), b"VERSION 1.6.18\r\n");
+    assert_eq!(read_some(&mut c), b"VERSION 1.6.45\r\n");
     assert_eq!(w.sh.curr_conns.load(Relaxed), 1);
 }
 
@@ -171,7 +171,7 @@ fn a_connection_over_its_request_budget_yields_and_is_driven_next_round() {
     round(&mut w, false, &[]);
     round(&mut w, false, &[]);
     let mut got = Vec::new();
-    while got.len() < 3 * b"VERSION 1.6.18\r\n".len() {
+    while got.len() < 3 * b"VERSION 1.6.45\r\n".len() {
         got.extend(read_some(&mut c));
     }
     assert!(w.ready.is_empty());
@@ -197,7 +197,7 @@ fn a_job_holds_its_place_and_later_replies_queue_behind_it() {
     assert_eq!(read_now(&mut c), b"VALUE echo 0 2\r\nhi\r\nEND\r\nVALUE k 0 1\r\nv\r\nEND\r\n");
     wait_for_wake(&mut poll);
     round(&mut w, true, &[]);
-    assert_eq!(read_now(&mut c), b"VALUE echo 0 1\r\nx\r\nEND\r\nVERSION 1.6.18\r\n");
+    assert_eq!(read_now(&mut c), b"VALUE echo 0 1\r\nx\r\nEND\r\nVERSION 1.6.45\r\n");
     assert!(w.slots.conn_mut(0).unwrap().is_idle());
 }
 
@@ -216,7 +216,7 @@ fn a_reply_for_a_closed_connection_never_reaches_the_next_one_in_its_slot() {
     assert_eq!((w.slots.slots.len(), w.slots.slots[0].gen), (1, 2), "the slot is reused");
     d.write_all(b"version\r\n").unwrap();
     round(&mut w, false, &[0]);
-    assert_eq!(read_some(&mut d), b"VERSION 1.6.18\r\n", "and the old reply was dropped");
+    assert_eq!(read_some(&mut d), b"VERSION 1.6.45\r\n", "and the old reply was dropped");
 }
 
 #[test]
@@ -235,7 +235,7 @@ fn idle_kicks_close_only_connections_without_a_recent_command() {
     assert_eq!(read_some(&mut partial), b"", "a half-sent command is no activity");
     assert_eq!(w.counters.idle_kicks.load(Relaxed), 2);
     round(&mut w, false, &[2]);
-    assert_eq!(read_some(&mut busy), b"VERSION 1.6.18\r\n");
+    assert_eq!(read_some(&mut busy), b"VERSION 1.6.45\r\n");
 }
 
 #[test]
@@ -251,8 +251,8 @@ fn buffers_are_taken_when_input_arrives_and_given_back_by_the_sweep_once_idle() 
     busy.write_all(b"version\r\n").unwrap();
     partial.write_all(b"get som").unwrap();
     round(&mut w, false, &[0, 1, 2]);
-    assert_eq!(read_some(&mut idle), b"VERSION 1.6.18\r\n");
-    assert_eq!(read_some(&mut busy), b"VERSION 1.6.18\r\n");
+    assert_eq!(read_some(&mut idle), b"VERSION 1.6.45\r\n");
+    assert_eq!(read_some(&mut busy), b"VERSION 1.6.45\r\n");
     assert_eq!(bytes(&w), 3 * 16 * 1024);
     // Seconds later: `busy` completed a command just now, `partial` is half-way through one.
     let later = w.sh.clock.now() + BUF_IDLE_SECS;
@@ -266,7 +266,7 @@ fn buffers_are_taken_when_input_arrives_and_given_back_by_the_sweep_once_idle() 
     idle.write_all(b"version\r\n").unwrap();
     partial.write_all(b"e\r\n").unwrap();
     round(&mut w, false, &[0, 2]);
-    assert_eq!(read_some(&mut idle), b"VERSION 1.6.18\r\n");
+    assert_eq!(read_some(&mut idle), b"VERSION 1.6.45\r\n");
     assert_eq!(read_some(&mut partial), b"END\r\n");
     assert_eq!(bytes(&w), 3 * 16 * 1024);
 }
@@ -293,6 +293,6 @@ fn after_many_closes_the_sweep_drops_the_free_slots_past_the_last_in_use() {
     next.write_all(b"version\r\n").unwrap();
     kept.write_all(b"version\r\n").unwrap();
     round(&mut w, false, &[0, 1]);
-    assert_eq!(read_some(&mut next), b"VERSION 1.6.18\r\n");
-    assert_eq!(read_some(&mut kept), b"VERSION 1.6.18\r\n");
+    assert_eq!(read_some(&mut next), b"VERSION 1.6.45\r\n");
+    assert_eq!(read_some(&mut kept), b"VERSION 1.6.45\r\n");
 }
