@@ -313,3 +313,69 @@ pub(crate) fn command<'a>(t: &Tokens<'a>, after: usize, buf: &'a [u8], limits: &
     }
     Parsed::Request(Request::Meta(Meta { kind, raw_key, key, flags, data: &buf[after..end - 2] }), end)
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::reply::ErrorReply;
+    use crate::text::{parse, Limits, Parsed, Request};
+
+    const L: Limits = Limits { item_size_max: 1024 * 1024, use_cas: true };
+
+    fn flags(req: &[u8]) -> super::MetaFlags<'_> {
+        match parse(req, &L) {
+            Parsed::Request(Request::Meta(m), _) => m.flags,
+            other => panic!("{req:?}: {other:?}"),
+        }
+    }
+
+    fn error(req: &[u8]) -> ErrorReply {
+        match parse(req, &L) {
+            Parsed::Error { reply, .. } => reply,
+            other => panic!("{req:?}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn e_is_an_explicit_cas_on_every_command() {
+        assert_eq!(flags(b"ms k 2 E973\r\nhi\r\n").cas_in, Some(973));
+        assert_eq!(flags(b"mg k N30 E55 c\r\n").cas_in, Some(55));
+        assert_eq!(flags(b"md k E18446744073709551615\r\n").cas_in, Some(u64::MAX));
+        assert_eq!(flags(b"ma k E1 C2\r\n").cas_in, Some(1));
+        assert_eq!(flags(b"mg k v\r\n").cas_in, None);
+        assert_eq!(error(b"ms k 1 Ex\r\na\r\n"), ErrorReply::BadToken);
+        assert_eq!(error(b"mg k E\r\n"), ErrorReply::BadToken);
+        assert_eq!(error(b"md k E-1\r\n"), ErrorReply::InvalidOrDuplicateFlag);
+        assert_eq!(error(b"mg k E1 E2\r\n"), ErrorReply::DuplicateFlag);
+    }
+
+    #[test]
+    fn x_is_known_to_every_command() {
+        assert!(flags(b"md k x\r\n").remove_value);
+        assert!(flags(b"md k x I T30\r\n").invalidate);
+        assert!(flags(b"mg k x v\r\n").remove_value);
+        assert!(!flags(b"md k I\r\n").remove_value);
+        // Known now, so a later repeat is what is refused (1.6.18: "invalid flag").
+        assert_eq!(error(b"mg k v x v\r\n"), ErrorReply::DuplicateFlag);
+        assert_eq!(error(b"md k x x\r\n"), ErrorReply::InvalidOrDuplicateFlag);
+    }
+
+    #[test]
+    fn m_reads_the_byte_after_it() {
+        assert_eq!(flags(b"ms k 1 MSS\r\nx\r\n").mode, Some(b'S'));
+        assert_eq!(flags(b"ma k MII\r\n").mode, Some(b'I'));
+        assert_eq!(error(b"ms k 1 M\r\nx\r\n"), ErrorReply::SetMode);
+        assert_eq!(error(b"ma k M\r\n"), ErrorReply::ArithMode);
+        assert_eq!(error(b"ms k 1 MX\r\nx\r\n"), ErrorReply::SetMode);
+        // mg and md take no mode: any M is read and left alone.
+        assert_eq!(flags(b"mg k M v\r\n").mode, Some(b' '));
+        assert_eq!(flags(b"md k MXYZ\r\n").mode, Some(b'X'));
+    }
+
+    #[test]
+    fn the_other_flags_keep_their_fields() {
+        let f = flags(b"mg k C5 T30 v c\r\n");
+        assert_eq!((f.compare_cas, f.ttl, f.has(b'v'), f.letters()), (Some(5), Some(30), true, &b"CTvc"[..]));
+        let f = flags(b"ms k 2 MA N30 s\r\nhi\r\n");
+        assert_eq!((f.mode, f.vivify, f.has(b's')), (Some(b'A'), Some(30), true));
+    }
+}
