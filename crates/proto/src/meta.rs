@@ -1,9 +1,10 @@
 //! The meta commands (`mg ms md ma me`; `mn` lives in the text dispatcher), parsed with
-//! memcached 1.6.18's rules: a key, then one-letter flags, some carrying a token
+//! memcached 1.6.45's rules (doc/protocol.txt; docs/compatibility.md lists what changed since
+//! 1.6.18: the E and x flags, M's token length): a key, then one-letter flags, some carrying a token
 //! (`T30`, `Oabc`). Flags to return are kept in the order the client gave them, because
 //! replies echo them in that order.
 //!
-//! Validation follows memcached 1.6.18's order: a line of more than 20 tokens is refused
+//! Validation follows memcached's order (unchanged from 1.6.18 to 1.6.45): a line of more than 20 tokens is refused
 //! outright ("options flags [are] too long"); then the flags are read in one pass, each checked
 //! in turn for being a repeat, a letter memcached knows and a well-formed token, so the first
 //! bad flag decides the error. `md` and `ma` report every flag problem as "invalid or
@@ -83,6 +84,10 @@ pub struct MetaFlags<'a> {
     pub mode: Option<u8>,
     /// `I`: invalidate (mark stale) instead of the plain operation.
     pub invalidate: bool,
+    /// `E` (memcached 1.6.27): the CAS the item modified by this command takes.
+    pub cas_in: Option<u64>,
+    /// `x` (md, memcached 1.6.27): drop the value, keep the item.
+    pub remove_value: bool,
 }
 
 impl<'a> MetaFlags<'a> {
@@ -98,8 +103,9 @@ impl<'a> MetaFlags<'a> {
     /// The same flags with `opaque` as the O value (a server that answers later keeps its
     /// own copy of the request's bytes).
     pub fn with_opaque<'b>(&self, opaque: Option<&'b [u8]>) -> MetaFlags<'b> {
-        let MetaFlags { order, n, base64, quiet, opaque: _, compare_cas, ttl, vivify, recache, client_flags, delta, initial, mode, invalidate } = *self;
-        MetaFlags { order, n, base64, quiet, opaque, compare_cas, ttl, vivify, recache, client_flags, delta, initial, mode, invalidate }
+        let MetaFlags { order, n, base64, quiet, opaque: _, compare_cas, ttl, vivify, recache, client_flags, delta, initial, mode, invalidate, cas_in, remove_value } =
+            *self;
+        MetaFlags { order, n, base64, quiet, opaque, compare_cas, ttl, vivify, recache, client_flags, delta, initial, mode, invalidate, cas_in, remove_value }
     }
 }
 
@@ -118,7 +124,8 @@ pub struct Meta<'a> {
 /// Letters memcached 1.6.18 accepts on mg, ms, md and ma alike (each command uses some and
 /// silently ignores the rest).
 fn known(letter: u8) -> bool {
-    b"bqukOcfhlstvILPCNRTDFJM".contains(&letter)
+    // E and x: memcached 1.6.27.
+    b"bqukOcfhlstvxILPCENRTDFJM".contains(&letter)
 }
 
 /// memcached's MFLAG_MAX_OPT_LENGTH: a meta command line of more tokens (its terminal empty
@@ -155,6 +162,7 @@ fn parse_flags<'a>(kind: MetaKind, t: &Tokens<'a>, first: usize) -> Result<MetaF
             b'b' => f.base64 = true,
             b'q' => f.quiet = true,
             b'I' => f.invalidate = true,
+            b'x' => f.remove_value = true,
             b'N' | b'T' | b'R' => {
                 let Some(v) = parse_i32(arg) else { return bad(ErrorReply::BadToken) };
                 match letter {
@@ -165,6 +173,10 @@ fn parse_flags<'a>(kind: MetaKind, t: &Tokens<'a>, first: usize) -> Result<MetaF
             }
             b'C' => match parse_u64(arg) {
                 Some(v) => f.compare_cas = Some(v),
+                None => return bad(ErrorReply::BadToken),
+            },
+            b'E' => match parse_u64(arg) {
+                Some(v) => f.cas_in = Some(v),
                 None => return bad(ErrorReply::BadToken),
             },
             b'D' => match parse_u64(arg) {
@@ -179,12 +191,10 @@ fn parse_flags<'a>(kind: MetaKind, t: &Tokens<'a>, first: usize) -> Result<MetaF
                 Some(v) => f.client_flags = Some(v),
                 None => return bad(ErrorReply::BadFormat),
             },
-            b'M' => {
-                if arg.len() != 1 {
-                    return bad(ErrorReply::ModeLength);
-                }
-                f.mode = Some(arg[0]);
-            }
+            // memcached 1.6.45 reads the byte after M whatever the token's length (up to
+            // 1.6.38: "incorrect length for M token"); a bare M reads the separator after it,
+            // which no command takes as a mode.
+            b'M' => f.mode = Some(arg.first().copied().unwrap_or(b' ')),
             b'O' => {
                 if arg.len() > OPAQUE_MAX {
                     return bad(ErrorReply::OpaqueTooLong);
@@ -302,4 +312,70 @@ pub(crate) fn command<'a>(t: &Tokens<'a>, after: usize, buf: &'a [u8], limits: &
         return err(ErrorReply::BadDataChunk, end);
     }
     Parsed::Request(Request::Meta(Meta { kind, raw_key, key, flags, data: &buf[after..end - 2] }), end)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::reply::ErrorReply;
+    use crate::text::{parse, Limits, Parsed, Request};
+
+    const L: Limits = Limits { item_size_max: 1024 * 1024, use_cas: true };
+
+    fn flags(req: &[u8]) -> super::MetaFlags<'_> {
+        match parse(req, &L) {
+            Parsed::Request(Request::Meta(m), _) => m.flags,
+            other => panic!("{req:?}: {other:?}"),
+        }
+    }
+
+    fn error(req: &[u8]) -> ErrorReply {
+        match parse(req, &L) {
+            Parsed::Error { reply, .. } => reply,
+            other => panic!("{req:?}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn e_is_an_explicit_cas_on_every_command() {
+        assert_eq!(flags(b"ms k 2 E973\r\nhi\r\n").cas_in, Some(973));
+        assert_eq!(flags(b"mg k N30 E55 c\r\n").cas_in, Some(55));
+        assert_eq!(flags(b"md k E18446744073709551615\r\n").cas_in, Some(u64::MAX));
+        assert_eq!(flags(b"ma k E1 C2\r\n").cas_in, Some(1));
+        assert_eq!(flags(b"mg k v\r\n").cas_in, None);
+        assert_eq!(error(b"ms k 1 Ex\r\na\r\n"), ErrorReply::BadToken);
+        assert_eq!(error(b"mg k E\r\n"), ErrorReply::BadToken);
+        assert_eq!(error(b"md k E-1\r\n"), ErrorReply::InvalidOrDuplicateFlag);
+        assert_eq!(error(b"mg k E1 E2\r\n"), ErrorReply::DuplicateFlag);
+    }
+
+    #[test]
+    fn x_is_known_to_every_command() {
+        assert!(flags(b"md k x\r\n").remove_value);
+        assert!(flags(b"md k x I T30\r\n").invalidate);
+        assert!(flags(b"mg k x v\r\n").remove_value);
+        assert!(!flags(b"md k I\r\n").remove_value);
+        // Known now, so a later repeat is what is refused (1.6.18: "invalid flag").
+        assert_eq!(error(b"mg k v x v\r\n"), ErrorReply::DuplicateFlag);
+        assert_eq!(error(b"md k x x\r\n"), ErrorReply::InvalidOrDuplicateFlag);
+    }
+
+    #[test]
+    fn m_reads_the_byte_after_it() {
+        assert_eq!(flags(b"ms k 1 MSS\r\nx\r\n").mode, Some(b'S'));
+        assert_eq!(flags(b"ma k MII\r\n").mode, Some(b'I'));
+        assert_eq!(error(b"ms k 1 M\r\nx\r\n"), ErrorReply::SetMode);
+        assert_eq!(error(b"ma k M\r\n"), ErrorReply::ArithMode);
+        assert_eq!(error(b"ms k 1 MX\r\nx\r\n"), ErrorReply::SetMode);
+        // mg and md take no mode: any M is read and left alone.
+        assert_eq!(flags(b"mg k M v\r\n").mode, Some(b' '));
+        assert_eq!(flags(b"md k MXYZ\r\n").mode, Some(b'X'));
+    }
+
+    #[test]
+    fn the_other_flags_keep_their_fields() {
+        let f = flags(b"mg k C5 T30 v c\r\n");
+        assert_eq!((f.compare_cas, f.ttl, f.has(b'v'), f.letters()), (Some(5), Some(30), true, &b"CTvc"[..]));
+        let f = flags(b"ms k 2 MA N30 s\r\nhi\r\n");
+        assert_eq!((f.mode, f.vivify, f.has(b's')), (Some(b'A'), Some(30), true));
+    }
 }

@@ -11,6 +11,8 @@ pub enum ErrorReply {
     LineTooLong,
     TooLarge,
     OutOfMemory,
+    /// md x finding no memory for the emptied item (memcached 1.6.27).
+    OutOfMemoryPlain,
     BadDelta,
     BadExptime,
     NonNumeric,
@@ -26,7 +28,6 @@ pub enum ErrorReply {
     OpaqueTooLong,
     BadDeltaValue,
     BadInitialValue,
-    ModeLength,
     SetMode,
     ArithMode,
     /// mg past memcached's 20 tokens.
@@ -51,6 +52,7 @@ impl ErrorReply {
             ErrorReply::LineTooLong => "CLIENT_ERROR line too long",
             ErrorReply::TooLarge => "SERVER_ERROR object too large for cache",
             ErrorReply::OutOfMemory => "SERVER_ERROR out of memory storing object",
+            ErrorReply::OutOfMemoryPlain => "SERVER_ERROR out of memory",
             ErrorReply::BadDelta => "CLIENT_ERROR invalid numeric delta argument",
             ErrorReply::BadExptime => "CLIENT_ERROR invalid exptime argument",
             ErrorReply::NonNumeric => {
@@ -69,7 +71,6 @@ impl ErrorReply {
             ErrorReply::OpaqueTooLong => "CLIENT_ERROR opaque token too long",
             ErrorReply::BadDeltaValue => "CLIENT_ERROR invalid numeric delta value",
             ErrorReply::BadInitialValue => "CLIENT_ERROR invalid numeric initial value",
-            ErrorReply::ModeLength => "CLIENT_ERROR incorrect length for M token",
             ErrorReply::SetMode => "CLIENT_ERROR invalid mode for ms M token",
             ErrorReply::ArithMode => "CLIENT_ERROR invalid mode for ma M token",
             ErrorReply::GetFlagsTooLong => "CLIENT_ERROR options flags are too long",

@@ -11,6 +11,7 @@ use mnemo_proto::ErrorReply;
 use mnemo_store::{Item, Mode, Time};
 
 use crate::command::arith::{self, Counted};
+use crate::command::concat;
 use crate::command::delete::{self, Deleted};
 use crate::command::read::{self, Direct};
 use crate::command::write::{self, Stored};
@@ -107,7 +108,8 @@ fn write_hit(m: &Meta<'_>, it: &Item<'_>, now: Time, suffix: &[u8], out: &mut Ve
 /// A hit's reply line; true if the value (and its "\r\n") follows it.
 fn write_hit_line(m: &Meta<'_>, it: &Item<'_>, now: Time, suffix: &[u8], out: &mut Vec<u8>) -> bool {
     let f = &m.flags;
-    let with_value = f.has(b'v');
+    // C (memcached 1.6.40): the client holds this version already, so no value is sent.
+    let with_value = f.has(b'v') && f.compare_cas != Some(it.cas);
     if with_value {
         out.extend_from_slice(b"VA ");
         push_num(out, it.value.len());
@@ -186,7 +188,7 @@ fn read_of(m: &Meta<'_>, sh: &Shared) -> read::Read {
     read::Read::Meta {
         touch: f.ttl.map(|t| sh.clock.item_expiry(t)),
         peek: f.has(b'u'),
-        vivify: f.vivify.map(|t| sh.clock.item_expiry(t)),
+        vivify: f.vivify.map(|t| (sh.clock.item_expiry(t), f.cas_in)),
     }
 }
 
@@ -312,36 +314,63 @@ pub(crate) fn gather(g: &mut FlashGet, input: &[u8], limits: &text::Limits, sh: 
 
 fn set(m: &Meta<'_>, sh: &Shared, c: &Counters, out: &mut Vec<u8>) {
     let f = &m.flags;
+    // memcached's mode rules: a C turns set and replace into cas; add ignores it; append and
+    // prepend compare it themselves.
     let mode = match (f.mode.unwrap_or(b'S'), f.compare_cas) {
-        (b'S', Some(cas)) => Mode::Cas(cas),
+        (b'S' | b'R', Some(cas)) => Mode::Cas(cas),
         (b'S', None) => Mode::Set,
         (b'E', _) => Mode::Add,
         (b'A', _) => Mode::Append,
         (b'P', _) => Mode::Prepend,
         _ => Mode::Replace,
     };
-    let s = write::Store {
-        mode,
-        key: m.key.as_bytes(),
-        flags: f.client_flags.unwrap_or(0),
-        exp: sh.clock.item_expiry(f.ttl.unwrap_or(0)),
-        data: m.data,
-        stale_if_older: f.invalidate,
-        drop_on_failure: false,
+    let joins = matches!(mode, Mode::Append | Mode::Prepend);
+    // s (memcached 1.6.20): the stored item's size; the data's unless a join says otherwise.
+    let mut size = m.data.len();
+    let stored = if joins && (f.compare_cas.is_some() || f.cas_in.is_some() || f.vivify.is_some() || f.has(b's')) {
+        let j = concat::Join {
+            append: mode == Mode::Append,
+            key: m.key.as_bytes(),
+            data: m.data,
+            cas: f.compare_cas,
+            cas_in: f.cas_in,
+            // N (memcached 1.6.20): a missing item is created from the data, with N's TTL.
+            vivify: f.vivify.map(|t| (f.client_flags.unwrap_or(0), sh.clock.item_expiry(t))),
+        };
+        match concat::meta_join(&j, sh, c) {
+            Answer::Now((stored, n)) => {
+                size = n;
+                stored
+            }
+            Answer::Later(p) => match p {},
+        }
+    } else {
+        let s = write::Store {
+            mode,
+            key: m.key.as_bytes(),
+            flags: f.client_flags.unwrap_or(0),
+            exp: sh.clock.item_expiry(f.ttl.unwrap_or(0)),
+            data: m.data,
+            stale_if_older: f.invalidate,
+            drop_on_failure: false,
+        };
+        match write::store_with(&s, f.cas_in, Proto::Meta, sh, c) {
+            Answer::Now(stored) => stored,
+            Answer::Later(p) => match p {},
+        }
     };
-    let (word, cas): (&[u8], u64) = match write::store(&s, Proto::Meta, sh, c) {
-        Answer::Now(Stored::Stored { cas }) => {
+    let (word, cas): (&[u8], u64) = match stored {
+        Stored::Stored { cas } => {
             if f.quiet {
                 return;
             }
             (b"HD", cas)
         }
-        Answer::Now(Stored::NotStored) => (b"NS", 0),
-        Answer::Now(Stored::Exists) => (b"EX", 0),
-        Answer::Now(Stored::NotFound) => (b"NF", 0),
-        Answer::Now(Stored::TooLarge) => return ErrorReply::TooLarge.write(out),
-        Answer::Now(Stored::NoMemory) => return ErrorReply::OutOfMemory.write(out),
-        Answer::Later(p) => match p {},
+        Stored::NotStored => (b"NS", 0),
+        Stored::Exists => (b"EX", 0),
+        Stored::NotFound => (b"NF", 0),
+        Stored::TooLarge => return ErrorReply::TooLarge.write(out),
+        Stored::NoMemory => return ErrorReply::OutOfMemory.write(out),
     };
     out.extend_from_slice(word);
     for &l in f.letters() {
@@ -350,6 +379,11 @@ fn set(m: &Meta<'_>, sh: &Shared, c: &Counters, out: &mut Vec<u8>) {
             b'c' => {
                 out.extend_from_slice(b" c");
                 push_num(out, cas);
+            }
+            // On every reply, as c: memcached 1.6.20.
+            b's' => {
+                out.extend_from_slice(b" s");
+                push_num(out, size);
             }
             b'k' | b'O' => echo_request(m, l, m.raw_key, true, out),
             _ => {}
@@ -365,14 +399,20 @@ fn delete(m: &Meta<'_>, sh: &Shared, c: &Counters, out: &mut Vec<u8>) {
         cas: f.compare_cas,
         invalidate: f.invalidate.then(|| f.ttl.map(|t| sh.clock.item_expiry(t))),
     };
-    match delete::delete(&d, Proto::Meta, sh, c) {
-        Answer::Now(Deleted::Exists) => status(m, b"EX", m.raw_key, out),
-        Answer::Now(Deleted::Deleted) => {
+    let extra = delete::MetaDelete {
+        // x: T and F apply to the emptied item, I or not.
+        remove_value: f.remove_value.then(|| (f.client_flags.unwrap_or(0), sh.clock.item_expiry(f.ttl.unwrap_or(0)))),
+        cas_in: f.cas_in,
+    };
+    match delete::meta_delete(&d, extra, Proto::Meta, sh, c) {
+        Answer::Now(Some(Deleted::Exists)) => status(m, b"EX", m.raw_key, out),
+        Answer::Now(Some(Deleted::Deleted)) => {
             if !f.quiet {
                 status(m, b"HD", m.raw_key, out);
             }
         }
-        Answer::Now(Deleted::NotFound) => status(m, b"NF", m.raw_key, out),
+        Answer::Now(Some(Deleted::NotFound)) => status(m, b"NF", m.raw_key, out),
+        Answer::Now(None) => ErrorReply::OutOfMemoryPlain.write(out),
         Answer::Later(p) => match p {},
     }
 }
@@ -390,7 +430,7 @@ fn arith(m: &Meta<'_>, sh: &Shared, c: &Counters, out: &mut Vec<u8>) {
         touch: f.ttl.map(|t| sh.clock.item_expiry(t)),
         read_exp: f.has(b't') && !f.quiet,
     };
-    let (value, cas, exp) = match arith::delta(&d, Proto::Meta, sh, c) {
+    let (value, cas, exp) = match arith::delta_with(&d, f.cas_in, Proto::Meta, sh, c) {
         Answer::Now(Counted::Value { n, cas, exp } | Counted::Created { n, cas, exp }) => (n, cas, exp),
         Answer::Now(Counted::Exists) => return status(m, b"EX", m.raw_key, out),
         Answer::Now(Counted::NonNumeric) => return ErrorReply::NonNumeric.write(out),

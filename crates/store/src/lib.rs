@@ -490,6 +490,24 @@ impl Store {
         value: &[u8],
         now: Time,
     ) -> Result<StoreOutcome, StoreError> {
+        self.store_cas(mode, key, flags, exp, value, now, None)
+    }
+
+    /// [`Store::store`] whose new version takes the CAS `cas_in` instead of one the store
+    /// chooses (memcached's meta E flag: a CAS from an external versioning system). The
+    /// caller owns its uniqueness; ignored under -C, where every CAS is 0.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    pub fn store_cas(
+        &self,
+        mode: Mode,
+        key: &[u8],
+        flags: u32,
+        exp: Time,
+        value: &[u8],
+        now: Time,
+        cas_in: Option<u64>,
+    ) -> Result<StoreOutcome, StoreError> {
         if !Self::valid_key(key) || key.len() + value.len() > self.geo.item_size_max {
             if mode == Mode::Set {
                 // memcached: a failed set must not leave the old value readable.
@@ -505,7 +523,7 @@ impl Store {
             // These need the old value (or to know it exists): bring a flashed one back.
             self.promote(h, key, now);
         }
-        self.with_shard(h, now, |s, env| s.store(env, h, mode, key, flags, exp, value, now))
+        self.with_shard(h, now, |s, env| s.store(env, h, mode, key, flags, exp, value, now, cas_in))
     }
 
     pub fn delete(&self, key: &[u8], now: Time) -> bool {

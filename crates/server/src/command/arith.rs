@@ -7,7 +7,8 @@
 //!                   space padded, unless the caller says an unsent reply holds the item
 //!   missing item    created with the initial value when asked (ma N, binary unless the
 //!                   expiry is 0xffffffff); a racing creator wins and the delta applies to it
-//!   then (ma)       a number answered: T touches the item, t reads its expiry back
+//!   then (ma)       a number answered: E gives the item that CAS (memcached 1.6.27), T
+//!                   touches the item, t reads its expiry back
 //!   counted         incr_hits/decr_hits for a number answered, *_misses for a missing item;
 //!                   a created item counts as a hit in meta, as nothing in binary, whose
 //!                   failed create counts store_no_memory (all as mnemo has always answered
@@ -56,9 +57,27 @@ pub(crate) enum Counted {
 /// How often a delta retries when the item it creates is added by someone else first.
 const DELTA_ATTEMPTS: usize = 8;
 
+#[inline]
 pub(crate) fn delta(d: &Delta<'_>, proto: Proto, sh: &Shared, c: &Counters) -> Answer<Counted> {
+    delta_with(d, None, proto, sh, c)
+}
+
+/// [`delta`] whose changed or created item takes the CAS `cas_in` (ma E).
+pub(crate) fn delta_with(d: &Delta<'_>, cas_in: Option<u64>, proto: Proto, sh: &Shared, c: &Counters) -> Answer<Counted> {
     let (hits, misses) = if d.incr { (&c.incr_hits, &c.incr_misses) } else { (&c.decr_hits, &c.decr_misses) };
-    let mut answer = apply(d, proto, sh, c);
+    let mut answer = apply(d, cas_in, proto, sh, c);
+    if let (Counted::Value { cas, .. }, Some(e)) = (&mut answer, cas_in) {
+        // The store's delta chooses the CAS: the new number is written again under E,
+        // guarded by the CAS the delta gave it (a write in between keeps its own).
+        let now = sh.clock.now();
+        let mine = sh.store.peek(d.key, now, |it| (it.cas == *cas).then(|| (it.flags, it.exp, it.value.to_vec()))).hit().flatten();
+        if let Some((flags, exp, value)) = mine {
+            if let Ok(StoreOutcome::Stored { cas: new }) = sh.store.store_cas(Mode::Cas(*cas), d.key, flags, exp, &value, now, Some(e)) {
+                sh.marks.set(d.key, new, crate::marks::Mark::default());
+                *cas = new;
+            }
+        }
+    }
     if let Counted::Value { exp, .. } | Counted::Created { exp, .. } = &mut answer {
         if d.touch.is_some() || d.read_exp {
             let now = sh.clock.now();
@@ -79,7 +98,7 @@ pub(crate) fn delta(d: &Delta<'_>, proto: Proto, sh: &Shared, c: &Counters) -> A
     Answer::Now(answer)
 }
 
-fn apply(d: &Delta<'_>, proto: Proto, sh: &Shared, c: &Counters) -> Counted {
+fn apply(d: &Delta<'_>, cas_in: Option<u64>, proto: Proto, sh: &Shared, c: &Counters) -> Counted {
     let now = sh.clock.now();
     if let (Some(want), Proto::Meta) = (d.cas, proto) {
         if let Some(have) = super::delete::current_cas(d.key, sh, now) {
@@ -98,7 +117,7 @@ fn apply(d: &Delta<'_>, proto: Proto, sh: &Shared, c: &Counters) -> Counted {
             return res;
         };
         let mut digits = [0; 20];
-        match sh.store.store(Mode::Add, d.key, 0, exp, decimal(initial, &mut digits), now) {
+        match sh.store.store_cas(Mode::Add, d.key, 0, exp, decimal(initial, &mut digits), now, cas_in) {
             Ok(StoreOutcome::Stored { cas }) => return Counted::Created { n: initial, cas, exp: None },
             // Someone else created it first: apply the delta to theirs.
             Ok(_) => continue,

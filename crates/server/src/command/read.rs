@@ -67,8 +67,9 @@ pub(crate) enum Read {
         touch: Option<Time>,
         /// u: the read does not count as one (the item stays unfetched: a later h says h0).
         peek: bool,
-        /// N: on a miss, create an empty placeholder with this expiry and hand it out as won.
-        vivify: Option<Time>,
+        /// N: on a miss, create an empty placeholder with this expiry and hand it out as won;
+        /// with E (memcached 1.6.27) the placeholder takes that CAS.
+        vivify: Option<(Time, Option<u64>)>,
     },
 }
 
@@ -192,11 +193,11 @@ pub(crate) fn get<H: Hit>(
                 (None, true) => sh.store.peek(key, now, { #[inline(always)] |it| write(it, out) }),
             };
             match (found.is_hit(), vivify) {
-                (false, Some(exp)) => {
+                (false, Some((exp, cas_in))) => {
                     // Vivify: an empty placeholder, and this client holds the win token;
                     // everyone else sees the placeholder with Z until the winner stores the
                     // real value. It counts as the miss it was.
-                    if let Ok(StoreOutcome::Stored { cas }) = sh.store.store(Mode::Add, key, 0, exp, b"", now) {
+                    if let Ok(StoreOutcome::Stored { cas }) = sh.store.store_cas(Mode::Add, key, 0, exp, b"", now, cas_in) {
                         sh.marks.set(key, cas, crate::marks::Mark { stale: false, win_sent: true });
                         hit.vivified(&Item { flags: 0, value: b"", cas, exp, fetched: false, pages: None }, out);
                         bump(&c.get_misses, 1);

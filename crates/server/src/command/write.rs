@@ -52,7 +52,14 @@ pub(crate) enum Stored {
 }
 
 /// Stores `s` by its mode's rules and counts it.
+#[inline]
 pub(crate) fn store(s: &Store<'_>, proto: Proto, sh: &Shared, c: &Counters) -> Answer<Stored> {
+    store_with(s, None, proto, sh, c)
+}
+
+/// [`store`] whose new version takes the CAS `cas_in` when given (ms E, memcached 1.6.27).
+#[inline]
+pub(crate) fn store_with(s: &Store<'_>, cas_in: Option<u64>, proto: Proto, sh: &Shared, c: &Counters) -> Answer<Stored> {
     record(s.key, proto, sh);
     let now = sh.clock.now();
     let result = match s.mode {
@@ -61,10 +68,16 @@ pub(crate) fn store(s: &Store<'_>, proto: Proto, sh: &Shared, c: &Counters) -> A
         Mode::Cas(_) if !sh.config.use_cas && proto == Proto::Text => {
             Ok(if sh.store.get(s.key, now, |_| ()).is_hit() { StoreOutcome::Exists } else { StoreOutcome::NotFound })
         }
-        mode => sh.store.store(mode, s.key, s.flags, s.exp, s.data, now),
+        mode => sh.store.store_cas(mode, s.key, s.flags, s.exp, s.data, now, cas_in),
     };
     let result = match (result, s.mode, s.stale_if_older) {
-        (Ok(StoreOutcome::Exists), Mode::Cas(want), true) => stale_write(s, want, sh, now),
+        (Ok(StoreOutcome::Exists), Mode::Cas(want), true) => stale_write(s, want, cas_in, sh, now),
+        (Ok(StoreOutcome::Stored { cas }), ..) if cas_in.is_some() => {
+            // The chosen CAS may be one an earlier version of the key had: its marks (stale,
+            // win sent) must not pass to this new version.
+            sh.marks.set(s.key, cas, crate::marks::Mark::default());
+            result
+        }
         (result, ..) => result,
     };
     if result.is_err() && s.drop_on_failure {
@@ -77,13 +90,13 @@ pub(crate) fn store(s: &Store<'_>, proto: Proto, sh: &Shared, c: &Counters) -> A
 /// keeps the TTL and the "win token sent" state of the item it replaces (memcached), so
 /// readers go on seeing X and Z and nobody is handed a second W. A CAS that is not older
 /// stays EXISTS.
-fn stale_write(s: &Store<'_>, want: u64, sh: &Shared, now: Time) -> Result<StoreOutcome, StoreError> {
+fn stale_write(s: &Store<'_>, want: u64, cas_in: Option<u64>, sh: &Shared, now: Time) -> Result<StoreOutcome, StoreError> {
     let old = sh.store.peek(s.key, now, |it| (it.cas, it.exp)).hit();
     let Some((have, old_exp)) = old.filter(|&(have, _)| want < have) else {
         return Ok(StoreOutcome::Exists);
     };
     let win_sent = sh.marks.get(s.key, have).win_sent;
-    let result = sh.store.store(Mode::Set, s.key, s.flags, old_exp, s.data, now);
+    let result = sh.store.store_cas(Mode::Set, s.key, s.flags, old_exp, s.data, now, cas_in);
     if let Ok(StoreOutcome::Stored { cas }) = result {
         sh.marks.set(s.key, cas, crate::marks::Mark { stale: true, win_sent });
     }

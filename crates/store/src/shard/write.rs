@@ -250,8 +250,9 @@ impl Shard {
         exp: Time,
         value: &[u8],
         now: Time,
+        cas_in: Option<u64>,
     ) -> Result<StoreOutcome, StoreError> {
-        let r = self.store_inner(env, h, mode, key, flags, exp, value, now);
+        let r = self.store_inner(env, h, mode, key, flags, exp, value, now, cas_in);
         if r.is_err() && mode == Mode::Set {
             // memcached: a failed set must not leave the old value readable.
             self.delete(env, h, key, now);
@@ -272,6 +273,7 @@ impl Shard {
         exp: Time,
         value: &[u8],
         now: Time,
+        cas_in: Option<u64>,
     ) -> Result<StoreOutcome, StoreError> {
         let geo = env.geo;
         let concat = matches!(mode, Mode::Append | Mode::Prepend);
@@ -322,7 +324,8 @@ impl Shard {
                 value_len: vlen as u32,
                 flags: nflags,
                 exp: nexp,
-                cas: None,
+                // An explicit CAS (meta E) is carried in the header; with -C every CAS is 0.
+                cas: cas_in.filter(|_| geo.use_cas),
             };
             let ttl = ttl_bucket(nexp, now);
             let q = match &old {
@@ -357,7 +360,7 @@ impl Shard {
                 None => self.index_insert(h, new_slot),
             }
             self.stats.total_items += 1;
-            let cas = if geo.use_cas { self.derived_cas(seg, off) } else { 0 };
+            let cas = if geo.use_cas { nh.cas.unwrap_or_else(|| self.derived_cas(seg, off)) } else { 0 };
             return Ok(StoreOutcome::Stored { cas });
         }
         Err(StoreError::OutOfMemory)
