@@ -217,7 +217,7 @@ def outcome(op, v, ctr):
 
 
 class Key:
-    __slots__ = ("name", "ctr", "cands", "hist", "ever")
+    __slots__ = ("name", "ctr", "cands", "hist", "ever", "missed")
 
     def __init__(self, name, ctr):
         self.name = name
@@ -225,6 +225,7 @@ class Key:
         self.cands = {None}
         self.hist = collections.deque(maxlen=40)
         self.ever = set()  # every value it was ever written or read with
+        self.missed = False  # read as a miss since its last write (for the report only)
 
     def norm(self, v):
         return counter(v) if (self.ctr and v is not None) else v
@@ -386,6 +387,7 @@ class Engine:
         self.counts["reads"] += 1
         wrong = not key.allowed(got)
         key.note(step or self.step, f"{where}: read {short(got)}{'  <-- WRONG' if wrong else ''}")
+        key.missed = got is None
         if got is None:
             return
         if wrong:
@@ -401,6 +403,7 @@ class Engine:
             self.observe(key, reply, f"{op.kind} (live)", op.step)
             return
         key.note(op.step, f"{op.describe()} -> {reply.decode(errors='replace')}")
+        key.missed = reply in (b"NOT_STORED", b"NOT_FOUND")
         present = {v for v in before if v is not None}
         if op.kind == "set":
             if reply == b"STORED":
@@ -550,7 +553,7 @@ class Engine:
         return present
 
     def known_present(self):
-        return sum(1 for k in self.keys.values() if None not in k.cands)
+        return sum(1 for k in self.keys.values() if None not in k.cands and not k.missed)
 
     # -- faults --
 
@@ -571,8 +574,14 @@ class Engine:
                 s.sendall(b"shutdown\r\n")
                 s.close()
 
+        on_flash = ""
+        if self.flags.flash:
+            with self.srv.connect(timeout=REPLY_TIMEOUT) as s:
+                n = int(stats(s).get("extstore_objects_used", "0"))
+            self.counts["on_flash_at_faults"] += n
+            on_flash = f", {n} items on flash"
         self.event(f"fault {kind}{' with requests in flight' if inflight else ''} "
-                   f"({self.known_present()} keys known present)")
+                   f"({self.known_present()} keys known present{on_flash})")
         expected = self.known_present()
         if inflight:
             self.burst(cut=strike)
@@ -658,6 +667,7 @@ class Engine:
             self.event(f"slip refused (exit {rc}): {err[:160]}")
             self.check_all("after a refused slip")
             return
+        self.counts["slip_started"] += 1
         # It started: write its values under this instance's key names, so that whatever it
         # does to the shared file shows, then stop it and look.
         with socket.create_connection(("127.0.0.1", port), timeout=REPLY_TIMEOUT) as s:
@@ -670,6 +680,13 @@ class Engine:
             c.send(b"get " + b" ".join(names[:50]) + b"\r\n")
             while c.line() != b"END":
                 pass
+            # Until its values are on flash (ext_item_age=1), if it has a flash tier.
+            deadline = time.monotonic() + 10
+            while flags.flash and time.monotonic() < deadline:
+                st = stats(s)
+                if int(st.get("extstore_objects_written", "0")) >= len(names) // 2 and st.get("extstore_io_queue") == "0":
+                    break
+                time.sleep(0.05)
         proc.kill()
         proc.wait()
         err = proc.stderr.read().decode(errors="replace").strip()
@@ -734,6 +751,8 @@ class Engine:
                 if graceful and old.e and kind != "damage" and flags == old:
                     self.counts["graceful_known"] += expected
                     self.counts["graceful_back"] += present
+                    self.counts[f"back_{stop_kind}"] += present
+                    self.counts[f"known_{stop_kind}"] += expected
         except (Closed, TimeoutError, RuntimeError, OSError) as e:
             self.fail(f"the run stopped: {e!r}")
         finally:
