@@ -10,14 +10,14 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 
-from faultmodel import Engine, Violation, configurations  # noqa: E402
+from faultmodel import Engine, Violation, bench_configurations  # noqa: E402
 
 
 def main():
     duration = float(os.environ.get("DURATION", "1800"))
     per_run = float(os.environ.get("RUN_SECONDS", "120"))
     only = os.environ.get("CONFIGS", "").split()
-    configs = [c for c in configurations() if not only or c.name in only]
+    configs = [c for c in bench_configurations() if not only or c.name in only]
     rng = random.Random(os.environ.get("MNEMO_FAULT_SEED"))
     total = collections.Counter()
     per_config = collections.defaultdict(collections.Counter)
