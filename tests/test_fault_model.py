@@ -23,7 +23,7 @@ BUDGET = float(os.environ.get("MNEMO_FAULT_SECONDS", "40"))
 @pytest.mark.parametrize("config", CONFIGS, ids=[c.name for c in CONFIGS])
 def test_no_key_ever_holds_a_stale_deleted_or_foreign_value(config):
     counts = Engine(config, SEED, BUDGET / len(CONFIGS)).run()
-    back = "".join(f", {counts['back_' + k]} of {counts['known_' + k]} keys back after {k} with -e"
+    back = "".join(f", {counts['back_' + k]} keys back after {k} with -e ({counts['known_' + k]} surely present before)"
                    for k in ("sigterm", "sigint", "shutdown") if counts["known_" + k])
     print(f"{config.name} seed={SEED} io_loop={os.environ.get('MNEMO_IO_LOOP', 'default')}: "
           f"{counts['seconds']} s, {counts['ops']} ops, {counts['restarts']} restarts, "
