@@ -722,8 +722,11 @@ class Engine:
                     self.burst()
                     if self.rng.random() < 0.05:
                         self.flush_all()
-                if self.flags.flash and self.rng.random() < 0.4:
+                flush = self.rng.random() < 0.15  # right before the fault: nothing read since
+                if self.flags.flash and (flush or self.rng.random() < 0.4):
                     self.wait_flash()
+                if flush:
+                    self.flush_all()
                 kind = self.pick_fault()
                 if kind == "slip":
                     self.slip()
