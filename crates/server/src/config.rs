@@ -392,10 +392,11 @@ impl Config {
                 a.item_size_max, a.memory_mb
             ));
         }
-        let ext = match ext::ExtOptions::parse(&a.extended) {
+        let mut ext = match ext::ExtOptions::parse(&a.extended) {
             Ok(ext) => ext,
             Err(e) => return Err(format!("mnemod: -o: {e}")),
         };
+        ext.check_chunk_max(a.item_size_max).map_err(|e| format!("mnemod: -o: {e}"))?;
         // The flash tier: memcached's start-up checks, and the file made before serving.
         if let Some(fc) = ext.flash.store_config() {
             if a.item_size_max > fc.wbuf_size {
@@ -404,6 +405,7 @@ impl Config {
                     a.item_size_max, fc.wbuf_size
                 ));
             }
+            ext.flash.check_sizes().map_err(|e| format!("mnemod: -o: {e}"))?;
             // memcached's checks, in its order (the store works with any page multiple of the
             // buffer, and tests use smaller ones).
             let x = &ext.flash;

@@ -290,6 +290,14 @@ pub fn run(mut config: Config) -> Result<(), ServerError> {
     for opt in &config.ext.ignored {
         eprintln!("mnemod: -o {opt}: accepted for compatibility; mnemo has nothing it tunes (docs/operations.md)");
     }
+    for ((path, _), bucket) in config.ext.flash.paths().zip(&config.ext.flash.buckets) {
+        if *bucket != config::ext::Bucket::Default {
+            eprintln!(
+                "mnemod: -o ext_path={path}: bucket {}: accepted for compatibility; mnemo's flash pages are one pool, this file's serve every write (docs/flash.md \"Buckets\")",
+                bucket.name()
+            );
+        }
+    }
     let sh = Arc::new(Shared::build(config, credentials, filters));
     if sh.store.has_flash() {
         // Before -e's restore, which may write to the flash file.
