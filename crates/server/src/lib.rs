@@ -430,6 +430,13 @@ fn maintenance(sh: &Shared) {
             for (name, e) in sh.filters.reload() {
                 eprintln!("mnemod: SIGHUP: filter {name}: {e}; keeping the previous version");
             }
+            // memcached 1.6.40: SIGHUP reloads the certificates too, as `refresh_certs` does;
+            // a bad file keeps the ones in force.
+            if let Some(tls) = &sh.config.tls {
+                if let Err(e) = tls.refresh(sh.clock.now()) {
+                    eprintln!("mnemod: Could not reload TLS certificates on SIGHUP: {e}");
+                }
+            }
         }
     }
 }
