@@ -454,10 +454,10 @@ impl ExtOptions {
         if chunk > item_size_max {
             return Err(format!("slab_chunk_max (bytes: {chunk}) cannot be larger than -I (item_size_max {item_size_max})"));
         }
-        if item_size_max % chunk != 0 {
+        if !item_size_max.is_multiple_of(chunk) {
             return Err(format!("-I (item_size_max: {item_size_max}) must be evenly divisible by slab_chunk_max (bytes: {chunk})"));
         }
-        if SLAB_PAGE_SIZE as usize % chunk != 0 {
+        if !(SLAB_PAGE_SIZE as usize).is_multiple_of(chunk) {
             return Err(format!("slab_chunk_max (bytes: {chunk}) must divide evenly into {SLAB_PAGE_SIZE} (slab_page_size)"));
         }
         Ok(())
