@@ -398,10 +398,11 @@ impl Config {
                 a.item_size_max, a.memory_mb
             ));
         }
-        let ext = match ext::ExtOptions::parse(&a.extended) {
+        let mut ext = match ext::ExtOptions::parse(&a.extended) {
             Ok(ext) => ext,
             Err(e) => return Err(format!("mnemod: -o: {e}")),
         };
+        ext.check_chunk_max(a.item_size_max).map_err(|e| format!("mnemod: -o: {e}"))?;
         // The flash tier: memcached's start-up checks, and the file made before serving.
         if let Some(fc) = ext.flash.store_config() {
             if a.item_size_max > fc.wbuf_size {
@@ -410,6 +411,7 @@ impl Config {
                     a.item_size_max, fc.wbuf_size
                 ));
             }
+            ext.flash.check_sizes().map_err(|e| format!("mnemod: -o: {e}"))?;
             // memcached's checks, in its order (the store works with any page multiple of the
             // buffer, and tests use smaller ones).
             let x = &ext.flash;
@@ -423,9 +425,16 @@ impl Config {
                 return Err(format!("mnemod: -o: Failed to initialize external storage: {e}"));
             }
         }
+        let listen: Vec<String> =
+            a.listen.iter().flat_map(|l| l.split(',')).map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect();
+        let prefixes: Vec<_> = listen.iter().filter_map(|l| crate::tls::ListenTls::split(l).0).collect();
+        if let (Some(p), false) = (prefixes.first(), a.enable_ssl) {
+            return Err(format!("mnemod: {}", p.needs_ssl()));
+        }
+        let kinds = (prefixes.contains(&crate::tls::ListenTls::NoPeer), prefixes.contains(&crate::tls::ListenTls::Peer));
         // As memcached: certificates load at start-up and a bad one stops it.
         let tls = match a.enable_ssl {
-            true => match crate::tls::Tls::load(&ext.ssl) {
+            true => match crate::tls::Tls::load(&ext.ssl, kinds) {
                 Ok(t) => Some(t),
                 Err(e) => return Err(format!("mnemod: -Z: {e}")),
             },
@@ -532,7 +541,7 @@ impl Config {
                 -1 => Some(0),
                 p => Some(p as u16),
             },
-            listen: a.listen.iter().flat_map(|l| l.split(',')).map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect(),
+            listen,
             unix_socket: a.unix_socket,
             unix_mask: a.unix_mask,
             enable_shutdown: a.enable_shutdown,
@@ -739,5 +748,26 @@ mod tests {
         assert!(VERSION_LINE.starts_with(VERSION) && VERSION_LINE.contains(PROTOCOL_VERSION), "{VERSION_LINE}");
         let Cli::Print(text) = run(&["-V"]) else { panic!() };
         assert_eq!(text.trim(), format!("mnemod {VERSION_LINE}"));
+    }
+}
+
+#[cfg(test)]
+mod listen_tls_tests {
+    use super::*;
+    use crate::tls::ListenTls;
+
+    #[test]
+    fn listener_prefixes_need_tls_as_in_memcached() {
+        assert_eq!(ListenTls::split("btls:127.0.0.1:1"), (Some(ListenTls::NoPeer), "127.0.0.1:1"));
+        assert_eq!(ListenTls::split("mtls:[::1]:2"), (Some(ListenTls::Peer), "[::1]:2"));
+        assert_eq!(ListenTls::split("notls:h"), (Some(ListenTls::Plain), "h"));
+        assert_eq!(ListenTls::split("127.0.0.1"), (None, "127.0.0.1"));
+        let fail = |args: &[&str]| match Config::from_args(std::iter::once("mnemod").chain(args.iter().copied())) {
+            Cli::Fail(m) => m,
+            _ => panic!("{args:?} accepted"),
+        };
+        assert_eq!(fail(&["-l", "btls:127.0.0.1"]), "mnemod: 'btls' option is valid only when SSL is enabled");
+        assert_eq!(fail(&["-l", "127.0.0.1,mtls:127.0.0.1:2"]), "mnemod: 'otls' option is valid only when SSL is enabled");
+        assert_eq!(fail(&["-l", "notls:127.0.0.1"]), "mnemod: 'notls' option is valid only when SSL is enabled");
     }
 }

@@ -290,6 +290,14 @@ pub fn run(mut config: Config) -> Result<(), ServerError> {
     for opt in &config.ext.ignored {
         eprintln!("mnemod: -o {opt}: accepted for compatibility; mnemo has nothing it tunes (docs/operations.md)");
     }
+    for ((path, _), bucket) in config.ext.flash.paths().zip(&config.ext.flash.buckets) {
+        if *bucket != config::ext::Bucket::Default {
+            eprintln!(
+                "mnemod: -o ext_path={path}: bucket {}: accepted for compatibility; mnemo's flash pages are one pool, this file's serve every write (docs/flash.md \"Buckets\")",
+                bucket.name()
+            );
+        }
+    }
     let sh = Arc::new(Shared::build(config, credentials, filters));
     if sh.store.has_flash() {
         // Before -e's restore, which may write to the flash file.
@@ -421,6 +429,13 @@ fn maintenance(sh: &Shared) {
             // the filters they have until each new one is swapped in.
             for (name, e) in sh.filters.reload() {
                 eprintln!("mnemod: SIGHUP: filter {name}: {e}; keeping the previous version");
+            }
+            // memcached 1.6.40: SIGHUP reloads the certificates too, as `refresh_certs` does;
+            // a bad file keeps the ones in force.
+            if let Some(tls) = &sh.config.tls {
+                if let Err(e) = tls.refresh(sh.clock.now()) {
+                    eprintln!("mnemod: Could not reload TLS certificates on SIGHUP: {e}");
+                }
             }
         }
     }

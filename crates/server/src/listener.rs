@@ -43,8 +43,8 @@ impl ListenStats {
 }
 
 pub enum Listener {
-    /// With whether its connections speak TLS (-Z, unless `-l notls:ADDR`).
-    Tcp(mio::net::TcpListener, bool),
+    /// With what its connections speak (-Z, and the `-l` prefixes: tls.rs `ListenTls`).
+    Tcp(mio::net::TcpListener, crate::tls::ListenTls),
     Unix(mio::net::UnixListener),
 }
 
@@ -78,12 +78,14 @@ pub fn bind(config: &Config) -> Result<Vec<Listener>, BindError> {
     let mut out = Vec::new();
     let Some(port) = config.port else { return Ok(out) };
     for host in &config.listen {
-        // memcached's `-l notls:ADDR`: with -Z, this listener stays plain.
-        let (host, tls) = match host.strip_prefix("notls:") {
-            Some(h) => (h.to_string(), false),
-            None => (host.clone(), config.tls.is_some()),
+        // memcached's `-l notls:ADDR`, `btls:`, `mtls:` (config.rs refuses them without -Z).
+        let (prefix, host) = crate::tls::ListenTls::split(host);
+        let tls = match (prefix, &config.tls) {
+            (_, None) => crate::tls::ListenTls::Plain,
+            (Some(kind), Some(_)) => kind,
+            (None, Some(_)) => crate::tls::ListenTls::Default,
         };
-        let addr = socket_addr(&host, port);
+        let addr = socket_addr(host, port);
         let err = |source| BindError::Tcp { addr: addr.clone(), source };
         let l = std::net::TcpListener::bind(addr.as_str()).map_err(err)?;
         relisten(l.as_raw_fd(), config.backlog);
@@ -250,7 +252,7 @@ fn accept_all(l: &Listener, sh: &Shared, workers: &[crate::worker::Handoff], nex
         // With -Z, the connection gets the certificates in force now (a later refresh_certs
         // does not change it); its handshake runs on the worker, driven by readiness.
         let stream = match (stream, &sh.config.tls, l) {
-            (Stream::Tcp(tcp), Some(tls), Listener::Tcp(_, true)) => match tls.accept(tcp) {
+            (Stream::Tcp(tcp), Some(tls), Listener::Tcp(_, kind)) if *kind != crate::tls::ListenTls::Plain => match tls.accept(tcp, *kind) {
                 Ok(s) => Stream::Tls(Box::new(s)),
                 Err(e) => {
                     if sh.verbosity.load(Relaxed) > 0 {

@@ -5,8 +5,8 @@
 //! ```text
 //!   signal                   installed                        flag     the maintenance thread
 //!   SIGHUP                   always, before any listener     RELOAD   reloads the password
-//!                            (a reload sent as soon as the              file and the filters
-//!                            port answers must not kill us)
+//!                            (a reload sent as soon as the              file, the filters and
+//!                            port answers must not kill us)             (-Z) the certificates
 //!   SIGTERM SIGINT SIGUSR1   with -e or a flash tier         STOP     Shared::shutdown: the
 //!                                                                     snapshot or flash list,
 //!                                                                     then exit (restart.rs)
@@ -34,7 +34,7 @@ fn install(sig: libc::c_int, handler: extern "C" fn(libc::c_int)) {
     }
 }
 
-/// SIGHUP: reload credentials and filters (auth.rs, fget's filter host).
+/// SIGHUP: reload credentials, filters and certificates (auth.rs, fget's filter host, tls.rs).
 pub fn install_reload() {
     install(libc::SIGHUP, on_reload);
 }

@@ -384,8 +384,8 @@ pub fn settings(sh: &Shared, out: &mut Vec<u8>) {
     stat(out, "slab_reassign", yes_no(ext.slab_reassign));
     stat(out, "slab_automove", sh.slab_automove.level());
     stat(out, "slab_automove_ratio", c_fixed2(sh.slab_automove.ratio()));
-    stat(out, "slab_automove_window", 30);
-    stat(out, "slab_chunk_max", 524_288);
+    stat(out, "slab_automove_window", sh.config.ext.slab_automove_window);
+    stat(out, "slab_chunk_max", sh.config.ext.slab_chunk_max);
     stat(out, "lru_crawler", yes_no(sh.crawler_enabled.load(Relaxed)));
     stat(out, "lru_crawler_sleep", sh.crawler_sleep.load(Relaxed));
     stat(out, "lru_crawler_tocrawl", sh.crawler_tocrawl.load(Relaxed));

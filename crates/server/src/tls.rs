@@ -5,8 +5,11 @@
 //!   accept thread: Tls::accept(tcp) ──> TlsStream { tcp, ServerConnection } (a conn::Stream)
 //!   worker: reads drive the handshake; replies are encrypted into rustls and leave in one
 //!           writev of its records (send_pending)
-//!   refresh_certs: a new ServerConfig is built and swapped in; connections keep the one they
-//!           were accepted with, new ones get the new certificate
+//!   refresh_certs, SIGHUP (memcached 1.6.40): new ServerConfigs are built and swapped in;
+//!           connections keep the one they were accepted with, new ones get the new certificate
+//!   -l prefixes (memcached 1.6.30): each listener picks its client-certificate rule
+//!     (none)  ssl_verify_mode's         notls:  plain text
+//!     btls:   never asks for one        mtls:   requires one, checked against ssl_ca_cert
 //! ```
 //!
 //! The handshake is driven by socket readiness like every other read: nothing here blocks.
@@ -44,8 +47,52 @@ pub enum TlsError {
     Ciphers(String),
     #[error("ssl_verify_mode {0} needs ssl_ca_cert (the CAs client certificates are checked against)")]
     NoCa(u8),
+    #[error("mtls: listeners need ssl_ca_cert (the CAs client certificates are checked against)")]
+    MtlsNoCa,
     #[error("Error creating the TLS context: {0}")]
     Config(String),
+}
+
+/// What a TCP listener's connections speak (memcached's `-l` prefixes with -Z).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListenTls {
+    /// `notls:`
+    Plain,
+    /// No prefix: ssl_verify_mode's rule.
+    Default,
+    /// `btls:`: TLS, no client certificate asked for.
+    NoPeer,
+    /// `mtls:`: TLS, a client certificate required.
+    Peer,
+}
+
+impl ListenTls {
+    /// A `-l` entry's prefix and the address after it (None: no prefix). As memcached, a
+    /// prefix is its name and one more character (the `:`).
+    pub fn split(host: &str) -> (Option<ListenTls>, &str) {
+        for (name, kind) in [("notls", ListenTls::Plain), ("btls", ListenTls::NoPeer), ("mtls", ListenTls::Peer)] {
+            if let Some(rest) = host.strip_prefix(name) {
+                return (Some(kind), rest.get(1..).unwrap_or(""));
+            }
+        }
+        (None, host)
+    }
+
+    /// memcached's start-up error for a prefix without -Z (its mtls line says 'otls').
+    pub fn needs_ssl(self) -> &'static str {
+        match self {
+            ListenTls::Plain => "'notls' option is valid only when SSL is enabled",
+            ListenTls::NoPeer => "'btls' option is valid only when SSL is enabled",
+            _ => "'otls' option is valid only when SSL is enabled",
+        }
+    }
+}
+
+/// The configurations new connections get, one per client-certificate rule in use.
+struct Configs {
+    default: Arc<ServerConfig>,
+    no_peer: Option<Arc<ServerConfig>>,
+    peer: Option<Arc<ServerConfig>>,
 }
 
 /// The process's TLS state: the settings, the configuration new connections get, and the
@@ -53,7 +100,9 @@ pub enum TlsError {
 pub struct Tls {
     opts: SslOptions,
     /// Swapped whole by `refresh_certs`; a read lock and an Arc clone per accepted connection.
-    current: parking_lot::RwLock<Arc<ServerConfig>>,
+    current: parking_lot::RwLock<Configs>,
+    /// Which of `btls:` / `mtls:` some listener uses (their configurations are built).
+    kinds: (bool, bool),
     /// Kept across refreshes (memcached keeps one SSL_CTX, so its session cache survives).
     sessions: Option<Arc<CountingSessions>>,
     /// The clock's seconds at the last successful load. memcached loads its certificates
@@ -69,15 +118,17 @@ impl std::fmt::Debug for Tls {
 }
 
 impl Tls {
-    /// Load the certificates and build the first configuration (`-Z` at start-up).
-    pub fn load(opts: &SslOptions) -> Result<Arc<Tls>, TlsError> {
+    /// Load the certificates and build the first configurations (`-Z` at start-up), for
+    /// `btls:` and `mtls:` listeners too when `kinds` says some exist.
+    pub fn load(opts: &SslOptions, kinds: (bool, bool)) -> Result<Arc<Tls>, TlsError> {
         let sessions = opts.session_cache.then(|| {
             Arc::new(CountingSessions { inner: ServerSessionMemoryCache::new(SESSION_CACHE_SIZE), new: AtomicU64::new(0) })
         });
-        let config = build(opts, sessions.as_ref())?;
+        let configs = build_all(opts, sessions.as_ref(), kinds)?;
         Ok(Arc::new(Tls {
             opts: opts.clone(),
-            current: parking_lot::RwLock::new(config),
+            current: parking_lot::RwLock::new(configs),
+            kinds,
             sessions,
             last_refresh: AtomicU32::new(0),
             handshake_errors: AtomicU64::new(0),
@@ -87,15 +138,23 @@ impl Tls {
     /// `refresh_certs`: read the certificate, key and CA files again. On failure the old
     /// configuration stays in use.
     pub fn refresh(&self, now: mnemo_store::Time) -> Result<(), TlsError> {
-        let config = build(&self.opts, self.sessions.as_ref())?;
-        *self.current.write() = config;
+        let configs = build_all(&self.opts, self.sessions.as_ref(), self.kinds)?;
+        *self.current.write() = configs;
         self.last_refresh.store(now, Relaxed);
         Ok(())
     }
 
     /// Wrap a freshly accepted socket; the handshake happens on the worker's reads.
-    pub fn accept(self: &Arc<Self>, tcp: mio::net::TcpStream) -> Result<TlsStream, rustls::Error> {
-        let config = self.current.read().clone();
+    pub fn accept(self: &Arc<Self>, tcp: mio::net::TcpStream, kind: ListenTls) -> Result<TlsStream, rustls::Error> {
+        let config = {
+            let c = self.current.read();
+            let special = match kind {
+                ListenTls::NoPeer => c.no_peer.as_ref(),
+                ListenTls::Peer => c.peer.as_ref(),
+                _ => None,
+            };
+            special.unwrap_or(&c.default).clone()
+        };
         let conn = ServerConnection::new(config)?;
         Ok(TlsStream { tcp, conn, tls: self.clone(), failed: false, short: false })
     }
@@ -154,7 +213,21 @@ impl StoresServerSessions for CountingSessions {
     }
 }
 
-fn build(opts: &SslOptions, sessions: Option<&Arc<CountingSessions>>) -> Result<Arc<ServerConfig>, TlsError> {
+fn build_all(opts: &SslOptions, sessions: Option<&Arc<CountingSessions>>, (no_peer, peer): (bool, bool)) -> Result<Configs, TlsError> {
+    let mtls = || match opts.ca_cert {
+        // OpenSSL's SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, memcached's mode 2.
+        Some(_) => build(opts, sessions, 2),
+        None => Err(TlsError::MtlsNoCa),
+    };
+    Ok(Configs {
+        default: build(opts, sessions, opts.verify_mode)?,
+        no_peer: if no_peer { Some(build(opts, sessions, 0)?) } else { None },
+        peer: if peer { Some(mtls()?) } else { None },
+    })
+}
+
+/// One configuration, with `verify_mode` (memcached's 0-3) as the client-certificate rule.
+fn build(opts: &SslOptions, sessions: Option<&Arc<CountingSessions>>, verify_mode: u8) -> Result<Arc<ServerConfig>, TlsError> {
     let chain_path = opts.chain_cert.as_deref().unwrap_or("(null)");
     let chain_err = |reason: String| TlsError::Chain { path: chain_path.to_string(), reason };
     let chain = match &opts.chain_cert {
@@ -173,7 +246,7 @@ fn build(opts: &SslOptions, sessions: Option<&Arc<CountingSessions>>) -> Result<
     let builder = ServerConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(versions)
         .map_err(|e| TlsError::Config(e.to_string()))?;
-    let builder = match opts.verify_mode {
+    let builder = match verify_mode {
         0 => builder.with_no_client_auth(),
         mode => {
             let path = opts.ca_cert.as_deref().ok_or(TlsError::NoCa(mode))?;
@@ -482,7 +555,7 @@ mod tests {
     #[test]
     fn missing_files_are_memcacheds_errors() {
         let opts = SslOptions { chain_cert: Some("/nonexistent/c.pem".into()), key: Some("/x".into()), ..Default::default() };
-        let e = Tls::load(&opts).unwrap_err().to_string();
+        let e = Tls::load(&opts, (false, false)).unwrap_err().to_string();
         assert_eq!(e, "Error loading the certificate chain: /nonexistent/c.pem : No such file or directory");
     }
 }

@@ -69,7 +69,7 @@ pub fn bind(config: &Config) -> Result<Vec<UdpSocket>, crate::listener::BindErro
     let Some(port) = port(config) else { return Ok(Vec::new()) };
     let mut out = Vec::new();
     for host in &config.listen {
-        let addr = crate::listener::socket_addr(host.strip_prefix("notls:").unwrap_or(host), port);
+        let addr = crate::listener::socket_addr(crate::tls::ListenTls::split(host).1, port);
         let s = UdpSocket::bind(addr.as_str()).map_err(|source| crate::listener::BindError::Udp { addr, source })?;
         out.push(s);
     }

@@ -1,5 +1,6 @@
-//! memcached's extended options (`-o name[=value],...`), read with memcached 1.6.18's names,
-//! checks and error lines. Options whose behaviour exists in mnemo take effect; the ones that
+//! memcached's extended options (`-o name[=value],...`), read with memcached's names, checks
+//! and error lines (1.6.45's where a later release changed them: slab_automove_window,
+//! slab_chunk_max, ext_path). Options whose behaviour exists in mnemo take effect; the ones that
 //! tune a mechanism mnemo does not have (slab classes, the segmented LRU and its maintainer,
 //! extstore's compaction and I/O threads, the logger, TLS, seccomp) are accepted, so memcached command lines keep working,
 //! reported once on stderr at start-up and listed by `stats settings`
@@ -17,8 +18,9 @@
 //!                     ext_drop_under  ext_drop_unread (the flash tier: mnemo-store's flash
 //!                     module)  ext_threads (its read threads: the server's flashio.rs)
 //!   checked, shown    ext_io_depth  ext_max_sleep
-//!   by stats settings slab_automove_freeratio
-//!   but ignored       (docs/flash.md)
+//!   by stats settings slab_automove_freeratio  slab_automove_window  slab_chunk_max (KiB)
+//!   but ignored       no_chunked_items (docs/flash.md)
+//!   checked, kept     ext_path's :BUCKET (one pool of pages: Bucket)
 //!   reported only     ssl_wbuf_size  ssl_kernel_tls (rustls sizes its own records; no kTLS)
 //!   checked, ignored  hashpower  lru_crawler_sleep  lru_crawler_tocrawl  hot_lru_pct  warm_lru_pct
 //!                     hash_algorithm  and every other name memcached 1.6.18 accepts
@@ -26,6 +28,10 @@
 
 /// memcached 1.6.18's `-o` defaults for the options that take effect.
 pub const DEFAULT_IDLE_TIMEOUT: u32 = 0;
+/// memcached 1.6.34's default (it was 30).
+pub const DEFAULT_SLAB_AUTOMOVE_WINDOW: u32 = 10;
+/// memcached's slab page: chunks are cut from 1 MiB pages, and slab_chunk_max must divide it.
+pub const SLAB_PAGE_SIZE: u32 = 1 << 20;
 /// Microseconds memcached's crawler sleeps between items.
 pub const DEFAULT_LRU_CRAWLER_SLEEP: u32 = 100;
 
@@ -52,6 +58,12 @@ pub struct ExtOptions {
     /// Knobs with nothing to act on, kept only so `stats settings` reports what was asked
     /// (memcached's hashpower_init, lru_crawler_sleep, lru_crawler_tocrawl).
     pub hashpower_init: u32,
+    /// memcached's slab mover's window (seconds; 1.6.34 made the default 10).
+    pub slab_automove_window: u32,
+    /// memcached's largest slab chunk in bytes (`-o slab_chunk_max` is in KiB since 1.6.24),
+    /// and whether it was given (then `-I` is checked against it: `check_chunk_max`).
+    pub slab_chunk_max: u32,
+    pub slab_chunk_max_given: bool,
     pub lru_crawler_sleep: u32,
     pub lru_crawler_tocrawl: u32,
     /// The `ssl_*` options (used when -Z turns TLS on; printed by `stats settings` either way).
@@ -161,6 +173,8 @@ pub struct FlashOptions {
     /// Further `ext_path` files, in the order given (memcached's "JBOD": one page space over
     /// all of them).
     pub more: Vec<(String, u64)>,
+    /// Each file's bucket (`ext_path=FILE:SIZE:BUCKET`), in the order of `paths()`.
+    pub buckets: Vec<Bucket>,
     /// Megabytes.
     pub page_size_mb: u32,
     pub wbuf_size_mb: u32,
@@ -188,6 +202,7 @@ impl Default for FlashOptions {
         FlashOptions {
             path: None,
             more: Vec::new(),
+            buckets: Vec::new(),
             page_size_mb: (mnemo_store::DEFAULT_PAGE_SIZE >> 20) as u32,
             wbuf_size_mb: (mnemo_store::DEFAULT_WBUF_SIZE >> 20) as u32,
             threads: 1,
@@ -260,12 +275,9 @@ impl FlashOptions {
         let float = || value.and_then(|v| v.trim().parse::<f64>().ok()).ok_or_else(bad);
         let r = match name {
             "ext_path" => return Some(self.set_path(value).map(|()| true)),
-            "ext_page_size" => {
-                if self.path.is_some() {
-                    return Some(Err("Must specify ext_page_size before any ext_path arguments".into()));
-                }
-                int().map(|v| self.page_size_mb = v).map(|()| true)
-            }
+            // memcached 1.6.40 dropped the rule that it come before ext_path: the files are
+            // cut into pages once every option is read.
+            "ext_page_size" => int().map(|v| self.page_size_mb = v).map(|()| true),
             "ext_wbuf_size" => int().map(|v| self.wbuf_size_mb = v).map(|()| true),
             "ext_item_size" => int().map(|v| self.item_size = v).map(|()| true),
             "ext_low_ttl" => int().map(|v| self.low_ttl = v).map(|()| true),
@@ -287,30 +299,104 @@ impl FlashOptions {
         Some(r)
     }
 
-    /// `ext_path=FILE:SIZE`, SIZE with memcached's unit letters (K, M, G, T, P).
+    /// `ext_path=FILE:SIZE[:BUCKET]`, read as memcached 1.6.45 reads it: the value cut at
+    /// every `:` (empty pieces skipped), SIZE's last letter its unit (m, g, t or p, any case:
+    /// 1.6.21 made any other an error, so `:64k`, `:64` and `:1GB` stop the start) and its
+    /// leading digits the count (C's atoi: `1.5g` is 1 GiB); a fourth piece is ignored. A size
+    /// under one page is refused after all the options are read (`check_sizes`), as 1.6.40
+    /// does once ext_page_size is known wherever it was given.
     fn set_path(&mut self, value: Option<&str>) -> Result<(), String> {
-        let no_size = "must supply size to ext_path, ie: ext_path=/f/e:64m (M|G|T|P supported)\nfailed to parse ext_path argument";
-        let v = value.unwrap_or("");
-        let (file, size) = v.rsplit_once(':').ok_or(no_size)?;
-        let digits = size.trim_end_matches(|c: char| c.is_ascii_alphabetic());
-        let unit = &size[digits.len()..];
-        let shift = match unit.to_ascii_lowercase().as_str() {
-            "" => 0,
-            "k" => 10,
-            "m" => 20,
-            "g" => 30,
-            "t" => 40,
-            "p" => 50,
-            _ => return Err("failed to parse ext_path argument".into()),
+        const FAILED: &str = "failed to parse ext_path argument";
+        let Some(v) = value else {
+            return Err("missing argument to ext_path, ie: ext_path=/d/file:5G".into());
         };
-        let n: u64 = digits.parse().map_err(|_| "failed to parse ext_path argument")?;
-        let bytes = n.checked_shl(shift).filter(|b| b >> shift == n).ok_or("failed to parse ext_path argument")?;
+        let mut pieces = v.split(':').filter(|p| !p.is_empty());
+        let file = pieces.next().ok_or(FAILED)?;
+        let size = pieces
+            .next()
+            .ok_or_else(|| format!("must supply size to ext_path, ie: ext_path=/f/e:64m (M|G|T|P supported)\n{FAILED}"))?;
+        let bad_unit = || format!("must supply size to ext_path, ie: ext_path=/f/e:64m (m|g|t|p supported)\n{FAILED}");
+        let unit = size.chars().last().ok_or_else(bad_unit)?;
+        let shift = match unit.to_ascii_lowercase() {
+            'm' => 20,
+            'g' => 30,
+            't' => 40,
+            'p' => 50,
+            _ => return Err(bad_unit()),
+        };
+        let count = size[..size.len() - unit.len_utf8()].trim_start();
+        // atoi: leading digits, none is 0 (a zero size, refused with the other size checks);
+        // a negative count or digits past u64 are refused rather than wrapped.
+        let n: u64 = match count.strip_prefix('+').unwrap_or(count) {
+            c if c.starts_with('-') => return Err(FAILED.into()),
+            c => c[..c.find(|ch: char| !ch.is_ascii_digit()).unwrap_or(c.len())].parse().unwrap_or(0),
+        };
+        let bytes = n.checked_shl(shift).filter(|b| b >> shift == n).ok_or(FAILED)?;
+        let bucket = match pieces.next() {
+            None => Bucket::Default,
+            Some(name) => Bucket::from_name(name).ok_or_else(|| format!("Unknown extstore bucket: {name}\n{FAILED}"))?,
+        };
         if self.path.is_some() {
             self.more.push((file.to_string(), bytes));
         } else {
             self.path = Some((file.to_string(), bytes));
         }
+        self.buckets.push(bucket);
         Ok(())
+    }
+
+    /// memcached 1.6.45's check once every option is read (`storage_check_config`): each file
+    /// must hold at least one page of ext_page_size.
+    pub fn check_sizes(&self) -> Result<(), String> {
+        let page = u64::from(self.page_size_mb) << 20;
+        match self.paths().any(|(_, size)| page == 0 || size / page == 0) {
+            true => Err("supplied ext_path has zero size, cannot use".into()),
+            false => Ok(()),
+        }
+    }
+}
+
+/// memcached's page buckets, named by `ext_path=FILE:SIZE:BUCKET`: in memcached the pages of
+/// that file serve only that kind of write. mnemo's pages are one pool over all the files
+/// (the store's module doc), so a bucket name is checked and kept, start-up says on stderr
+/// that it changes nothing, and every file's pages serve every write (docs/flash.md
+/// "Buckets").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bucket {
+    Default,
+    Compact,
+    Chunked,
+    LowTtl,
+    /// 1.6.25: compaction's copies of items not read lately.
+    ColdCompact,
+    /// 1.6.25: what compaction moves out of the oldest pages when it can neither defragment
+    /// nor drop.
+    Old,
+}
+
+impl Bucket {
+    /// memcached's names (storage.c `storage_conf_parse`).
+    pub fn from_name(name: &str) -> Option<Bucket> {
+        Some(match name {
+            "default" => Bucket::Default,
+            "compact" => Bucket::Compact,
+            "chunked" => Bucket::Chunked,
+            "lowttl" => Bucket::LowTtl,
+            "coldcompact" => Bucket::ColdCompact,
+            "old" => Bucket::Old,
+            _ => return None,
+        })
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Bucket::Default => "default",
+            Bucket::Compact => "compact",
+            Bucket::Chunked => "chunked",
+            Bucket::LowTtl => "lowttl",
+            Bucket::ColdCompact => "coldcompact",
+            Bucket::Old => "old",
+        }
     }
 }
 
@@ -326,6 +412,9 @@ impl Default for ExtOptions {
             slab_automove: super::DEFAULT_SLAB_AUTOMOVE,
             slab_automove_ratio: super::DEFAULT_SLAB_AUTOMOVE_RATIO,
             hashpower_init: 0,
+            slab_automove_window: DEFAULT_SLAB_AUTOMOVE_WINDOW,
+            slab_chunk_max: SLAB_PAGE_SIZE / 2,
+            slab_chunk_max_given: false,
             lru_crawler_sleep: DEFAULT_LRU_CRAWLER_SLEEP,
             lru_crawler_tocrawl: 0,
             ssl: SslOptions::default(),
@@ -339,16 +428,41 @@ impl Default for ExtOptions {
 /// mechanism to act on in mnemo.
 const IGNORED: &[&str] = &[
     "tail_repair_time", "hot_lru_pct", "warm_lru_pct", "hot_max_factor", "warm_max_factor",
-    "temporary_ttl", "watcher_logbuf_size", "worker_logbuf_size", "slab_sizes", "slab_chunk_max",
-    "no_inline_ascii_resp", "inline_ascii_resp", "no_chunked_items", "no_hashexpand",
+    "temporary_ttl", "watcher_logbuf_size", "worker_logbuf_size", "slab_sizes",
+    "no_inline_ascii_resp", "inline_ascii_resp", "no_hashexpand",
     "drop_privileges", "no_drop_privileges", "resp_obj_mem_limit", "read_buf_mem_limit",
-    "slab_automove_window", "sock_cookie_id",
+    "sock_cookie_id",
 ];
 
 /// memcached's HASHPOWER_MAX.
 const HASHPOWER_MAX: u32 = 32;
 
 impl ExtOptions {
+    /// memcached's checks of slab_chunk_max against `-I` (bytes), after every option: `-I`
+    /// over 1 MiB puts an untouched chunk size back to half a page; a given one must divide
+    /// `-I` and the slab page. Only a given slab_chunk_max is checked: mnemo takes any `-I`
+    /// from 1 KiB (memcached refuses `-I` under 512 KiB or not a multiple of it by the same
+    /// rule; docs/compatibility.md).
+    pub fn check_chunk_max(&mut self, item_size_max: usize) -> Result<(), String> {
+        if item_size_max > SLAB_PAGE_SIZE as usize && !self.slab_chunk_max_given {
+            self.slab_chunk_max = SLAB_PAGE_SIZE / 2;
+        }
+        if !self.slab_chunk_max_given {
+            return Ok(());
+        }
+        let chunk = self.slab_chunk_max as usize;
+        if chunk > item_size_max {
+            return Err(format!("slab_chunk_max (bytes: {chunk}) cannot be larger than -I (item_size_max {item_size_max})"));
+        }
+        if !item_size_max.is_multiple_of(chunk) {
+            return Err(format!("-I (item_size_max: {item_size_max}) must be evenly divisible by slab_chunk_max (bytes: {chunk})"));
+        }
+        if !(SLAB_PAGE_SIZE as usize).is_multiple_of(chunk) {
+            return Err(format!("slab_chunk_max (bytes: {chunk}) must divide evenly into {SLAB_PAGE_SIZE} (slab_page_size)"));
+        }
+        Ok(())
+    }
+
     /// Apply every `-o` argument in order (each a comma-separated list, as memcached reads
     /// them). The error is memcached's line.
     pub fn parse<S: AsRef<str>>(args: &[S]) -> Result<ExtOptions, String> {
@@ -413,8 +527,40 @@ impl ExtOptions {
             "modern" => {}
             // memcached 1.4's defaults: no page moves, no segmented LRU, no crawler, and new
             // connections past -c wait instead of being refused.
+            "slab_automove_window" => {
+                value.ok_or("Missing slab_automove_window argument")?;
+                // atoi: a non-number is 0, refused by the range (1.6.45's bounds and words).
+                let n = value.and_then(|v| v.trim().parse::<i64>().ok()).unwrap_or(0);
+                if !(3..=1800).contains(&n) {
+                    return Err("slab_automove_window must be > 2 and < 1800".into());
+                }
+                self.slab_automove_window = n as u32;
+                self.ignored.push(opt.to_string());
+            }
+            "slab_chunk_max" => {
+                let v = value.ok_or("Missing slab_chunk_max argument")?;
+                let kb = v.trim().parse::<i64>().map_err(|_| "could not parse argument to slab_chunk_max")?;
+                if kb <= 0 {
+                    return Err("slab_chunk_max must be >= 0".into());
+                }
+                // 1.6.24: kilobytes, as the help always said; a byte count is caught here.
+                if kb > 1024 {
+                    return Err("slab_chunk_max must be specified in kilobytes.".into());
+                }
+                self.slab_chunk_max = kb as u32 * 1024;
+                self.slab_chunk_max_given = true;
+                self.ignored.push(opt.to_string());
+            }
+            "no_chunked_items" => {
+                self.slab_chunk_max = SLAB_PAGE_SIZE;
+                self.ignored.push(opt.to_string());
+            }
             "no_modern" => {
+                if !self.slab_chunk_max_given {
+                    self.slab_chunk_max = SLAB_PAGE_SIZE;
+                }
                 self.slab_reassign = false;
+
                 self.slab_automove = 0;
                 self.maxconns_fast = false;
                 self.lru_crawler = false;
@@ -486,9 +632,7 @@ mod tests {
         let sc = dropping.flash.store_config().unwrap();
         assert_eq!((sc.drop_unread, sc.drop_under, sc.low_ttl), (true, Some(3), 60));
         let err = |o: &str| ExtOptions::parse(&[o]).unwrap_err();
-        assert_eq!(err("ext_path=/x:1g,ext_page_size=2"), "Must specify ext_page_size before any ext_path arguments");
         assert!(err("ext_path=/x").starts_with("must supply size to ext_path"));
-        assert_eq!(err("ext_path=/x:12q"), "failed to parse ext_path argument");
         assert_eq!(err("ext_item_size=abc"), "could not parse argument to ext_item_size");
         assert_eq!(err("ext_max_frag=abc"), "could not parse argument to ext_max_frag");
         // Repeated: one page space over the files, in the order given (memcached's JBOD).
@@ -497,5 +641,162 @@ mod tests {
         assert_eq!(two.store_config().unwrap().more, vec![("/y".into(), 96 << 20)]);
         let old = ExtOptions::parse(&["no_modern"]).unwrap();
         assert!(!old.maxconns_fast && !old.lru_crawler && !old.slab_reassign && old.slab_automove == 0);
+    }
+
+    #[test]
+    fn ext_path_as_memcached_1_6_45() {
+        let err = |o: &str| ExtOptions::parse(&[o]).unwrap_err();
+        let unit = "must supply size to ext_path, ie: ext_path=/f/e:64m (m|g|t|p supported)\nfailed to parse ext_path argument";
+        // 1.6.21: a size without one of memcached's units is an error, bytes and k included.
+        for bad in [
+            "ext_path=/x:1GB",
+            "ext_path=/x:12q",
+            "ext_path=/x:64",
+            "ext_path=/x:64k",
+        ] {
+            assert_eq!(err(bad), unit, "{bad}");
+        }
+        assert_eq!(
+            err("ext_path=/x:64m:hot"),
+            "Unknown extstore bucket: hot\nfailed to parse ext_path argument"
+        );
+        assert_eq!(
+            err("ext_path"),
+            "missing argument to ext_path, ie: ext_path=/d/file:5G"
+        );
+        assert_eq!(err("ext_path=/x:-5m"), "failed to parse ext_path argument");
+        // 1.6.40: ext_page_size may follow ext_path; the pages are counted after every option.
+        let late = ExtOptions::parse(&["ext_path=/x:64m,ext_page_size=8"])
+            .unwrap()
+            .flash;
+        assert_eq!(late.pages(), 8);
+        // A file under one page is a zero size, refused once the page size is known.
+        assert_eq!(
+            ExtOptions::parse(&["ext_path=/x:0m"])
+                .unwrap()
+                .flash
+                .check_sizes(),
+            Err("supplied ext_path has zero size, cannot use".into())
+        );
+        assert!(ExtOptions::parse(&["ext_path=/x:32m"])
+            .unwrap()
+            .flash
+            .check_sizes()
+            .is_err());
+        assert!(ExtOptions::parse(&["ext_page_size=8,ext_path=/x:32m"])
+            .unwrap()
+            .flash
+            .check_sizes()
+            .is_ok());
+        // atoi's reading of the count, and the buckets in file order.
+        let f = ExtOptions::parse(&[
+            "ext_path=/a:1.5G:old,ext_path=/b::128m:coldcompact,ext_path=/c:64M",
+        ])
+        .unwrap()
+        .flash;
+        assert_eq!(
+            f.paths().cloned().collect::<Vec<_>>(),
+            [
+                ("/a".into(), 1 << 30),
+                ("/b".into(), 128 << 20),
+                ("/c".into(), 64 << 20)
+            ]
+        );
+        assert_eq!(
+            f.buckets,
+            [Bucket::Old, Bucket::ColdCompact, Bucket::Default]
+        );
+        for name in [
+            "default",
+            "compact",
+            "chunked",
+            "lowttl",
+            "coldcompact",
+            "old",
+        ] {
+            assert_eq!(Bucket::from_name(name).map(Bucket::name), Some(name));
+        }
+    }
+
+    #[test]
+    fn slab_options_as_memcached_1_6_45() {
+        let d = ExtOptions::default();
+        assert_eq!((d.slab_automove_window, d.slab_chunk_max), (10, 512 * 1024));
+        let err = |o: &str| ExtOptions::parse(&[o]).unwrap_err();
+        assert_eq!(
+            ExtOptions::parse(&["slab_automove_window=1800"])
+                .unwrap()
+                .slab_automove_window,
+            1800
+        );
+        for bad in [
+            "slab_automove_window=2",
+            "slab_automove_window=1801",
+            "slab_automove_window=x",
+        ] {
+            assert_eq!(
+                err(bad),
+                "slab_automove_window must be > 2 and < 1800",
+                "{bad}"
+            );
+        }
+        assert_eq!(
+            err("slab_automove_window"),
+            "Missing slab_automove_window argument"
+        );
+        // Kilobytes since 1.6.24.
+        let o = ExtOptions::parse(&["slab_chunk_max=256"]).unwrap();
+        assert_eq!(
+            (o.slab_chunk_max, o.ignored.as_slice()),
+            (256 * 1024, &["slab_chunk_max=256".to_string()][..])
+        );
+        assert_eq!(
+            err("slab_chunk_max=2048"),
+            "slab_chunk_max must be specified in kilobytes."
+        );
+        assert_eq!(err("slab_chunk_max=0"), "slab_chunk_max must be >= 0");
+        assert_eq!(
+            err("slab_chunk_max=x"),
+            "could not parse argument to slab_chunk_max"
+        );
+        assert_eq!(err("slab_chunk_max"), "Missing slab_chunk_max argument");
+        // The checks against -I, memcached's words.
+        let check = |o: &str, i: usize| ExtOptions::parse(&[o]).unwrap().check_chunk_max(i);
+        assert_eq!(check("slab_chunk_max=48", 1 << 20), Err("-I (item_size_max: 1048576) must be evenly divisible by slab_chunk_max (bytes: 49152)".into()));
+        assert_eq!(
+            check("slab_chunk_max=1024", 512 << 10),
+            Err(
+                "slab_chunk_max (bytes: 1048576) cannot be larger than -I (item_size_max 524288)"
+                    .into()
+            )
+        );
+        assert_eq!(
+            check("slab_chunk_max=768", 3 << 19),
+            Err(
+                "slab_chunk_max (bytes: 786432) must divide evenly into 1048576 (slab_page_size)"
+                    .into()
+            )
+        );
+        assert_eq!(check("slab_chunk_max=16", 1 << 20), Ok(()));
+        // What no_modern and no_chunked_items make of it, and -I over 1 MiB after no_modern.
+        assert_eq!(
+            ExtOptions::parse(&["no_modern"]).unwrap().slab_chunk_max,
+            1 << 20
+        );
+        assert_eq!(
+            ExtOptions::parse(&["slab_chunk_max=64,no_modern"])
+                .unwrap()
+                .slab_chunk_max,
+            64 << 10
+        );
+        assert_eq!(
+            ExtOptions::parse(&["no_chunked_items"])
+                .unwrap()
+                .slab_chunk_max,
+            1 << 20
+        );
+        let mut o = ExtOptions::parse(&["no_modern"]).unwrap();
+        o.check_chunk_max(2 << 20).unwrap();
+        assert_eq!(o.slab_chunk_max, 512 << 10);
     }
 }
