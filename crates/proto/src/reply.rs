@@ -7,6 +7,9 @@
 pub enum ErrorReply {
     Error,
     BadFormat,
+    /// A get-family key over 250 bytes: memcached 1.6.40 sends the BadFormat line followed by
+    /// an empty line (its get error path appends a second "\r\n").
+    BadKeyInGet,
     BadDataChunk,
     LineTooLong,
     TooLarge,
@@ -47,7 +50,7 @@ impl ErrorReply {
     pub fn text(self) -> &'static str {
         match self {
             ErrorReply::Error => "ERROR",
-            ErrorReply::BadFormat => "CLIENT_ERROR bad command line format",
+            ErrorReply::BadFormat | ErrorReply::BadKeyInGet => "CLIENT_ERROR bad command line format",
             ErrorReply::BadDataChunk => "CLIENT_ERROR bad data chunk",
             ErrorReply::LineTooLong => "CLIENT_ERROR line too long",
             ErrorReply::TooLarge => "SERVER_ERROR object too large for cache",
@@ -85,6 +88,9 @@ impl ErrorReply {
     /// Append the line and its `\r\n`.
     pub fn write(self, out: &mut Vec<u8>) {
         line(out, self.text().as_bytes());
+        if self == ErrorReply::BadKeyInGet {
+            line(out, b"");
+        }
     }
 }
 

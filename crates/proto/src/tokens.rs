@@ -1,6 +1,7 @@
 //! memcached's command-line tokenizer: split on single spaces (runs of spaces yield no empty
-//! tokens), stop at the first NUL (memcached works on a C string), and keep at most
-//! `MAX_TOKENS - 1` tokens, the rest of the line being left unsplit.
+//! tokens) and keep at most `MAX_TOKENS - 1` tokens, the rest of the line being left unsplit.
+//! A NUL is a byte like any other (memcached 1.6.40's tokenizer; 1.6.39 and before worked on
+//! a C string and stopped there).
 
 /// memcached's MAX_TOKENS: 23 real tokens plus a terminal one.
 pub const MAX_TOKENS: usize = 24;
@@ -15,10 +16,6 @@ pub struct Tokens<'a> {
 
 impl<'a> Tokens<'a> {
     pub fn split(line: &'a [u8]) -> Self {
-        let line = match memchr::memchr(0, line) {
-            Some(p) => &line[..p],
-            None => line,
-        };
         let mut t = Tokens { toks: [&[][..]; MAX_TOKENS], n: 0, rest: &[] };
         let mut start = 0;
         let mut i = 0;
@@ -73,8 +70,8 @@ mod tests {
         assert_eq!(t.get(0), b"set");
         assert_eq!(t.get(2), b"0");
         let t = Tokens::split(b"get a\0b c");
-        assert_eq!(t.n, 2);
-        assert_eq!(t.get(1), b"a");
+        assert_eq!(t.n, 3);
+        assert_eq!(t.get(1), b"a\0b");
     }
 
     #[test]

@@ -96,8 +96,8 @@ fn short_lines_are_malformed() {
 /// memcached 1.6.40: a storage line refused once its data length is known swallows the data.
 #[test]
 fn refused_storage_lines_swallow_their_data() {
-    assert!(matches!(p(b"cas k 0 0 1\r\ny\r\n"), Parsed::Request(Request::BadStoreLine { swallow: 3, noreply: false }, 13)));
-    assert!(matches!(p(b"cas k 0 0 1 noreply\r\ny\r\n"), Parsed::Request(Request::BadStoreLine { swallow: 3, noreply: true }, _)));
+    assert!(matches!(p(b"cas k 0 0 1\r\ny\r\n"), Parsed::Request(Request::BadStoreLine { swallow: 3, noreply: false, .. }, 13)));
+    assert!(matches!(p(b"cas k 0 0 1 noreply\r\ny\r\n"), Parsed::Request(Request::BadStoreLine { swallow: 3, noreply: true, .. }, _)));
     assert!(matches!(p(b"set k x 0 2\r\nab\r\n"), Parsed::Request(Request::BadStoreLine { swallow: 4, .. }, _)));
     // A bad length: nothing to swallow.
     assert!(matches!(p(b"set k 0 0 x\r\n"), Parsed::Error { reply: ErrorReply::BadFormat, .. }));
