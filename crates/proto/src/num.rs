@@ -47,7 +47,13 @@ fn scan(s: &[u8]) -> Scan {
         i += 1;
     }
     let any_digit = i > digits_start;
-    Scan { magnitude, overflow, negative, end: if any_digit { i } else { 0 }, any_digit }
+    Scan {
+        magnitude,
+        overflow,
+        negative,
+        end: if any_digit { i } else { 0 },
+        any_digit,
+    }
 }
 
 /// memcached accepts a number only when what follows it is the token's end or white space.
@@ -63,7 +69,11 @@ pub fn parse_u64(s: &[u8]) -> Option<u64> {
     }
     // strtoull negates the magnitude for a leading '-'; memcached refuses it only when the
     // result looks negative as a signed value, so "-0" is accepted as 0.
-    let v = if sc.negative { sc.magnitude.wrapping_neg() } else { sc.magnitude };
+    let v = if sc.negative {
+        sc.magnitude.wrapping_neg()
+    } else {
+        sc.magnitude
+    };
     if (v as i64) < 0 && sc.negative {
         return None;
     }
@@ -131,7 +141,9 @@ pub fn tok_i32(s: &[u8]) -> Option<i32> {
         return None;
     }
     match s.strip_prefix(b"-") {
-        Some(digits) => tok_digits(digits, TOK32_MAX, 1 << 31).map(|v| (v as i64).wrapping_neg() as i32),
+        Some(digits) => {
+            tok_digits(digits, TOK32_MAX, 1 << 31).map(|v| (v as i64).wrapping_neg() as i32)
+        }
         None => tok_digits(s, TOK32_MAX, i32::MAX as u64).map(|v| v as i32),
     }
 }

@@ -91,7 +91,11 @@ impl<'a> Keys<'a> {
     }
 
     pub fn iter(&self) -> KeyIter<'a> {
-        KeyIter { rest: self.bytes, one: self.one, done: false }
+        KeyIter {
+            rest: self.bytes,
+            one: self.one,
+            done: false,
+        }
     }
 
     pub fn is_empty(&self) -> bool {
@@ -121,7 +125,11 @@ impl<'a> Iterator for KeyIter<'a> {
 
     fn next(&mut self) -> Option<&'a [u8]> {
         while !self.done {
-            let split = if self.one { None } else { memchr::memchr(b' ', self.rest) };
+            let split = if self.one {
+                None
+            } else {
+                memchr::memchr(b' ', self.rest)
+            };
             let key = match split {
                 Some(i) => {
                     let key = &self.rest[..i];
@@ -147,7 +155,11 @@ impl<'a> Iterator for KeyIter<'a> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Request<'a> {
     /// get / gets; gat / gats carry `touch` with the raw exptime.
-    Get { keys: Keys<'a>, cas: bool, touch: Option<i32> },
+    Get {
+        keys: Keys<'a>,
+        cas: bool,
+        touch: Option<i32>,
+    },
     Store {
         kind: StoreKind,
         key: &'a [u8],
@@ -160,46 +172,101 @@ pub enum Request<'a> {
     /// A storage command whose item exceeds `-I`: memcached replies
     /// "SERVER_ERROR object too large for cache", swallows `swallow` bytes of data (some may
     /// still be on the wire) and, for `set`, drops the key's old value.
-    TooLarge { kind: StoreKind, key: &'a [u8], swallow: usize, noreply: bool },
+    TooLarge {
+        kind: StoreKind,
+        key: &'a [u8],
+        swallow: usize,
+        noreply: bool,
+    },
     /// A storage line (or `ms`) refused after its data length was read (memcached 1.6.40):
     /// reply `reply` and swallow `swallow` bytes of data (some may still be on the wire).
-    BadStoreLine { swallow: usize, reply: ErrorReply, noreply: bool },
-    Delete { key: &'a [u8], noreply: bool },
-    Delta { key: &'a [u8], incr: bool, delta: u64, noreply: bool },
-    Touch { key: &'a [u8], exptime: i32, noreply: bool },
+    BadStoreLine {
+        swallow: usize,
+        reply: ErrorReply,
+        noreply: bool,
+    },
+    Delete {
+        key: &'a [u8],
+        noreply: bool,
+    },
+    Delta {
+        key: &'a [u8],
+        incr: bool,
+        delta: u64,
+        noreply: bool,
+    },
+    Touch {
+        key: &'a [u8],
+        exptime: i32,
+        noreply: bool,
+    },
     /// `delay` is the raw value (0 when absent).
-    FlushAll { delay: i32, noreply: bool },
+    FlushAll {
+        delay: i32,
+        noreply: bool,
+    },
     Version,
     /// `cache_memlimit <MB> [noreply]`.
-    CacheMemlimit { megabytes: u64, noreply: bool },
+    CacheMemlimit {
+        megabytes: u64,
+        noreply: bool,
+    },
     /// `mn`: replies "MN".
     MetaNoop,
     /// mg / ms / md / ma.
     Meta(crate::meta::Meta<'a>),
     /// `me <key>`: item details.
-    MetaDebug { key: &'a [u8] },
-    Verbosity { level: u32, noreply: bool },
+    MetaDebug {
+        key: &'a [u8],
+    },
+    Verbosity {
+        level: u32,
+        noreply: bool,
+    },
     Quit,
     /// `refresh_certs [... noreply]`: reload the TLS certificates (memcached takes any
     /// number of words; a last `noreply` silences only the OK).
-    RefreshCerts { noreply: bool },
-    Shutdown { mode: ShutdownMode },
+    RefreshCerts {
+        noreply: bool,
+    },
+    Shutdown {
+        mode: ShutdownMode,
+    },
     /// `stats [args...]`: the words after `stats`.
-    Stats { args: Keys<'a> },
+    Stats {
+        args: Keys<'a>,
+    },
     /// `lru_crawler <sub> [arg]`: the words after `lru_crawler` (metadump, enable, ...).
-    LruCrawler { args: Keys<'a> },
+    LruCrawler {
+        args: Keys<'a>,
+    },
     /// `extstore <name> <value> [noreply]`: the words after `extstore` (at least one).
-    Extstore { args: Keys<'a>, noreply: bool },
+    Extstore {
+        args: Keys<'a>,
+        noreply: bool,
+    },
     /// `slabs reassign <src> <dst>`: the class ids as memcached's `safe_strtol` reads them.
-    SlabsReassign { src: i32, dst: i32 },
+    SlabsReassign {
+        src: i32,
+        dst: i32,
+    },
     /// `slabs automove <0|1|2>` or `slabs automove ratio <r>`, already judged valid.
-    SlabsAutomove { setting: Automove, noreply: bool },
+    SlabsAutomove {
+        setting: Automove,
+        noreply: bool,
+    },
     /// mnemo's `fget <filter> <arglen> <key>*\r\n<args>\r\n`: run an installed filter over
     /// the keys' values (docs/filters.md).
-    Fget { filter: &'a [u8], args: &'a [u8], keys: Keys<'a> },
+    Fget {
+        filter: &'a [u8],
+        args: &'a [u8],
+        keys: Keys<'a>,
+    },
     /// An `fget` whose argument block exceeds [`FGET_ARG_MAX`]: swallow `swallow` bytes (some
     /// may still be on the wire), then reply "CLIENT_ERROR filter arguments too long".
-    FgetArgsTooLong { swallow: usize },
+    FgetArgsTooLong {
+        swallow: usize,
+    },
 }
 
 /// What a valid `slabs automove` sets.
@@ -217,7 +284,11 @@ pub enum Automove {
 pub enum Parsed<'a> {
     Request(Request<'a>, usize),
     Incomplete(usize),
-    Error { reply: ErrorReply, consumed: usize, noreply: bool },
+    Error {
+        reply: ErrorReply,
+        consumed: usize,
+        noreply: bool,
+    },
     Close,
 }
 
@@ -254,15 +325,23 @@ fn no_newline_yet(buf: &[u8]) -> Parsed<'_> {
 /// numeric length: a line that is anything else cannot become a valid fget, so it is not
 /// held past LINE_MAX waiting for its newline.
 fn could_be_fget(line: &[u8]) -> bool {
-    let Some(rest) = line.strip_prefix(b"fget ") else { return false };
+    let Some(rest) = line.strip_prefix(b"fget ") else {
+        return false;
+    };
     let mut words = rest.split(|&b| b == b' ').filter(|w| !w.is_empty());
     let filter = words.next().is_none_or(|w| w.len() <= KEY_MAX);
-    let arglen = words.next().is_none_or(|w| w.len() <= 20 && w.iter().all(u8::is_ascii_digit));
+    let arglen = words
+        .next()
+        .is_none_or(|w| w.len() <= 20 && w.iter().all(u8::is_ascii_digit));
     filter && arglen && words.all(|w| w.len() <= KEY_MAX)
 }
 
 fn err<'a>(reply: ErrorReply, consumed: usize, noreply: bool) -> Parsed<'a> {
-    Parsed::Error { reply, consumed, noreply }
+    Parsed::Error {
+        reply,
+        consumed,
+        noreply,
+    }
 }
 
 fn req(r: Request<'_>, consumed: usize) -> Parsed<'_> {
@@ -329,7 +408,15 @@ fn command<'a>(line: &'a [u8], after: usize, buf: &'a [u8], limits: &Limits) -> 
                 return bad(noreply);
             }
             match tok_u64(t.get(2)) {
-                Some(delta) => req(Request::Delta { key, incr: word == b"incr", delta, noreply }, after),
+                Some(delta) => req(
+                    Request::Delta {
+                        key,
+                        incr: word == b"incr",
+                        delta,
+                        noreply,
+                    },
+                    after,
+                ),
                 None => err(ErrorReply::BadDelta, after, noreply),
             }
         }
@@ -353,7 +440,14 @@ fn command<'a>(line: &'a [u8], after: usize, buf: &'a [u8], limits: &Limits) -> 
                 return bad(noreply);
             }
             match tok_i32(t.get(2)) {
-                Some(exptime) => req(Request::Touch { key, exptime, noreply }, after),
+                Some(exptime) => req(
+                    Request::Touch {
+                        key,
+                        exptime,
+                        noreply,
+                    },
+                    after,
+                ),
                 None => err(ErrorReply::BadExptime, after, noreply),
             }
         }
@@ -362,7 +456,12 @@ fn command<'a>(line: &'a [u8], after: usize, buf: &'a [u8], limits: &Limits) -> 
         b"mg" | b"ms" | b"md" | b"ma" | b"me" => crate::meta::command(&t, after, buf, limits),
         b"version" => req(Request::Version, after),
         b"quit" => req(Request::Quit, after),
-        b"stats" => req(Request::Stats { args: Keys::new(skip_token(line, word)) }, after),
+        b"stats" => req(
+            Request::Stats {
+                args: Keys::new(skip_token(line, word)),
+            },
+            after,
+        ),
         _ => admin(&t, line, after, buf),
     }
 }
@@ -385,7 +484,13 @@ fn admin<'a>(t: &Tokens<'a>, line: &'a [u8], after: usize, buf: &'a [u8]) -> Par
         }
         // A bad number is a plain ERROR here.
         b"cache_memlimit" => match tok_u32(t.get(1)) {
-            Some(mb) if n > 1 => req(Request::CacheMemlimit { megabytes: u64::from(mb), noreply }, after),
+            Some(mb) if n > 1 => req(
+                Request::CacheMemlimit {
+                    megabytes: u64::from(mb),
+                    noreply,
+                },
+                after,
+            ),
             _ => err(ErrorReply::Error, after, noreply),
         },
         b"refresh_certs" => req(Request::RefreshCerts { noreply }, after),
@@ -402,14 +507,25 @@ fn admin<'a>(t: &Tokens<'a>, line: &'a [u8], after: usize, buf: &'a [u8]) -> Par
             };
             req(Request::Shutdown { mode }, after)
         }
-        b"lru_crawler" => req(Request::LruCrawler { args: Keys::new(skip_token(line, cmd)) }, after),
+        b"lru_crawler" => req(
+            Request::LruCrawler {
+                args: Keys::new(skip_token(line, cmd)),
+            },
+            after,
+        ),
         b"slabs" => slabs(t, after),
         // memcached: a bare `extstore` is an ERROR, noreply or not.
         b"extstore" => {
             if n < 2 {
                 return err(ErrorReply::Error, after, false);
             }
-            req(Request::Extstore { args: Keys::new(skip_token(line, cmd)), noreply }, after)
+            req(
+                Request::Extstore {
+                    args: Keys::new(skip_token(line, cmd)),
+                    noreply,
+                },
+                after,
+            )
         }
         b"fget" => {
             if n < 3 {
@@ -458,7 +574,17 @@ fn fast_get(line: &[u8], after: usize) -> Option<Parsed<'_>> {
     if too_long {
         return Some(err(ErrorReply::BadKeyInGet, after, false));
     }
-    Some(req(Request::Get { keys: Keys { bytes: rest, one: !spaced }, cas, touch: None }, after))
+    Some(req(
+        Request::Get {
+            keys: Keys {
+                bytes: rest,
+                one: !spaced,
+            },
+            cas,
+            touch: None,
+        },
+        after,
+    ))
 }
 
 /// The line after its first token (the command), NUL-truncated like memcached's C string.
@@ -473,11 +599,19 @@ fn skip_token<'a>(line: &'a [u8], cmd: &[u8]) -> &'a [u8] {
 
 /// The keys of a get-family line: after the command, or for gat/gats after the exptime
 /// token (`exptime`: that token and its value).
-fn get_family<'a>(cmd: &'a [u8], line: &'a [u8], exptime: Option<(&'a [u8], i32)>, after: usize) -> Parsed<'a> {
+fn get_family<'a>(
+    cmd: &'a [u8],
+    line: &'a [u8],
+    exptime: Option<(&'a [u8], i32)>,
+    after: usize,
+) -> Parsed<'a> {
     let cas = cmd.ends_with(b"s");
     let (rest, touch) = match exptime {
         // Keys start after the exptime token.
-        Some((tok, e)) => (&line[tok.as_ptr() as usize - line.as_ptr() as usize + tok.len()..], Some(e)),
+        Some((tok, e)) => (
+            &line[tok.as_ptr() as usize - line.as_ptr() as usize + tok.len()..],
+            Some(e),
+        ),
         None => (&line[cmd.len()..], None),
     };
     let keys = Keys::new(rest);
@@ -504,7 +638,9 @@ pub struct StoreHead<'a> {
 }
 
 /// Commands whose first argument is a key that they look up (see [`lookup_key`]).
-const KEY_FIRST: [&[u8]; 7] = [b"get ", b"gets ", b"mg ", b"set ", b"ms ", b"delete ", b"md "];
+const KEY_FIRST: [&[u8]; 7] = [
+    b"get ", b"gets ", b"mg ", b"set ", b"ms ", b"delete ", b"md ",
+];
 
 /// Where the key that the request at the start of `buf` looks up first sits in `buf`, without
 /// parsing the request: a hint for prefetching its lookup before [`parse`] runs (the request
@@ -512,7 +648,10 @@ const KEY_FIRST: [&[u8]; 7] = [b"get ", b"gets ", b"mg ", b"set ", b"ms ", b"del
 /// than [`KEY_MAX`].
 pub fn lookup_key(buf: &[u8]) -> Option<core::ops::Range<usize>> {
     let rest = KEY_FIRST.iter().find_map(|cmd| buf.strip_prefix(*cmd))?;
-    let len = rest.iter().take(KEY_MAX + 1).position(|&b| b == b' ' || b == b'\r' || b == b'\n')?;
+    let len = rest
+        .iter()
+        .take(KEY_MAX + 1)
+        .position(|&b| b == b' ' || b == b'\r' || b == b'\n')?;
     let start = buf.len() - rest.len();
     Some(start..start + len)
 }
@@ -563,7 +702,11 @@ enum StoreLineError {
 /// looked at: the data length (its strict reader), then `noreply`, the key's length, the
 /// flags and exptime (still read with `strtoul`/`strtol`), the CAS (strict again).
 #[inline]
-fn storage_head<'a>(kind: StoreKind, t: &Tokens<'a>, after: usize) -> Result<StoreHead<'a>, StoreLineError> {
+fn storage_head<'a>(
+    kind: StoreKind,
+    t: &Tokens<'a>,
+    after: usize,
+) -> Result<StoreHead<'a>, StoreLineError> {
     let Some(vlen) = tok_i32(t.get(4)).filter(|v| (0..=i32::MAX - 2).contains(v)) else {
         return Err(StoreLineError::Length);
     };
@@ -580,7 +723,16 @@ fn storage_head<'a>(kind: StoreKind, t: &Tokens<'a>, after: usize) -> Result<Sto
     if kind == StoreKind::Cas {
         cas = if t.n > 5 { tok_u64(t.get(5)) } else { None }.ok_or(refused)?;
     }
-    Ok(StoreHead { kind, key, flags, exptime, cas, noreply, data_at: after, len })
+    Ok(StoreHead {
+        kind,
+        key,
+        flags,
+        exptime,
+        cas,
+        noreply,
+        data_at: after,
+        len,
+    })
 }
 
 /// memcached's storage command: the line's checks, then its data-block checks.
@@ -595,11 +747,26 @@ fn storage<'a>(
         Ok(h) => h,
         Err(StoreLineError::Length) => return err(ErrorReply::BadFormat, after, false),
         Err(StoreLineError::Fields { noreply, len }) => {
-            return req(Request::BadStoreLine { swallow: len + 2, reply: ErrorReply::BadFormat, noreply }, after)
+            return req(
+                Request::BadStoreLine {
+                    swallow: len + 2,
+                    reply: ErrorReply::BadFormat,
+                    noreply,
+                },
+                after,
+            )
         }
     };
     if !limits.item_fits(h.key.len(), h.flags, h.len) {
-        return req(Request::TooLarge { kind, key: h.key, swallow: h.len + 2, noreply: h.noreply }, after);
+        return req(
+            Request::TooLarge {
+                kind,
+                key: h.key,
+                swallow: h.len + 2,
+                noreply: h.noreply,
+            },
+            after,
+        );
     }
     let end = after + h.len + 2;
     if buf.len() < end {
@@ -609,8 +776,26 @@ fn storage<'a>(
         return err(ErrorReply::BadDataChunk, end, h.noreply);
     }
     let data = &buf[after..end - 2];
-    let StoreHead { key, flags, exptime, cas, noreply, .. } = h;
-    req(Request::Store { kind, key, flags, exptime, data, cas, noreply }, end)
+    let StoreHead {
+        key,
+        flags,
+        exptime,
+        cas,
+        noreply,
+        ..
+    } = h;
+    req(
+        Request::Store {
+            kind,
+            key,
+            flags,
+            exptime,
+            data,
+            cas,
+            noreply,
+        },
+        end,
+    )
 }
 
 /// memcached 1.6.40's `process_slabs_command`: `reassign` takes exactly two ids (its strict
@@ -654,7 +839,8 @@ fn parse_strtod(tok: &[u8]) -> Option<f64> {
     let lower = s.to_ascii_lowercase();
     let overflow = v.is_infinite() && !lower.contains("inf");
     let mantissa = lower.split('e').next().unwrap_or("");
-    let underflow = (v == 0.0 && mantissa.bytes().any(|b| (b'1'..=b'9').contains(&b))) || v.is_subnormal();
+    let underflow =
+        (v == 0.0 && mantissa.bytes().any(|b| (b'1'..=b'9').contains(&b))) || v.is_subnormal();
     (!overflow && !underflow).then_some(v)
 }
 
@@ -664,18 +850,29 @@ fn fget<'a>(line: &'a [u8], after: usize, buf: &'a [u8]) -> Parsed<'a> {
     let mut rest = skip_token(line, b"fget");
     let mut word = || {
         let start = rest.iter().position(|&b| b != b' ').unwrap_or(rest.len());
-        let len = rest[start..].iter().position(|&b| b == b' ').unwrap_or(rest.len() - start);
+        let len = rest[start..]
+            .iter()
+            .position(|&b| b == b' ')
+            .unwrap_or(rest.len() - start);
         let w = &rest[start..start + len];
         rest = &rest[start + len..];
         w
     };
     let (filter, arglen) = (word(), word());
     // Unlike memcached's lengths, no 32-bit truncation: 4294967296 is not 0.
-    let Some(arglen) = parse_u64(arglen).filter(|&n| n <= i32::MAX as u64).map(|n| n as usize) else {
+    let Some(arglen) = parse_u64(arglen)
+        .filter(|&n| n <= i32::MAX as u64)
+        .map(|n| n as usize)
+    else {
         return err(ErrorReply::BadFormat, after, false);
     };
     if arglen > FGET_ARG_MAX {
-        return req(Request::FgetArgsTooLong { swallow: arglen + 2 }, after);
+        return req(
+            Request::FgetArgsTooLong {
+                swallow: arglen + 2,
+            },
+            after,
+        );
     }
     let end = after + arglen + 2;
     if buf.len() < end {
@@ -688,7 +885,14 @@ fn fget<'a>(line: &'a [u8], after: usize, buf: &'a [u8]) -> Parsed<'a> {
     if filter.len() > KEY_MAX || keys.iter().any(|k| k.len() > KEY_MAX) {
         return err(ErrorReply::BadFormat, end, false);
     }
-    req(Request::Fget { filter, args: &buf[after..end - 2], keys }, end)
+    req(
+        Request::Fget {
+            filter,
+            args: &buf[after..end - 2],
+            keys,
+        },
+        end,
+    )
 }
 
 const _: () = assert!(MAX_TOKENS == 24);

@@ -16,7 +16,11 @@ pub struct Tokens<'a> {
 
 impl<'a> Tokens<'a> {
     pub fn split(line: &'a [u8]) -> Self {
-        let mut t = Tokens { toks: [&[][..]; MAX_TOKENS], n: 0, rest: &[] };
+        let mut t = Tokens {
+            toks: [&[][..]; MAX_TOKENS],
+            n: 0,
+            rest: &[],
+        };
         let mut start = 0;
         let mut i = 0;
         while i < line.len() {
@@ -76,7 +80,10 @@ mod tests {
 
     #[test]
     fn token_limit_leaves_rest() {
-        let line: Vec<u8> = (0..30).map(|i| format!("t{i} ")).collect::<String>().into_bytes();
+        let line: Vec<u8> = (0..30)
+            .map(|i| format!("t{i} "))
+            .collect::<String>()
+            .into_bytes();
         let t = Tokens::split(&line);
         assert_eq!(t.n, MAX_TOKENS - 1);
         assert!(t.rest.starts_with(b"t23 "));
