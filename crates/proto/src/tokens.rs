@@ -44,11 +44,6 @@ impl<'a> Tokens<'a> {
         t
     }
 
-    /// memcached's `ntokens`: the real tokens plus the terminal one.
-    pub fn ntokens(&self) -> usize {
-        self.n + 1
-    }
-
     pub fn get(&self, i: usize) -> &'a [u8] {
         if i < self.n {
             self.toks[i]
