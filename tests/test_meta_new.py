@@ -90,7 +90,9 @@ CASES = [
         (b"ma m1 C200 E300 c v\r\n", None), (b"ma m1 C1 E400 c\r\n", None), (b"ma m2 E100\r\n", None)]),
     ("x is known to every meta command", [
         (b"ms k1 1 x\r\na\r\n", None), (b"mg k1 x v\r\n", None), (b"ma k1 x\r\n", None),
-        (b"mg k1 v x v\r\n", None), (b"md k1 x x\r\n", None)]),
+        (b"mg k1 v x v\r\n", None),
+        (b"md k1 x x\r\n", (b"CLIENT_ERROR duplicate flag\r\n", "1.6.38 differs: md words every flag error alike",
+                             b"CLIENT_ERROR invalid or duplicate flag\r\n"))]),
     ("M: the byte after M", [
         (b"ms m3 1 MSS\r\nx\r\n", (b"HD\r\n", "1.6.38 differs: it refuses an M token of other than one letter",
                                    b"CLIENT_ERROR incorrect length for M token\r\n")),

@@ -149,3 +149,11 @@ def test_slabs_automove_shows_in_stats_settings():
     assert seen["memcached"][0] == {"slab_reassign": "yes", "slab_automove": "1", "slab_automove_ratio": "0.80"}
     assert seen["memcached"][1]["slab_automove"] == "2"
     assert seen["mnemod"] == seen["memcached"]
+
+
+def test_reassign_from_any_class_finding_none_is_badclass():
+    # memcached 1.6.45's answer when `-1` ("any class") finds no class with a spare page. Not
+    # in tests/tables/slabs.txt: 1.6.38 answers OK there and then crashes (a race).
+    with Server("mnemod") as srv, srv.connect() as s:
+        assert roundtrip(s, b"slabs reassign -1 2\r\n") == b"BADCLASS invalid src or dst class id\r\n"
+        assert roundtrip(s, b"version\r\n").startswith(b"VERSION ")

@@ -190,7 +190,8 @@ impl Header {
 
     /// Length of the value part of the body (callers check the sum first).
     pub fn value_len(&self) -> u32 {
-        self.body_len.saturating_sub(u32::from(self.key_len) + u32::from(self.extras_len))
+        self.body_len
+            .saturating_sub(u32::from(self.key_len) + u32::from(self.extras_len))
     }
 
     /// Header + extras + key: what memcached reads before it looks at the opcode.
@@ -258,30 +259,84 @@ pub enum LargeOp {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Request<'a> {
     /// GET GETQ GETK GETKQ, and GAT GATQ GATK GATKQ when `touch` carries an expiration.
-    Get { key: &'a [u8], with_key: bool, quiet: bool, touch: Option<u32> },
+    Get {
+        key: &'a [u8],
+        with_key: bool,
+        quiet: bool,
+        touch: Option<u32>,
+    },
     /// TOUCH: a hit is answered with the flags, no value.
-    Touch { key: &'a [u8], exptime: u32 },
-    Store { op: StoreOp, key: &'a [u8], flags: u32, exptime: u32, value: &'a [u8], cas: u64, quiet: bool },
+    Touch {
+        key: &'a [u8],
+        exptime: u32,
+    },
+    Store {
+        op: StoreOp,
+        key: &'a [u8],
+        flags: u32,
+        exptime: u32,
+        value: &'a [u8],
+        cas: u64,
+        quiet: bool,
+    },
     /// APPEND / PREPEND (and quiet forms).
-    Concat { append: bool, key: &'a [u8], value: &'a [u8], cas: u64, quiet: bool },
+    Concat {
+        append: bool,
+        key: &'a [u8],
+        value: &'a [u8],
+        cas: u64,
+        quiet: bool,
+    },
     /// A value over the item size limit: reply "too large", then skip `skip` input bytes
     /// (or close, for lengths memcached cannot even represent).
-    TooLarge { op: LargeOp, key: &'a [u8], skip: u32, close: bool },
-    Delete { key: &'a [u8], cas: u64, quiet: bool },
-    Delta { incr: bool, key: &'a [u8], delta: u64, initial: u64, exptime: u32, cas: u64, quiet: bool },
-    Quit { quiet: bool },
-    Flush { exptime: u32, quiet: bool },
+    TooLarge {
+        op: LargeOp,
+        key: &'a [u8],
+        skip: u32,
+        close: bool,
+    },
+    Delete {
+        key: &'a [u8],
+        cas: u64,
+        quiet: bool,
+    },
+    Delta {
+        incr: bool,
+        key: &'a [u8],
+        delta: u64,
+        initial: u64,
+        exptime: u32,
+        cas: u64,
+        quiet: bool,
+    },
+    Quit {
+        quiet: bool,
+    },
+    Flush {
+        exptime: u32,
+        quiet: bool,
+    },
     Noop,
     Version,
-    Verbosity { level: u32 },
+    Verbosity {
+        level: u32,
+    },
     /// An empty key asks for the general statistics.
-    Stat { key: &'a [u8] },
+    Stat {
+        key: &'a [u8],
+    },
     SaslListMechs,
     /// SASL_AUTH / SASL_STEP.
-    Sasl { step: bool, mech: &'a [u8], data: &'a [u8] },
+    Sasl {
+        step: bool,
+        mech: &'a [u8],
+        data: &'a [u8],
+    },
     /// A mechanism name over 32 bytes: memcached answers "invalid arguments" and skips the
     /// `skip` bytes of data, keeping the connection.
-    SaslMechTooLong { skip: u32 },
+    SaslMechTooLong {
+        skip: u32,
+    },
 }
 
 /// Second stage of reading a request.
@@ -312,7 +367,11 @@ fn be64(b: &[u8]) -> u64 {
 /// Decode a request whose header `frame` accepted. `buf` starts at the request.
 pub fn request<'a>(h: &Header, buf: &'a [u8], limits: &Limits) -> Parsed<'a> {
     use opcode::*;
-    let (ext, key_len, body) = (usize::from(h.extras_len), usize::from(h.key_len), h.body_len as usize);
+    let (ext, key_len, body) = (
+        usize::from(h.extras_len),
+        usize::from(h.key_len),
+        h.body_len as usize,
+    );
     if key_len > KEY_MAX {
         return Parsed::Invalid;
     }
@@ -322,8 +381,19 @@ pub fn request<'a>(h: &Header, buf: &'a [u8], limits: &Limits) -> Parsed<'a> {
     let vlen = h.value_len();
     let quiet = matches!(
         h.opcode,
-        GETQ | GETKQ | SETQ | ADDQ | REPLACEQ | DELETEQ | INCREMENTQ | DECREMENTQ | QUITQ | FLUSHQ | APPENDQ
-            | PREPENDQ | GATQ | GATKQ
+        GETQ | GETKQ
+            | SETQ
+            | ADDQ
+            | REPLACEQ
+            | DELETEQ
+            | INCREMENTQ
+            | DECREMENTQ
+            | QUITQ
+            | FLUSHQ
+            | APPENDQ
+            | PREPENDQ
+            | GATQ
+            | GATKQ
     );
     // Everything whose body holds only extras and key is complete once `frame` said Ready.
     let done = |r: Request<'a>| Parsed::Request(r, head);
@@ -334,26 +404,46 @@ pub fn request<'a>(h: &Header, buf: &'a [u8], limits: &Limits) -> Parsed<'a> {
         QUIT | QUITQ if no_body => done(Request::Quit { quiet }),
         SASL_LIST_MECHS if no_body => done(Request::SaslListMechs),
         FLUSH | FLUSHQ if key_len == 0 && body == ext && (ext == 0 || ext == 4) => {
-            done(Request::Flush { exptime: if ext == 4 { be32(extras) } else { 0 }, quiet })
+            done(Request::Flush {
+                exptime: if ext == 4 { be32(extras) } else { 0 },
+                quiet,
+            })
         }
-        VERBOSITY if ext == 4 && key_len == 0 && body == 4 => done(Request::Verbosity { level: be32(extras) }),
+        VERBOSITY if ext == 4 && key_len == 0 && body == 4 => done(Request::Verbosity {
+            level: be32(extras),
+        }),
         // memcached 1.6.18 knows no binary VERBOSITY: with nothing to skip, its "unknown
         // command" leaves the stream in step, and the connection goes on.
-        VERBOSITY if no_body => Parsed::Unknown { consumed: head, skip: 0 },
+        VERBOSITY if no_body => Parsed::Unknown {
+            consumed: head,
+            skip: 0,
+        },
         GET | GETQ | GETK | GETKQ if ext == 0 && key_len > 0 && body == key_len => {
-            done(Request::Get { key, with_key: matches!(h.opcode, GETK | GETKQ), quiet, touch: None })
+            done(Request::Get {
+                key,
+                with_key: matches!(h.opcode, GETK | GETKQ),
+                quiet,
+                touch: None,
+            })
         }
-        TOUCH if ext == 4 && key_len > 0 => done(Request::Touch { key, exptime: be32(extras) }),
+        TOUCH if ext == 4 && key_len > 0 => done(Request::Touch {
+            key,
+            exptime: be32(extras),
+        }),
         GAT | GATQ | GATK | GATKQ if ext == 4 && key_len > 0 => done(Request::Get {
             key,
             with_key: matches!(h.opcode, GATK | GATKQ),
             quiet,
             touch: Some(be32(extras)),
         }),
-        DELETE | DELETEQ if ext == 0 && key_len > 0 && body == key_len => {
-            done(Request::Delete { key, cas: h.cas, quiet })
-        }
-        INCREMENT | INCREMENTQ | DECREMENT | DECREMENTQ if ext == 20 && key_len > 0 && body == key_len + 20 => {
+        DELETE | DELETEQ if ext == 0 && key_len > 0 && body == key_len => done(Request::Delete {
+            key,
+            cas: h.cas,
+            quiet,
+        }),
+        INCREMENT | INCREMENTQ | DECREMENT | DECREMENTQ
+            if ext == 20 && key_len > 0 && body == key_len + 20 =>
+        {
             done(Request::Delta {
                 incr: matches!(h.opcode, INCREMENT | INCREMENTQ),
                 key,
@@ -390,7 +480,13 @@ pub fn request<'a>(h: &Header, buf: &'a [u8], limits: &Limits) -> Parsed<'a> {
                 return too_large(LargeOp::Concat, key, vlen, head);
             }
             let append = matches!(h.opcode, APPEND | APPENDQ);
-            with_value(buf, head, body, |value| Request::Concat { append, key, value, cas: h.cas, quiet })
+            with_value(buf, head, body, |value| Request::Concat {
+                append,
+                key,
+                value,
+                cas: h.cas,
+                quiet,
+            })
         }
         SASL_AUTH | SASL_STEP if ext == 0 && key_len > 0 => {
             if key_len > SASL_MECH_MAX {
@@ -405,21 +501,38 @@ pub fn request<'a>(h: &Header, buf: &'a [u8], limits: &Limits) -> Parsed<'a> {
                 return too_large(LargeOp::Sasl, key, vlen, head);
             }
             let step = h.opcode == SASL_STEP;
-            with_value(buf, head, body, |data| Request::Sasl { step, mech: key, data })
+            with_value(buf, head, body, |data| Request::Sasl {
+                step,
+                mech: key,
+                data,
+            })
         }
-        GET | GETQ | GETK | GETKQ | SET | SETQ | ADD | ADDQ | REPLACE | REPLACEQ | DELETE | DELETEQ | INCREMENT
-        | INCREMENTQ | DECREMENT | DECREMENTQ | QUIT | QUITQ | FLUSH | FLUSHQ | NOOP | VERSION | APPEND | APPENDQ
-        | PREPEND | PREPENDQ | STAT | VERBOSITY | TOUCH | GAT | GATQ | GATK | GATKQ | SASL_LIST_MECHS | SASL_AUTH
-        | SASL_STEP => Parsed::Invalid,
+        GET | GETQ | GETK | GETKQ | SET | SETQ | ADD | ADDQ | REPLACE | REPLACEQ | DELETE
+        | DELETEQ | INCREMENT | INCREMENTQ | DECREMENT | DECREMENTQ | QUIT | QUITQ | FLUSH
+        | FLUSHQ | NOOP | VERSION | APPEND | APPENDQ | PREPEND | PREPENDQ | STAT | VERBOSITY
+        | TOUCH | GAT | GATQ | GATK | GATKQ | SASL_LIST_MECHS | SASL_AUTH | SASL_STEP => {
+            Parsed::Invalid
+        }
         // The body's value part is skipped: memcached skips the whole body length again after
         // having read extras and key, which desynchronises the stream when either is present.
-        _ => Parsed::Unknown { consumed: head, skip: vlen },
+        _ => Parsed::Unknown {
+            consumed: head,
+            skip: vlen,
+        },
     }
 }
 
 fn too_large<'a>(op: LargeOp, key: &'a [u8], vlen: u32, head: usize) -> Parsed<'a> {
     let close = vlen > VALUE_LEN_MAX;
-    Parsed::Request(Request::TooLarge { op, key, skip: if close { 0 } else { vlen }, close }, head)
+    Parsed::Request(
+        Request::TooLarge {
+            op,
+            key,
+            skip: if close { 0 } else { vlen },
+            close,
+        },
+        head,
+    )
 }
 
 fn with_value<'a>(
@@ -476,7 +589,16 @@ pub fn response(
     key: &[u8],
     value: &[u8],
 ) {
-    response_header(out, opcode, status, opaque, cas, extras.len() as u8, key.len() as u16, value.len());
+    response_header(
+        out,
+        opcode,
+        status,
+        opaque,
+        cas,
+        extras.len() as u8,
+        key.len() as u16,
+        value.len(),
+    );
     out.extend_from_slice(extras);
     out.extend_from_slice(key);
     out.extend_from_slice(value);
@@ -488,7 +610,15 @@ pub fn error(out: &mut Vec<u8>, opcode: u8, opaque: u32, status: Status) {
 }
 
 /// Client side: append a request.
-pub fn encode_request(out: &mut Vec<u8>, opcode: u8, opaque: u32, cas: u64, extras: &[u8], key: &[u8], value: &[u8]) {
+pub fn encode_request(
+    out: &mut Vec<u8>,
+    opcode: u8,
+    opaque: u32,
+    cas: u64,
+    extras: &[u8],
+    key: &[u8],
+    value: &[u8],
+) {
     Header {
         magic: MAGIC_REQUEST,
         opcode,
@@ -544,7 +674,12 @@ pub fn parse_response(buf: &[u8]) -> ParsedResponse<'_> {
         return ParsedResponse::Incomplete(total);
     }
     let body = &buf[HEADER_LEN..total];
-    let resp = Response { header, extras: &body[..ext], key: &body[ext..ext + key], value: &body[ext + key..] };
+    let resp = Response {
+        header,
+        extras: &body[..ext],
+        key: &body[ext..ext + key],
+        value: &body[ext + key..],
+    };
     ParsedResponse::Response(resp, total)
 }
 

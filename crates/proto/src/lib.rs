@@ -15,8 +15,8 @@
 //! (`strtol`/`strtoul`/`strtoull` plus memcached's `safe_*` wrappers), so that a drop-in
 //! replacement accepts and refuses exactly the same command lines.
 
-pub mod meta;
 pub mod binary;
+pub mod meta;
 pub mod num;
 pub mod reply;
 pub mod text;

@@ -12,7 +12,7 @@
 
 use base64::Engine;
 
-use crate::num::{parse_i32, parse_u32_flags, parse_u64};
+use crate::num::{tok_i32, tok_u32, tok_u64};
 use crate::reply::ErrorReply;
 use crate::text::{Limits, Parsed, Request, KEY_MAX};
 use crate::tokens::Tokens;
@@ -103,9 +103,42 @@ impl<'a> MetaFlags<'a> {
     /// The same flags with `opaque` as the O value (a server that answers later keeps its
     /// own copy of the request's bytes).
     pub fn with_opaque<'b>(&self, opaque: Option<&'b [u8]>) -> MetaFlags<'b> {
-        let MetaFlags { order, n, base64, quiet, opaque: _, compare_cas, ttl, vivify, recache, client_flags, delta, initial, mode, invalidate, cas_in, remove_value } =
-            *self;
-        MetaFlags { order, n, base64, quiet, opaque, compare_cas, ttl, vivify, recache, client_flags, delta, initial, mode, invalidate, cas_in, remove_value }
+        let MetaFlags {
+            order,
+            n,
+            base64,
+            quiet,
+            opaque: _,
+            compare_cas,
+            ttl,
+            vivify,
+            recache,
+            client_flags,
+            delta,
+            initial,
+            mode,
+            invalidate,
+            cas_in,
+            remove_value,
+        } = *self;
+        MetaFlags {
+            order,
+            n,
+            base64,
+            quiet,
+            opaque,
+            compare_cas,
+            ttl,
+            vivify,
+            recache,
+            client_flags,
+            delta,
+            initial,
+            mode,
+            invalidate,
+            cas_in,
+            remove_value,
+        }
     }
 }
 
@@ -121,28 +154,56 @@ pub struct Meta<'a> {
     pub data: &'a [u8],
 }
 
-/// Letters memcached 1.6.18 accepts on mg, ms, md and ma alike (each command uses some and
-/// silently ignores the rest).
+/// Letters memcached accepts on mg, ms, md and ma alike (each command uses some and silently
+/// ignores the rest).
 fn known(letter: u8) -> bool {
     // E and x: memcached 1.6.27.
     b"bqukOcfhlstvxILPCENRTDFJM".contains(&letter)
 }
 
-/// memcached's MFLAG_MAX_OPT_LENGTH: a meta command line of more tokens (its terminal empty
-/// token included, so 19 real ones at most) is refused before any flag is read.
+/// memcached's MFLAG_MAX_OPT_LENGTH: a meta command line of more tokens (1.6.40 counts the
+/// real ones; 1.6.39 and before counted a terminal empty token too, so 19 was the most) is
+/// refused before any flag is read.
 const MAX_META_TOKENS: usize = 20;
 
+/// memcached 1.6.40's tokenizer refuses a meta line outright when a flag token starts with
+/// anything but a letter (A to z in ASCII) or a digit.
+fn flag_start_ok(tok: &[u8]) -> bool {
+    matches!(tok[0], 65..=122 | b'0'..=b'9')
+}
+
+/// The error for a problem found while reading the flags: `ma` reports them all as "invalid
+/// or duplicate flag" (memcached 1.6.40 still does); the others have a message per problem
+/// (`md` since 1.6.40).
 fn flag_error(kind: MetaKind, specific: ErrorReply) -> ErrorReply {
     match kind {
-        MetaKind::Get | MetaKind::Set => specific,
-        // memcached 1.6 keeps its specific wording only for an overlong opaque here.
-        MetaKind::Delete | MetaKind::Arith if specific == ErrorReply::OpaqueTooLong => specific,
-        MetaKind::Delete | MetaKind::Arith => ErrorReply::InvalidOrDuplicateFlag,
+        MetaKind::Arith => ErrorReply::InvalidOrDuplicateFlag,
+        _ => specific,
     }
 }
 
-/// Parse the flags (tokens from index `first`) of a meta command.
-fn parse_flags<'a>(kind: MetaKind, t: &Tokens<'a>, first: usize) -> Result<MetaFlags<'a>, ErrorReply> {
+/// A flag's token after its letter, read as memcached 1.6.40 reads it: not empty, then its
+/// strict number reader.
+fn flag_arg<T>(arg: &[u8], read: fn(&[u8]) -> Option<T>) -> Option<T> {
+    if arg.is_empty() {
+        return None;
+    }
+    read(arg)
+}
+
+/// Parse the flags (tokens from index `first`) of a meta command: memcached's preparse, in
+/// its order (key length, token count, then each flag in turn).
+fn parse_flags<'a>(
+    kind: MetaKind,
+    t: &Tokens<'a>,
+    first: usize,
+) -> Result<MetaFlags<'a>, ErrorReply> {
+    if t.get(1).len() > KEY_MAX {
+        return Err(flag_error(kind, ErrorReply::BadFormat));
+    }
+    if t.n > MAX_META_TOKENS {
+        return Err(flag_error(kind, ErrorReply::GetFlagsTooLong));
+    }
     let mut f = MetaFlags::default();
     let mut seen = [false; 128];
     for i in first..t.n {
@@ -164,30 +225,32 @@ fn parse_flags<'a>(kind: MetaKind, t: &Tokens<'a>, first: usize) -> Result<MetaF
             b'I' => f.invalidate = true,
             b'x' => f.remove_value = true,
             b'N' | b'T' | b'R' => {
-                let Some(v) = parse_i32(arg) else { return bad(ErrorReply::BadToken) };
+                let Some(v) = flag_arg(arg, tok_i32) else {
+                    return bad(ErrorReply::BadToken);
+                };
                 match letter {
                     b'N' => f.vivify = Some(v),
                     b'T' => f.ttl = Some(v),
                     _ => f.recache = Some(v),
                 }
             }
-            b'C' => match parse_u64(arg) {
+            b'C' => match flag_arg(arg, tok_u64) {
                 Some(v) => f.compare_cas = Some(v),
                 None => return bad(ErrorReply::BadToken),
             },
-            b'E' => match parse_u64(arg) {
+            b'E' => match flag_arg(arg, tok_u64) {
                 Some(v) => f.cas_in = Some(v),
                 None => return bad(ErrorReply::BadToken),
             },
-            b'D' => match parse_u64(arg) {
+            b'D' => match flag_arg(arg, tok_u64) {
                 Some(v) => f.delta = Some(v),
                 None => return bad(ErrorReply::BadDeltaValue),
             },
-            b'J' => match parse_u64(arg) {
+            b'J' => match flag_arg(arg, tok_u64) {
                 Some(v) => f.initial = Some(v),
                 None => return bad(ErrorReply::BadInitialValue),
             },
-            b'F' => match parse_u32_flags(arg) {
+            b'F' => match flag_arg(arg, tok_u32) {
                 Some(v) => f.client_flags = Some(v),
                 None => return bad(ErrorReply::BadFormat),
             },
@@ -197,7 +260,7 @@ fn parse_flags<'a>(kind: MetaKind, t: &Tokens<'a>, first: usize) -> Result<MetaF
             b'M' => f.mode = Some(arg.first().copied().unwrap_or(b' ')),
             b'O' => {
                 if arg.len() > OPAQUE_MAX {
-                    return bad(ErrorReply::OpaqueTooLong);
+                    return Err(ErrorReply::OpaqueTooLong);
                 }
                 f.opaque = Some(arg);
             }
@@ -215,20 +278,29 @@ fn parse_flags<'a>(kind: MetaKind, t: &Tokens<'a>, first: usize) -> Result<MetaF
             _ => true,
         };
         if !ok {
-            return Err(if kind == MetaKind::Set { ErrorReply::SetMode } else { ErrorReply::ArithMode });
+            return Err(if kind == MetaKind::Set {
+                ErrorReply::SetMode
+            } else {
+                ErrorReply::ArithMode
+            });
         }
     }
     Ok(f)
 }
 
 fn decode_key(raw: &[u8], base64: bool) -> Option<KeyBuf> {
-    let mut k = KeyBuf { buf: [0; KEY_MAX], len: 0 };
+    let mut k = KeyBuf {
+        buf: [0; KEY_MAX],
+        len: 0,
+    };
     if !base64 {
         k.buf[..raw.len()].copy_from_slice(raw);
         k.len = raw.len() as u8;
         return Some(k);
     }
-    let n = base64::engine::general_purpose::STANDARD.decode_slice(raw, &mut k.buf).ok()?;
+    let n = base64::engine::general_purpose::STANDARD
+        .decode_slice(raw, &mut k.buf)
+        .ok()?;
     if n == 0 {
         return None;
     }
@@ -237,39 +309,41 @@ fn decode_key(raw: &[u8], base64: bool) -> Option<KeyBuf> {
 }
 
 fn err<'a>(reply: ErrorReply, consumed: usize) -> Parsed<'a> {
-    Parsed::Error { reply, consumed, noreply: false }
+    Parsed::Error {
+        reply,
+        consumed,
+        noreply: false,
+    }
 }
 
 /// Parse a meta command whose line (without its terminator) is `line`; `after` is where the
-/// line ends in `buf`.
-pub(crate) fn command<'a>(t: &Tokens<'a>, after: usize, buf: &'a [u8], limits: &Limits) -> Parsed<'a> {
+/// line ends in `buf`. memcached 1.6.40's order: the line's shape (a key, and for `ms` a
+/// valid length) is checked first and refused as "bad command line format" with nothing
+/// swallowed; after that, `ms` swallows its data block whatever the error.
+pub(crate) fn command<'a>(
+    t: &Tokens<'a>,
+    after: usize,
+    buf: &'a [u8],
+    limits: &Limits,
+) -> Parsed<'a> {
     let kind = match t.get(0)[1] {
         b'g' => MetaKind::Get,
         b's' => MetaKind::Set,
         b'd' => MetaKind::Delete,
         b'a' => MetaKind::Arith,
-        b'e' => {
-            if t.n < 2 || t.get(1).len() > KEY_MAX {
-                return err(ErrorReply::BadFormat, after);
-            }
-            return Parsed::Request(Request::MetaDebug { key: t.get(1) }, after);
-        }
-        _ => return err(ErrorReply::Error, after),
+        _ => MetaKind::Get, // `me`, below
     };
-    // No key: memcached's meta dispatch answers a plain ERROR for all four.
-    if t.n < 2 {
-        return err(ErrorReply::Error, after);
+    let first_flag = if kind == MetaKind::Set { 3 } else { 2 };
+    let least = first_flag;
+    if t.n < least || (first_flag..t.n).any(|i| !flag_start_ok(t.get(i))) {
+        return err(ErrorReply::BadFormat, after);
     }
     let raw_key = t.get(1);
-    if raw_key.len() > KEY_MAX {
-        return err(ErrorReply::BadFormat, after);
-    }
-    if kind == MetaKind::Set && t.n == 2 {
-        return err(ErrorReply::BadFormat, after);
-    }
-    if t.n + 1 > MAX_META_TOKENS {
-        // Refused before ms reads its length: its data line is then read as a command.
-        return err(if kind == MetaKind::Get { ErrorReply::GetFlagsTooLong } else { ErrorReply::FlagsTooLong }, after);
+    if t.get(0) == b"me" {
+        if raw_key.len() > KEY_MAX {
+            return err(ErrorReply::BadFormat, after);
+        }
+        return Parsed::Request(Request::MetaDebug { key: raw_key }, after);
     }
     if kind != MetaKind::Set {
         let flags = match parse_flags(kind, t, 2) {
@@ -279,39 +353,69 @@ pub(crate) fn command<'a>(t: &Tokens<'a>, after: usize, buf: &'a [u8], limits: &
         let Some(key) = decode_key(raw_key, flags.base64) else {
             return err(flag_error(kind, ErrorReply::KeyDecode), after);
         };
-        return Parsed::Request(Request::Meta(Meta { kind, raw_key, key, flags, data: &[] }), after);
+        return Parsed::Request(
+            Request::Meta(Meta {
+                kind,
+                raw_key,
+                key,
+                flags,
+                data: &[],
+            }),
+            after,
+        );
     }
     // ms <key> <datalen> <flags>*. memcached refuses a length whose +2 (the data's "\r\n")
     // overflows its int at once, before any data is awaited: `ms k 2147483647` must not
     // leave the client waiting on a 2 GiB swallow.
-    let Some(vlen) = parse_i32(t.get(2)).filter(|&v| (0..=i32::MAX - 2).contains(&v) && t.n >= 3) else {
+    let Some(vlen) = tok_i32(t.get(2)).filter(|v| (0..=i32::MAX - 2).contains(v)) else {
         return err(ErrorReply::BadFormat, after);
     };
     let vlen = vlen as usize;
-    let end = after + vlen + 2;
-    let flags = parse_flags(kind, t, 3);
-    let client_flags = flags.as_ref().ok().and_then(|f| f.client_flags).unwrap_or(0);
-    if !limits.item_fits(raw_key.len(), client_flags, vlen) {
+    let refuse = |reply| {
+        Parsed::Request(
+            Request::BadStoreLine {
+                swallow: vlen + 2,
+                reply,
+                noreply: false,
+            },
+            after,
+        )
+    };
+    let flags = match parse_flags(kind, t, 3) {
+        Ok(f) => f,
+        Err(e) => return refuse(e),
+    };
+    let Some(key) = decode_key(raw_key, flags.base64) else {
+        return refuse(ErrorReply::KeyDecode);
+    };
+    if !limits.item_fits(raw_key.len(), flags.client_flags.unwrap_or(0), vlen) {
         return Parsed::Request(
-            Request::TooLarge { kind: crate::text::StoreKind::Set, key: raw_key, swallow: vlen + 2, noreply: false },
+            Request::TooLarge {
+                kind: crate::text::StoreKind::Set,
+                key: raw_key,
+                swallow: vlen + 2,
+                noreply: false,
+            },
             after,
         );
     }
-    // Errors found after the length was read swallow the data block, as memcached does.
+    let end = after + vlen + 2;
     if buf.len() < end {
         return Parsed::Incomplete(end);
     }
-    let flags = match flags {
-        Ok(f) => f,
-        Err(e) => return err(e, end),
-    };
-    let Some(key) = decode_key(raw_key, flags.base64) else {
-        return err(ErrorReply::KeyDecode, end);
-    };
     if &buf[end - 2..end] != b"\r\n" {
         return err(ErrorReply::BadDataChunk, end);
     }
-    Parsed::Request(Request::Meta(Meta { kind, raw_key, key, flags, data: &buf[after..end - 2] }), end)
+    Parsed::Request(
+        Request::Meta(Meta {
+            kind,
+            raw_key,
+            key,
+            flags,
+            data: &buf[after..end - 2],
+        }),
+        end,
+    )
 }
 
 #[cfg(test)]
@@ -319,7 +423,10 @@ mod tests {
     use crate::reply::ErrorReply;
     use crate::text::{parse, Limits, Parsed, Request};
 
-    const L: Limits = Limits { item_size_max: 1024 * 1024, use_cas: true };
+    const L: Limits = Limits {
+        item_size_max: 1024 * 1024,
+        use_cas: true,
+    };
 
     fn flags(req: &[u8]) -> super::MetaFlags<'_> {
         match parse(req, &L) {
@@ -330,7 +437,8 @@ mod tests {
 
     fn error(req: &[u8]) -> ErrorReply {
         match parse(req, &L) {
-            Parsed::Error { reply, .. } => reply,
+            Parsed::Error { reply, .. }
+            | Parsed::Request(Request::BadStoreLine { reply, .. }, _) => reply,
             other => panic!("{req:?}: {other:?}"),
         }
     }
@@ -339,12 +447,17 @@ mod tests {
     fn e_is_an_explicit_cas_on_every_command() {
         assert_eq!(flags(b"ms k 2 E973\r\nhi\r\n").cas_in, Some(973));
         assert_eq!(flags(b"mg k N30 E55 c\r\n").cas_in, Some(55));
-        assert_eq!(flags(b"md k E18446744073709551615\r\n").cas_in, Some(u64::MAX));
+        assert_eq!(
+            flags(b"md k E18446744073709551615\r\n").cas_in,
+            Some(u64::MAX)
+        );
         assert_eq!(flags(b"ma k E1 C2\r\n").cas_in, Some(1));
         assert_eq!(flags(b"mg k v\r\n").cas_in, None);
         assert_eq!(error(b"ms k 1 Ex\r\na\r\n"), ErrorReply::BadToken);
         assert_eq!(error(b"mg k E\r\n"), ErrorReply::BadToken);
-        assert_eq!(error(b"md k E-1\r\n"), ErrorReply::InvalidOrDuplicateFlag);
+        // md's own wording since memcached 1.6.40; ma keeps the catch-all.
+        assert_eq!(error(b"md k E-1\r\n"), ErrorReply::BadToken);
+        assert_eq!(error(b"ma k E-1\r\n"), ErrorReply::InvalidOrDuplicateFlag);
         assert_eq!(error(b"mg k E1 E2\r\n"), ErrorReply::DuplicateFlag);
     }
 
@@ -356,7 +469,7 @@ mod tests {
         assert!(!flags(b"md k I\r\n").remove_value);
         // Known now, so a later repeat is what is refused (1.6.18: "invalid flag").
         assert_eq!(error(b"mg k v x v\r\n"), ErrorReply::DuplicateFlag);
-        assert_eq!(error(b"md k x x\r\n"), ErrorReply::InvalidOrDuplicateFlag);
+        assert_eq!(error(b"md k x x\r\n"), ErrorReply::DuplicateFlag);
     }
 
     #[test]
@@ -374,8 +487,14 @@ mod tests {
     #[test]
     fn the_other_flags_keep_their_fields() {
         let f = flags(b"mg k C5 T30 v c\r\n");
-        assert_eq!((f.compare_cas, f.ttl, f.has(b'v'), f.letters()), (Some(5), Some(30), true, &b"CTvc"[..]));
+        assert_eq!(
+            (f.compare_cas, f.ttl, f.has(b'v'), f.letters()),
+            (Some(5), Some(30), true, &b"CTvc"[..])
+        );
         let f = flags(b"ms k 2 MA N30 s\r\nhi\r\n");
-        assert_eq!((f.mode, f.vivify, f.has(b's')), (Some(b'A'), Some(30), true));
+        assert_eq!(
+            (f.mode, f.vivify, f.has(b's')),
+            (Some(b'A'), Some(30), true)
+        );
     }
 }

@@ -7,6 +7,9 @@
 pub enum ErrorReply {
     Error,
     BadFormat,
+    /// A get-family key over 250 bytes: memcached 1.6.40 sends the BadFormat line followed by
+    /// an empty line (its get error path appends a second "\r\n").
+    BadKeyInGet,
     BadDataChunk,
     LineTooLong,
     TooLarge,
@@ -47,7 +50,9 @@ impl ErrorReply {
     pub fn text(self) -> &'static str {
         match self {
             ErrorReply::Error => "ERROR",
-            ErrorReply::BadFormat => "CLIENT_ERROR bad command line format",
+            ErrorReply::BadFormat | ErrorReply::BadKeyInGet => {
+                "CLIENT_ERROR bad command line format"
+            }
             ErrorReply::BadDataChunk => "CLIENT_ERROR bad data chunk",
             ErrorReply::LineTooLong => "CLIENT_ERROR line too long",
             ErrorReply::TooLarge => "SERVER_ERROR object too large for cache",
@@ -85,6 +90,9 @@ impl ErrorReply {
     /// Append the line and its `\r\n`.
     pub fn write(self, out: &mut Vec<u8>) {
         line(out, self.text().as_bytes());
+        if self == ErrorReply::BadKeyInGet {
+            line(out, b"");
+        }
     }
 }
 
@@ -139,10 +147,16 @@ mod tests {
 
     #[test]
     fn an_error_displays_as_its_reply_line() {
-        assert_eq!(ErrorReply::OutOfMemory.to_string(), "SERVER_ERROR out of memory storing object");
+        assert_eq!(
+            ErrorReply::OutOfMemory.to_string(),
+            "SERVER_ERROR out of memory storing object"
+        );
         let mut out = Vec::new();
         ErrorReply::ShutdownDisabled.write(&mut out);
-        assert_eq!(out, format!("{}\r\n", ErrorReply::ShutdownDisabled).into_bytes());
+        assert_eq!(
+            out,
+            format!("{}\r\n", ErrorReply::ShutdownDisabled).into_bytes()
+        );
     }
 
     #[test]

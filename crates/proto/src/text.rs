@@ -16,7 +16,7 @@
 //! does the same). A storage command's data block is checked against the item size limit
 //! *before* anything is buffered, so a client announcing 4 GB makes the server allocate nothing.
 
-use crate::num::{parse_i32, parse_u32_flags, parse_u64};
+use crate::num::{parse_i32, parse_u32_flags, parse_u64, tok_i32, tok_u32, tok_u64};
 use crate::reply::ErrorReply;
 use crate::tokens::{Tokens, MAX_TOKENS};
 
@@ -91,7 +91,11 @@ impl<'a> Keys<'a> {
     }
 
     pub fn iter(&self) -> KeyIter<'a> {
-        KeyIter { rest: self.bytes, one: self.one, done: false }
+        KeyIter {
+            rest: self.bytes,
+            one: self.one,
+            done: false,
+        }
     }
 
     pub fn is_empty(&self) -> bool {
@@ -121,7 +125,11 @@ impl<'a> Iterator for KeyIter<'a> {
 
     fn next(&mut self) -> Option<&'a [u8]> {
         while !self.done {
-            let split = if self.one { None } else { memchr::memchr(b' ', self.rest) };
+            let split = if self.one {
+                None
+            } else {
+                memchr::memchr(b' ', self.rest)
+            };
             let key = match split {
                 Some(i) => {
                     let key = &self.rest[..i];
@@ -147,7 +155,11 @@ impl<'a> Iterator for KeyIter<'a> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Request<'a> {
     /// get / gets; gat / gats carry `touch` with the raw exptime.
-    Get { keys: Keys<'a>, cas: bool, touch: Option<i32> },
+    Get {
+        keys: Keys<'a>,
+        cas: bool,
+        touch: Option<i32>,
+    },
     Store {
         kind: StoreKind,
         key: &'a [u8],
@@ -160,46 +172,101 @@ pub enum Request<'a> {
     /// A storage command whose item exceeds `-I`: memcached replies
     /// "SERVER_ERROR object too large for cache", swallows `swallow` bytes of data (some may
     /// still be on the wire) and, for `set`, drops the key's old value.
-    TooLarge { kind: StoreKind, key: &'a [u8], swallow: usize, noreply: bool },
-    /// A storage line refused after its data length was read (memcached 1.6.40): reply
-    /// "CLIENT_ERROR bad command line format" and swallow `swallow` bytes of data.
-    BadStoreLine { swallow: usize, noreply: bool },
-    Delete { key: &'a [u8], noreply: bool },
-    Delta { key: &'a [u8], incr: bool, delta: u64, noreply: bool },
-    Touch { key: &'a [u8], exptime: i32, noreply: bool },
+    TooLarge {
+        kind: StoreKind,
+        key: &'a [u8],
+        swallow: usize,
+        noreply: bool,
+    },
+    /// A storage line (or `ms`) refused after its data length was read (memcached 1.6.40):
+    /// reply `reply` and swallow `swallow` bytes of data (some may still be on the wire).
+    BadStoreLine {
+        swallow: usize,
+        reply: ErrorReply,
+        noreply: bool,
+    },
+    Delete {
+        key: &'a [u8],
+        noreply: bool,
+    },
+    Delta {
+        key: &'a [u8],
+        incr: bool,
+        delta: u64,
+        noreply: bool,
+    },
+    Touch {
+        key: &'a [u8],
+        exptime: i32,
+        noreply: bool,
+    },
     /// `delay` is the raw value (0 when absent).
-    FlushAll { delay: i32, noreply: bool },
+    FlushAll {
+        delay: i32,
+        noreply: bool,
+    },
     Version,
     /// `cache_memlimit <MB> [noreply]`.
-    CacheMemlimit { megabytes: u64, noreply: bool },
+    CacheMemlimit {
+        megabytes: u64,
+        noreply: bool,
+    },
     /// `mn`: replies "MN".
     MetaNoop,
     /// mg / ms / md / ma.
     Meta(crate::meta::Meta<'a>),
     /// `me <key>`: item details.
-    MetaDebug { key: &'a [u8] },
-    Verbosity { level: u32, noreply: bool },
+    MetaDebug {
+        key: &'a [u8],
+    },
+    Verbosity {
+        level: u32,
+        noreply: bool,
+    },
     Quit,
     /// `refresh_certs [... noreply]`: reload the TLS certificates (memcached takes any
     /// number of words; a last `noreply` silences only the OK).
-    RefreshCerts { noreply: bool },
-    Shutdown { mode: ShutdownMode },
+    RefreshCerts {
+        noreply: bool,
+    },
+    Shutdown {
+        mode: ShutdownMode,
+    },
     /// `stats [args...]`: the words after `stats`.
-    Stats { args: Keys<'a> },
+    Stats {
+        args: Keys<'a>,
+    },
     /// `lru_crawler <sub> [arg]`: the words after `lru_crawler` (metadump, enable, ...).
-    LruCrawler { args: Keys<'a> },
+    LruCrawler {
+        args: Keys<'a>,
+    },
     /// `extstore <name> <value> [noreply]`: the words after `extstore` (at least one).
-    Extstore { args: Keys<'a>, noreply: bool },
+    Extstore {
+        args: Keys<'a>,
+        noreply: bool,
+    },
     /// `slabs reassign <src> <dst>`: the class ids as memcached's `safe_strtol` reads them.
-    SlabsReassign { src: i32, dst: i32 },
+    SlabsReassign {
+        src: i32,
+        dst: i32,
+    },
     /// `slabs automove <0|1|2>` or `slabs automove ratio <r>`, already judged valid.
-    SlabsAutomove { setting: Automove, noreply: bool },
+    SlabsAutomove {
+        setting: Automove,
+        noreply: bool,
+    },
     /// mnemo's `fget <filter> <arglen> <key>*\r\n<args>\r\n`: run an installed filter over
     /// the keys' values (docs/filters.md).
-    Fget { filter: &'a [u8], args: &'a [u8], keys: Keys<'a> },
+    Fget {
+        filter: &'a [u8],
+        args: &'a [u8],
+        keys: Keys<'a>,
+    },
     /// An `fget` whose argument block exceeds [`FGET_ARG_MAX`]: swallow `swallow` bytes (some
     /// may still be on the wire), then reply "CLIENT_ERROR filter arguments too long".
-    FgetArgsTooLong { swallow: usize },
+    FgetArgsTooLong {
+        swallow: usize,
+    },
 }
 
 /// What a valid `slabs automove` sets.
@@ -217,7 +284,11 @@ pub enum Automove {
 pub enum Parsed<'a> {
     Request(Request<'a>, usize),
     Incomplete(usize),
-    Error { reply: ErrorReply, consumed: usize, noreply: bool },
+    Error {
+        reply: ErrorReply,
+        consumed: usize,
+        noreply: bool,
+    },
     Close,
 }
 
@@ -254,223 +325,266 @@ fn no_newline_yet(buf: &[u8]) -> Parsed<'_> {
 /// numeric length: a line that is anything else cannot become a valid fget, so it is not
 /// held past LINE_MAX waiting for its newline.
 fn could_be_fget(line: &[u8]) -> bool {
-    let Some(rest) = line.strip_prefix(b"fget ") else { return false };
+    let Some(rest) = line.strip_prefix(b"fget ") else {
+        return false;
+    };
     let mut words = rest.split(|&b| b == b' ').filter(|w| !w.is_empty());
     let filter = words.next().is_none_or(|w| w.len() <= KEY_MAX);
-    let arglen = words.next().is_none_or(|w| w.len() <= 20 && w.iter().all(u8::is_ascii_digit));
+    let arglen = words
+        .next()
+        .is_none_or(|w| w.len() <= 20 && w.iter().all(u8::is_ascii_digit));
     filter && arglen && words.all(|w| w.len() <= KEY_MAX)
 }
 
 fn err<'a>(reply: ErrorReply, consumed: usize, noreply: bool) -> Parsed<'a> {
-    Parsed::Error { reply, consumed, noreply }
+    Parsed::Error {
+        reply,
+        consumed,
+        noreply,
+    }
 }
 
 fn req(r: Request<'_>, consumed: usize) -> Parsed<'_> {
     Parsed::Request(r, consumed)
 }
 
+/// memcached 1.6.40's dispatch (proto_parser.c's `process_request`): the command is the line's
+/// bytes up to its first space, so a line starting with a space names no command; a command
+/// missing some of its words is "CLIENT_ERROR bad command line format" (1.6.39 and before:
+/// "ERROR"). Commands outside that table (the admin ones) are then looked up by their first
+/// word, and for them and for an unknown command a last `noreply` silences every reply.
 fn command<'a>(line: &'a [u8], after: usize, buf: &'a [u8], limits: &Limits) -> Parsed<'a> {
     if let Some(p) = fast_get(line, after) {
         return p;
     }
-    // memcached 1.6.40's parser: a line shorter than 4 bytes with its newline (a blank line,
-    // `x\r\n`) is refused as malformed before any word is read.
+    // A line shorter than 4 bytes with its newline (a blank line, `x\r\n`) is malformed
+    // before any word is read.
     if after < 4 {
         return err(ErrorReply::BadFormat, after, false);
     }
     let t = Tokens::split(line);
-    let nt = t.ntokens();
-    let cmd = t.get(0);
-    if t.n == 0 || cmd.len() < 2 {
-        return err(ErrorReply::Error, after, false);
-    }
-    // memcached's WANT_TOKENS* macros: a wrong count is a plain "ERROR".
-    match cmd {
-        b"get" | b"gets" | b"gat" | b"gats" => {
-            if nt < 3 {
-                return err(ErrorReply::Error, after, false);
+    let n = t.n;
+    let word = match memchr::memchr(b' ', line) {
+        Some(i) => &line[..i],
+        None => line,
+    };
+    let bad = |noreply| err(ErrorReply::BadFormat, after, noreply);
+    match word {
+        b"get" | b"gets" => {
+            if n < 2 {
+                return bad(false);
             }
-            get_family(cmd, line, after)
+            get_family(word, line, None, after)
         }
-        // memcached 1.6.40 reads the words it needs and ignores the rest (a last `noreply`
-        // still counts).
-        b"set" | b"add" | b"replace" | b"append" | b"prepend" => {
-            if nt < 6 {
-                return err(ErrorReply::Error, after, false);
+        b"gat" | b"gats" => {
+            if n < 3 {
+                return bad(false);
             }
-            let kind = match cmd {
+            let Some(exptime) = tok_i32(t.get(1)) else {
+                return err(ErrorReply::BadExptime, after, false);
+            };
+            get_family(word, line, Some((t.get(1), exptime)), after)
+        }
+        b"set" | b"add" | b"replace" | b"append" | b"prepend" | b"cas" => {
+            if n < 5 {
+                return bad(false);
+            }
+            let kind = match word {
                 b"set" => StoreKind::Set,
                 b"add" => StoreKind::Add,
                 b"replace" => StoreKind::Replace,
                 b"append" => StoreKind::Append,
-                _ => StoreKind::Prepend,
+                b"prepend" => StoreKind::Prepend,
+                _ => StoreKind::Cas,
             };
             storage(kind, &t, after, buf, limits)
         }
-        b"cas" => {
-            // Without its CAS token (6) the line is read as a storage line whose CAS is
-            // malformed (memcached 1.6.40): refused, its data block swallowed.
-            if nt < 6 {
-                return err(ErrorReply::Error, after, false);
-            }
-            storage(StoreKind::Cas, &t, after, buf, limits)
-        }
         b"incr" | b"decr" => {
-            if nt != 4 && nt != 5 {
-                return err(ErrorReply::Error, after, false);
+            if n < 3 {
+                return bad(false);
             }
-            let noreply = t.noreply();
-            let key = t.get(1);
+            let (noreply, key) = (t.noreply(), t.get(1));
             if key.len() > KEY_MAX {
-                return err(ErrorReply::BadFormat, after, noreply);
+                return bad(noreply);
             }
-            match parse_u64(t.get(2)) {
-                Some(delta) => req(Request::Delta { key, incr: cmd == b"incr", delta, noreply }, after),
+            match tok_u64(t.get(2)) {
+                Some(delta) => req(
+                    Request::Delta {
+                        key,
+                        incr: word == b"incr",
+                        delta,
+                        noreply,
+                    },
+                    after,
+                ),
                 None => err(ErrorReply::BadDelta, after, noreply),
             }
         }
-        // memcached 1.6.40 dropped 1.6.18's check of the old `delete <key> <hold time>`
-        // form: whatever follows the key is ignored, except a last `noreply`.
+        // Whatever follows the key is ignored (1.6.18 checked the old hold-time form).
         b"delete" => {
-            if nt < 3 {
-                return err(ErrorReply::Error, after, false);
+            if n < 2 {
+                return bad(false);
             }
-            let noreply = t.noreply();
-            let key = t.get(1);
+            let (noreply, key) = (t.noreply(), t.get(1));
             if key.len() > KEY_MAX {
-                return err(ErrorReply::BadFormat, after, noreply);
+                return bad(noreply);
             }
             req(Request::Delete { key, noreply }, after)
         }
         b"touch" => {
-            if nt != 4 && nt != 5 {
-                return err(ErrorReply::Error, after, false);
+            if n < 3 {
+                return bad(false);
             }
-            let noreply = t.noreply();
-            let key = t.get(1);
+            let (noreply, key) = (t.noreply(), t.get(1));
             if key.len() > KEY_MAX {
-                return err(ErrorReply::BadFormat, after, noreply);
+                return bad(noreply);
             }
-            match parse_i32(t.get(2)) {
-                Some(exptime) => req(Request::Touch { key, exptime, noreply }, after),
+            match tok_i32(t.get(2)) {
+                Some(exptime) => req(
+                    Request::Touch {
+                        key,
+                        exptime,
+                        noreply,
+                    },
+                    after,
+                ),
                 None => err(ErrorReply::BadExptime, after, noreply),
             }
         }
+        // Meta no-op: answered whatever follows (clients use it to end a batch).
+        b"mn" => req(Request::MetaNoop, after),
+        b"mg" | b"ms" | b"md" | b"ma" | b"me" => crate::meta::command(&t, after, buf, limits),
+        b"version" => req(Request::Version, after),
+        b"quit" => req(Request::Quit, after),
+        b"stats" => req(
+            Request::Stats {
+                args: Keys::new(skip_token(line, word)),
+            },
+            after,
+        ),
+        _ => admin(&t, line, after, buf),
+    }
+}
+
+/// The commands memcached 1.6.40 finds by their first word after its parser's table (so a
+/// leading space is allowed), and the unknown ones. A last `noreply` silences all their
+/// replies, errors and a plain "ERROR" included.
+fn admin<'a>(t: &Tokens<'a>, line: &'a [u8], after: usize, buf: &'a [u8]) -> Parsed<'a> {
+    let (n, cmd, noreply) = (t.n, t.get(0), t.noreply());
+    match cmd {
         b"flush_all" => {
-            if !(2..=4).contains(&nt) {
-                return err(ErrorReply::Error, after, false);
-            }
-            let noreply = t.noreply();
             let mut delay = 0;
-            if nt != if noreply { 3 } else { 2 } {
-                match parse_i32(t.get(1)) {
+            if n != if noreply { 2 } else { 1 } {
+                match tok_i32(t.get(1)) {
                     Some(d) => delay = d,
                     None => return err(ErrorReply::BadExptime, after, noreply),
                 }
             }
             req(Request::FlushAll { delay, noreply }, after)
         }
-        // Meta no-op: memcached answers it whatever follows (clients use it to end a batch).
-        b"mn" => req(Request::MetaNoop, after),
-        [b'm', _] => crate::meta::command(&t, after, buf, limits),
-        b"cache_memlimit" => {
-            if nt != 3 && nt != 4 {
-                return err(ErrorReply::Error, after, false);
-            }
-            let noreply = t.noreply();
-            // memcached answers a bad number with a plain ERROR here.
-            match parse_u64(t.get(1)) {
-                Some(mb) => req(Request::CacheMemlimit { megabytes: mb, noreply }, after),
-                None => err(ErrorReply::Error, after, noreply),
-            }
-        }
-        b"version" => req(Request::Version, after),
-        b"quit" => req(Request::Quit, after),
-        b"refresh_certs" => req(Request::RefreshCerts { noreply: t.noreply() }, after),
-        b"verbosity" => {
-            if nt != 3 && nt != 4 {
-                return err(ErrorReply::Error, after, false);
-            }
-            let noreply = t.noreply();
-            match parse_u64(t.get(1)) {
-                Some(level) => req(Request::Verbosity { level: level as u32, noreply }, after),
-                None => err(ErrorReply::BadFormat, after, noreply),
-            }
-        }
+        // A bad number is a plain ERROR here.
+        b"cache_memlimit" => match tok_u32(t.get(1)) {
+            Some(mb) if n > 1 => req(
+                Request::CacheMemlimit {
+                    megabytes: u64::from(mb),
+                    noreply,
+                },
+                after,
+            ),
+            _ => err(ErrorReply::Error, after, noreply),
+        },
+        b"refresh_certs" => req(Request::RefreshCerts { noreply }, after),
+        b"verbosity" => match tok_u32(t.get(1)) {
+            Some(level) if n > 1 => req(Request::Verbosity { level, noreply }, after),
+            _ => err(ErrorReply::BadFormat, after, noreply),
+        },
         // The mode is judged only after shutdown is known to be enabled (by the executor).
         b"shutdown" => {
-            let mode = match (nt, t.get(1)) {
-                (2, _) => ShutdownMode::Immediate,
-                (3, b"graceful") => ShutdownMode::Graceful,
+            let mode = match n {
+                1 => ShutdownMode::Immediate,
+                2 if prefix_of(t.get(1), b"graceful") => ShutdownMode::Graceful,
                 _ => ShutdownMode::Invalid,
             };
             req(Request::Shutdown { mode }, after)
         }
-        b"stats" => {
-            let rest = skip_token(line, cmd);
-            req(Request::Stats { args: Keys::new(rest) }, after)
-        }
-        b"lru_crawler" => {
-            let rest = skip_token(line, cmd);
-            req(Request::LruCrawler { args: Keys::new(rest) }, after)
-        }
-        b"slabs" => slabs(&t, after),
-        // memcached: WANT_TOKENS_MIN 3 (a bare `extstore` is an ERROR, noreply or not).
+        b"lru_crawler" => req(
+            Request::LruCrawler {
+                args: Keys::new(skip_token(line, cmd)),
+            },
+            after,
+        ),
+        b"slabs" => slabs(t, after),
+        // memcached: a bare `extstore` is an ERROR, noreply or not.
         b"extstore" => {
-            if nt < 3 {
+            if n < 2 {
                 return err(ErrorReply::Error, after, false);
             }
-            req(Request::Extstore { args: Keys::new(skip_token(line, cmd)), noreply: t.noreply() }, after)
+            req(
+                Request::Extstore {
+                    args: Keys::new(skip_token(line, cmd)),
+                    noreply,
+                },
+                after,
+            )
         }
         b"fget" => {
-            if nt < 4 {
+            if n < 3 {
                 return err(ErrorReply::Error, after, false);
             }
             fget(line, after, buf)
         }
         _ => {
             // memcached closes on what looks like an HTTP request line.
-            if t.get(t.n - 1).starts_with(b"HTTP/") {
+            if n > 1 && t.get(n - 1).starts_with(b"HTTP/") {
                 return Parsed::Close;
             }
-            err(ErrorReply::Error, after, false)
+            err(ErrorReply::Error, after, noreply)
         }
     }
 }
 
+/// memcached compares a subcommand with `strncmp(word, name, len(word))`: any prefix of the
+/// name (`slabs r 1 2` is a reassign) names it.
+fn prefix_of(word: &[u8], name: &[u8]) -> bool {
+    !word.is_empty() && name.starts_with(word)
+}
+
 /// The hot path: a plain `get`/`gets` line, parsed in one pass over its keys (memchr for the
-/// spaces) without the general tokenizer. Lines it does not handle (leading spaces, a NUL)
-/// go the general way, which gives the same answer more slowly.
+/// spaces) without the general tokenizer. A NUL is a key byte like any other (memcached
+/// 1.6.40; 1.6.39 and before ended the line there).
 fn fast_get(line: &[u8], after: usize) -> Option<Parsed<'_>> {
     let (rest, cas) = if let Some(r) = line.strip_prefix(b"get ") {
         (r, false)
     } else {
         (line.strip_prefix(b"gets ")?, true)
     };
-    // One pass finds both the spaces and any NUL (which sends the line the general way, even
-    // after a key too long: the answer must not depend on which comes first).
     let (mut any, mut too_long, mut spaced) = (false, false, false);
     let mut start = 0;
-    for end in memchr::memchr2_iter(0, b' ', rest).chain(std::iter::once(rest.len())) {
-        if end < rest.len() {
-            if rest[end] == 0 {
-                return None;
-            }
-            spaced = true;
-        }
+    for end in memchr::memchr_iter(b' ', rest).chain(std::iter::once(rest.len())) {
+        spaced |= end < rest.len();
         let len = end - start;
         too_long |= len > KEY_MAX;
         any |= len > 0;
         start = end + 1;
     }
-    if too_long {
+    if !any {
+        // memcached 1.6.40: a get needs a key.
         return Some(err(ErrorReply::BadFormat, after, false));
     }
-    if !any {
-        // memcached: a get needs a key (WANT_TOKENS_MIN 3).
-        return Some(err(ErrorReply::Error, after, false));
+    if too_long {
+        return Some(err(ErrorReply::BadKeyInGet, after, false));
     }
-    Some(req(Request::Get { keys: Keys { bytes: rest, one: !spaced }, cas, touch: None }, after))
+    Some(req(
+        Request::Get {
+            keys: Keys {
+                bytes: rest,
+                one: !spaced,
+            },
+            cas,
+            touch: None,
+        },
+        after,
+    ))
 }
 
 /// The line after its first token (the command), NUL-truncated like memcached's C string.
@@ -483,25 +597,26 @@ fn skip_token<'a>(line: &'a [u8], cmd: &[u8]) -> &'a [u8] {
     &line[(start + cmd.len()).min(line.len())..]
 }
 
-fn get_family<'a>(cmd: &'a [u8], line: &'a [u8], after: usize) -> Parsed<'a> {
-    let mut rest = skip_token(line, cmd);
+/// The keys of a get-family line: after the command, or for gat/gats after the exptime
+/// token (`exptime`: that token and its value).
+fn get_family<'a>(
+    cmd: &'a [u8],
+    line: &'a [u8],
+    exptime: Option<(&'a [u8], i32)>,
+    after: usize,
+) -> Parsed<'a> {
     let cas = cmd.ends_with(b"s");
-    let touch = if cmd.starts_with(b"gat") {
-        let mut words = rest.split(|&b| b == b' ').filter(|w| !w.is_empty());
-        let exp = words.next().unwrap_or(&[]);
-        let Some(e) = parse_i32(exp) else {
-            return err(ErrorReply::BadExptime, after, false);
-        };
+    let (rest, touch) = match exptime {
         // Keys start after the exptime token.
-        let pos = exp.as_ptr() as usize - rest.as_ptr() as usize + exp.len();
-        rest = &rest[pos..];
-        Some(e)
-    } else {
-        None
+        Some((tok, e)) => (
+            &line[tok.as_ptr() as usize - line.as_ptr() as usize + tok.len()..],
+            Some(e),
+        ),
+        None => (&line[cmd.len()..], None),
     };
     let keys = Keys::new(rest);
     if keys.iter().any(|k| k.len() > KEY_MAX) {
-        return err(ErrorReply::BadFormat, after, false);
+        return err(ErrorReply::BadKeyInGet, after, false);
     }
     req(Request::Get { keys, cas, touch }, after)
 }
@@ -523,7 +638,9 @@ pub struct StoreHead<'a> {
 }
 
 /// Commands whose first argument is a key that they look up (see [`lookup_key`]).
-const KEY_FIRST: [&[u8]; 7] = [b"get ", b"gets ", b"mg ", b"set ", b"ms ", b"delete ", b"md "];
+const KEY_FIRST: [&[u8]; 7] = [
+    b"get ", b"gets ", b"mg ", b"set ", b"ms ", b"delete ", b"md ",
+];
 
 /// Where the key that the request at the start of `buf` looks up first sits in `buf`, without
 /// parsing the request: a hint for prefetching its lookup before [`parse`] runs (the request
@@ -531,7 +648,10 @@ const KEY_FIRST: [&[u8]; 7] = [b"get ", b"gets ", b"mg ", b"set ", b"ms ", b"del
 /// than [`KEY_MAX`].
 pub fn lookup_key(buf: &[u8]) -> Option<core::ops::Range<usize>> {
     let rest = KEY_FIRST.iter().find_map(|cmd| buf.strip_prefix(*cmd))?;
-    let len = rest.iter().take(KEY_MAX + 1).position(|&b| b == b' ' || b == b'\r' || b == b'\n')?;
+    let len = rest
+        .iter()
+        .take(KEY_MAX + 1)
+        .position(|&b| b == b' ' || b == b'\r' || b == b'\n')?;
     let start = buf.len() - rest.len();
     Some(start..start + len)
 }
@@ -546,8 +666,11 @@ pub fn pending_store<'a>(buf: &'a [u8], limits: &Limits) -> Option<StoreHead<'a>
     if line.len() > 1 && line[line.len() - 1] == b'\r' {
         line = &line[..line.len() - 1];
     }
+    // A leading space names no command (see `command`).
+    if line.first() == Some(&b' ') {
+        return None;
+    }
     let t = Tokens::split(line);
-    let nt = t.ntokens();
     let kind = match t.get(0) {
         b"set" => StoreKind::Set,
         b"add" => StoreKind::Add,
@@ -557,8 +680,7 @@ pub fn pending_store<'a>(buf: &'a [u8], limits: &Limits) -> Option<StoreHead<'a>
         b"cas" => StoreKind::Cas,
         _ => return None,
     };
-    let least = if kind == StoreKind::Cas { 7 } else { 6 };
-    if nt < least {
+    if t.n < 5 {
         return None;
     }
     let head = storage_head(kind, &t, nl + 1).ok()?;
@@ -566,31 +688,54 @@ pub fn pending_store<'a>(buf: &'a [u8], limits: &Limits) -> Option<StoreHead<'a>
     (fits && buf.len() < head.data_at + head.len + 2).then_some(head)
 }
 
-/// memcached's `process_update_command`: the line's checks, before the item size and any data
-/// are looked at. Err(noreply): the line is malformed ("CLIENT_ERROR bad command line format").
+/// Why a storage line is refused ("CLIENT_ERROR bad command line format").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StoreLineError {
+    /// The data length is missing or bad: nothing is swallowed, and `noreply` is not read
+    /// yet (memcached 1.6.40's parser checks the length first).
+    Length,
+    /// Key, flags, exptime or CAS: the data block of the valid length is swallowed.
+    Fields { noreply: bool, len: usize },
+}
+
+/// memcached 1.6.40's storage checks, in its order, before the item size and any data are
+/// looked at: the data length (its strict reader), then `noreply`, the key's length, the
+/// flags and exptime (still read with `strtoul`/`strtol`), the CAS (strict again).
 #[inline]
-fn storage_head<'a>(kind: StoreKind, t: &Tokens<'a>, after: usize) -> Result<StoreHead<'a>, bool> {
-    let noreply = t.noreply();
+fn storage_head<'a>(
+    kind: StoreKind,
+    t: &Tokens<'a>,
+    after: usize,
+) -> Result<StoreHead<'a>, StoreLineError> {
+    let Some(vlen) = tok_i32(t.get(4)).filter(|v| (0..=i32::MAX - 2).contains(v)) else {
+        return Err(StoreLineError::Length);
+    };
+    let (noreply, len) = (t.noreply(), vlen as usize);
+    let refused = StoreLineError::Fields { noreply, len };
     let key = t.get(1);
     if key.len() > KEY_MAX {
-        return Err(noreply);
+        return Err(refused);
     }
-    let (Some(flags), Some(exptime), Some(vlen)) =
-        (parse_u32_flags(t.get(2)), parse_i32(t.get(3)), parse_i32(t.get(4)))
-    else {
-        return Err(noreply);
+    let (Some(flags), Some(exptime)) = (parse_u32_flags(t.get(2)), parse_i32(t.get(3))) else {
+        return Err(refused);
     };
     let mut cas = 0;
     if kind == StoreKind::Cas {
-        cas = parse_u64(t.get(5)).ok_or(noreply)?;
+        cas = if t.n > 5 { tok_u64(t.get(5)) } else { None }.ok_or(refused)?;
     }
-    if !(0..=i32::MAX - 2).contains(&vlen) {
-        return Err(noreply);
-    }
-    Ok(StoreHead { kind, key, flags, exptime, cas, noreply, data_at: after, len: vlen as usize })
+    Ok(StoreHead {
+        kind,
+        key,
+        flags,
+        exptime,
+        cas,
+        noreply,
+        data_at: after,
+        len,
+    })
 }
 
-/// memcached's `process_update_command` followed by its data-block checks.
+/// memcached's storage command: the line's checks, then its data-block checks.
 fn storage<'a>(
     kind: StoreKind,
     t: &Tokens<'a>,
@@ -600,17 +745,28 @@ fn storage<'a>(
 ) -> Parsed<'a> {
     let h = match storage_head(kind, t, after) {
         Ok(h) => h,
-        // memcached 1.6.40 reads the data length first: once it is valid, a refused line
-        // (key too long, bad flags, exptime or CAS) has its data block swallowed.
-        Err(noreply) => match parse_i32(t.get(4)) {
-            Some(vlen) if (0..=i32::MAX - 2).contains(&vlen) => {
-                return req(Request::BadStoreLine { swallow: vlen as usize + 2, noreply }, after)
-            }
-            _ => return err(ErrorReply::BadFormat, after, noreply),
-        },
+        Err(StoreLineError::Length) => return err(ErrorReply::BadFormat, after, false),
+        Err(StoreLineError::Fields { noreply, len }) => {
+            return req(
+                Request::BadStoreLine {
+                    swallow: len + 2,
+                    reply: ErrorReply::BadFormat,
+                    noreply,
+                },
+                after,
+            )
+        }
     };
     if !limits.item_fits(h.key.len(), h.flags, h.len) {
-        return req(Request::TooLarge { kind, key: h.key, swallow: h.len + 2, noreply: h.noreply }, after);
+        return req(
+            Request::TooLarge {
+                kind,
+                key: h.key,
+                swallow: h.len + 2,
+                noreply: h.noreply,
+            },
+            after,
+        );
     }
     let end = after + h.len + 2;
     if buf.len() < end {
@@ -620,39 +776,58 @@ fn storage<'a>(
         return err(ErrorReply::BadDataChunk, end, h.noreply);
     }
     let data = &buf[after..end - 2];
-    let StoreHead { key, flags, exptime, cas, noreply, .. } = h;
-    req(Request::Store { kind, key, flags, exptime, data, cas, noreply }, end)
+    let StoreHead {
+        key,
+        flags,
+        exptime,
+        cas,
+        noreply,
+        ..
+    } = h;
+    req(
+        Request::Store {
+            kind,
+            key,
+            flags,
+            exptime,
+            data,
+            cas,
+            noreply,
+        },
+        end,
+    )
 }
 
-/// memcached 1.6.18's `process_slabs_command`: `reassign` takes exactly two signed ids;
-/// `automove` honours a trailing `noreply` for every reply, errors included. Which ids exist
-/// is the executor's business (it depends on the server's flags).
+/// memcached 1.6.40's `process_slabs_command`: `reassign` takes exactly two ids (its strict
+/// signed reader); `automove` takes a level or `ratio <r>`; subcommands may be abbreviated.
+/// A last `noreply` silences every reply. Which ids exist is the executor's business (it
+/// depends on the server's flags).
 fn slabs<'a>(t: &Tokens<'a>, after: usize) -> Parsed<'a> {
-    let nt = t.ntokens();
-    match t.get(1) {
-        b"reassign" if nt == 5 => match (parse_i32(t.get(2)), parse_i32(t.get(3))) {
+    let (n, sub, noreply) = (t.n, t.get(1), t.noreply());
+    if n == 4 && prefix_of(sub, b"reassign") {
+        return match (tok_i32(t.get(2)), tok_i32(t.get(3))) {
             (Some(src), Some(dst)) => req(Request::SlabsReassign { src, dst }, after),
-            _ => err(ErrorReply::BadFormat, after, false),
-        },
-        b"automove" if nt >= 4 => {
-            let noreply = t.noreply();
-            let setting = if t.get(2) == b"ratio" {
-                // A bad or missing ratio is a plain ERROR in memcached, not a format error.
-                match parse_strtod(t.get(3)) {
-                    Some(r) if nt >= 5 => Automove::Ratio(r.to_bits()),
-                    _ => return err(ErrorReply::Error, after, noreply),
-                }
-            } else {
-                match parse_u32_flags(t.get(2)) {
-                    Some(level @ 0..=2) => Automove::Level(level),
-                    Some(_) => return err(ErrorReply::Error, after, noreply),
-                    None => return err(ErrorReply::BadFormat, after, noreply),
-                }
-            };
-            req(Request::SlabsAutomove { setting, noreply }, after)
-        }
-        _ => err(ErrorReply::Error, after, false),
+            _ => err(ErrorReply::BadFormat, after, noreply),
+        };
     }
+    if !(n >= 3 && prefix_of(sub, b"automove")) {
+        return err(ErrorReply::Error, after, noreply);
+    }
+    let setting = if prefix_of(t.get(2), b"ratio") {
+        // A bad or missing ratio is a plain ERROR, not a format error.
+        // memcached copies the ratio into a 32-byte buffer: a longer token is refused.
+        match parse_strtod(t.get(3)).filter(|_| t.get(3).len() < 32) {
+            Some(r) if n >= 4 => Automove::Ratio(r.to_bits()),
+            _ => return err(ErrorReply::Error, after, noreply),
+        }
+    } else {
+        match tok_u32(t.get(2)) {
+            Some(level @ 0..=2) => Automove::Level(level),
+            Some(_) => return err(ErrorReply::Error, after, noreply),
+            None => return err(ErrorReply::BadFormat, after, noreply),
+        }
+    };
+    req(Request::SlabsAutomove { setting, noreply }, after)
 }
 
 /// memcached's `safe_strtod` on one token: a decimal float (or inf / nan); an overflow or
@@ -664,7 +839,8 @@ fn parse_strtod(tok: &[u8]) -> Option<f64> {
     let lower = s.to_ascii_lowercase();
     let overflow = v.is_infinite() && !lower.contains("inf");
     let mantissa = lower.split('e').next().unwrap_or("");
-    let underflow = (v == 0.0 && mantissa.bytes().any(|b| (b'1'..=b'9').contains(&b))) || v.is_subnormal();
+    let underflow =
+        (v == 0.0 && mantissa.bytes().any(|b| (b'1'..=b'9').contains(&b))) || v.is_subnormal();
     (!overflow && !underflow).then_some(v)
 }
 
@@ -674,18 +850,29 @@ fn fget<'a>(line: &'a [u8], after: usize, buf: &'a [u8]) -> Parsed<'a> {
     let mut rest = skip_token(line, b"fget");
     let mut word = || {
         let start = rest.iter().position(|&b| b != b' ').unwrap_or(rest.len());
-        let len = rest[start..].iter().position(|&b| b == b' ').unwrap_or(rest.len() - start);
+        let len = rest[start..]
+            .iter()
+            .position(|&b| b == b' ')
+            .unwrap_or(rest.len() - start);
         let w = &rest[start..start + len];
         rest = &rest[start + len..];
         w
     };
     let (filter, arglen) = (word(), word());
     // Unlike memcached's lengths, no 32-bit truncation: 4294967296 is not 0.
-    let Some(arglen) = parse_u64(arglen).filter(|&n| n <= i32::MAX as u64).map(|n| n as usize) else {
+    let Some(arglen) = parse_u64(arglen)
+        .filter(|&n| n <= i32::MAX as u64)
+        .map(|n| n as usize)
+    else {
         return err(ErrorReply::BadFormat, after, false);
     };
     if arglen > FGET_ARG_MAX {
-        return req(Request::FgetArgsTooLong { swallow: arglen + 2 }, after);
+        return req(
+            Request::FgetArgsTooLong {
+                swallow: arglen + 2,
+            },
+            after,
+        );
     }
     let end = after + arglen + 2;
     if buf.len() < end {
@@ -698,7 +885,14 @@ fn fget<'a>(line: &'a [u8], after: usize, buf: &'a [u8]) -> Parsed<'a> {
     if filter.len() > KEY_MAX || keys.iter().any(|k| k.len() > KEY_MAX) {
         return err(ErrorReply::BadFormat, end, false);
     }
-    req(Request::Fget { filter, args: &buf[after..end - 2], keys }, end)
+    req(
+        Request::Fget {
+            filter,
+            args: &buf[after..end - 2],
+            keys,
+        },
+        end,
+    )
 }
 
 const _: () = assert!(MAX_TOKENS == 24);

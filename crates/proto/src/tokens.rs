@@ -1,6 +1,7 @@
 //! memcached's command-line tokenizer: split on single spaces (runs of spaces yield no empty
-//! tokens), stop at the first NUL (memcached works on a C string), and keep at most
-//! `MAX_TOKENS - 1` tokens, the rest of the line being left unsplit.
+//! tokens) and keep at most `MAX_TOKENS - 1` tokens, the rest of the line being left unsplit.
+//! A NUL is a byte like any other (memcached 1.6.40's tokenizer; 1.6.39 and before worked on
+//! a C string and stopped there).
 
 /// memcached's MAX_TOKENS: 23 real tokens plus a terminal one.
 pub const MAX_TOKENS: usize = 24;
@@ -15,11 +16,11 @@ pub struct Tokens<'a> {
 
 impl<'a> Tokens<'a> {
     pub fn split(line: &'a [u8]) -> Self {
-        let line = match memchr::memchr(0, line) {
-            Some(p) => &line[..p],
-            None => line,
+        let mut t = Tokens {
+            toks: [&[][..]; MAX_TOKENS],
+            n: 0,
+            rest: &[],
         };
-        let mut t = Tokens { toks: [&[][..]; MAX_TOKENS], n: 0, rest: &[] };
         let mut start = 0;
         let mut i = 0;
         while i < line.len() {
@@ -41,11 +42,6 @@ impl<'a> Tokens<'a> {
             t.n += 1;
         }
         t
-    }
-
-    /// memcached's `ntokens`: the real tokens plus the terminal one.
-    pub fn ntokens(&self) -> usize {
-        self.n + 1
     }
 
     pub fn get(&self, i: usize) -> &'a [u8] {
@@ -73,13 +69,16 @@ mod tests {
         assert_eq!(t.get(0), b"set");
         assert_eq!(t.get(2), b"0");
         let t = Tokens::split(b"get a\0b c");
-        assert_eq!(t.n, 2);
-        assert_eq!(t.get(1), b"a");
+        assert_eq!(t.n, 3);
+        assert_eq!(t.get(1), b"a\0b");
     }
 
     #[test]
     fn token_limit_leaves_rest() {
-        let line: Vec<u8> = (0..30).map(|i| format!("t{i} ")).collect::<String>().into_bytes();
+        let line: Vec<u8> = (0..30)
+            .map(|i| format!("t{i} "))
+            .collect::<String>()
+            .into_bytes();
         let t = Tokens::split(&line);
         assert_eq!(t.n, MAX_TOKENS - 1);
         assert!(t.rest.starts_with(b"t23 "));

@@ -12,7 +12,10 @@ use std::path::Path;
 use parse_check::Rng;
 
 fn cases() -> u64 {
-    std::env::var("FUZZ_REPLAY_CASES").ok().and_then(|s| s.parse().ok()).unwrap_or(2000)
+    std::env::var("FUZZ_REPLAY_CASES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(2000)
 }
 
 /// `cases()` inputs: a config byte (structured or raw as asked, the rest random) and a body
@@ -25,18 +28,30 @@ fn replay_seeded(name: &str, structured: bool, salt: u64, check: fn(&[u8])) {
             _ => rng.next() as usize % 2048,
         };
         let mut data = rng.bytes(len + 1);
-        data[0] = if structured { data[0] | 0x80 } else { data[0] & 0x7f };
+        data[0] = if structured {
+            data[0] | 0x80
+        } else {
+            data[0] & 0x7f
+        };
         if !structured && rng.next() & 1 == 0 {
             // Raw bytes that start like a request, so some get past the first check.
-            let start: &[u8] = if name == "binary_parse" { &[0x80] } else { b"set k 0 0 5\r\n" };
+            let start: &[u8] = if name == "binary_parse" {
+                &[0x80]
+            } else {
+                b"set k 0 0 5\r\n"
+            };
             data.splice(1..1, start.iter().copied());
         }
         let r = std::panic::catch_unwind(|| check(&data));
         if r.is_err() {
             // Copy it to fuzz/regressions/<name>/ to keep it, or `cargo +nightly fuzz run <name> FILE`.
-            let path = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}_{salt:x}_{i}.bin"));
+            let path =
+                Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}_{salt:x}_{i}.bin"));
             std::fs::write(&path, &data).expect("write failing input");
-            panic!("{name} case {i} failed (panic above); input saved to {}", path.display());
+            panic!(
+                "{name} case {i} failed (panic above); input saved to {}",
+                path.display()
+            );
         }
     }
 }
@@ -78,16 +93,25 @@ fn known_lines() {
             parse_check::check_text(&[&[cfg][..], t].concat());
         }
     }
-    let mut get = vec![0x80, 0x00, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, b'k'];
-    get.extend_from_slice(&[0x80, 0x0a, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+    let mut get = vec![
+        0x80, 0x00, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, b'k',
+    ];
+    get.extend_from_slice(&[
+        0x80, 0x0a, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    ]);
     for cfg in [0u8, 1, 2, 3] {
         parse_check::check_binary(&[&[cfg][..], &get].concat());
     }
 }
 
 fn replay_dir(kind: &str, name: &str, check: fn(&[u8])) {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz").join(kind).join(name);
-    let Ok(entries) = std::fs::read_dir(&dir) else { return };
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fuzz")
+        .join(kind)
+        .join(name);
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return;
+    };
     for e in entries {
         let path = e.expect("dir entry").path();
         let data = std::fs::read(&path).expect("read input");

@@ -56,7 +56,7 @@
 
 use std::sync::atomic::Ordering::Relaxed;
 
-use mnemo_proto::num::{parse_u32_flags, parse_u64};
+use mnemo_proto::num::{parse_u64, tok_u32};
 use mnemo_proto::reply::line;
 use mnemo_proto::text::{Automove, Keys};
 use mnemo_store::{DumpCursor, DumpItem};
@@ -301,7 +301,8 @@ const CACHEDUMP_MAX: usize = 2 * 1024 * 1024;
 /// memcached's MAX_NUMBER_OF_SLAB_CLASSES: cachedump accepts class ids below it.
 const CLASS_IDS: u32 = 64;
 
-/// `stats cachedump <class> <limit>` (the words after `cachedump`), as memcached 1.6.18 answers:
+/// `stats cachedump <class> <limit>` (the words after `cachedump`), as memcached 1.6.45 answers
+/// (its strict 32-bit reader since 1.6.40: no sign, no wrap, so 4294967360 is refused):
 /// at most `limit` items (0: no count limit), and never more lines than fit in its 2 MB
 /// buffer together with END.
 ///
@@ -317,7 +318,7 @@ pub fn cachedump<'a>(mut args: impl Iterator<Item = &'a [u8]>, sh: &Shared, out:
         line(out, b"CLIENT_ERROR bad command line");
         return;
     };
-    let (Some(class), Some(limit)) = (parse_u32_flags(class), parse_u32_flags(limit)) else {
+    let (Some(class), Some(limit)) = (tok_u32(class), tok_u32(limit)) else {
         line(out, BAD_FORMAT);
         return;
     };

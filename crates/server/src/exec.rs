@@ -263,7 +263,7 @@ pub fn execute_from(
             Answer::Later(job) => Next::Later(job),
         },
         Request::FgetArgsTooLong { swallow } => Next::Swallow(swallow, Some(ErrorReply::FilterArgsTooLong)),
-        Request::BadStoreLine { swallow, noreply } => Next::Swallow(swallow, (!noreply).then_some(ErrorReply::BadFormat)),
+        Request::BadStoreLine { swallow, reply, noreply } => Next::Swallow(swallow, (!noreply).then_some(reply)),
     }
 }
 

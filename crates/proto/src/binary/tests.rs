@@ -1,6 +1,9 @@
 use super::*;
 
-const L: Limits = Limits { item_size_max: 1024 * 1024, use_cas: true };
+const L: Limits = Limits {
+    item_size_max: 1024 * 1024,
+    use_cas: true,
+};
 
 fn req(op: u8, extras: &[u8], key: &[u8], value: &[u8]) -> Vec<u8> {
     let mut v = Vec::new();
@@ -66,26 +69,74 @@ fn framing_stages() {
 
 #[test]
 fn shapes() {
-    assert_eq!(parse(&req(opcode::NOOP, &[], b"", b"")), Parsed::Request(Request::Noop, 24));
+    assert_eq!(
+        parse(&req(opcode::NOOP, &[], b"", b"")),
+        Parsed::Request(Request::Noop, 24)
+    );
     assert_eq!(parse(&req(opcode::NOOP, &[], b"k", b"")), Parsed::Invalid);
-    assert_eq!(parse(&req(opcode::VERSION, &[], b"", b"x")), Parsed::Invalid);
+    assert_eq!(
+        parse(&req(opcode::VERSION, &[], b"", b"x")),
+        Parsed::Invalid
+    );
     assert_eq!(parse(&req(opcode::GET, &[], b"", b"")), Parsed::Invalid);
-    assert_eq!(parse(&req(opcode::GET, &[1, 2, 3, 4], b"k", b"")), Parsed::Invalid);
+    assert_eq!(
+        parse(&req(opcode::GET, &[1, 2, 3, 4], b"k", b"")),
+        Parsed::Invalid
+    );
     assert_eq!(parse(&req(opcode::GET, &[], b"k", b"v")), Parsed::Invalid);
-    assert_eq!(parse(&req(opcode::GET, &[], &[b'a'; 251], b"")), Parsed::Invalid);
-    assert!(matches!(parse(&req(opcode::GET, &[], &[b'a'; 250], b"")), Parsed::Request(Request::Get { .. }, 274)));
-    assert_eq!(parse(&req(opcode::SET, &[0; 4], b"k", b"v")), Parsed::Invalid);
-    assert_eq!(parse(&req(opcode::FLUSH, &[0; 3], b"", b"")), Parsed::Invalid);
-    assert_eq!(parse(&req(opcode::DELETE, &[0; 4], b"k", b"")), Parsed::Invalid);
-    assert_eq!(parse(&req(opcode::INCREMENT, &[0; 8], b"k", b"")), Parsed::Invalid);
-    assert_eq!(parse(&req(opcode::APPEND, &[0; 4], b"k", b"v")), Parsed::Invalid);
+    assert_eq!(
+        parse(&req(opcode::GET, &[], &[b'a'; 251], b"")),
+        Parsed::Invalid
+    );
+    assert!(matches!(
+        parse(&req(opcode::GET, &[], &[b'a'; 250], b"")),
+        Parsed::Request(Request::Get { .. }, 274)
+    ));
+    assert_eq!(
+        parse(&req(opcode::SET, &[0; 4], b"k", b"v")),
+        Parsed::Invalid
+    );
+    assert_eq!(
+        parse(&req(opcode::FLUSH, &[0; 3], b"", b"")),
+        Parsed::Invalid
+    );
+    assert_eq!(
+        parse(&req(opcode::DELETE, &[0; 4], b"k", b"")),
+        Parsed::Invalid
+    );
+    assert_eq!(
+        parse(&req(opcode::INCREMENT, &[0; 8], b"k", b"")),
+        Parsed::Invalid
+    );
+    assert_eq!(
+        parse(&req(opcode::APPEND, &[0; 4], b"k", b"v")),
+        Parsed::Invalid
+    );
     assert_eq!(parse(&req(opcode::TOUCH, &[], b"k", b"")), Parsed::Invalid);
-    assert_eq!(parse(&req(opcode::SASL_AUTH, &[], b"", b"x")), Parsed::Invalid);
-    assert_eq!(parse(&req(opcode::SASL_LIST_MECHS, &[], b"k", b"")), Parsed::Invalid);
-    assert_eq!(parse(&req(opcode::STAT, &[0; 4], b"", b"")), Parsed::Invalid);
-    assert_eq!(parse(&req(opcode::VERBOSITY, &[], b"k", b"")), Parsed::Invalid);
+    assert_eq!(
+        parse(&req(opcode::SASL_AUTH, &[], b"", b"x")),
+        Parsed::Invalid
+    );
+    assert_eq!(
+        parse(&req(opcode::SASL_LIST_MECHS, &[], b"k", b"")),
+        Parsed::Invalid
+    );
+    assert_eq!(
+        parse(&req(opcode::STAT, &[0; 4], b"", b"")),
+        Parsed::Invalid
+    );
+    assert_eq!(
+        parse(&req(opcode::VERBOSITY, &[], b"k", b"")),
+        Parsed::Invalid
+    );
     // No extras at all: memcached's "unknown command", and the stream goes on.
-    assert_eq!(parse(&req(opcode::VERBOSITY, &[], b"", b"")), Parsed::Unknown { consumed: 24, skip: 0 });
+    assert_eq!(
+        parse(&req(opcode::VERBOSITY, &[], b"", b"")),
+        Parsed::Unknown {
+            consumed: 24,
+            skip: 0
+        }
+    );
 }
 
 #[test]
@@ -98,7 +149,15 @@ fn decodes_fields() {
     assert_eq!(
         parse(&buf),
         Parsed::Request(
-            Request::Store { op: StoreOp::Add, key: b"key", flags: 7, exptime: 100, value: b"value", cas: 42, quiet: true },
+            Request::Store {
+                op: StoreOp::Add,
+                key: b"key",
+                flags: 7,
+                exptime: 100,
+                value: b"value",
+                cas: 42,
+                quiet: true
+            },
             buf.len()
         )
     );
@@ -117,24 +176,65 @@ fn decodes_fields() {
     assert_eq!(
         parse(&req(opcode::DECREMENTQ, &ext, b"n", b"")),
         Parsed::Request(
-            Request::Delta { incr: false, key: b"n", delta: 5, initial: 9, exptime: DELTA_NO_CREATE, cas: 0, quiet: true },
+            Request::Delta {
+                incr: false,
+                key: b"n",
+                delta: 5,
+                initial: 9,
+                exptime: DELTA_NO_CREATE,
+                cas: 0,
+                quiet: true
+            },
             24 + 21
         )
     );
     assert_eq!(
         parse(&req(opcode::GATKQ, &10u32.to_be_bytes(), b"k", b"")),
-        Parsed::Request(Request::Get { key: b"k", with_key: true, quiet: true, touch: Some(10) }, 29)
+        Parsed::Request(
+            Request::Get {
+                key: b"k",
+                with_key: true,
+                quiet: true,
+                touch: Some(10)
+            },
+            29
+        )
     );
     // TOUCH and STAT use header + extras + key only, as memcached does.
     assert_eq!(
         parse(&req(opcode::TOUCH, &10u32.to_be_bytes(), b"k", b"zz")),
-        Parsed::Request(Request::Touch { key: b"k", exptime: 10 }, 29)
+        Parsed::Request(
+            Request::Touch {
+                key: b"k",
+                exptime: 10
+            },
+            29
+        )
     );
-    assert_eq!(parse(&req(opcode::STAT, &[], b"items", b"")), Parsed::Request(Request::Stat { key: b"items" }, 29));
-    assert_eq!(parse(&req(opcode::FLUSHQ, &[], b"", b"")), Parsed::Request(Request::Flush { exptime: 0, quiet: true }, 24));
+    assert_eq!(
+        parse(&req(opcode::STAT, &[], b"items", b"")),
+        Parsed::Request(Request::Stat { key: b"items" }, 29)
+    );
+    assert_eq!(
+        parse(&req(opcode::FLUSHQ, &[], b"", b"")),
+        Parsed::Request(
+            Request::Flush {
+                exptime: 0,
+                quiet: true
+            },
+            24
+        )
+    );
     assert_eq!(
         parse(&req(opcode::SASL_STEP, &[], b"PLAIN", b"\0u\0p")),
-        Parsed::Request(Request::Sasl { step: true, mech: b"PLAIN", data: b"\0u\0p" }, 24 + 9)
+        Parsed::Request(
+            Request::Sasl {
+                step: true,
+                mech: b"PLAIN",
+                data: b"\0u\0p"
+            },
+            24 + 9
+        )
     );
     assert_eq!(
         parse(&req(opcode::SASL_AUTH, &[], &[b'M'; 33], b"abc")),
@@ -144,9 +244,21 @@ fn decodes_fields() {
 
 #[test]
 fn unknown_opcode_skips_its_value() {
-    assert_eq!(parse(&req(0x45, &[1, 2], b"kk", b"vvv")), Parsed::Unknown { consumed: 28, skip: 3 });
+    assert_eq!(
+        parse(&req(0x45, &[1, 2], b"kk", b"vvv")),
+        Parsed::Unknown {
+            consumed: 28,
+            skip: 3
+        }
+    );
     let huge = with_body_len(req(0x45, &[], b"", b""), u32::MAX);
-    assert_eq!(parse(&huge), Parsed::Unknown { consumed: 24, skip: u32::MAX });
+    assert_eq!(
+        parse(&huge),
+        Parsed::Unknown {
+            consumed: 24,
+            skip: u32::MAX
+        }
+    );
 }
 
 #[test]
@@ -162,13 +274,21 @@ fn item_limit_is_memcacheds() {
     assert_eq!(
         parse(&head(fits + 1, 0)),
         Parsed::Request(
-            Request::TooLarge { op: LargeOp::Store(StoreOp::Set), key: b"big", skip: fits as u32 + 1, close: false },
+            Request::TooLarge {
+                op: LargeOp::Store(StoreOp::Set),
+                key: b"big",
+                skip: fits as u32 + 1,
+                close: false
+            },
             35
         )
     );
     // Non-zero flags cost 4 bytes.
     assert!(matches!(parse(&head(fits - 4, 1)), Parsed::Incomplete(_)));
-    assert!(matches!(parse(&head(fits - 3, 1)), Parsed::Request(Request::TooLarge { .. }, _)));
+    assert!(matches!(
+        parse(&head(fits - 3, 1)),
+        Parsed::Request(Request::TooLarge { .. }, _)
+    ));
 }
 
 #[test]
@@ -178,12 +298,28 @@ fn declared_4gb_body_is_refused_from_the_header() {
     let set = with_body_len(req(opcode::SET, &ext, b"k", b""), u32::MAX);
     assert_eq!(
         parse(&set),
-        Parsed::Request(Request::TooLarge { op: LargeOp::Store(StoreOp::Set), key: b"k", skip: 0, close: true }, 33)
+        Parsed::Request(
+            Request::TooLarge {
+                op: LargeOp::Store(StoreOp::Set),
+                key: b"k",
+                skip: 0,
+                close: true
+            },
+            33
+        )
     );
     let app = with_body_len(req(opcode::APPEND, &[], b"k", b""), 0x7fff_ffff);
     assert_eq!(
         parse(&app),
-        Parsed::Request(Request::TooLarge { op: LargeOp::Concat, key: b"k", skip: 0x7fff_fffe, close: false }, 25)
+        Parsed::Request(
+            Request::TooLarge {
+                op: LargeOp::Concat,
+                key: b"k",
+                skip: 0x7fff_fffe,
+                close: false
+            },
+            25
+        )
     );
     let get = with_body_len(req(opcode::GET, &[], b"k", b""), u32::MAX);
     assert_eq!(parse(&get), Parsed::Invalid);
@@ -192,12 +328,31 @@ fn declared_4gb_body_is_refused_from_the_header() {
 #[test]
 fn responses_round_trip() {
     let mut out = Vec::new();
-    response(&mut out, opcode::GETK, Status::Ok, 9, 77, &[0, 0, 0, 5], b"key", b"value");
+    response(
+        &mut out,
+        opcode::GETK,
+        Status::Ok,
+        9,
+        77,
+        &[0, 0, 0, 5],
+        b"key",
+        b"value",
+    );
     error(&mut out, opcode::ADD, 10, Status::KeyExists);
-    let ParsedResponse::Response(r, n) = parse_response(&out) else { panic!() };
-    assert_eq!((r.header.opcode, r.status(), r.header.opaque, r.header.cas), (opcode::GETK, 0, 9, 77));
-    assert_eq!((r.extras, r.key, r.value), (&[0, 0, 0, 5][..], &b"key"[..], &b"value"[..]));
-    let ParsedResponse::Response(r, m) = parse_response(&out[n..]) else { panic!() };
+    let ParsedResponse::Response(r, n) = parse_response(&out) else {
+        panic!()
+    };
+    assert_eq!(
+        (r.header.opcode, r.status(), r.header.opaque, r.header.cas),
+        (opcode::GETK, 0, 9, 77)
+    );
+    assert_eq!(
+        (r.extras, r.key, r.value),
+        (&[0, 0, 0, 5][..], &b"key"[..], &b"value"[..])
+    );
+    let ParsedResponse::Response(r, m) = parse_response(&out[n..]) else {
+        panic!()
+    };
     assert_eq!(Status::from_u16(r.status()), Some(Status::KeyExists));
     assert_eq!(r.value, b"Data exists for key.");
     assert_eq!(n + m, out.len());

@@ -10,8 +10,8 @@
 //! feeding gives the same outcomes.
 
 use mnemo_proto::binary::{
-    self as bin, frame, parse_response, request, Frame, Header, LargeOp, Parsed, ParsedResponse, Request, Status,
-    HEADER_LEN, KEY_MAX, MAGIC_REQUEST, MAGIC_RESPONSE, SASL_MECH_MAX,
+    self as bin, frame, parse_response, request, Frame, Header, LargeOp, Parsed, ParsedResponse,
+    Request, Status, HEADER_LEN, KEY_MAX, MAGIC_REQUEST, MAGIC_RESPONSE, SASL_MECH_MAX,
 };
 use mnemo_proto::text::Limits;
 
@@ -24,7 +24,11 @@ pub enum Step {
     /// Reply (Debug form), then close the connection.
     Close(String),
     /// Reply, use `n` bytes, then skip `skip` more as they arrive.
-    Consumed { n: usize, what: String, skip: u64 },
+    Consumed {
+        n: usize,
+        what: String,
+        skip: u64,
+    },
 }
 
 fn head_len(h: &Header) -> usize {
@@ -38,7 +42,11 @@ pub fn step(input: &[u8], limits: &Limits) -> (Step, usize) {
     assert_eq!(frame(input), f, "frame not deterministic");
     let h = match f {
         Frame::Incomplete(n) => {
-            assert!(n > input.len(), "frame Incomplete({n}) with {} bytes", input.len());
+            assert!(
+                n > input.len(),
+                "frame Incomplete({n}) with {} bytes",
+                input.len()
+            );
             let want = match Header::decode(input) {
                 None => HEADER_LEN,
                 Some(h) => head_len(&h),
@@ -67,26 +75,52 @@ pub fn step(input: &[u8], limits: &Limits) -> (Step, usize) {
     assert_eq!(request(&h, input, limits), p, "request not deterministic");
     match p {
         Parsed::Incomplete(n) => {
-            assert!(n > input.len() && n == total, "request Incomplete({n}), {} bytes, body {}", input.len(), h.body_len);
-            assert!(n <= HEADER_LEN + 255 + KEY_MAX + limits.item_size_max, "asks for {n} bytes: over the item limit");
+            assert!(
+                n > input.len() && n == total,
+                "request Incomplete({n}), {} bytes, body {}",
+                input.len(),
+                h.body_len
+            );
+            assert!(
+                n <= HEADER_LEN + 255 + KEY_MAX + limits.item_size_max,
+                "asks for {n} bytes: over the item limit"
+            );
             (Step::Incomplete(n), 0)
         }
         Parsed::Invalid => (Step::Close("invalid".into()), head),
         Parsed::Unknown { consumed, skip } => {
             assert_eq!(consumed, head);
             assert_eq!(skip, h.value_len());
-            (Step::Consumed { n: consumed, what: format!("unknown {h:?}"), skip: u64::from(skip) }, head)
+            (
+                Step::Consumed {
+                    n: consumed,
+                    what: format!("unknown {h:?}"),
+                    skip: u64::from(skip),
+                },
+                head,
+            )
         }
         Parsed::Request(r, used) => {
-            assert!(used <= input.len() && (used == head || used == total), "used {used}, head {head}, total {total}");
+            assert!(
+                used <= input.len() && (used == head || used == total),
+                "used {used}, head {head}, total {total}"
+            );
             check_request(&input[..used], &h, &r, limits);
             let what = format!("{r:?}");
             let s = match r {
                 Request::TooLarge { close: true, .. } | Request::Quit { .. } => Step::Close(what),
                 Request::TooLarge { skip, .. } | Request::SaslMechTooLong { skip } => {
-                    Step::Consumed { n: used, what, skip: u64::from(skip) }
+                    Step::Consumed {
+                        n: used,
+                        what,
+                        skip: u64::from(skip),
+                    }
                 }
-                _ => Step::Consumed { n: used, what, skip: 0 },
+                _ => Step::Consumed {
+                    n: used,
+                    what,
+                    skip: 0,
+                },
             };
             (s, used)
         }
@@ -110,7 +144,10 @@ fn check_request(used: &[u8], h: &Header, r: &Request<'_>, limits: &Limits) {
     };
     let line_only = used.len() == head;
     match *r {
-        Request::Get { key, .. } | Request::Touch { key, .. } | Request::Delete { key, .. } | Request::Delta { key, .. } => {
+        Request::Get { key, .. }
+        | Request::Touch { key, .. }
+        | Request::Delete { key, .. }
+        | Request::Delta { key, .. } => {
             key_is(key);
             assert!(!key.is_empty() && line_only);
         }
@@ -118,11 +155,16 @@ fn check_request(used: &[u8], h: &Header, r: &Request<'_>, limits: &Limits) {
             key_is(key);
             assert!(line_only);
         }
-        Request::Store { key, flags, value, .. } => {
+        Request::Store {
+            key, flags, value, ..
+        } => {
             key_is(key);
             value_is(value);
             assert!(!key.is_empty() && limits.item_fits(key.len(), flags, value.len()));
-            assert_eq!(flags, u32::from_be_bytes(used[HEADER_LEN..HEADER_LEN + 4].try_into().unwrap()));
+            assert_eq!(
+                flags,
+                u32::from_be_bytes(used[HEADER_LEN..HEADER_LEN + 4].try_into().unwrap())
+            );
         }
         Request::Concat { key, value, .. } => {
             key_is(key);
@@ -134,7 +176,12 @@ fn check_request(used: &[u8], h: &Header, r: &Request<'_>, limits: &Limits) {
             value_is(data);
             assert!(!mech.is_empty() && mech.len() <= SASL_MECH_MAX);
         }
-        Request::TooLarge { op, key, skip, close } => {
+        Request::TooLarge {
+            op,
+            key,
+            skip,
+            close,
+        } => {
             key_is(key);
             assert!(line_only);
             assert_eq!(close, vlen > i32::MAX as u32);
@@ -143,7 +190,10 @@ fn check_request(used: &[u8], h: &Header, r: &Request<'_>, limits: &Limits) {
                 let fits = match op {
                     LargeOp::Store(_) => limits.item_fits(key.len(), 1, vlen as usize),
                     LargeOp::Concat => limits.item_fits(key.len(), 0, vlen as usize),
-                    LargeOp::Sasl => vlen as usize <= limits.item_size_max / 2 && limits.item_fits(key.len(), 0, vlen as usize),
+                    LargeOp::Sasl => {
+                        vlen as usize <= limits.item_size_max / 2
+                            && limits.item_fits(key.len(), 0, vlen as usize)
+                    }
                 };
                 assert!(!fits, "refused a value that fits");
             }
@@ -160,11 +210,18 @@ fn check_decided(input: &[u8], s: &Step, d: usize, limits: &Limits, rng: &mut Rn
     if d == 0 {
         return;
     }
-    assert_eq!(step(&input[..d], limits).0, *s, "answer changes with the bytes after the {d} it was decided by");
+    assert_eq!(
+        step(&input[..d], limits).0,
+        *s,
+        "answer changes with the bytes after the {d} it was decided by"
+    );
     let head = Header::decode(input).map(|h| head_len(&h)).unwrap_or(0);
     for q in prefix_points(d, &[HEADER_LEN, head], rng) {
         match step(&input[..q], limits).0 {
-            Step::Incomplete(need) => assert!(need > q && need <= d, "prefix {q} of {d}: Incomplete({need})"),
+            Step::Incomplete(need) => assert!(
+                need > q && need <= d,
+                "prefix {q} of {d}: Incomplete({need})"
+            ),
             other => panic!("prefix {q} of {d} bytes answered {other:?}, whole: {s:?}"),
         }
     }
@@ -172,8 +229,15 @@ fn check_decided(input: &[u8], s: &Step, d: usize, limits: &Limits, rng: &mut Rn
 
 #[derive(Debug, PartialEq, Eq)]
 pub enum Ev {
-    Step { at: usize, step: Step },
-    End { at: usize, skip: u64, need: Option<usize> },
+    Step {
+        at: usize,
+        step: Step,
+    },
+    End {
+        at: usize,
+        skip: u64,
+        need: Option<usize>,
+    },
 }
 
 /// Feed `stream` in reads of `sizes` bytes and step through it as the server does.
@@ -202,7 +266,10 @@ pub fn run(stream: &[u8], limits: &Limits, sizes: &[usize], whole: bool, rng: &m
             let (s, d) = step(input, limits);
             if let Some((at, promised)) = promise {
                 if at == pos && input.len() < promised {
-                    assert!(matches!(s, Step::Incomplete(n) if n >= promised), "asked for {promised}, got {s:?}");
+                    assert!(
+                        matches!(s, Step::Incomplete(n) if n >= promised),
+                        "asked for {promised}, got {s:?}"
+                    );
                 }
             }
             if whole {
@@ -230,7 +297,11 @@ pub fn run(stream: &[u8], limits: &Limits, sizes: &[usize], whole: bool, rng: &m
             _ => break,
         }
     }
-    evs.push(Ev::End { at: pos, skip, need });
+    evs.push(Ev::End {
+        at: pos,
+        skip,
+        need,
+    });
     evs
 }
 
@@ -246,7 +317,16 @@ pub fn check_stream(stream: &[u8], cfg: &Config) {
 /// response magic (so generated requests become plausible responses).
 pub fn check_responses(stream: &[u8]) {
     walk_responses(stream);
-    let flipped: Vec<u8> = stream.iter().map(|&b| if b == MAGIC_REQUEST { MAGIC_RESPONSE } else { b }).collect();
+    let flipped: Vec<u8> = stream
+        .iter()
+        .map(|&b| {
+            if b == MAGIC_REQUEST {
+                MAGIC_RESPONSE
+            } else {
+                b
+            }
+        })
+        .collect();
     walk_responses(&flipped);
 }
 
@@ -260,12 +340,17 @@ fn walk_responses(stream: &[u8]) {
             ParsedResponse::Incomplete(n) => {
                 assert!(n > buf.len());
                 let h = Header::decode(buf);
-                assert!(n == HEADER_LEN || h.is_some_and(|h| n == HEADER_LEN + h.body_len as usize));
+                assert!(
+                    n == HEADER_LEN || h.is_some_and(|h| n == HEADER_LEN + h.body_len as usize)
+                );
                 return;
             }
             ParsedResponse::Malformed => {
                 let h = Header::decode(buf).expect("malformed before 24 bytes");
-                assert!(h.magic != MAGIC_RESPONSE || u32::from(h.key_len) + u32::from(h.extras_len) > h.body_len);
+                assert!(
+                    h.magic != MAGIC_RESPONSE
+                        || u32::from(h.key_len) + u32::from(h.extras_len) > h.body_len
+                );
                 HEADER_LEN
             }
             ParsedResponse::Response(r, n) => {
@@ -281,8 +366,15 @@ fn walk_responses(stream: &[u8]) {
                 n
             }
         };
-        assert_eq!(parse_response(&buf[..d]), p, "response answer changes with later bytes");
-        for q in [0, 1, HEADER_LEN - 1, HEADER_LEN, d - 1].into_iter().filter(|&q| q < d) {
+        assert_eq!(
+            parse_response(&buf[..d]),
+            p,
+            "response answer changes with later bytes"
+        );
+        for q in [0, 1, HEADER_LEN - 1, HEADER_LEN, d - 1]
+            .into_iter()
+            .filter(|&q| q < d)
+        {
             match parse_response(&buf[..q]) {
                 ParsedResponse::Incomplete(n) => assert!(n > q && n <= d),
                 other => panic!("response prefix {q} of {d}: {other:?}"),
@@ -314,23 +406,43 @@ pub fn check_round_trips(data: &[u8]) {
 
     let mut out = Vec::new();
     bin::encode_request(&mut out, opcode, opaque, cas, extras, key, value);
-    let Frame::Ready(h) = frame(&out) else { panic!("encoded request not framed: {:?}", frame(&out)) };
+    let Frame::Ready(h) = frame(&out) else {
+        panic!("encoded request not framed: {:?}", frame(&out))
+    };
     assert_eq!((h.opcode, h.opaque, h.cas), (opcode, opaque, cas));
     assert_eq!(
-        (usize::from(h.extras_len), usize::from(h.key_len), h.body_len as usize),
+        (
+            usize::from(h.extras_len),
+            usize::from(h.key_len),
+            h.body_len as usize
+        ),
         (extras.len(), key.len(), out.len() - HEADER_LEN)
     );
-    let limits = Limits { item_size_max: 1 << 20, use_cas: true };
-    assert!(!matches!(request(&h, &out, &limits), Parsed::Incomplete(_)), "whole encoded request incomplete");
+    let limits = Limits {
+        item_size_max: 1 << 20,
+        use_cas: true,
+    };
+    assert!(
+        !matches!(request(&h, &out, &limits), Parsed::Incomplete(_)),
+        "whole encoded request incomplete"
+    );
 
     out.clear();
-    let status = [Status::Ok, Status::KeyNotFound, Status::TooLarge, Status::UnknownCommand][(opcode & 3) as usize];
+    let status = [
+        Status::Ok,
+        Status::KeyNotFound,
+        Status::TooLarge,
+        Status::UnknownCommand,
+    ][(opcode & 3) as usize];
     bin::response(&mut out, opcode, status, opaque, cas, extras, key, value);
     match parse_response(&out) {
         ParsedResponse::Response(r, n) => {
             assert_eq!(n, out.len());
             assert_eq!((r.extras, r.key, r.value), (extras, key, value));
-            assert_eq!((r.header.opcode, r.header.opaque, r.header.cas, r.status()), (opcode, opaque, cas, status as u16));
+            assert_eq!(
+                (r.header.opcode, r.header.opaque, r.header.cas, r.status()),
+                (opcode, opaque, cas, status as u16)
+            );
         }
         other => panic!("encoded response parsed as {other:?}"),
     }

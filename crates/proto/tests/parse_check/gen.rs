@@ -43,16 +43,42 @@ impl<'a> Src<'a> {
 }
 
 const NUMS: &[&str] = &[
-    "0", "1", "5", "10", "-1", "+3", "-0", "00", "x", "1x", "4294967295", "4294967296", "2147483647",
-    "2147483648", "2147483645", "-2147483649", "9223372036854775807", "9223372036854775808",
-    "18446744073709551615", "18446744073709551616", "99999999999999999999999", "\t7", "7\r", "",
+    "0",
+    "1",
+    "5",
+    "10",
+    "-1",
+    "+3",
+    "-0",
+    "00",
+    "x",
+    "1x",
+    "4294967295",
+    "4294967296",
+    "2147483647",
+    "2147483648",
+    "2147483645",
+    "-2147483649",
+    "9223372036854775807",
+    "9223372036854775808",
+    "18446744073709551615",
+    "18446744073709551616",
+    "99999999999999999999999",
+    "\t7",
+    "7\r",
+    "",
 ];
-const KEYS: &[&str] = &["k", "a", "foo", "key:1", "Zm9v", "Zm9vYg==", "!!", "a\tb", "a\rb", "a\0b", "noreply"];
+const KEYS: &[&str] = &[
+    "k", "a", "foo", "key:1", "Zm9v", "Zm9vYg==", "!!", "a\tb", "a\rb", "a\0b", "noreply",
+];
 
 fn key(s: &mut Src<'_>) -> Vec<u8> {
     match s.below(10) {
         0 => vec![b'k'; s.pick(&[249, 250, 251, 300])],
-        1 => (0..1 + s.below(12)).map(|_| s.byte()).filter(|&b| b != b' ' && b != b'\n').collect(),
+        1 => (0..1 + s.below(12))
+            .map(|_| s.byte())
+            .filter(|&b| b != b' ' && b != b'\n')
+            .collect(),
         _ => s.pick(KEYS).as_bytes().to_vec(),
     }
 }
@@ -69,7 +95,15 @@ fn terminator(s: &mut Src<'_>) -> &'static [u8] {
     if s.below(8) > 0 {
         b"\r\n"
     } else {
-        s.pick(&[&b"\n"[..], b"\r", b"", b"\r\r\n", b" \r\n", b"xx", b"\n\r\n"])
+        s.pick(&[
+            &b"\n"[..],
+            b"\r",
+            b"",
+            b"\r\r\n",
+            b" \r\n",
+            b"xx",
+            b"\n\r\n",
+        ])
     }
 }
 
@@ -86,7 +120,9 @@ fn value(s: &mut Src<'_>, n: usize) -> Vec<u8> {
 
 /// A value length: small, or at the item size limit's edge for this key.
 fn value_len(s: &mut Src<'_>, limits: &Limits, key_len: usize) -> usize {
-    let edge = limits.item_size_max.saturating_sub(48 + key_len + 1 + 2 + if limits.use_cas { 8 } else { 0 });
+    let edge = limits
+        .item_size_max
+        .saturating_sub(48 + key_len + 1 + 2 + if limits.use_cas { 8 } else { 0 });
     // Only small limits get their edge: a 1 MiB value per command would make each case slow.
     match s.below(6) {
         0 if edge <= 2048 => (edge + s.below(6)).saturating_sub(3),
@@ -129,9 +165,10 @@ fn storage(s: &mut Src<'_>, limits: &Limits, out: &mut Vec<u8>) {
 
 fn meta_flag(s: &mut Src<'_>) -> Vec<u8> {
     const FLAGS: &[&str] = &[
-        "v", "f", "t", "c", "k", "s", "h", "l", "q", "u", "b", "I", "P", "L", "z", "!", "Oabc", "O", "T30", "T-1", "Tx",
-        "N30", "R10", "C123", "Cx", "D5", "Dx", "J7", "Jx", "F99", "F-1", "MS", "ME", "MA", "MP", "MR", "MI", "M+", "MD",
-        "M-", "Mx", "Mab", "M", "kk", "T", "\u{80}",
+        "v", "f", "t", "c", "k", "s", "h", "l", "q", "u", "b", "I", "P", "L", "z", "!", "Oabc",
+        "O", "T30", "T-1", "Tx", "N30", "R10", "C123", "Cx", "D5", "Dx", "J7", "Jx", "F99", "F-1",
+        "MS", "ME", "MA", "MP", "MR", "MI", "M+", "MD", "M-", "Mx", "Mab", "M", "kk", "T",
+        "\u{80}",
     ];
     match s.below(12) {
         0 => {
@@ -170,7 +207,11 @@ fn other(s: &mut Src<'_>, out: &mut Vec<u8>) {
             if toks[0].starts_with(b"gat") {
                 toks.push(num(s));
             }
-            let n = if s.one_in(6) { 20 + s.below(20) } else { s.below(5) };
+            let n = if s.one_in(6) {
+                20 + s.below(20)
+            } else {
+                s.below(5)
+            };
             for _ in 0..n {
                 toks.push(key(s));
             }
@@ -202,7 +243,11 @@ fn other(s: &mut Src<'_>, out: &mut Vec<u8>) {
         6 => {
             toks.push(s.pick(&["flush_all", "verbosity", "cache_memlimit"]).into());
             for _ in 0..s.below(3) {
-                toks.push(if s.one_in(2) { b"noreply".to_vec() } else { num(s) });
+                toks.push(if s.one_in(2) {
+                    b"noreply".to_vec()
+                } else {
+                    num(s)
+                });
             }
         }
         7 => {
@@ -286,9 +331,45 @@ pub fn text_stream(data: &[u8], limits: &Limits) -> Vec<u8> {
 fn binary_request(s: &mut Src<'_>, limits: &Limits, out: &mut Vec<u8>) {
     use opcode::*;
     const OPS: &[u8] = &[
-        GET, SET, ADD, REPLACE, DELETE, INCREMENT, DECREMENT, QUIT, FLUSH, GETQ, NOOP, VERSION, GETK, GETKQ, APPEND,
-        PREPEND, STAT, SETQ, ADDQ, REPLACEQ, DELETEQ, INCREMENTQ, DECREMENTQ, QUITQ, FLUSHQ, APPENDQ, PREPENDQ,
-        VERBOSITY, TOUCH, GAT, GATQ, SASL_LIST_MECHS, SASL_AUTH, SASL_STEP, GATK, GATKQ, 0x25, 0x40, 0xff,
+        GET,
+        SET,
+        ADD,
+        REPLACE,
+        DELETE,
+        INCREMENT,
+        DECREMENT,
+        QUIT,
+        FLUSH,
+        GETQ,
+        NOOP,
+        VERSION,
+        GETK,
+        GETKQ,
+        APPEND,
+        PREPEND,
+        STAT,
+        SETQ,
+        ADDQ,
+        REPLACEQ,
+        DELETEQ,
+        INCREMENTQ,
+        DECREMENTQ,
+        QUITQ,
+        FLUSHQ,
+        APPENDQ,
+        PREPENDQ,
+        VERBOSITY,
+        TOUCH,
+        GAT,
+        GATQ,
+        SASL_LIST_MECHS,
+        SASL_AUTH,
+        SASL_STEP,
+        GATK,
+        GATKQ,
+        0x25,
+        0x40,
+        0xff,
     ];
     let op = s.pick(OPS);
     // (extras, has key, has value) memcached expects.
@@ -298,7 +379,9 @@ fn binary_request(s: &mut Src<'_>, limits: &Limits, out: &mut Vec<u8>) {
         TOUCH | GAT | GATQ | GATK | GATKQ | VERBOSITY => (4, op != VERBOSITY, false),
         FLUSH | FLUSHQ => (if s.one_in(2) { 4 } else { 0 }, false, false),
         APPEND | APPENDQ | PREPEND | PREPENDQ | SASL_AUTH | SASL_STEP => (0, true, true),
-        GET | GETQ | GETK | GETKQ | DELETE | DELETEQ | STAT => (0, op != STAT || s.one_in(2), false),
+        GET | GETQ | GETK | GETKQ | DELETE | DELETEQ | STAT => {
+            (0, op != STAT || s.one_in(2), false)
+        }
         _ => (0, false, false),
     };
     if s.one_in(8) {
@@ -312,7 +395,11 @@ fn binary_request(s: &mut Src<'_>, limits: &Limits, out: &mut Vec<u8>) {
     } else {
         0
     };
-    let mut vlen = if has_value || s.one_in(8) { value_len(s, limits, key_len) } else { 0 };
+    let mut vlen = if has_value || s.one_in(8) {
+        value_len(s, limits, key_len)
+    } else {
+        0
+    };
     if op == SASL_AUTH && limits.item_size_max <= 2048 && s.one_in(3) {
         vlen = limits.item_size_max / 2 + s.below(3) - 1;
     }
@@ -320,12 +407,21 @@ fn binary_request(s: &mut Src<'_>, limits: &Limits, out: &mut Vec<u8>) {
     let body_len = match s.below(12) {
         0 => honest.saturating_sub(1) as u32,
         1 => honest as u32 + 1,
-        2 => s.pick(&[0x7fff_ffff, 0x8000_0000, 0xffff_ffff, 0x8000_0000 + (ext + key_len) as u32]),
+        2 => s.pick(&[
+            0x7fff_ffff,
+            0x8000_0000,
+            0xffff_ffff,
+            0x8000_0000 + (ext + key_len) as u32,
+        ]),
         3 => (ext + key_len) as u32 - s.below(2).min(ext + key_len) as u32,
         _ => honest as u32,
     };
     let h = Header {
-        magic: if s.one_in(24) { s.pick(&[0x81, 0x00, b'g']) } else { MAGIC_REQUEST },
+        magic: if s.one_in(24) {
+            s.pick(&[0x81, 0x00, b'g'])
+        } else {
+            MAGIC_REQUEST
+        },
         opcode: op,
         key_len: key_len as u16,
         extras_len: ext as u8,
@@ -340,7 +436,14 @@ fn binary_request(s: &mut Src<'_>, limits: &Limits, out: &mut Vec<u8>) {
     out.extend(std::iter::repeat_n(b'k', key_len));
     // The value as declared, unless that is huge: then whatever follows is the next request.
     let declared = (body_len as usize).saturating_sub(ext + key_len);
-    out.extend(std::iter::repeat_n(b'v', if declared <= 1 << 21 { declared } else { s.below(8) }));
+    out.extend(std::iter::repeat_n(
+        b'v',
+        if declared <= 1 << 21 {
+            declared
+        } else {
+            s.below(8)
+        },
+    ));
 }
 
 pub fn binary_stream(data: &[u8], limits: &Limits) -> Vec<u8> {

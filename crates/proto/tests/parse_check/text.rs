@@ -4,7 +4,7 @@
 //! Per call: bounds, borrowed slices inside the consumed bytes, key rules, determinism.
 //! Per decided outcome (whole-buffer run only): same answer from exactly the consumed bytes,
 //! `Incomplete` from shorter prefixes; `get`/`gets` lines answer the same on the fast path
-//! and on the general one (a leading space sends a line the general way).
+//! and on the general one (the same keys after `gat 0`).
 //! Per stream: fed whole vs fed in chunks, the same sequence of outcomes, TooLarge data
 //! being swallowed as the server does; the only allowed difference is memcached's: a chunk
 //! boundary that leaves more than 2048 bytes without a newline closes the connection.
@@ -18,10 +18,20 @@ use super::{chunks, inside, prefix_points, Config, Rng};
 #[derive(Debug, PartialEq, Eq, Clone)]
 pub enum Ev {
     /// A request or an error at stream offset `at`: its Debug form and the bytes it used.
-    Parsed { at: usize, what: String, used: usize },
-    Close { at: usize },
+    Parsed {
+        at: usize,
+        what: String,
+        used: usize,
+    },
+    Close {
+        at: usize,
+    },
     /// Input ran out: where parsing stood, data still to swallow, the last `Incomplete`.
-    End { at: usize, swallow: usize, need: Option<usize> },
+    End {
+        at: usize,
+        swallow: usize,
+        need: Option<usize>,
+    },
 }
 
 pub fn check_stream(stream: &[u8], cfg: &Config) {
@@ -78,11 +88,19 @@ pub fn run(stream: &[u8], limits: &Limits, sizes: &[usize], whole: bool, rng: &m
                     if let Request::TooLarge { swallow: s, .. } = r {
                         swallow = s;
                     }
-                    evs.push(Ev::Parsed { at: pos, what: format!("{r:?}"), used: n });
+                    evs.push(Ev::Parsed {
+                        at: pos,
+                        what: format!("{r:?}"),
+                        used: n,
+                    });
                     pos += n;
                 }
                 Parsed::Error { consumed, .. } => {
-                    evs.push(Ev::Parsed { at: pos, what: format!("{p:?}"), used: consumed });
+                    evs.push(Ev::Parsed {
+                        at: pos,
+                        what: format!("{p:?}"),
+                        used: consumed,
+                    });
                     pos += consumed;
                 }
                 Parsed::Incomplete(n) => {
@@ -101,7 +119,11 @@ pub fn run(stream: &[u8], limits: &Limits, sizes: &[usize], whole: bool, rng: &m
             _ => break,
         }
     }
-    evs.push(Ev::End { at: pos, swallow, need });
+    evs.push(Ev::End {
+        at: pos,
+        swallow,
+        need,
+    });
     evs
 }
 
@@ -113,10 +135,17 @@ fn compare(stream: &[u8], whole: &[Ev], part: &[Ev]) {
     // Only a line over LINE_MAX split by a read may differ: the chunked run saw > 2048 bytes
     // without a newline and closed (check_result made sure that is why), the whole run saw the line.
     let Ev::Close { at } = part[i] else {
-        panic!("streams differ at event {i}: whole {:?}, chunked {:?}", whole[i], part[i]);
+        panic!(
+            "streams differ at event {i}: whole {:?}, chunked {:?}",
+            whole[i], part[i]
+        );
     };
     let nl = find_nl(&stream[at..]).unwrap_or(usize::MAX);
-    assert!(nl > LINE_MAX, "chunked run closed at {at} on a line of {nl} bytes; whole run: {:?}", whole[i]);
+    assert!(
+        nl > LINE_MAX,
+        "chunked run closed at {at} on a line of {nl} bytes; whole run: {:?}",
+        whole[i]
+    );
 }
 
 /// memcached drops the connection when more than LINE_MAX bytes arrive without a newline
@@ -131,26 +160,49 @@ fn check_result(buf: &[u8], p: &Parsed<'_>, limits: &Limits) {
     let nl = find_nl(buf);
     match (*p, nl) {
         (Parsed::Incomplete(need), None) => {
-            assert_eq!(need, buf.len() + 1, "no newline yet: one more byte is all we know we need");
+            assert_eq!(
+                need,
+                buf.len() + 1,
+                "no newline yet: one more byte is all we know we need"
+            );
             assert!(buf.len() <= GET_LINE_MAX);
         }
         (Parsed::Incomplete(need), Some(nl)) => {
-            assert!(need > buf.len(), "Incomplete({need}) with {} bytes", buf.len());
+            assert!(
+                need > buf.len(),
+                "Incomplete({need}) with {} bytes",
+                buf.len()
+            );
             // A declared length never asks for more than the item limit allows.
-            assert!(need <= nl + 1 + limits.item_size_max + 2, "need {need} beyond the item limit");
+            assert!(
+                need <= nl + 1 + limits.item_size_max + 2,
+                "need {need} beyond the item limit"
+            );
         }
         (Parsed::Close, None) => assert!(early_close(buf, p), "close on a short line"),
         (Parsed::Close, Some(nl)) => {
             let line = &buf[..nl];
-            assert!(line.windows(5).any(|w| w == b"HTTP/"), "close on a non-HTTP line {:?}", show(line));
+            assert!(
+                line.windows(5).any(|w| w == b"HTTP/"),
+                "close on a non-HTTP line {:?}",
+                show(line)
+            );
         }
         (Parsed::Error { consumed, .. }, Some(nl)) => {
-            assert!(consumed > nl && consumed <= buf.len(), "error consumed {consumed} of {}", buf.len());
+            assert!(
+                consumed > nl && consumed <= buf.len(),
+                "error consumed {consumed} of {}",
+                buf.len()
+            );
             // Past the line only a whole data block (+ its two terminator bytes) is swallowed.
             assert!(consumed == nl + 1 || consumed >= nl + 3);
         }
         (Parsed::Request(r, n), Some(nl)) => {
-            assert!(n > nl && n <= buf.len(), "request used {n} of {}", buf.len());
+            assert!(
+                n > nl && n <= buf.len(),
+                "request used {n} of {}",
+                buf.len()
+            );
             check_request(&buf[..n], nl, &r, limits);
         }
         (p, None) => panic!("{p:?} without a newline"),
@@ -159,8 +211,13 @@ fn check_result(buf: &[u8], p: &Parsed<'_>, limits: &Limits) {
 
 fn key_ok(line: &[u8], key: &[u8]) {
     assert!(inside(line, key), "key not from the line");
-    assert!(!key.is_empty() && key.len() <= KEY_MAX, "key length {}", key.len());
-    assert!(!key.contains(&b' ') && !key.contains(&0), "key {:?}", show(key));
+    assert!(
+        !key.is_empty() && key.len() <= KEY_MAX,
+        "key length {}",
+        key.len()
+    );
+    // A NUL is a key byte since memcached 1.6.40.
+    assert!(!key.contains(&b' '), "key {:?}", show(key));
 }
 
 /// A request against the bytes it used (`used[..nl]` is its line).
@@ -172,26 +229,41 @@ fn check_request(used: &[u8], nl: usize, r: &Request<'_>, limits: &Limits) {
     let block = |data: &[u8]| {
         assert_eq!(body.len(), data.len() + 2, "data block length");
         assert!(body.ends_with(b"\r\n"), "data block not ended by \\r\\n");
-        assert_eq!(data.as_ptr(), body.as_ptr(), "data not right after the line");
+        assert_eq!(
+            data.as_ptr(),
+            body.as_ptr(),
+            "data not right after the line"
+        );
     };
     match *r {
         Request::Get { keys, touch, .. } => {
             // memcached answers a bare `gat <exptime>` with END: only get/gets need a key.
-            assert!(line_only && (touch.is_some() || !keys.is_empty()), "get without keys");
+            assert!(
+                line_only && (touch.is_some() || !keys.is_empty()),
+                "get without keys"
+            );
             for k in keys.iter() {
                 key_ok(line, k);
             }
         }
-        Request::Store { key, flags, data, .. } => {
+        Request::Store {
+            key, flags, data, ..
+        } => {
             key_ok(line, key);
             block(data);
-            assert!(limits.item_fits(key.len(), flags, data.len()), "stored item over the limit");
+            assert!(
+                limits.item_fits(key.len(), flags, data.len()),
+                "stored item over the limit"
+            );
         }
         Request::TooLarge { key, swallow, .. } => {
             key_ok(line, key);
             assert!(line_only);
             assert!(swallow >= 2 && swallow - 2 <= i32::MAX as usize);
-            assert!(!limits.item_fits(key.len(), 1, swallow - 2), "refused an item that fits");
+            assert!(
+                !limits.item_fits(key.len(), 1, swallow - 2),
+                "refused an item that fits"
+            );
         }
         Request::Delete { key, .. }
         | Request::Delta { key, .. }
@@ -210,7 +282,11 @@ fn check_request(used: &[u8], nl: usize, r: &Request<'_>, limits: &Limits) {
             if let Some(o) = m.flags.opaque {
                 assert!(inside(line, o) && o.len() <= mnemo_proto::meta::OPAQUE_MAX);
             }
-            let cmd = line.iter().position(|&b| b != b' ').map(|i| &line[i..]).unwrap_or(&[]);
+            let cmd = line
+                .iter()
+                .position(|&b| b != b' ')
+                .map(|i| &line[i..])
+                .unwrap_or(&[]);
             let want = match m.kind {
                 MetaKind::Get => b"mg",
                 MetaKind::Set => b"ms",
@@ -220,7 +296,11 @@ fn check_request(used: &[u8], nl: usize, r: &Request<'_>, limits: &Limits) {
             assert!(cmd.starts_with(want), "{:?} from {:?}", m.kind, show(line));
             if m.kind == MetaKind::Set {
                 block(m.data);
-                assert!(limits.item_fits(m.raw_key.len(), m.flags.client_flags.unwrap_or(0), m.data.len()));
+                assert!(limits.item_fits(
+                    m.raw_key.len(),
+                    m.flags.client_flags.unwrap_or(0),
+                    m.data.len()
+                ));
             } else {
                 assert!(line_only && m.data.is_empty());
             }
@@ -245,7 +325,11 @@ fn check_decided(buf: &[u8], p: &Parsed<'_>, limits: &Limits, rng: &mut Rng) {
         _ => return,
     };
     let nl = nl.expect("decided without a newline");
-    assert_eq!(parse(&buf[..d], limits), *p, "answer changes with the bytes after those it used");
+    assert_eq!(
+        parse(&buf[..d], limits),
+        *p,
+        "answer changes with the bytes after those it used"
+    );
     for q in prefix_points(d, &[nl, nl + 1], rng) {
         let pre = &buf[..q];
         match parse(pre, limits) {
@@ -254,32 +338,72 @@ fn check_decided(buf: &[u8], p: &Parsed<'_>, limits: &Limits, rng: &mut Rng) {
                 "prefix {q} of {d}: Incomplete({need}) (line {:?})",
                 show(&buf[..nl])
             ),
-            r => assert!(early_close(pre, &r), "prefix {q} of {d} bytes answered {r:?}, whole: {p:?}"),
+            r => assert!(
+                early_close(pre, &r),
+                "prefix {q} of {d} bytes answered {r:?}, whole: {p:?}"
+            ),
         }
     }
     fast_path_agrees(buf, nl, p, limits);
 }
 
-/// `get`/`gets` lines take a one-pass fast path; with a leading space they take the general
-/// tokenizer. Both must give the same keys or the same error.
+/// `get`/`gets` lines take a one-pass fast path; the same keys after `gat 0`/`gats 0` take the
+/// general tokenizer. Both must give the same keys or the same error.
 fn fast_path_agrees(buf: &[u8], nl: usize, p: &Parsed<'_>, limits: &Limits) {
-    if !(buf.starts_with(b"get ") || buf.starts_with(b"gets ")) {
+    let (cmd, rest) = if let Some(r) = buf[..nl + 1].strip_prefix(b"get ") {
+        (&b"gat 0 "[..], r)
+    } else if let Some(r) = buf[..nl + 1].strip_prefix(b"gets ") {
+        (&b"gats 0 "[..], r)
+    } else {
         return;
-    }
-    let mut spaced = Vec::with_capacity(nl + 2);
-    spaced.push(b' ');
-    spaced.extend_from_slice(&buf[..nl + 1]);
-    let q = parse(&spaced, limits);
+    };
+    let general = [cmd, rest].concat();
+    let q = parse(&general, limits);
     let line = show(&buf[..nl]);
     match (*p, q) {
         (
-            Parsed::Request(Request::Get { keys: k1, cas: c1, touch: t1 }, n1),
-            Parsed::Request(Request::Get { keys: k2, cas: c2, touch: t2 }, n2),
+            Parsed::Request(
+                Request::Get {
+                    keys: k1,
+                    cas: c1,
+                    touch: t1,
+                },
+                n1,
+            ),
+            Parsed::Request(
+                Request::Get {
+                    keys: k2,
+                    cas: c2,
+                    touch: t2,
+                },
+                n2,
+            ),
         ) => {
-            assert!(k1.iter().eq(k2.iter()) && c1 == c2 && t1 == t2 && n2 == n1 + 1, "fast/general differ: {line:?}");
+            assert!(
+                k1.iter().eq(k2.iter())
+                    && c1 == c2
+                    && t1.is_none()
+                    && t2 == Some(0)
+                    && n2 == n1 + 2,
+                "fast/general differ: {line:?}"
+            );
         }
-        (Parsed::Error { reply: r1, consumed: n1, noreply: q1 }, Parsed::Error { reply: r2, consumed: n2, noreply: q2 }) => {
-            assert!(r1 == r2 && q1 == q2 && n2 == n1 + 1, "fast/general errors differ: {line:?}: {r1:?} / {r2:?}");
+        (
+            Parsed::Error {
+                reply: r1,
+                consumed: n1,
+                noreply: q1,
+            },
+            Parsed::Error {
+                reply: r2,
+                consumed: n2,
+                noreply: q2,
+            },
+        ) => {
+            assert!(
+                r1 == r2 && q1 == q2 && n2 == n1 + 2,
+                "fast/general errors differ: {line:?}: {r1:?} / {r2:?}"
+            );
         }
         (a, b) => panic!("fast path {a:?}, general path {b:?} for {line:?}"),
     }
@@ -289,11 +413,28 @@ fn fast_path_agrees(buf: &[u8], nl: usize, p: &Parsed<'_>, limits: &Limits) {
 /// `strtoull`/`strtol` plus memcached's `safe_*` checks), on the stream's tokens and on
 /// numbers printed from its bytes.
 fn check_numbers(stream: &[u8]) {
-    for tok in stream.split(|&b| b == b' ' || b == b'\n').filter(|t| t.len() <= 48).take(64) {
+    for tok in stream
+        .split(|&b| b == b' ' || b == b'\n')
+        .filter(|t| t.len() <= 48)
+        .take(64)
+    {
         let r = reference(tok);
-        assert_eq!(parse_u64(tok), r.and_then(|(neg, m)| ref_u64(neg, m)), "parse_u64 {:?}", show(tok));
-        assert_eq!(parse_u32_flags(tok), r.and_then(|(neg, m)| ref_u64(neg, m)).map(|v| v as u32));
-        assert_eq!(parse_i32(tok), r.and_then(|(neg, m)| ref_i64(neg, m)).map(|v| v as i32), "parse_i32 {:?}", show(tok));
+        assert_eq!(
+            parse_u64(tok),
+            r.and_then(|(neg, m)| ref_u64(neg, m)),
+            "parse_u64 {:?}",
+            show(tok)
+        );
+        assert_eq!(
+            parse_u32_flags(tok),
+            r.and_then(|(neg, m)| ref_u64(neg, m)).map(|v| v as u32)
+        );
+        assert_eq!(
+            parse_i32(tok),
+            r.and_then(|(neg, m)| ref_i64(neg, m)).map(|v| v as i32),
+            "parse_i32 {:?}",
+            show(tok)
+        );
     }
     for w in stream.chunks(8).take(16) {
         let mut b = [0u8; 8];
@@ -318,7 +459,14 @@ fn reference(tok: &[u8]) -> Option<(bool, u128)> {
     }
     let t = s[..digits].iter().skip_while(|&&b| b == b'0').count();
     // More than 39 significant digits cannot fit in u128; anything past 20 overflows anyway.
-    let m = if t > 38 { u128::MAX } else { std::str::from_utf8(&s[..digits]).ok()?.parse::<u128>().ok()? };
+    let m = if t > 38 {
+        u128::MAX
+    } else {
+        std::str::from_utf8(&s[..digits])
+            .ok()?
+            .parse::<u128>()
+            .ok()?
+    };
     Some((neg, m))
 }
 
@@ -330,7 +478,11 @@ fn ref_u64(neg: bool, m: u128) -> Option<u64> {
 }
 
 fn ref_i64(neg: bool, m: u128) -> Option<i64> {
-    let v = if neg { -i128::try_from(m).ok()? } else { i128::try_from(m).ok()? };
+    let v = if neg {
+        -i128::try_from(m).ok()?
+    } else {
+        i128::try_from(m).ok()?
+    };
     i64::try_from(v).ok()
 }
 
