@@ -234,17 +234,20 @@ pub fn general(sh: &Shared, out: &mut Vec<u8>) {
     stat(out, "hash_bytes", s.index_bytes);
     stat(out, "hash_is_expanding", 0);
     if ext.slab_reassign {
+        // 1.6.45's slab mover counters (1.6.34 replaced evictions_nomem with busy_nomem, 1.6.40
+        // added last_busy_status): no slab classes here, so no page ever moves.
         for name in [
             "slab_reassign_rescues",
             "slab_reassign_chunk_rescues",
-            "slab_reassign_evictions_nomem",
             "slab_reassign_inline_reclaim",
             "slab_reassign_busy_items",
             "slab_reassign_busy_deletes",
-            "slab_reassign_running",
+            "slab_reassign_busy_nomem",
         ] {
             stat(out, name, 0);
         }
+        stat(out, "slab_reassign_last_busy_status", "none");
+        stat(out, "slab_reassign_running", 0);
         // memcached's "slab pages moved" to reuse memory; here, segments compacted (their
         // live items moved so the segment is reused instead of fresh memory taken; docs/architecture.md).
         stat(out, "slabs_moved", s.compactions);
@@ -435,12 +438,15 @@ pub fn settings(sh: &Shared, out: &mut Vec<u8>) {
     stat(out, "ssl_session_cache", yes_no(ssl.session_cache));
     stat(out, "ssl_kernel_tls", yes_no(ssl.kernel_tls));
     stat(out, "ssl_min_version", ssl.min_version_name());
-    stat(out, "num_napi_ids", "(null)");
+    // 1.6.40 prints it as a number (1.6.18 to 1.6.39 passed the 0 to "%s": "(null)").
+    stat(out, "num_napi_ids", 0);
     // -e: the warm-restart snapshot (memcached: its memory file).
     match &sh.config.memory_file {
         Some(p) => stat(out, "memory_file", p.display()),
         None => stat(out, "memory_file", "(null)"),
     }
+    // 1.6.38 (client flags are 32 bits, as here).
+    stat(out, "client_flags_size", 4);
     // mnemo's own, after memcached's.
     stat(out, "segment_size", sh.store.stats().segment_size);
     stat(out, "eviction", sh.config.eviction.name());
