@@ -197,6 +197,8 @@ pub enum Request<'a> {
     /// An `fget` whose argument block exceeds [`FGET_ARG_MAX`]: swallow `swallow` bytes (some
     /// may still be on the wire), then reply "CLIENT_ERROR filter arguments too long".
     FgetArgsTooLong { swallow: usize },
+    /// `watch [stream ...]`: the words after `watch` (the server judges them).
+    Watch { args: Keys<'a> },
 }
 
 /// What a valid `slabs automove` sets.
@@ -409,6 +411,7 @@ fn command<'a>(line: &'a [u8], after: usize, buf: &'a [u8], limits: &Limits) -> 
             req(Request::LruCrawler { args: Keys::new(rest) }, after)
         }
         b"slabs" => slabs(&t, after),
+        b"watch" => req(Request::Watch { args: Keys::new(skip_token(line, cmd)) }, after),
         // memcached: WANT_TOKENS_MIN 3 (a bare `extstore` is an ERROR, noreply or not).
         b"extstore" => {
             if nt < 3 {

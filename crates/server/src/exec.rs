@@ -263,6 +263,7 @@ pub fn execute_from(
             Answer::Later(job) => Next::Later(job),
         },
         Request::FgetArgsTooLong { swallow } => Next::Swallow(swallow, Some(ErrorReply::FilterArgsTooLong)),
+        Request::Watch { args } => crate::watch::command(args, sh, out),
     }
 }
 
