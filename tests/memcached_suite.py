@@ -63,8 +63,6 @@ KNOWN = {
     "slabs_reassign.t": "slab page reassignment: mnemo has no slab classes",
     "stats-conns.t": "`stats conns` states: mnemo reports conn_read where memcached is in "
     "conn_parse_cmd/conn_nread",
-    "watcher.t": "the `watch` log stream is not implemented",
-    "watcher_connid.t": "the `watch` log stream is not implemented",
 }
 
 # Files that fail on mnemod in exactly these assertions (their names, or "line N" of the .t

@@ -68,7 +68,10 @@ fn watched(s: &Store<'_>, proto: Proto, sh: &Shared, c: &Counters) -> Answer<Sto
     crate::watch::looked_up(sh, s.key);
     let answer = store_now(s, proto, sh, c);
     if let Answer::Now(outcome) = &answer {
-        log_outcome(s.key, s.mode, *outcome, s.exp, s.data.len(), sh);
+        // A joined value is logged at its new length (memcached logs the item it linked).
+        let joined = matches!((s.mode, outcome), (Mode::Append | Mode::Prepend, Stored::Stored { .. }));
+        let size = if joined { sh.store.peek(s.key, sh.clock.now(), |it| it.value.len()).hit() } else { None };
+        log_outcome(s.key, s.mode, *outcome, s.exp, size.unwrap_or(s.data.len()), sh);
     }
     answer
 }
