@@ -408,6 +408,12 @@ impl<T: Transport> Worker<T> {
         self.io.after_turn();
     }
 
+    /// Stop serving slot `i`'s connection now, as an ordinary close.
+    #[cfg(test)]
+    fn close(&mut self, i: usize) {
+        self.close_for(i, crate::watch::Reason::Normal);
+    }
+
     /// Stop serving slot `i`'s connection now; its slot is freed once its transport is done.
     /// `reason`: why, for `watch connevents`.
     fn close_for(&mut self, i: usize, reason: crate::watch::Reason) {
