@@ -267,6 +267,10 @@ pub enum Request<'a> {
     FgetArgsTooLong {
         swallow: usize,
     },
+    /// `watch [stream ...]`: the words after `watch` (the server judges them).
+    Watch {
+        args: Keys<'a>,
+    },
 }
 
 /// What a valid `slabs automove` sets.
@@ -514,6 +518,12 @@ fn admin<'a>(t: &Tokens<'a>, line: &'a [u8], after: usize, buf: &'a [u8]) -> Par
             after,
         ),
         b"slabs" => slabs(t, after),
+        b"watch" => req(
+            Request::Watch {
+                args: Keys::new(skip_token(line, cmd)),
+            },
+            after,
+        ),
         // memcached: a bare `extstore` is an ERROR, noreply or not.
         b"extstore" => {
             if n < 2 {

@@ -162,6 +162,10 @@ pub struct Conn<S> {
     /// The worker's "a sweep is due" flag (worker.rs `Ticker`): set when the connection takes
     /// buffers, so that its worker is woken to give them back once it is idle.
     pub sweep_due: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
+    /// `watch`: the connection is a watcher (watch.rs); it stays `waiting` for good.
+    watcher: Option<crate::watch::Handle>,
+    /// It is closing for a protocol or socket error (`watch connevents` says reason=error).
+    failed: bool,
 }
 
 /// The connection's side of [`Direct`] (the command layer decides when it is used): its socket and how much of its output is sent.
@@ -247,6 +251,8 @@ impl<S: Io> Conn<S> {
             info: Default::default(),
             accounted: None,
             sweep_due: None,
+            watcher: None,
+            failed: false,
         }
     }
 
@@ -305,6 +311,9 @@ impl<S: Io> Conn<S> {
     #[cold]
     #[inline(never)]
     fn waiting_turn(&mut self, c: &Counters) -> Turn {
+        if self.watcher.is_some() {
+            return self.watch_turn(c);
+        }
         let t = match self.flush(c) {
             Ok(_) => Turn::Wait,
             Err(_) => Turn::Close,
@@ -312,6 +321,54 @@ impl<S: Io> Conn<S> {
         self.account(c);
         self.info.writing.store(self.wpos < self.wbuf.len(), std::sync::atomic::Ordering::Relaxed);
         t
+    }
+
+    /// A watcher's turn (watch.rs): its input is dropped (a read of 0 closes it); while the
+    /// socket takes everything, the watcher's buffered lines move to the output and go.
+    #[cold]
+    #[inline(never)]
+    fn watch_turn(&mut self, c: &Counters) -> Turn {
+        let mut scratch = [0u8; 512];
+        loop {
+            match self.stream.read(&mut scratch) {
+                Ok(0) => return Turn::Close,
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(_) => {
+                    self.failed = true;
+                    return Turn::Close;
+                }
+            }
+        }
+        loop {
+            match self.flush(c) {
+                Ok(true) => {}
+                Ok(false) => return Turn::Wait,
+                Err(_) => {
+                    self.failed = true;
+                    return Turn::Close;
+                }
+            }
+            let Some(h) = &self.watcher else { return Turn::Wait };
+            if !h.watcher.drain_into(&mut self.wbuf) {
+                return Turn::Wait;
+            }
+        }
+    }
+
+    /// Its watcher, once `watch` made it one (the worker attaches the slot to it).
+    pub fn watcher(&self) -> Option<&std::sync::Arc<crate::watch::Watcher>> {
+        self.watcher.as_ref().map(|h| &h.watcher)
+    }
+
+    /// Why it closes, for `watch connevents` (the worker knows idle kicks and shutdowns).
+    pub fn close_reason(&self) -> crate::watch::Reason {
+        if self.failed {
+            crate::watch::Reason::Error
+        } else {
+            crate::watch::Reason::Normal
+        }
     }
 
     /// The job of the turn that returned [`Turn::Later`], for the worker to submit.
@@ -442,7 +499,10 @@ impl<S: Io> Conn<S> {
                     Ok(_) => continue,
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                    Err(_) => return Turn::Close,
+                    Err(_) => {
+                        self.failed = true;
+                        return Turn::Close;
+                    }
                 }
             }
             match self.flush(c) {
@@ -531,6 +591,7 @@ impl<S: Io> Conn<S> {
                 };
                 if !allowed {
                     self.closing = true;
+                    self.failed = true;
                     return Progress::Close;
                 }
             }
@@ -547,6 +608,7 @@ impl<S: Io> Conn<S> {
                     }
                     BinNext::Close => {
                         self.closing = true;
+                        self.failed = true;
                         return Progress::Close;
                     }
                     BinNext::Later(n) => {
@@ -594,6 +656,12 @@ impl<S: Io> Conn<S> {
                     if let Next::Later(mut job) = next {
                         // The request stays in place until the job's reply is in (`complete`).
                         self.taken.push(n);
+                        if let Pending::Watch(h) = job {
+                            // A watcher's job never completes; the worker attaches it (watch.rs).
+                            self.watcher = Some(h);
+                            self.waiting = true;
+                            return Progress::Later;
+                        }
                         // The mg pipelined after it join its job: their flashed reads go together.
                         if let Pending::FlashRead(crate::flashio::Read::Meta(g)) = &mut job {
                             crate::meta::gather(g, &self.rbuf[self.rpos + n..self.rend], &limits, sh, budget, &mut self.taken);
@@ -635,6 +703,7 @@ impl<S: Io> Conn<S> {
                 }
                 Parsed::Close => {
                     self.closing = true;
+                    self.failed = true;
                     return Progress::Close;
                 }
             }

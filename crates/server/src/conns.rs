@@ -56,6 +56,11 @@ pub fn set_current(fd: i32) {
     CURRENT.with(|c| c.set(fd));
 }
 
+/// The descriptor [`set_current`] last named on this thread (-1: none), for `watch`'s `cfd=`.
+pub fn current() -> i32 {
+    CURRENT.with(Cell::get)
+}
+
 impl ConnTable {
     /// A listening socket, open since `now`.
     pub fn add_listener(&self, fd: i32, addr: String, now: u32) {

@@ -264,6 +264,7 @@ pub fn execute_from(
         },
         Request::FgetArgsTooLong { swallow } => Next::Swallow(swallow, Some(ErrorReply::FilterArgsTooLong)),
         Request::BadStoreLine { swallow, reply, noreply } => Next::Swallow(swallow, (!noreply).then_some(reply)),
+        Request::Watch { args } => crate::watch::command(args, sh, out),
     }
 }
 

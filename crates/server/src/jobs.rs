@@ -91,12 +91,25 @@ pub(crate) enum Answered {
 /// One worker's finished jobs, and how to wake it.
 pub(crate) struct Mailbox {
     done: Mutex<Vec<Done>>,
+    /// Watchers with new lines (watch.rs): their slots and generations, for a turn.
+    nudged: Mutex<Vec<(usize, u32)>>,
     wake: Wake,
 }
 
 impl Mailbox {
     pub fn new(wake: Wake) -> Mailbox {
-        Mailbox { done: Mutex::new(Vec::new()), wake }
+        Mailbox { done: Mutex::new(Vec::new()), nudged: Mutex::new(Vec::new()), wake }
+    }
+
+    /// A watcher's connection has lines to send: give it a turn (watch.rs).
+    pub fn nudge(&self, slot: usize, gen: u32) {
+        self.nudged.lock().push((slot, gen));
+        let _ = self.wake.wake();
+    }
+
+    /// The watchers nudged since the last call (the worker's side).
+    pub fn take_nudged(&self) -> Vec<(usize, u32)> {
+        std::mem::take(&mut *self.nudged.lock())
     }
 
     pub fn post(&self, d: Done) {

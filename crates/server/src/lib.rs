@@ -70,6 +70,7 @@ mod splice;
 mod stats;
 mod tls;
 mod udp;
+mod watch;
 mod worker;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering::Relaxed};
@@ -128,6 +129,8 @@ pub(crate) struct Shared {
     pub listen: listener::ListenStats,
     /// Listening sockets and connections by descriptor, for `stats conns`.
     pub conn_table: conns::ConnTable,
+    /// `watch` connections and the streams they asked for (watch.rs).
+    pub watch: Arc<watch::Hub>,
     /// What the start-up restore from `-e` did (`stats snapshot`); unset before it ran.
     pub restored: std::sync::OnceLock<restart::Restored>,
     stopping: AtomicBool,
@@ -190,6 +193,7 @@ impl Shared {
             conn_structs: AtomicU64::new(0),
             listen: listener::ListenStats::default(),
             conn_table: conns::ConnTable::default(),
+            watch: Arc::default(),
             restored: std::sync::OnceLock::new(),
             stopping: AtomicBool::new(false),
         }

@@ -261,16 +261,14 @@ pub fn general(sh: &Shared, out: &mut Vec<u8>) {
     if f.show_lru_maintainer {
         stat(out, "lru_maintainer_juggles", 0);
     }
-    for name in [
-        "malloc_fails",
-        "log_worker_dropped",
-        "log_worker_written",
-        "log_watcher_skipped",
-        "log_watcher_sent",
-        "log_watchers",
-    ] {
-        stat(out, name, 0);
-    }
+    stat(out, "malloc_fails", 0);
+    // `watch` (watch.rs): producers never drop a line, a full watcher's buffer skips it.
+    let [written, sent, skipped, watchers] = sh.watch.stats();
+    stat(out, "log_worker_dropped", 0);
+    stat(out, "log_worker_written", written);
+    stat(out, "log_watcher_skipped", skipped);
+    stat(out, "log_watcher_sent", sent);
+    stat(out, "log_watchers", watchers);
     if let Some(x) = &s.flash {
         extstore(x, out);
     }

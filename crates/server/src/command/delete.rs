@@ -58,6 +58,29 @@ pub(crate) fn delete(d: &Delete<'_>, proto: Proto, sh: &Shared, c: &Counters) ->
 /// [`delete`] with md's x and E; None: x found no memory for the emptied item (memcached's
 /// "SERVER_ERROR out of memory"), the item unchanged.
 pub(crate) fn meta_delete(d: &Delete<'_>, m: MetaDelete, proto: Proto, sh: &Shared, c: &Counters) -> Answer<Option<Deleted>> {
+    if sh.watch.flags() != 0 {
+        return watched(d, m, proto, sh, c);
+    }
+    delete_now(d, m, proto, sh, c)
+}
+
+/// [`meta_delete`] while someone watches: the lookup (fetchers), then a removed item
+/// (deletions: text `delete` and `md` without I, as memcached 1.6.45 logs them; binary DELETE
+/// is not).
+#[cold]
+#[inline(never)]
+fn watched(d: &Delete<'_>, m: MetaDelete, proto: Proto, sh: &Shared, c: &Counters) -> Answer<Option<Deleted>> {
+    crate::watch::looked_up(sh, d.key);
+    let size = sh.store.peek(d.key, sh.clock.now(), |it| it.value.len()).hit();
+    let answer = delete_now(d, m, proto, sh, c);
+    let logged = proto != Proto::Binary && d.invalidate.is_none() && sh.watch.wants(crate::watch::DELETIONS);
+    if let (Answer::Now(Some(Deleted::Deleted)), Some(size), true) = (&answer, size, logged) {
+        crate::watch::deleted(sh, d.key, proto == Proto::Meta, size);
+    }
+    answer
+}
+
+fn delete_now(d: &Delete<'_>, m: MetaDelete, proto: Proto, sh: &Shared, c: &Counters) -> Answer<Option<Deleted>> {
     if proto != Proto::Meta {
         sh.detail.record(d.key, sh.config.prefix_delimiter, Event::Delete);
     }

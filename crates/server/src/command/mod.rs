@@ -69,6 +69,9 @@ pub(crate) enum Pending {
     /// A get whose value is on flash: read off the event loop, on the flash I/O pool
     /// (flashio.rs; jobs.rs routes it there, never behind a filter call).
     FlashRead(crate::flashio::Read),
+    /// `watch`: the connection is a watcher from now on and this job never completes; the
+    /// pool attaches the connection to its watcher instead of running it (watch.rs).
+    Watch(crate::watch::Handle),
 }
 
 impl Pending {
@@ -78,6 +81,7 @@ impl Pending {
         match self {
             Pending::Filter(call) => call.run(sh, watch),
             Pending::FlashRead(_) => unreachable!("jobs.rs routes flash reads to the flash I/O pool"),
+            Pending::Watch(_) => unreachable!("jobs.rs attaches a watcher, it runs nothing"),
         }
     }
 }
@@ -87,6 +91,7 @@ impl std::fmt::Debug for Pending {
         match self {
             Pending::Filter(_) => f.write_str("Pending::Filter"),
             Pending::FlashRead(r) => write!(f, "Pending::FlashRead({r:?})"),
+            Pending::Watch(_) => f.write_str("Pending::Watch"),
         }
     }
 }

@@ -263,6 +263,10 @@ fn count(key: &[u8], read: Read, found: Lookup<()>, sh: &Shared, c: &Counters) {
     if !matches!(read, Read::Meta { .. }) {
         sh.detail.record(key, sh.config.prefix_delimiter, Event::Get { hit: found.is_hit() });
     }
+    // `watch fetchers`: one relaxed load and a branch while nobody watches (watch.rs).
+    if sh.watch.wants(crate::watch::FETCHERS) {
+        crate::watch::fetched_lookup(sh, key, found);
+    }
 }
 
 /// A read whose item [`get`] found on flash and left for later: where the record is, and
@@ -384,6 +388,9 @@ pub(crate) fn details(key: &[u8], sh: &Shared, c: &Counters) -> Answer<Option<De
 /// The text `touch` command: a new expiry, no value, no `stats detail` (memcached's).
 pub(crate) fn touch(key: &[u8], exp: Time, sh: &Shared, c: &Counters) -> Answer<bool> {
     bump(&c.cmd_touch, 1);
+    if sh.watch.wants(crate::watch::FETCHERS) {
+        crate::watch::looked_up(sh, key);
+    }
     let hit = sh.store.touch(key, exp, sh.clock.now());
     bump(if hit { &c.touch_hits } else { &c.touch_misses }, 1);
     Answer::Now(hit)

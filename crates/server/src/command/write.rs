@@ -60,6 +60,45 @@ pub(crate) fn store(s: &Store<'_>, proto: Proto, sh: &Shared, c: &Counters) -> A
 /// [`store`] whose new version takes the CAS `cas_in` when given (ms E, memcached 1.6.27).
 #[inline]
 pub(crate) fn store_with(s: &Store<'_>, cas_in: Option<u64>, proto: Proto, sh: &Shared, c: &Counters) -> Answer<Stored> {
+    // `watch`: one relaxed load and a branch while nobody watches (watch.rs).
+    if sh.watch.flags() != 0 {
+        return watched(s, cas_in, proto, sh, c);
+    }
+    store_now(s, cas_in, proto, sh, c)
+}
+
+/// [`store`] while someone watches: memcached logs the lookup a store makes first
+/// (fetchers), then the outcome (mutations).
+#[cold]
+#[inline(never)]
+fn watched(s: &Store<'_>, cas_in: Option<u64>, proto: Proto, sh: &Shared, c: &Counters) -> Answer<Stored> {
+    crate::watch::looked_up(sh, s.key);
+    let answer = store_now(s, cas_in, proto, sh, c);
+    if let Answer::Now(outcome) = &answer {
+        // A joined value is logged at its new length (memcached logs the item it linked).
+        let joined = matches!((s.mode, outcome), (Mode::Append | Mode::Prepend, Stored::Stored { .. }));
+        let size = if joined { sh.store.peek(s.key, sh.clock.now(), |it| it.value.len()).hit() } else { None };
+        log_outcome(s.key, s.mode, *outcome, s.exp, size.unwrap_or(s.data.len()), sh);
+    }
+    answer
+}
+
+/// A store's outcome for `watch mutations`; a store refused before the store (too large, no
+/// memory) is not logged, as memcached logs only what reached its store call.
+fn log_outcome(key: &[u8], mode: Mode, outcome: Stored, exp: Time, size: usize, sh: &Shared) {
+    let status = match outcome {
+        Stored::Stored { .. } => "stored",
+        Stored::NotStored => "not_stored",
+        Stored::Exists => "exists",
+        Stored::NotFound => "not_found",
+        Stored::TooLarge | Stored::NoMemory => return,
+    };
+    if sh.watch.wants(crate::watch::MUTATIONS) {
+        crate::watch::stored(sh, key, mode, status, exp, size);
+    }
+}
+
+fn store_now(s: &Store<'_>, cas_in: Option<u64>, proto: Proto, sh: &Shared, c: &Counters) -> Answer<Stored> {
     record(s.key, proto, sh);
     let now = sh.clock.now();
     let result = match s.mode {
@@ -107,7 +146,15 @@ fn stale_write(s: &Store<'_>, want: u64, cas_in: Option<u64>, sh: &Shared, now: 
 /// call is `finish_value`, the value being in its item already): count it as [`store`] would.
 pub(crate) fn received(key: &[u8], mode: Mode, result: Result<StoreOutcome, StoreError>, sh: &Shared, c: &Counters) -> Answer<Stored> {
     record(key, Proto::Text, sh);
-    Answer::Now(count(mode, result, Proto::Text, c))
+    let outcome = count(mode, result, Proto::Text, c);
+    if sh.watch.wants(crate::watch::MUTATIONS) {
+        // The value's length and expiry as stored (the lookup before it is not logged: it
+        // happened as the value began to arrive).
+        if let Some((exp, size)) = sh.store.peek(key, sh.clock.now(), |it| (it.exp, it.value.len())).hit() {
+            log_outcome(key, mode, outcome, exp, size, sh);
+        }
+    }
+    Answer::Now(outcome)
 }
 
 /// A storage command refused before its data was read: its value is over -I.

@@ -317,6 +317,9 @@ impl<T: Transport> Worker<T> {
             if self.sh.verbosity.load(Relaxed) > 1 {
                 eprintln!("<{i} new client connection");
             }
+            if self.sh.watch.wants(crate::watch::CONNEVENTS) {
+                crate::watch::conn_event(&self.sh, conn.stream.socket(), None);
+            }
             let slot = &mut self.slots.slots[i];
             (slot.gen, slot.conn, slot.closed) = (gen, Some(conn), false);
             self.drive(i);
@@ -326,6 +329,11 @@ impl<T: Transport> Worker<T> {
     /// Finished jobs' replies to the connections that still wait for them; a connection that
     /// closed meanwhile (its slot closed, or reused under a new generation) gets nothing.
     fn deliver(&mut self) {
+        for (i, gen) in self.mailbox.take_nudged() {
+            if self.slots.slots.get(i).is_some_and(|s| s.gen == gen && !s.closed) {
+                self.slots.mark(i, false);
+            }
+        }
         let done = self.mailbox.take();
         if done.is_empty() {
             return;
@@ -382,26 +390,42 @@ impl<T: Transport> Worker<T> {
             Turn::Later => {
                 if let Some(work) = conn.take_job() {
                     self.sh.jobs.submit(&self.sh, Job { work, to: self.mailbox.clone(), slot: i, gen });
+                } else if let Some(w) = conn.watcher() {
+                    // `watch`: lines wake this slot from now on (watch.rs).
+                    w.attach(self.mailbox.clone(), i, gen);
                 }
                 self.io.settle(i, gen, &mut conn.stream, false);
             }
-            Turn::Close => self.close(i),
+            Turn::Close => {
+                let reason = conn.close_reason();
+                self.close_for(i, reason);
+            }
             Turn::Shutdown => {
-                self.close(i);
+                self.close_for(i, crate::watch::Reason::Shutdown);
                 self.sh.shutdown_by_client();
             }
         }
         self.io.after_turn();
     }
 
-    /// Stop serving slot `i`'s connection now; its slot is freed once its transport is done.
+    /// Stop serving slot `i`'s connection now, as an ordinary close.
+    #[cfg(test)]
     fn close(&mut self, i: usize) {
+        self.close_for(i, crate::watch::Reason::Normal);
+    }
+
+    /// Stop serving slot `i`'s connection now; its slot is freed once its transport is done.
+    /// `reason`: why, for `watch connevents`.
+    fn close_for(&mut self, i: usize, reason: crate::watch::Reason) {
         let slot = &mut self.slots.slots[i];
         if slot.closed {
             return;
         }
         let Some(conn) = slot.conn.as_mut() else { return };
         slot.closed = true;
+        if self.sh.watch.wants(crate::watch::CONNEVENTS) {
+            crate::watch::conn_event(&self.sh, conn.stream.socket(), Some(reason));
+        }
         conn.release(&self.counters);
         self.freed += 1;
         self.sweep_due.store(true, Relaxed);
@@ -472,7 +496,7 @@ impl<T: Transport> Worker<T> {
                 if self.sh.verbosity.load(Relaxed) > 0 {
                     eprintln!("<{i} idle timeout, closing");
                 }
-                self.close(i);
+                self.close_for(i, crate::watch::Reason::IdleTimeout);
             }
         }
     }
