@@ -51,6 +51,14 @@ if ! command -v cargo >/dev/null 2>&1; then
     export PATH="$HOME/.cargo/bin:$PATH"
 fi
 
+# rustfmt and clippy for the style gate below (a minimal rustup profile has neither).
+for comp in rustfmt clippy; do
+    if ! rustup component list --installed 2>/dev/null | grep -q "^$comp"; then
+        step "installing the $comp component"
+        rustup component add "$comp"
+    fi
+done
+
 # WebAssembly filters (fget): the example filters are built for wasm32 by the tests.
 if ! rustup target list --installed 2>/dev/null | grep -qx wasm32-unknown-unknown; then
     step "installing the wasm32-unknown-unknown target"
@@ -81,6 +89,11 @@ fi
 # --- build and test ------------------------------------------------------------------------------
 step "cargo build"
 cargo build --locked --workspace --all-targets
+# The habits a Rust project is held to: rustfmt's default style and no clippy warning (an
+# allowed lint says why on its line).
+step "cargo fmt --check, cargo clippy -D warnings"
+cargo fmt --all -- --check
+cargo clippy --locked --workspace --all-targets -- -D warnings
 step "cargo test"
 cargo test --locked --workspace
 

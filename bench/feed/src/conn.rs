@@ -26,7 +26,14 @@ impl Conn {
         // A query is one write followed by a wait for the reply: Nagle would hold nothing
         // back here, but the reply's last segment could wait for a delayed ACK otherwise.
         stream.set_nodelay(true)?;
-        Ok(Conn { stream, buf: vec![0; INITIAL_BUF], filled: 0, parser: Parser::default(), sent: 0, received: 0 })
+        Ok(Conn {
+            stream,
+            buf: vec![0; INITIAL_BUF],
+            filled: 0,
+            parser: Parser::default(),
+            sent: 0,
+            received: 0,
+        })
     }
 
     pub fn reset_counters(&mut self) {
@@ -61,7 +68,11 @@ impl Conn {
         }
         if self.parser.consumed() != self.filled {
             // One request in flight: anything after END is a reply nobody asked for.
-            return Err(format!("{} unexpected bytes after END", self.filled - self.parser.consumed()).into());
+            return Err(format!(
+                "{} unexpected bytes after END",
+                self.filled - self.parser.consumed()
+            )
+            .into());
         }
         Ok(())
     }
@@ -91,7 +102,9 @@ impl Conn {
                 let body = &text[..text.len() - 2];
                 let line = body.rsplit(|&c| c == b'\n').next().unwrap_or(body);
                 let line = line.strip_suffix(b"\r").unwrap_or(line);
-                if line == last.as_bytes() || (line.starts_with(last.as_bytes()) && line.get(last.len()) == Some(&b' ')) {
+                if line == last.as_bytes()
+                    || (line.starts_with(last.as_bytes()) && line.get(last.len()) == Some(&b' '))
+                {
                     return Ok(String::from_utf8_lossy(&text).into_owned());
                 }
             }
@@ -144,7 +157,10 @@ mod tests {
         c.recv_reply().unwrap();
         assert_eq!(c.values().len(), 1);
         assert!(c.values()[0].data.is_empty());
-        assert_eq!((c.sent, c.received), (18, (first.len() + second.len()) as u64));
+        assert_eq!(
+            (c.sent, c.received),
+            (18, (first.len() + second.len()) as u64)
+        );
         server.join().unwrap();
     }
 }

@@ -45,7 +45,11 @@ impl Rng {
 /// The records of user `id`: `n` records with user = id, a random article and timestamp.
 pub fn user_records(seed: u64, id: u64, n: usize) -> impl Iterator<Item = Record> {
     let mut rng = Rng::stream(seed, id);
-    (0..n).map(move |_| Record { user: id, article: rng.below(ARTICLES), ts: TS_BASE + rng.below(TS_SPAN) })
+    (0..n).map(move |_| Record {
+        user: id,
+        article: rng.below(ARTICLES),
+        ts: TS_BASE + rng.below(TS_SPAN),
+    })
 }
 
 /// Appends user `id`'s encoded value to `out`.
@@ -88,7 +92,10 @@ pub struct FriendPicker {
 
 impl FriendPicker {
     pub fn new(users: u64) -> FriendPicker {
-        FriendPicker { stamp: vec![0; users as usize], query: 0 }
+        FriendPicker {
+            stamp: vec![0; users as usize],
+            query: 0,
+        }
     }
 
     /// Fills `out` with `count` distinct ids in `0..users` (count <= users, checked by the caller).

@@ -65,7 +65,11 @@ pub fn load(a: &LoadArgs) -> Result<(), Error> {
         .and_then(|n| n.trim().parse::<u64>().ok())
         .ok_or("stats has no curr_items")?;
     if items < a.users {
-        return Err(format!("server holds {items} items of {} loaded: raise its -m", a.users).into());
+        return Err(format!(
+            "server holds {items} items of {} loaded: raise its -m",
+            a.users
+        )
+        .into());
     }
     let checked = verify_sample(&mut conn, a)?;
     println!(
@@ -84,7 +88,11 @@ fn drain_until_version(mut s: TcpStream) -> Result<String, Error> {
     loop {
         let n = s.read(&mut chunk)?;
         if n == 0 {
-            return Err(format!("server closed the connection during the load: {:?}", String::from_utf8_lossy(&got)).into());
+            return Err(format!(
+                "server closed the connection during the load: {:?}",
+                String::from_utf8_lossy(&got)
+            )
+            .into());
         }
         got.extend_from_slice(&chunk[..n]);
         if got.ends_with(b"\r\n") {
@@ -115,7 +123,12 @@ fn verify_sample(conn: &mut Conn, a: &LoadArgs) -> Result<usize, Error> {
         conn.send(&req)?;
         conn.recv_reply()?;
         if conn.values().len() != ids.len() {
-            return Err(format!("{} of {} sampled keys missing after the load", ids.len() - conn.values().len(), ids.len()).into());
+            return Err(format!(
+                "{} of {} sampled keys missing after the load",
+                ids.len() - conn.values().len(),
+                ids.len()
+            )
+            .into());
         }
         for (span, &id) in conn.values().iter().zip(&ids) {
             want.clear();

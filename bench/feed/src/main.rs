@@ -29,7 +29,11 @@ use clap::{Parser, Subcommand};
 pub type Error = Box<dyn std::error::Error + Send + Sync>;
 
 #[derive(Parser)]
-#[command(name = "mnemo-feedbench", version, about = "Seed 001's feed workload: client-side top-k over get vs fget filters")]
+#[command(
+    name = "mnemo-feedbench",
+    version,
+    about = "Seed 001's feed workload: client-side top-k over get vs fget filters"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -96,34 +100,60 @@ enum Cmd {
 }
 
 fn resolve(server: &str) -> Result<SocketAddr, Error> {
-    server.to_socket_addrs()?.next().ok_or_else(|| format!("{server}: no address").into())
+    server
+        .to_socket_addrs()?
+        .next()
+        .ok_or_else(|| format!("{server}: no address").into())
 }
 
 fn main() {
     let result = match Cli::parse().cmd {
-        Cmd::Load { server, users, records, seed } => {
-            resolve(&server).and_then(|server| load::load(&load::LoadArgs { server, users, records, seed }))
-        }
-        Cmd::Run { server, mode, filter, users, friends, k, duration, warmup, conns, seed, data_seed, records, check, server_pid } => {
-            resolve(&server).and_then(|server| {
-                run::run(&run::RunArgs {
-                    server,
-                    mode,
-                    filter,
-                    users,
-                    friends,
-                    k,
-                    duration,
-                    warmup,
-                    conns,
-                    seed,
-                    data_seed,
-                    records,
-                    check,
-                    server_pid,
-                })
+        Cmd::Load {
+            server,
+            users,
+            records,
+            seed,
+        } => resolve(&server).and_then(|server| {
+            load::load(&load::LoadArgs {
+                server,
+                users,
+                records,
+                seed,
             })
-        }
+        }),
+        Cmd::Run {
+            server,
+            mode,
+            filter,
+            users,
+            friends,
+            k,
+            duration,
+            warmup,
+            conns,
+            seed,
+            data_seed,
+            records,
+            check,
+            server_pid,
+        } => resolve(&server).and_then(|server| {
+            run::run(&run::RunArgs {
+                server,
+                mode,
+                filter,
+                users,
+                friends,
+                k,
+                duration,
+                warmup,
+                conns,
+                seed,
+                data_seed,
+                records,
+                check,
+                server_pid,
+            })
+        }),
     };
     if let Err(e) = result {
         eprintln!("mnemo-feedbench: {e}");

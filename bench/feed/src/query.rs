@@ -85,7 +85,11 @@ mod tests {
             assert_eq!(p.advance(&reply), Ok(true));
             all.sort_by(records::newest_first);
             for k in [1, 10, 100, 3000, 5000] {
-                assert_eq!(rank(&reply, p.values(), k), all[..k.min(all.len())], "round {round} k {k}");
+                assert_eq!(
+                    rank(&reply, p.values(), k),
+                    all[..k.min(all.len())],
+                    "round {round} k {k}"
+                );
             }
         }
     }

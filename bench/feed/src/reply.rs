@@ -72,13 +72,19 @@ impl Parser {
             let rest = &buf[self.pos..];
             let Some(nl) = find_newline(rest) else {
                 if rest.len() > MAX_LINE {
-                    return Err(ReplyError::Malformed(format!("no line end in {} bytes", rest.len())));
+                    return Err(ReplyError::Malformed(format!(
+                        "no line end in {} bytes",
+                        rest.len()
+                    )));
                 }
                 return Ok(false);
             };
             // Every server measured here ends reply lines with \r\n; a bare \n would mean
             // the stream is out of step.
-            let eol = nl.checked_sub(1).filter(|&i| rest[i] == b'\r').ok_or_else(|| bad_line(&rest[..nl]))?;
+            let eol = nl
+                .checked_sub(1)
+                .filter(|&i| rest[i] == b'\r')
+                .ok_or_else(|| bad_line(&rest[..nl]))?;
             let line = &rest[..eol];
             if line == b"END" {
                 self.pos += eol + 2;
@@ -87,19 +93,33 @@ impl Parser {
                 let (key, flags, len) = parse_header(header).ok_or_else(|| bad_line(line))?;
                 let key_start = self.pos + 6;
                 let data_start = self.pos + eol + 2;
-                let end = data_start.checked_add(len).filter(|&e| e <= usize::MAX - 2).ok_or_else(|| bad_line(line))?;
+                let end = data_start
+                    .checked_add(len)
+                    .filter(|&e| e <= usize::MAX - 2)
+                    .ok_or_else(|| bad_line(line))?;
                 if buf.len() < end + 2 {
                     // The header is parsed again when more has arrived: a few dozen bytes, and it
                     // keeps the parser's state to one offset.
                     return Ok(false);
                 }
                 if &buf[end..end + 2] != b"\r\n" {
-                    return Err(ReplyError::Malformed(format!("value of {len} bytes not followed by \\r\\n")));
+                    return Err(ReplyError::Malformed(format!(
+                        "value of {len} bytes not followed by \\r\\n"
+                    )));
                 }
-                self.values.push(Span { key: key_start..key_start + key, flags, data: data_start..end });
+                self.values.push(Span {
+                    key: key_start..key_start + key,
+                    flags,
+                    data: data_start..end,
+                });
                 self.pos = end + 2;
-            } else if line == b"ERROR" || line.starts_with(b"CLIENT_ERROR") || line.starts_with(b"SERVER_ERROR") {
-                return Err(ReplyError::Server(String::from_utf8_lossy(line).into_owned()));
+            } else if line == b"ERROR"
+                || line.starts_with(b"CLIENT_ERROR")
+                || line.starts_with(b"SERVER_ERROR")
+            {
+                return Err(ReplyError::Server(
+                    String::from_utf8_lossy(line).into_owned(),
+                ));
             } else {
                 return Err(bad_line(line));
             }
@@ -110,7 +130,10 @@ impl Parser {
 
 fn bad_line(line: &[u8]) -> ReplyError {
     let shown = &line[..line.len().min(120)];
-    ReplyError::Malformed(format!("unexpected line {:?}", String::from_utf8_lossy(shown)))
+    ReplyError::Malformed(format!(
+        "unexpected line {:?}",
+        String::from_utf8_lossy(shown)
+    ))
 }
 
 /// Offset of the first `\n` in `b`.
@@ -168,7 +191,14 @@ mod tests {
         ];
         let mut reply = Vec::new();
         for (i, (key, flags, data)) in values.iter().enumerate() {
-            reply.extend_from_slice(format!("VALUE {} {flags} {}", String::from_utf8_lossy(key), data.len()).as_bytes());
+            reply.extend_from_slice(
+                format!(
+                    "VALUE {} {flags} {}",
+                    String::from_utf8_lossy(key),
+                    data.len()
+                )
+                .as_bytes(),
+            );
             if i == 1 {
                 reply.extend_from_slice(b" 12345");
             }
@@ -251,6 +281,9 @@ mod tests {
             }
         }
         p.reset();
-        assert!(matches!(p.advance(&[b'x'; MAX_LINE + 1]), Err(ReplyError::Malformed(_))));
+        assert!(matches!(
+            p.advance(&[b'x'; MAX_LINE + 1]),
+            Err(ReplyError::Malformed(_))
+        ));
     }
 }

@@ -73,7 +73,15 @@ struct Tally {
 
 impl Tally {
     fn new() -> Tally {
-        Tally { queries: 0, hist: histogram(), hits: 0, out_records: 0, sent: 0, received: 0, checksum: 0 }
+        Tally {
+            queries: 0,
+            hist: histogram(),
+            hits: 0,
+            out_records: 0,
+            sent: 0,
+            received: 0,
+            checksum: 0,
+        }
     }
 }
 
@@ -103,7 +111,8 @@ impl<'a> Worker<'a> {
     }
 
     fn pick(&mut self) {
-        self.picker.pick(&mut self.rng, self.a.friends, &mut self.ids);
+        self.picker
+            .pick(&mut self.rng, self.a.friends, &mut self.ids);
     }
 
     fn send_get(&mut self) -> Result<(), Error> {
@@ -123,8 +132,15 @@ impl<'a> Worker<'a> {
     /// The filter's output in the reply buffer: exactly one VALUE, named after the filter.
     fn fget_output(&self) -> Result<Range<usize>, Error> {
         match self.conn.values() {
-            [one] if self.conn.bytes()[one.key.clone()] == *self.a.filter.as_bytes() => Ok(one.data.clone()),
-            values => Err(format!("fget answered {} values, want one named {}", values.len(), self.a.filter).into()),
+            [one] if self.conn.bytes()[one.key.clone()] == *self.a.filter.as_bytes() => {
+                Ok(one.data.clone())
+            }
+            values => Err(format!(
+                "fget answered {} values, want one named {}",
+                values.len(),
+                self.a.filter
+            )
+            .into()),
         }
     }
 
@@ -136,7 +152,12 @@ impl<'a> Worker<'a> {
         let bytes = self.conn.bytes();
         let values = self.conn.values();
         if values.len() != self.ids.len() {
-            return Err(format!("{} of {} friends missing: load the data first", self.ids.len() - values.len(), self.ids.len()).into());
+            return Err(format!(
+                "{} of {} friends missing: load the data first",
+                self.ids.len() - values.len(),
+                self.ids.len()
+            )
+            .into());
         }
         let mut key = Vec::new();
         let mut want = Vec::new();
@@ -145,13 +166,19 @@ impl<'a> Worker<'a> {
             key.clear();
             gen::push_key(&mut key, id);
             if bytes[span.key.clone()] != key[..] {
-                return Err(format!("reply out of order: {:?} where u:{id} was asked", String::from_utf8_lossy(&bytes[span.key.clone()])).into());
+                return Err(format!(
+                    "reply out of order: {:?} where u:{id} was asked",
+                    String::from_utf8_lossy(&bytes[span.key.clone()])
+                )
+                .into());
             }
             if let Some(seed) = self.a.data_seed {
                 want.clear();
                 gen::push_value(seed, id, self.a.records, &mut want);
                 if bytes[span.data.clone()] != want[..] {
-                    return Err(format!("value of u:{id} is not what `load --seed {seed}` stored").into());
+                    return Err(
+                        format!("value of u:{id} is not what `load --seed {seed}` stored").into(),
+                    );
                 }
             }
             all.extend(records::iter(&bytes[span.data.clone()]));
@@ -192,17 +219,25 @@ impl<'a> Worker<'a> {
                 let top = self.rank_reply();
                 t.hits += self.conn.values().len() as u64;
                 t.out_records += top.len() as u64;
-                t.checksum = top.iter().fold(t.checksum, |c, r| c.rotate_left(5) ^ r.ts ^ r.article);
+                t.checksum = top
+                    .iter()
+                    .fold(t.checksum, |c, r| c.rotate_left(5) ^ r.ts ^ r.article);
             }
             Mode::Fget => {
                 self.send_fget()?;
                 self.conn.recv_reply()?;
                 let out = &self.conn.bytes()[self.fget_output()?];
                 if !out.len().is_multiple_of(RECORD_LEN) || out.len() / RECORD_LEN > self.a.k {
-                    return Err(format!("fget output of {} bytes is not at most {} records", out.len(), self.a.k).into());
+                    return Err(format!(
+                        "fget output of {} bytes is not at most {} records",
+                        out.len(),
+                        self.a.k
+                    )
+                    .into());
                 }
                 t.out_records += (out.len() / RECORD_LEN) as u64;
-                t.checksum = records::iter(out).fold(t.checksum, |c, r| c.rotate_left(5) ^ r.ts ^ r.article);
+                t.checksum =
+                    records::iter(out).fold(t.checksum, |c, r| c.rotate_left(5) ^ r.ts ^ r.article);
             }
         }
         t.hist.saturating_record(start.elapsed().as_nanos() as u64);
@@ -212,7 +247,12 @@ impl<'a> Worker<'a> {
 }
 
 /// One connection's life: checks and warm-up, the barrier, then queries until `stop`.
-fn connection(a: &RunArgs, index: usize, barrier: &Barrier, stop: &AtomicBool) -> Result<Tally, Error> {
+fn connection(
+    a: &RunArgs,
+    index: usize,
+    barrier: &Barrier,
+    stop: &AtomicBool,
+) -> Result<Tally, Error> {
     let ready = (|| {
         let mut w = Worker::new(a, index)?;
         for _ in 0..a.check {
@@ -251,7 +291,12 @@ fn process_cpu_us(pid: u32) -> Result<f64, Error> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
     let after = stat.rsplit_once(')').ok_or("no ) in /proc/PID/stat")?.1;
     let mut fields = after.split_whitespace().skip(11);
-    let mut tick = || fields.next().and_then(|f| f.parse::<u64>().ok()).ok_or("short /proc/PID/stat");
+    let mut tick = || {
+        fields
+            .next()
+            .and_then(|f| f.parse::<u64>().ok())
+            .ok_or("short /proc/PID/stat")
+    };
     let ticks = tick()? + tick()?;
     // SAFETY: sysconf has no preconditions.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
@@ -280,10 +325,12 @@ pub fn run(a: &RunArgs) -> Result<(), Error> {
     let barrier = Barrier::new(a.conns + 1);
     let stop = AtomicBool::new(false);
     let (tallies, secs, cpu, server_cpu) = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..a.conns).map(|i| {
-            let (barrier, stop) = (&barrier, &stop);
-            s.spawn(move || connection(a, i, barrier, stop))
-        }).collect();
+        let handles: Vec<_> = (0..a.conns)
+            .map(|i| {
+                let (barrier, stop) = (&barrier, &stop);
+                s.spawn(move || connection(a, i, barrier, stop))
+            })
+            .collect();
         barrier.wait();
         let server0 = a.server_pid.map(process_cpu_us).transpose();
         let (cpu0, t0) = (cpu_us(), Instant::now());
@@ -297,7 +344,13 @@ pub fn run(a: &RunArgs) -> Result<(), Error> {
             std::thread::sleep((end - now).min(Duration::from_millis(50)));
         }
         stop.store(true, Ordering::Relaxed);
-        let tallies: Vec<_> = handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("connection thread panicked".into()))).collect();
+        let tallies: Vec<_> = handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err("connection thread panicked".into()))
+            })
+            .collect();
         let (secs, cpu) = (t0.elapsed().as_secs_f64(), cpu_us() - cpu0);
         let server = match (server0, a.server_pid.map(process_cpu_us).transpose()) {
             (Ok(Some(before)), Ok(Some(after))) => Ok(Some(after - before)),
@@ -310,7 +363,9 @@ pub fn run(a: &RunArgs) -> Result<(), Error> {
     for t in tallies {
         let t = t?;
         all.queries += t.queries;
-        all.hist.add(&t.hist).map_err(|e| format!("histogram: {e:?}"))?;
+        all.hist
+            .add(&t.hist)
+            .map_err(|e| format!("histogram: {e:?}"))?;
         all.hits += t.hits;
         all.out_records += t.out_records;
         all.sent += t.sent;
@@ -359,6 +414,10 @@ fn report(a: &RunArgs, t: &Tally, secs: f64, cpu_us: f64, server_cpu_us: Option<
     if a.mode == Mode::Client {
         line += &format!(" hits_per_query={:.2}", t.hits as f64 / q);
     }
-    line += &format!(" checked={} checksum={:016x}", a.check * a.conns, t.checksum);
+    line += &format!(
+        " checked={} checksum={:016x}",
+        a.check * a.conns,
+        t.checksum
+    );
     line
 }

@@ -55,7 +55,13 @@ fn connect(a: &Args, cfg: &Arc<rustls::ClientConfig>) -> BufReader<Tls> {
 }
 
 /// One request and its whole reply; false on an unexpected reply.
-fn request(s: &mut BufReader<Tls>, req: &[u8], get: bool, line: &mut Vec<u8>, value: &mut Vec<u8>) -> bool {
+fn request(
+    s: &mut BufReader<Tls>,
+    req: &[u8],
+    get: bool,
+    line: &mut Vec<u8>,
+    value: &mut Vec<u8>,
+) -> bool {
     s.get_mut().write_all(req).expect("write");
     line.clear();
     s.read_until(b'\n', line).expect("read");
@@ -63,7 +69,13 @@ fn request(s: &mut BufReader<Tls>, req: &[u8], get: bool, line: &mut Vec<u8>, va
         return line == b"STORED\r\n";
     }
     if line.starts_with(b"VALUE ") {
-        let len: usize = std::str::from_utf8(&line[..line.len() - 2]).unwrap().rsplit(' ').next().unwrap().parse().unwrap();
+        let len: usize = std::str::from_utf8(&line[..line.len() - 2])
+            .unwrap()
+            .rsplit(' ')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
         value.resize(len + 2, 0);
         s.read_exact(value).expect("read value");
         line.clear();
@@ -79,11 +91,13 @@ fn main() {
         roots.add(c.expect("CA certificate")).expect("add CA");
     }
     let cfg = Arc::new(
-        rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-            .with_safe_default_protocol_versions()
-            .expect("protocol versions")
-            .with_root_certificates(roots)
-            .with_no_client_auth(),
+        rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .expect("protocol versions")
+        .with_root_certificates(roots)
+        .with_no_client_auth(),
     );
     let value = vec![b'v'; a.value_size];
     let set = |k: u64| {
@@ -96,7 +110,11 @@ fn main() {
         let mut s = connect(&a, &cfg);
         let (mut line, mut v) = (Vec::new(), Vec::new());
         for k in 0..a.keys {
-            assert!(request(&mut s, &set(k), false, &mut line, &mut v), "prefill: {}", String::from_utf8_lossy(&line));
+            assert!(
+                request(&mut s, &set(k), false, &mut line, &mut v),
+                "prefill: {}",
+                String::from_utf8_lossy(&line)
+            );
         }
     }
     let deadline = Instant::now() + Duration::from_secs_f64(a.duration);
@@ -118,7 +136,11 @@ fn main() {
                         x ^= x << 17;
                         let k = x % a.keys;
                         let is_set = n.is_multiple_of(a.ratio + 1);
-                        let req = if is_set { set(k) } else { format!("get key:{k:010}\r\n").into_bytes() };
+                        let req = if is_set {
+                            set(k)
+                        } else {
+                            format!("get key:{k:010}\r\n").into_bytes()
+                        };
                         let t0 = Instant::now();
                         if !request(&mut s, &req, !is_set, &mut line, &mut v) {
                             errors += 1;
@@ -130,7 +152,10 @@ fn main() {
                 })
             })
             .collect();
-        handles.into_iter().map(|h| h.join().expect("thread")).collect()
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("thread"))
+            .collect()
     });
     let secs = start.elapsed().as_secs_f64();
     let mut all = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).unwrap();

@@ -15,7 +15,9 @@ use std::process::{Command, Output, Stdio};
 fn mnemo(servers: &str, args: &[&str], stdin: Option<&[u8]>) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_mnemo"));
     cmd.arg("--servers").arg(servers).args(args);
-    cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    cmd.stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
     let mut child = cmd.spawn().expect("run mnemo");
     if let Some(input) = stdin {
         child.stdin.take().unwrap().write_all(input).unwrap();
@@ -25,7 +27,12 @@ fn mnemo(servers: &str, args: &[&str], stdin: Option<&[u8]>) -> Output {
 }
 
 fn ok(out: &Output) -> String {
-    assert!(out.status.success(), "mnemo failed: {}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "mnemo failed: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8(out.stdout.clone()).unwrap()
 }
 
@@ -33,10 +40,15 @@ fn ok(out: &Output) -> String {
 fn operator_commands_on_both_servers() {
     for srv in Server::both(&[]) {
         let s = srv.addr();
-        assert!(ok(&mnemo(&s, &["set", "greeting", "hello world"], None)).starts_with("STORED greeting on "));
+        assert!(ok(&mnemo(&s, &["set", "greeting", "hello world"], None))
+            .starts_with("STORED greeting on "));
         assert_eq!(ok(&mnemo(&s, &["get", "greeting"], None)), "hello world\n");
         // A value from stdin, stored as bytes.
-        ok(&mnemo(&s, &["set", "--bytes", "blob", "-"], Some(b"\x00\x01\x02")));
+        ok(&mnemo(
+            &s,
+            &["set", "--bytes", "blob", "-"],
+            Some(b"\x00\x01\x02"),
+        ));
         assert_eq!(mnemo(&s, &["get", "blob"], None).stdout, b"\x00\x01\x02\n");
         ok(&mnemo(&s, &["set", "n", "10"], None));
         assert_eq!(ok(&mnemo(&s, &["incr", "n", "5"], None)), "15\n");
@@ -50,9 +62,19 @@ fn operator_commands_on_both_servers() {
         // stats: one block per server with the general counters.
         let stats = ok(&mnemo(&s, &["stats"], None));
         assert!(stats.starts_with(&format!("# {s}\n")), "{stats}");
-        assert!(stats.lines().any(|l| l.starts_with("cmd_set ") || l.starts_with("cmd_set  ")), "{stats}");
+        assert!(
+            stats
+                .lines()
+                .any(|l| l.starts_with("cmd_set ") || l.starts_with("cmd_set  ")),
+            "{stats}"
+        );
         let settings = ok(&mnemo(&s, &["stats", "settings"], None));
-        assert!(settings.lines().any(|l| l.split_whitespace().next() == Some("maxconns")), "{settings}");
+        assert!(
+            settings
+                .lines()
+                .any(|l| l.split_whitespace().next() == Some("maxconns")),
+            "{settings}"
+        );
         // flush: everything gone.
         assert_eq!(ok(&mnemo(&s, &["flush"], None)), format!("flushed {s}\n"));
         assert_eq!(mnemo(&s, &["get", "greeting"], None).status.code(), Some(1));
@@ -80,7 +102,10 @@ fn keys_lists_what_each_server_holds() {
         // dump is complete the first time).
         let mut keys = Vec::new();
         for _ in 0..100 {
-            keys = ok(&mnemo(&s, &["keys"], None)).lines().map(str::to_owned).collect::<Vec<_>>();
+            keys = ok(&mnemo(&s, &["keys"], None))
+                .lines()
+                .map(str::to_owned)
+                .collect::<Vec<_>>();
             keys.sort();
             if keys.len() == 4 || srv.name == "mnemod" {
                 break;
@@ -109,14 +134,37 @@ fn route_keys() -> Vec<String> {
 fn route_matches_pylibmc(weights: &[u32]) {
     let Some(py) = python() else { return };
     let servers: Vec<Server> = weights.iter().map(|_| Server::memcached(&[])).collect();
-    let list = servers.iter().zip(weights).map(|(s, w)| format!("{}:{w}", s.addr())).collect::<Vec<_>>().join(",");
+    let list = servers
+        .iter()
+        .zip(weights)
+        .map(|(s, w)| format!("{}:{w}", s.addr()))
+        .collect::<Vec<_>>()
+        .join(",");
     let keys = route_keys();
-    let keyfile = std::env::temp_dir().join(format!("mnemo-route-{}-{}.txt", std::process::id(), weights.len()));
+    let keyfile = std::env::temp_dir().join(format!(
+        "mnemo-route-{}-{}.txt",
+        std::process::id(),
+        weights.len()
+    ));
     std::fs::write(&keyfile, keys.join("\n")).unwrap();
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../client/tests/interop/ketama_pylibmc.py");
-    let held = Command::new(py).arg(script).arg(&list).arg(&keyfile).output().unwrap();
-    assert!(held.status.success(), "{}", String::from_utf8_lossy(&held.stderr));
-    let ours = ok(&mnemo(&list, &["route", "-"], Some(keys.join("\n").as_bytes())));
+    let script =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../client/tests/interop/ketama_pylibmc.py");
+    let held = Command::new(py)
+        .arg(script)
+        .arg(&list)
+        .arg(&keyfile)
+        .output()
+        .unwrap();
+    assert!(
+        held.status.success(),
+        "{}",
+        String::from_utf8_lossy(&held.stderr)
+    );
+    let ours = ok(&mnemo(
+        &list,
+        &["route", "-"],
+        Some(keys.join("\n").as_bytes()),
+    ));
     let _ = std::fs::remove_file(&keyfile);
     let held = String::from_utf8(held.stdout).unwrap();
     let (mut same, mut n) = (0, 0);
@@ -130,7 +178,12 @@ fn route_matches_pylibmc(weights: &[u32]) {
         }
     }
     assert_eq!(n, keys.len());
-    assert_eq!(same, n, "weights {weights:?}: {} of {n} keys routed elsewhere than pylibmc put them", n - same);
+    assert_eq!(
+        same,
+        n,
+        "weights {weights:?}: {} of {n} keys routed elsewhere than pylibmc put them",
+        n - same
+    );
 }
 
 #[test]
@@ -176,14 +229,30 @@ fn fget_merges_what_each_server_filtered() {
     let line = |n: u64| format!("{n}\t{}\t{n}", 2 * n);
 
     // topk:3: the three newest over both servers, newest first.
-    let args = [&["fget", "all", "--arg", "3", "--merge", "topk:3", "--records"][..], &key_args].concat();
+    let args = [
+        &[
+            "fget",
+            "all",
+            "--arg",
+            "3",
+            "--merge",
+            "topk:3",
+            "--records",
+        ][..],
+        &key_args,
+    ]
+    .concat();
     let top = ok(&mnemo(&list, &args, None));
     assert_eq!(top, [40, 39, 38].map(|n| line(n) + "\n").concat());
     // Both servers were asked (the keys spread over them).
     assert!(fakes.iter().all(|f| !f.received().is_empty()));
 
     // concat (the default), keys from stdin: every record, each server's in its key order.
-    let all = ok(&mnemo(&list, &["fget", "all", "--records", "-"], Some(keys.join("\n").as_bytes())));
+    let all = ok(&mnemo(
+        &list,
+        &["fget", "all", "--records", "-"],
+        Some(keys.join("\n").as_bytes()),
+    ));
     let mut got: Vec<&str> = all.lines().collect();
     got.sort_by_key(|l| l.split('\t').next().unwrap().parse::<u64>().unwrap());
     assert_eq!(got, (1..=40).map(line).collect::<Vec<_>>());
@@ -198,7 +267,10 @@ fn fget_merges_what_each_server_filtered() {
     assert_eq!(failed.status.code(), Some(1));
     assert!(failed.stdout.is_empty());
     let err = String::from_utf8_lossy(&failed.stderr);
-    assert!(err.starts_with("mnemo: ") && err.contains("SERVER_ERROR filter timeout"), "{err}");
+    assert!(
+        err.starts_with("mnemo: ") && err.contains("SERVER_ERROR filter timeout"),
+        "{err}"
+    );
 
     // Bad arguments are refused before anything is sent.
     let bad = mnemo(&list, &["fget", "all", "--merge", "topk:0", "k1"], None);

@@ -32,7 +32,9 @@ mod raw {
     pub unsafe extern "C" fn mnemo_filter(in_ptr: i32, in_len: i32) -> i32 {
         // SAFETY: the host wrote `in_len` bytes at `in_ptr`.
         let bytes = unsafe { wasm_input(in_ptr, in_len) };
-        let args = bytes.and_then(|b| Input::parse(b).ok()).map_or(&b""[..], |input| input.args());
+        let args = bytes
+            .and_then(|b| Input::parse(b).ok())
+            .map_or(&b""[..], |input| input.args());
         let memory_end = core::arch::wasm32::memory_size(0) as u64 * PAGE;
         match args {
             b"huge" => wasm_finish(0, 0, vec![b'x'; super::HUGE]),
@@ -42,7 +44,12 @@ mod raw {
                 // Start inside memory (a real static), end one byte past it.
                 static START: [u8; 16] = [0; 16];
                 let ptr = START.as_ptr() as usize as u64;
-                wasm_result_record(0, 0, ptr as u32, (memory_end - ptr + 1).min(u32::MAX as u64) as u32)
+                wasm_result_record(
+                    0,
+                    0,
+                    ptr as u32,
+                    (memory_end - ptr + 1).min(u32::MAX as u64) as u32,
+                )
             }
         }
     }

@@ -13,7 +13,9 @@ pub const MAX_K: u64 = 100_000;
 pub fn parse_k(arg: &[u8]) -> Result<usize, String> {
     match args::decimal_u64(arg) {
         Some(k) if (1..=MAX_K).contains(&k) => Ok(k as usize),
-        _ => Err(format!("bad argument: K must be a decimal number from 1 to {MAX_K}")),
+        _ => Err(format!(
+            "bad argument: K must be a decimal number from 1 to {MAX_K}"
+        )),
     }
 }
 

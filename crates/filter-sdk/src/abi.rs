@@ -27,7 +27,11 @@ pub enum AbiError {
     /// `nkeys` entries cannot fit in what is left, even if every one were empty.
     TooManyKeys { nkeys: u32, available: usize },
     /// Entry `index`'s value length runs past the end of the buffer.
-    ValuePastEnd { index: u32, len: u32, available: usize },
+    ValuePastEnd {
+        index: u32,
+        len: u32,
+        available: usize,
+    },
     /// Bytes are left after the last entry.
     TrailingBytes { count: usize },
 }
@@ -35,17 +39,31 @@ pub enum AbiError {
 impl fmt::Display for AbiError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match *self {
-            AbiError::Truncated { what, at } => write!(f, "bad input: truncated {what} at byte {at}"),
+            AbiError::Truncated { what, at } => {
+                write!(f, "bad input: truncated {what} at byte {at}")
+            }
             AbiError::ArgsPastEnd { len, available } => {
-                write!(f, "bad input: argument length {len} but {available} bytes left")
+                write!(
+                    f,
+                    "bad input: argument length {len} but {available} bytes left"
+                )
             }
             AbiError::TooManyKeys { nkeys, available } => {
                 write!(f, "bad input: {nkeys} keys cannot fit in {available} bytes")
             }
-            AbiError::ValuePastEnd { index, len, available } => {
-                write!(f, "bad input: entry {index} has length {len} but {available} bytes left")
+            AbiError::ValuePastEnd {
+                index,
+                len,
+                available,
+            } => {
+                write!(
+                    f,
+                    "bad input: entry {index} has length {len} but {available} bytes left"
+                )
             }
-            AbiError::TrailingBytes { count } => write!(f, "bad input: {count} bytes after the last entry"),
+            AbiError::TrailingBytes { count } => {
+                write!(f, "bad input: {count} bytes after the last entry")
+            }
         }
     }
 }
@@ -82,7 +100,11 @@ fn read_u32(buf: &[u8], at: usize, what: &'static str) -> Result<u32, AbiError> 
 /// Decode the entry at `pos` of `entries` (entry number `index`, for messages): the entry and
 /// the position just past it. The one place that reads an entry, used by both validation and
 /// iteration.
-fn entry_at(entries: &[u8], pos: usize, index: u32) -> Result<(Option<Value<'_>>, usize), AbiError> {
+fn entry_at(
+    entries: &[u8],
+    pos: usize,
+    index: u32,
+) -> Result<(Option<Value<'_>>, usize), AbiError> {
     let flags = read_u32(entries, pos, "entry flags")?;
     let len = read_u32(entries, pos + 4, "entry length")?;
     let start = pos + ENTRY_HEAD;
@@ -92,10 +114,20 @@ fn entry_at(entries: &[u8], pos: usize, index: u32) -> Result<(Option<Value<'_>>
     }
     let available = entries.len() - start;
     if len as usize > available {
-        return Err(AbiError::ValuePastEnd { index, len, available });
+        return Err(AbiError::ValuePastEnd {
+            index,
+            len,
+            available,
+        });
     }
     let end = start + len as usize;
-    Ok((Some(Value { flags, data: &entries[start..end] }), end))
+    Ok((
+        Some(Value {
+            flags,
+            data: &entries[start..end],
+        }),
+        end,
+    ))
 }
 
 impl<'a> Input<'a> {
@@ -104,7 +136,10 @@ impl<'a> Input<'a> {
         let arg_len = read_u32(bytes, 0, "argument length")?;
         let available = bytes.len() - 4;
         if arg_len as usize > available {
-            return Err(AbiError::ArgsPastEnd { len: arg_len, available });
+            return Err(AbiError::ArgsPastEnd {
+                len: arg_len,
+                available,
+            });
         }
         let args_end = 4 + arg_len as usize;
         let args = &bytes[4..args_end];
@@ -112,16 +147,25 @@ impl<'a> Input<'a> {
         let entries = &bytes[args_end + 4..];
         // Every entry has at least its header: refuse an absurd count before walking it.
         if nkeys as u64 * ENTRY_HEAD as u64 > entries.len() as u64 {
-            return Err(AbiError::TooManyKeys { nkeys, available: entries.len() });
+            return Err(AbiError::TooManyKeys {
+                nkeys,
+                available: entries.len(),
+            });
         }
         let mut pos = 0;
         for index in 0..nkeys {
             pos = entry_at(entries, pos, index)?.1;
         }
         if pos != entries.len() {
-            return Err(AbiError::TrailingBytes { count: entries.len() - pos });
+            return Err(AbiError::TrailingBytes {
+                count: entries.len() - pos,
+            });
         }
-        Ok(Input { args, nkeys, entries })
+        Ok(Input {
+            args,
+            nkeys,
+            entries,
+        })
     }
 
     /// The argument bytes of the request (possibly empty).
@@ -140,7 +184,12 @@ impl<'a> Input<'a> {
 
     /// Each key's value in request order; `None` for a key the cache does not hold.
     pub fn values(&self) -> Values<'a> {
-        Values { entries: self.entries, pos: 0, index: 0, nkeys: self.nkeys }
+        Values {
+            entries: self.entries,
+            pos: 0,
+            index: 0,
+            nkeys: self.nkeys,
+        }
     }
 }
 
@@ -190,7 +239,10 @@ impl Output {
 
     /// Start with room for `capacity` bytes, when the filter can tell its output size.
     pub fn with_capacity(capacity: usize) -> Output {
-        Output { data: Vec::with_capacity(capacity), flags: 0 }
+        Output {
+            data: Vec::with_capacity(capacity),
+            flags: 0,
+        }
     }
 
     /// Append bytes to the result.
@@ -263,7 +315,12 @@ pub fn encode_input(args: &[u8], entries: &[Option<(u32, &[u8])>]) -> Vec<u8> {
             _ => panic!("encode_input: {what} of {n} bytes does not fit the layout"),
         }
     };
-    let size = 8 + args.len() + entries.iter().map(|e| ENTRY_HEAD + e.map_or(0, |(_, v)| v.len())).sum::<usize>();
+    let size = 8
+        + args.len()
+        + entries
+            .iter()
+            .map(|e| ENTRY_HEAD + e.map_or(0, |(_, v)| v.len()))
+            .sum::<usize>();
     let mut out = Vec::with_capacity(size);
     out.extend_from_slice(&u32_len(args.len(), "arguments").to_le_bytes());
     out.extend_from_slice(args);
@@ -290,7 +347,10 @@ mod tests {
     use proptest::prelude::*;
 
     fn owned(input: &Input<'_>) -> Vec<Option<(u32, Vec<u8>)>> {
-        input.values().map(|v| v.map(|v| (v.flags, v.data.to_vec()))).collect()
+        input
+            .values()
+            .map(|v| v.map(|v| (v.flags, v.data.to_vec())))
+            .collect()
     }
 
     #[test]
@@ -300,7 +360,10 @@ mod tests {
         assert_eq!(input.args(), b"10");
         assert_eq!(input.len(), 4);
         assert_eq!(input.values().len(), 4);
-        assert_eq!(owned(&input), vec![Some((7, b"abc".to_vec())), None, Some((0, vec![])), None]);
+        assert_eq!(
+            owned(&input),
+            vec![Some((7, b"abc".to_vec())), None, Some((0, vec![])), None]
+        );
     }
 
     #[test]
@@ -329,32 +392,64 @@ mod tests {
         let good = encode_input(b"abc", &[Some((1, b"hello")), None]);
         // Every strict prefix is malformed.
         for n in 0..good.len() {
-            assert!(Input::parse(&good[..n]).is_err(), "prefix of {n} bytes accepted");
+            assert!(
+                Input::parse(&good[..n]).is_err(),
+                "prefix of {n} bytes accepted"
+            );
         }
         let mut trailing = good.clone();
         trailing.push(0);
-        assert_eq!(Input::parse(&trailing).unwrap_err(), AbiError::TrailingBytes { count: 1 });
+        assert_eq!(
+            Input::parse(&trailing).unwrap_err(),
+            AbiError::TrailingBytes { count: 1 }
+        );
 
-        assert_eq!(Input::parse(&[]).unwrap_err(), AbiError::Truncated { what: "argument length", at: 0 });
+        assert_eq!(
+            Input::parse(&[]).unwrap_err(),
+            AbiError::Truncated {
+                what: "argument length",
+                at: 0
+            }
+        );
         // Argument length past the end, including the largest one (no overflow on wasm32).
         for len in [4u32, 0xFFFF_FFFF, 0xFFFF_FFFC] {
             let mut b = len.to_le_bytes().to_vec();
             b.extend_from_slice(&[0; 3]);
-            assert!(matches!(Input::parse(&b), Err(AbiError::ArgsPastEnd { .. })), "{len}");
+            assert!(
+                matches!(Input::parse(&b), Err(AbiError::ArgsPastEnd { .. })),
+                "{len}"
+            );
         }
         // A huge key count is refused without walking it.
         let mut b = encode_input(b"", &[]);
         b[4..8].copy_from_slice(&u32::MAX.to_le_bytes());
-        assert_eq!(Input::parse(&b).unwrap_err(), AbiError::TooManyKeys { nkeys: u32::MAX, available: 0 });
+        assert_eq!(
+            Input::parse(&b).unwrap_err(),
+            AbiError::TooManyKeys {
+                nkeys: u32::MAX,
+                available: 0
+            }
+        );
         // A value length past the end, and the largest non-missing length.
         for len in [14u32, 0xFFFF_FFFE] {
             let mut b = good.clone();
             b[15..19].copy_from_slice(&len.to_le_bytes());
-            assert!(matches!(Input::parse(&b), Err(AbiError::ValuePastEnd { index: 0, .. })), "{len}");
+            assert!(
+                matches!(
+                    Input::parse(&b),
+                    Err(AbiError::ValuePastEnd { index: 0, .. })
+                ),
+                "{len}"
+            );
         }
         // Messages read well.
         assert_eq!(
-            AbiError::ValuePastEnd { index: 2, len: 9, available: 3 }.to_string(),
+            AbiError::ValuePastEnd {
+                index: 2,
+                len: 9,
+                available: 3
+            }
+            .to_string(),
             "bad input: entry 2 has length 9 but 3 bytes left"
         );
     }
@@ -366,18 +461,27 @@ mod tests {
         std::io::Write::write_all(&mut out, b"cd").unwrap();
         out.vec_mut().push(b'e');
         out.set_flags(9);
-        assert_eq!((out.as_bytes(), out.flags(), out.len()), (&b"abcde"[..], 9, 5));
+        assert_eq!(
+            (out.as_bytes(), out.flags(), out.len()),
+            (&b"abcde"[..], 9, 5)
+        );
         out.clear();
         assert!(out.is_empty());
         assert_eq!(out.flags(), 9);
     }
 
     fn borrow(entries: &[Option<(u32, Vec<u8>)>]) -> Vec<Option<(u32, &[u8])>> {
-        entries.iter().map(|e| e.as_ref().map(|(f, v)| (*f, v.as_slice()))).collect()
+        entries
+            .iter()
+            .map(|e| e.as_ref().map(|(f, v)| (*f, v.as_slice())))
+            .collect()
     }
 
     fn entries() -> impl Strategy<Value = Vec<Option<(u32, Vec<u8>)>>> {
-        prop::collection::vec(prop::option::of((any::<u32>(), prop::collection::vec(any::<u8>(), 0..40))), 0..12)
+        prop::collection::vec(
+            prop::option::of((any::<u32>(), prop::collection::vec(any::<u8>(), 0..40))),
+            0..12,
+        )
     }
 
     proptest! {

@@ -32,7 +32,17 @@ mod tests {
         assert_eq!(decimal_u64(b"0"), Some(0));
         assert_eq!(decimal_u64(b"0010"), Some(10));
         assert_eq!(decimal_u64(b"18446744073709551615"), Some(u64::MAX));
-        for bad in [&b""[..], b"18446744073709551616", b"+1", b"-1", b" 1", b"1 ", b"1\r\n", b"0x10", b"1e3"] {
+        for bad in [
+            &b""[..],
+            b"18446744073709551616",
+            b"+1",
+            b"-1",
+            b" 1",
+            b"1 ",
+            b"1\r\n",
+            b"0x10",
+            b"1e3",
+        ] {
             assert_eq!(decimal_u64(bad), None, "{bad:?}");
         }
     }

@@ -98,7 +98,12 @@ unsafe fn report_error(out: &mut MnemoOutput, msg: &str) -> i32 {
 /// `input` is valid for reads of `input_len` bytes (or `input_len` is 0); `out` is null or
 /// points to a valid `MnemoOutput` whose `data` is valid for writes of `cap` bytes. The caller
 /// does not touch these buffers during the call.
-pub unsafe fn native_call<F>(input: *const u8, input_len: usize, out: *mut MnemoOutput, filter: F) -> i32
+pub unsafe fn native_call<F>(
+    input: *const u8,
+    input_len: usize,
+    out: *mut MnemoOutput,
+    filter: F,
+) -> i32
 where
     F: FnOnce(&Input<'_>, &mut Output) -> Result<(), String>,
 {
@@ -202,7 +207,12 @@ mod wasm {
         // that made them (the host has copied them before it calls again).
         let kept = unsafe { &mut *LAST.0.get() };
         *kept = bytes;
-        result_record(status as u32, flags, kept.as_ptr() as usize as u32, kept.len() as u32)
+        result_record(
+            status as u32,
+            flags,
+            kept.as_ptr() as usize as u32,
+            kept.len() as u32,
+        )
     }
 
     /// The wasm32 `mnemo_filter`.
@@ -228,7 +238,9 @@ mod wasm {
 }
 
 #[cfg(target_arch = "wasm32")]
-pub use wasm::{finish as wasm_finish, input as wasm_input, result_record as wasm_result_record, wasm_call};
+pub use wasm::{
+    finish as wasm_finish, input as wasm_input, result_record as wasm_result_record, wasm_call,
+};
 
 #[cfg(test)]
 mod tests {
@@ -253,7 +265,12 @@ mod tests {
 
     fn call(input: &[u8], cap: usize) -> (i32, Vec<u8>, usize, u32) {
         let mut buf = vec![0xAAu8; cap];
-        let mut out = MnemoOutput { data: buf.as_mut_ptr(), cap, len: 99, flags: 99 };
+        let mut out = MnemoOutput {
+            data: buf.as_mut_ptr(),
+            cap,
+            len: 99,
+            flags: 99,
+        };
         // SAFETY: both buffers are valid for their stated lengths.
         let rc = unsafe { native_call(input.as_ptr(), input.len(), &mut out, echo) };
         let written = buf[..out.len.min(cap)].to_vec();
@@ -270,9 +287,15 @@ mod tests {
         assert_eq!((rc, len, flags), (2, 5, 0));
 
         let fail = encode_input(b"fail", &[]);
-        assert_eq!(call(&fail, 100), (1, "failed: \u{e9}\u{e9}".as_bytes().to_vec(), 12, 0));
+        assert_eq!(
+            call(&fail, 100),
+            (1, "failed: \u{e9}\u{e9}".as_bytes().to_vec(), 12, 0)
+        );
         // Cut to cap, on a character boundary (the second é would straddle byte 10..12).
-        assert_eq!(call(&fail, 11), (1, "failed: \u{e9}".as_bytes().to_vec(), 10, 0));
+        assert_eq!(
+            call(&fail, 11),
+            (1, "failed: \u{e9}".as_bytes().to_vec(), 10, 0)
+        );
         assert_eq!(call(&fail, 0), (1, vec![], 0, 0));
 
         let boom = encode_input(b"panic", &[]);
@@ -287,17 +310,33 @@ mod tests {
         assert_eq!(msg, b"bad input: truncated argument length at byte 0");
         assert_eq!(call(&[], 100).0, 1);
 
-        let mut out = MnemoOutput { data: ptr::null_mut(), cap: 0, len: 7, flags: 7 };
+        let mut out = MnemoOutput {
+            data: ptr::null_mut(),
+            cap: 0,
+            len: 7,
+            flags: 7,
+        };
         // SAFETY: a null input with length 0 is allowed; `out` has no buffer and cap 0.
         assert_eq!(unsafe { native_call(ptr::null(), 0, &mut out, echo) }, 1);
         assert_eq!(out.len, 0);
         // SAFETY: null `out` is allowed and only yields an error code.
-        assert_eq!(unsafe { native_call(ptr::null(), 0, ptr::null_mut(), echo) }, 1);
+        assert_eq!(
+            unsafe { native_call(ptr::null(), 0, ptr::null_mut(), echo) },
+            1
+        );
         // A null data pointer with a non-zero cap is treated as no room at all.
         let input = encode_input(b"x", &[]);
-        let mut out = MnemoOutput { data: ptr::null_mut(), cap: 64, len: 0, flags: 0 };
+        let mut out = MnemoOutput {
+            data: ptr::null_mut(),
+            cap: 64,
+            len: 0,
+            flags: 0,
+        };
         // SAFETY: `out.data` is null, so nothing is written through it.
-        assert_eq!(unsafe { native_call(input.as_ptr(), input.len(), &mut out, echo) }, 2);
+        assert_eq!(
+            unsafe { native_call(input.as_ptr(), input.len(), &mut out, echo) },
+            2
+        );
         assert_eq!(out.len, 1);
     }
 

@@ -26,7 +26,11 @@ pub struct Record {
 impl Record {
     pub fn decode(b: &[u8; RECORD_LEN]) -> Record {
         let word = |i: usize| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
-        Record { user: word(0), article: word(1), ts: word(2) }
+        Record {
+            user: word(0),
+            article: word(1),
+            ts: word(2),
+        }
     }
 
     pub fn encode(&self, out: &mut Vec<u8>) {
@@ -38,7 +42,9 @@ impl Record {
 
 /// The whole records of a value, in order.
 pub fn iter(value: &[u8]) -> impl Iterator<Item = Record> + '_ {
-    value.chunks_exact(RECORD_LEN).map(|c| Record::decode(c.try_into().expect("exact chunk")))
+    value
+        .chunks_exact(RECORD_LEN)
+        .map(|c| Record::decode(c.try_into().expect("exact chunk")))
 }
 
 /// Encode records back to back.
@@ -52,7 +58,9 @@ pub fn encode_all(records: &[Record]) -> Vec<u8> {
 
 /// The "newest first" order: `Less` means `a` comes before `b`.
 pub fn newest_first(a: &Record, b: &Record) -> Ordering {
-    b.ts.cmp(&a.ts).then(a.user.cmp(&b.user)).then(a.article.cmp(&b.article))
+    b.ts.cmp(&a.ts)
+        .then(a.user.cmp(&b.user))
+        .then(a.article.cmp(&b.article))
 }
 
 /// Below this `k`, a sorted buffer of at most `k` records: seed 001's feed (3,000 records,
@@ -168,18 +176,30 @@ mod tests {
             x
         };
         for k in [0, 1, 3, 10, 63, 64, 65, 299, 300, 500] {
-            let all: Vec<Record> = (0..300).map(|_| r(next() % 5, next() % 5, next() % 20)).collect();
+            let all: Vec<Record> = (0..300)
+                .map(|_| r(next() % 5, next() % 5, next() % 20))
+                .collect();
             let mut sorted = all.clone();
             sorted.sort_by(newest_first);
             sorted.truncate(k);
             assert_eq!(top_k(all.iter().copied(), k), sorted, "k={k}");
             let (a, b) = all.split_at(137);
             let values = [encode_all(a), encode_all(b)];
-            assert_eq!(top_k_encoded(values.iter().map(|v| v.as_slice()), k), sorted, "k={k}");
+            assert_eq!(
+                top_k_encoded(values.iter().map(|v| v.as_slice()), k),
+                sorted,
+                "k={k}"
+            );
             // Merging two halves' top-k gives the same.
             let (a, b) = all.split_at(137);
-            let parts = [encode_all(&top_k(a.iter().copied(), k)), encode_all(&top_k(b.iter().copied(), k))];
-            assert_eq!(merge_top_k(parts.iter().map(|p| p.as_slice()), k), encode_all(&sorted));
+            let parts = [
+                encode_all(&top_k(a.iter().copied(), k)),
+                encode_all(&top_k(b.iter().copied(), k)),
+            ];
+            assert_eq!(
+                merge_top_k(parts.iter().map(|p| p.as_slice()), k),
+                encode_all(&sorted)
+            );
         }
     }
 }

@@ -26,9 +26,17 @@ fn load(path: &Path) -> Filter {
     // signatures of mnemo_filter.h.
     unsafe {
         let lib = Library::new(path).unwrap_or_else(|e| panic!("load {}: {e}", path.display()));
-        let filter = *lib.get::<FilterFn>(b"mnemo_filter\0").expect("mnemo_filter");
-        let version = *lib.get::<VersionFn>(b"mnemo_abi_version\0").expect("mnemo_abi_version");
-        Filter { _lib: lib, filter, version }
+        let filter = *lib
+            .get::<FilterFn>(b"mnemo_filter\0")
+            .expect("mnemo_filter");
+        let version = *lib
+            .get::<VersionFn>(b"mnemo_abi_version\0")
+            .expect("mnemo_abi_version");
+        Filter {
+            _lib: lib,
+            filter,
+            version,
+        }
     }
 }
 
@@ -37,11 +45,14 @@ fn c_topk() -> &'static Filter {
     static LIB: OnceLock<Filter> = OnceLock::new();
     LIB.get_or_init(|| {
         let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
-        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("filter-sdk-c-{}", std::process::id()));
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("filter-sdk-c-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let lib = dir.join("libtopk_c.so");
         let status = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
-            .args(["-shared", "-fPIC", "-O2", "-std=c99", "-Wall", "-Wextra", "-Werror", "-I"])
+            .args([
+                "-shared", "-fPIC", "-O2", "-std=c99", "-Wall", "-Wextra", "-Werror", "-I",
+            ])
             .arg(crate_dir.join("include"))
             .arg(crate_dir.join("c/topk.c"))
             .arg("-o")
@@ -74,7 +85,16 @@ fn check_topk(f: &Filter, seed: u64) {
         let bytes = input(k.to_string().as_bytes(), &values);
         let want = reference_topk(&values, k);
         let got = call(f.filter, &bytes, want.len() + rng.below(64) as usize);
-        assert_eq!(got, Call { rc: 0, data: want.clone(), len: want.len(), flags: 0 }, "round {round}, k {k}");
+        assert_eq!(
+            got,
+            Call {
+                rc: 0,
+                data: want.clone(),
+                len: want.len(),
+                flags: 0
+            },
+            "round {round}, k {k}"
+        );
         if !want.is_empty() {
             let short = call(f.filter, &bytes, want.len() - 1);
             assert_eq!((short.rc, short.len), (2, want.len()), "round {round}");
@@ -83,11 +103,22 @@ fn check_topk(f: &Filter, seed: u64) {
 }
 
 fn check_errors(f: &Filter) {
-    let values = vec![Some((0, records::encode_all(&[Record { user: 1, article: 2, ts: 3 }])))];
+    let values = vec![Some((
+        0,
+        records::encode_all(&[Record {
+            user: 1,
+            article: 2,
+            ts: 3,
+        }]),
+    ))];
     for bad in [&b""[..], b"0", b"100001", b"x", b"1 "] {
         let got = call(f.filter, &input(bad, &values), 200);
         assert_eq!(got.rc, 1, "{bad:?}");
-        assert!(got.message().starts_with("bad argument: "), "{bad:?}: {}", got.message());
+        assert!(
+            got.message().starts_with("bad argument: "),
+            "{bad:?}: {}",
+            got.message()
+        );
         // Cut to a small buffer.
         let cut = call(f.filter, &input(bad, &values), 5);
         assert_eq!((cut.rc, cut.message().as_str()), (1, "bad a"));
@@ -107,7 +138,11 @@ fn check_errors(f: &Filter) {
     for bytes in &malformed {
         let got = call(f.filter, bytes, 100);
         assert_eq!(got.rc, 1, "{bytes:?}");
-        assert!(got.message().starts_with("bad input: "), "{}", got.message());
+        assert!(
+            got.message().starts_with("bad input: "),
+            "{}",
+            got.message()
+        );
     }
     assert_eq!(call(f.filter, &good, 100).rc, 0);
 }
@@ -146,7 +181,11 @@ fn c_and_rust_agree_on_a_large_feed() {
     let values = random_values(&mut Rng::new(9), 40, 400, 50);
     for k in [1usize, 10, 1000, 100_000] {
         let bytes = input(k.to_string().as_bytes(), &values);
-        assert_eq!(call(c.filter, &bytes, 1 << 20), call(rust.filter, &bytes, 1 << 20), "k {k}");
+        assert_eq!(
+            call(c.filter, &bytes, 1 << 20),
+            call(rust.filter, &bytes, 1 << 20),
+            "k {k}"
+        );
     }
 }
 
@@ -154,7 +193,10 @@ fn c_and_rust_agree_on_a_large_feed() {
 fn rust_select_cdylib() {
     let f = example("select");
     let values = random_values(&mut Rng::new(4), 8, 50, 4);
-    let want: Vec<Record> = common::all_records(&values).into_iter().filter(|r| r.ts == 3).collect();
+    let want: Vec<Record> = common::all_records(&values)
+        .into_iter()
+        .filter(|r| r.ts == 3)
+        .collect();
     let got = call(f.filter, &input(b"ts=3", &values), 1 << 16);
     assert_eq!((got.rc, got.data), (0, records::encode_all(&want)));
 }
@@ -167,7 +209,10 @@ fn a_panic_does_not_cross_the_boundary() {
     // panic is the first "panicked" a reader (or CI's excerpt) finds, ahead of a real failure.
     let (got, printed) = with_stderr_captured(|| call(f.filter, &input(b"", &vec![None]), 100));
     assert_eq!((got.rc, got.message().as_str()), (1, "panicked"));
-    assert!(printed.contains("hostile_trap: told to trap"), "the filter's own panic message: {printed:?}");
+    assert!(
+        printed.contains("hostile_trap: told to trap"),
+        "the filter's own panic message: {printed:?}"
+    );
 }
 
 /// Run `f` with descriptor 2 sent to a file, and return what was written there. Other tests'
@@ -177,7 +222,8 @@ fn with_stderr_captured<T>(f: impl FnOnce() -> T) -> (T, String) {
     use std::os::fd::AsRawFd;
     static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("stderr-{}", std::process::id()));
+    let path =
+        PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("stderr-{}", std::process::id()));
     let file = std::fs::File::create(&path).unwrap();
     // SAFETY: plain descriptor juggling on descriptors this function owns or restores.
     let saved = unsafe { libc::dup(2) };

@@ -17,7 +17,12 @@ fn run(args: &[u8], values: &common::Values) -> Result<Output, String> {
 }
 
 fn reference(values: &common::Values, keep: impl Fn(&Record) -> bool) -> Vec<u8> {
-    records::encode_all(&all_records(values).into_iter().filter(|r| keep(r)).collect::<Vec<_>>())
+    records::encode_all(
+        &all_records(values)
+            .into_iter()
+            .filter(|r| keep(r))
+            .collect::<Vec<_>>(),
+    )
 }
 
 #[test]
@@ -29,7 +34,10 @@ fn random_data_matches_a_plain_filter() {
         let n = rng.below(8);
         let (args, want) = match round % 3 {
             0 => (format!("user={n}"), reference(&values, |r| r.user == n)),
-            1 => (format!("article={n}"), reference(&values, |r| r.article == n)),
+            1 => (
+                format!("article={n}"),
+                reference(&values, |r| r.article == n),
+            ),
             _ => (format!("ts={n}"), reference(&values, |r| r.ts == n)),
         };
         let out = run(args.as_bytes(), &values).unwrap();
@@ -40,11 +48,33 @@ fn random_data_matches_a_plain_filter() {
 
 #[test]
 fn full_range_values() {
-    let recs = [Record { user: u64::MAX, article: 0, ts: 5 }, Record { user: 1, article: u64::MAX, ts: u64::MAX }];
+    let recs = [
+        Record {
+            user: u64::MAX,
+            article: 0,
+            ts: 5,
+        },
+        Record {
+            user: 1,
+            article: u64::MAX,
+            ts: u64::MAX,
+        },
+    ];
     let values = vec![Some((0, records::encode_all(&recs))), None];
-    assert_eq!(run(b"user=18446744073709551615", &values).unwrap().as_bytes(), records::encode_all(&recs[..1]));
-    assert_eq!(run(b"ts=18446744073709551615", &values).unwrap().as_bytes(), records::encode_all(&recs[1..]));
-    assert_eq!(run(b"article=0", &values).unwrap().as_bytes(), records::encode_all(&recs[..1]));
+    assert_eq!(
+        run(b"user=18446744073709551615", &values)
+            .unwrap()
+            .as_bytes(),
+        records::encode_all(&recs[..1])
+    );
+    assert_eq!(
+        run(b"ts=18446744073709551615", &values).unwrap().as_bytes(),
+        records::encode_all(&recs[1..])
+    );
+    assert_eq!(
+        run(b"article=0", &values).unwrap().as_bytes(),
+        records::encode_all(&recs[..1])
+    );
     assert!(run(b"user=2", &values).unwrap().is_empty());
 }
 
@@ -66,7 +96,13 @@ fn bad_arguments() {
         let err = run(bad, &values).unwrap_err();
         assert!(err.starts_with("bad argument: "), "{bad:?}: {err}");
     }
-    assert_eq!(select::parse_selector(b"article=007"), Ok(select::Selector { offset: 8, value: 7 }));
+    assert_eq!(
+        select::parse_selector(b"article=007"),
+        Ok(select::Selector {
+            offset: 8,
+            value: 7
+        })
+    );
 }
 
 #[test]

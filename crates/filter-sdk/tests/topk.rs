@@ -31,7 +31,11 @@ fn random_feeds_match_a_full_sort() {
             _ => 100_000,
         };
         let out = run(k.to_string().as_bytes(), &values).unwrap();
-        assert_eq!(out.as_bytes(), reference_topk(&values, k), "round {round}, k {k}");
+        assert_eq!(
+            out.as_bytes(),
+            reference_topk(&values, k),
+            "round {round}, k {k}"
+        );
         assert_eq!(out.flags(), 0);
     }
 }
@@ -59,8 +63,26 @@ fn seed_001_feed_size() {
 
 #[test]
 fn bad_arguments() {
-    let values = vec![Some((0, records::encode_all(&[Record { user: 1, article: 2, ts: 3 }])))];
-    let bads = [&b""[..], b"0", b"100001", b"-1", b"+1", b" 1", b"1 ", b"1\r\n", b"ten", b"99999999999999999999999"];
+    let values = vec![Some((
+        0,
+        records::encode_all(&[Record {
+            user: 1,
+            article: 2,
+            ts: 3,
+        }]),
+    ))];
+    let bads = [
+        &b""[..],
+        b"0",
+        b"100001",
+        b"-1",
+        b"+1",
+        b" 1",
+        b"1 ",
+        b"1\r\n",
+        b"ten",
+        b"99999999999999999999999",
+    ];
     for bad in bads {
         let err = run(bad, &values).unwrap_err();
         assert!(err.starts_with("bad argument: "), "{bad:?}: {err}");
@@ -77,14 +99,21 @@ fn native_entry_point() {
     let want = reference_topk(&values, 25);
     assert_eq!(topk::mnemo_abi_version(), 1);
     let got = call(topk::mnemo_filter, &bytes, want.len());
-    assert_eq!((got.rc, got.data.as_slice(), got.flags), (0, want.as_slice(), 0));
+    assert_eq!(
+        (got.rc, got.data.as_slice(), got.flags),
+        (0, want.as_slice(), 0)
+    );
     if !want.is_empty() {
         let small = call(topk::mnemo_filter, &bytes, want.len() - 1);
         assert_eq!((small.rc, small.len), (2, want.len()));
     }
     let bad = call(topk::mnemo_filter, &input(b"x", &values), 200);
     assert_eq!(bad.rc, 1);
-    assert!(bad.message().starts_with("bad argument: "), "{}", bad.message());
+    assert!(
+        bad.message().starts_with("bad argument: "),
+        "{}",
+        bad.message()
+    );
 }
 
 proptest! {

@@ -11,8 +11,16 @@ fn main() {
     let mut specs = Vec::new();
     for (i, a) in std::env::args().skip(1).enumerate() {
         let (kind, path) = a.split_once(':').expect("KIND:PATH");
-        let kind = if kind == "native" { FilterKind::Native } else { FilterKind::Wasm };
-        specs.push(FilterSpec { name: format!("f{i}"), path: path.into(), kind });
+        let kind = if kind == "native" {
+            FilterKind::Native
+        } else {
+            FilterKind::Wasm
+        };
+        specs.push(FilterSpec {
+            name: format!("f{i}"),
+            path: path.into(),
+            kind,
+        });
     }
     let n = specs.len();
     let host = FilterHost::new(Limits::default(), specs.clone()).expect("load");
@@ -25,7 +33,9 @@ fn main() {
                     x ^= x << 13;
                     x ^= x >> 7;
                     x ^= x << 17;
-                    [u, a, x % 1_000_000].into_iter().flat_map(|w| w.to_le_bytes())
+                    [u, a, x % 1_000_000]
+                        .into_iter()
+                        .flat_map(|w| w.to_le_bytes())
                 })
                 .collect()
         })

@@ -7,13 +7,20 @@ use std::path::PathBuf;
 pub enum FilterError {
     // --- loading ---
     #[error("cannot read filter {path}: {source}")]
-    Read { path: PathBuf, source: std::io::Error },
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("filter {path} is not a usable WebAssembly module: {reason}")]
     BadModule { path: PathBuf, reason: String },
     #[error("cannot load native filter {path}: {reason}")]
     BadLibrary { path: PathBuf, reason: String },
     #[error("filter {path} speaks ABI version {found}, this server speaks {expected}")]
-    AbiVersion { path: PathBuf, found: u32, expected: u32 },
+    AbiVersion {
+        path: PathBuf,
+        found: u32,
+        expected: u32,
+    },
     #[error("cannot set up the WebAssembly engine: {0}")]
     Engine(String),
 
@@ -53,6 +60,12 @@ impl FilterError {
 pub(crate) fn sanitize(msg: &[u8]) -> String {
     msg.iter()
         .take(crate::MESSAGE_MAX)
-        .map(|&b| if (0x20..0x7f).contains(&b) { b as char } else { '?' })
+        .map(|&b| {
+            if (0x20..0x7f).contains(&b) {
+                b as char
+            } else {
+                '?'
+            }
+        })
         .collect()
 }

@@ -38,8 +38,14 @@ pub(crate) struct Encoder<B: Bytes> {
 
 impl<B: Bytes> Encoder<B> {
     pub fn new(mut bytes: B, args: &[u8], nkeys: u32) -> Encoder<B> {
-        let ok = bytes.put(&(args.len() as u32).to_le_bytes()) && bytes.put(args) && bytes.put(&nkeys.to_le_bytes());
-        Encoder { bytes, remaining: nkeys, failed: !ok }
+        let ok = bytes.put(&(args.len() as u32).to_le_bytes())
+            && bytes.put(args)
+            && bytes.put(&nkeys.to_le_bytes());
+        Encoder {
+            bytes,
+            remaining: nkeys,
+            failed: !ok,
+        }
     }
 
     fn entry(&mut self, flags: u32, len: u32, data: &[u8]) {
@@ -65,7 +71,9 @@ impl<B: Bytes> Encoder<B> {
 impl<B: Bytes> InputSink for Encoder<B> {
     fn value(&mut self, flags: u32, data: &[u8]) {
         // Values are bounded by the item size limit (at most 1 GiB), far below u32::MAX.
-        let len = u32::try_from(data.len()).unwrap_or(MISSING - 1).min(MISSING - 1);
+        let len = u32::try_from(data.len())
+            .unwrap_or(MISSING - 1)
+            .min(MISSING - 1);
         self.entry(flags, len, &data[..len as usize]);
     }
 

@@ -50,9 +50,19 @@ thread_local! {
 static COPIES: AtomicU64 = AtomicU64::new(0);
 
 impl NativeFilter {
-    pub fn load(path: &Path, output_max: usize, input_max: usize) -> Result<NativeFilter, FilterError> {
-        let bad = |reason: String| FilterError::BadLibrary { path: path.to_owned(), reason };
-        let copy = private_copy(path).map_err(|source| FilterError::Read { path: path.to_owned(), source })?;
+    pub fn load(
+        path: &Path,
+        output_max: usize,
+        input_max: usize,
+    ) -> Result<NativeFilter, FilterError> {
+        let bad = |reason: String| FilterError::BadLibrary {
+            path: path.to_owned(),
+            reason,
+        };
+        let copy = private_copy(path).map_err(|source| FilterError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
         // SAFETY: opening a library runs its initializers. Native filters are, by the
         // operator's configuration, code trusted as much as mnemod itself.
         let lib = unsafe { Library::new(&copy) };
@@ -61,24 +71,50 @@ impl NativeFilter {
         // SAFETY: the symbol types are the header's; a library exporting these names with
         // other types breaks the ABI it claims, which trust covers.
         let (version, filter) = unsafe {
-            let v = lib.get::<VersionFn>(b"mnemo_abi_version\0").map_err(|e| bad(e.to_string()))?;
-            let f = lib.get::<FilterFn>(b"mnemo_filter\0").map_err(|e| bad(e.to_string()))?;
+            let v = lib
+                .get::<VersionFn>(b"mnemo_abi_version\0")
+                .map_err(|e| bad(e.to_string()))?;
+            let f = lib
+                .get::<FilterFn>(b"mnemo_filter\0")
+                .map_err(|e| bad(e.to_string()))?;
             (*v, *f)
         };
         // SAFETY: as above.
         let found = unsafe { version() };
         if found != ABI_VERSION {
-            return Err(FilterError::AbiVersion { path: path.to_owned(), found, expected: ABI_VERSION });
+            return Err(FilterError::AbiVersion {
+                path: path.to_owned(),
+                found,
+                expected: ABI_VERSION,
+            });
         }
-        Ok(NativeFilter { filter, output_max, input_max, _lib: lib })
+        Ok(NativeFilter {
+            filter,
+            output_max,
+            input_max,
+            _lib: lib,
+        })
     }
 
-    pub fn call(&self, args: &[u8], nkeys: u32, fill: Fill<'_>, out: &mut Vec<u8>) -> Result<u32, FilterError> {
+    pub fn call(
+        &self,
+        args: &[u8],
+        nkeys: u32,
+        fill: Fill<'_>,
+        out: &mut Vec<u8>,
+    ) -> Result<u32, FilterError> {
         SCRATCH.with(|s| {
             let mut s = s.borrow_mut();
             let (input, output) = &mut *s;
             input.clear();
-            let mut enc = Encoder::new(Capped { buf: std::mem::take(input), max: self.input_max }, args, nkeys);
+            let mut enc = Encoder::new(
+                Capped {
+                    buf: std::mem::take(input),
+                    max: self.input_max,
+                },
+                args,
+                nkeys,
+            );
             fill(&mut enc);
             let complete = enc.finish();
             *input = enc.bytes.buf;
@@ -89,7 +125,12 @@ impl NativeFilter {
             if output.len() < self.output_max {
                 output.resize(self.output_max, 0);
             }
-            let mut o = MnemoOutput { data: output.as_mut_ptr(), cap: self.output_max, len: 0, flags: 0 };
+            let mut o = MnemoOutput {
+                data: output.as_mut_ptr(),
+                cap: self.output_max,
+                len: 0,
+                flags: 0,
+            };
             // SAFETY: `input` and `output` are live buffers of the lengths passed; the filter is
             // trusted to honour the header's contract (read input, write at most cap bytes).
             let rc = unsafe { (self.filter)(input.as_ptr(), input.len(), &mut o) };
@@ -137,11 +178,18 @@ const KEEP_INPUT: usize = 4 << 20;
 /// Copy the library to a new private file, so that this load is a new object to the loader.
 fn private_copy(path: &Path) -> std::io::Result<PathBuf> {
     use std::os::unix::fs::OpenOptionsExt;
-    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("filter.so");
+    let name = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or("filter.so");
     let n = COPIES.fetch_add(1, Ordering::Relaxed);
     let copy = std::env::temp_dir().join(format!(".mnemod-{}-{n}-{name}", std::process::id()));
     let mut src = std::fs::File::open(path)?;
-    let mut dst = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o700).open(&copy)?;
+    let mut dst = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o700)
+        .open(&copy)?;
     if let Err(e) = std::io::copy(&mut src, &mut dst) {
         let _ = std::fs::remove_file(&copy);
         return Err(e);

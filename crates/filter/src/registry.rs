@@ -76,7 +76,13 @@ impl FilterStats {
     }
 
     fn reset(&self) {
-        for c in [&self.calls, &self.errors, &self.timeouts, &self.out_of_memory, &self.usec] {
+        for c in [
+            &self.calls,
+            &self.errors,
+            &self.timeouts,
+            &self.out_of_memory,
+            &self.usec,
+        ] {
             c.store(0, Relaxed);
         }
     }
@@ -102,7 +108,13 @@ impl Filter {
     /// Run the filter once. `fill` feeds it exactly `nkeys` entries (values or missing marks)
     /// through the sink; the output is appended to `out` and its flags returned. On error
     /// nothing is appended.
-    pub fn call(&self, args: &[u8], nkeys: u32, fill: Fill<'_>, out: &mut Vec<u8>) -> Result<u32, FilterError> {
+    pub fn call(
+        &self,
+        args: &[u8],
+        nkeys: u32,
+        fill: Fill<'_>,
+        out: &mut Vec<u8>,
+    ) -> Result<u32, FilterError> {
         self.call_answered(args, nkeys, fill, out, &|| false)
     }
 
@@ -110,7 +122,14 @@ impl Filter {
     /// the call ends (the server's watchdog, past the deadline): `answered`, asked once when
     /// the call is over, says so, and the call then counts as that timeout whatever its own
     /// result, so that the counters agree with what the client got.
-    pub fn call_answered(&self, args: &[u8], nkeys: u32, fill: Fill<'_>, out: &mut Vec<u8>, answered: &dyn Fn() -> bool) -> Result<u32, FilterError> {
+    pub fn call_answered(
+        &self,
+        args: &[u8],
+        nkeys: u32,
+        fill: Fill<'_>,
+        out: &mut Vec<u8>,
+        answered: &dyn Fn() -> bool,
+    ) -> Result<u32, FilterError> {
         let start = Instant::now();
         let mark = out.len();
         let result = match &self.imp {
@@ -120,7 +139,11 @@ impl Filter {
         if result.is_err() {
             out.truncate(mark);
         }
-        let outcome = if answered() { Err(&FilterError::Timeout) } else { result.as_ref().map(|_| ()) };
+        let outcome = if answered() {
+            Err(&FilterError::Timeout)
+        } else {
+            result.as_ref().map(|_| ())
+        };
         self.count(start.elapsed(), outcome);
         result
     }
@@ -163,11 +186,22 @@ impl FilterHost {
         } else {
             None
         };
-        let stats = specs.iter().map(|s| (s.name.clone(), Arc::new(FilterStats::default()))).collect();
-        let host = FilterHost { limits, specs, engine, table: RwLock::new(HashMap::new()), stats };
+        let stats = specs
+            .iter()
+            .map(|s| (s.name.clone(), Arc::new(FilterStats::default())))
+            .collect();
+        let host = FilterHost {
+            limits,
+            specs,
+            engine,
+            table: RwLock::new(HashMap::new()),
+            stats,
+        };
         for spec in &host.specs {
             let f = host.load(spec)?;
-            host.table.write().insert(spec.name.as_bytes().into(), Arc::new(f));
+            host.table
+                .write()
+                .insert(spec.name.as_bytes().into(), Arc::new(f));
         }
         Ok(host)
     }
@@ -183,13 +217,24 @@ impl FilterHost {
     fn load(&self, spec: &FilterSpec) -> Result<Filter, FilterError> {
         let imp = match spec.kind {
             FilterKind::Wasm => {
-                let engine = self.engine.as_ref().ok_or_else(|| FilterError::Engine("no engine".into()))?;
+                let engine = self
+                    .engine
+                    .as_ref()
+                    .ok_or_else(|| FilterError::Engine("no engine".into()))?;
                 Imp::Wasm(WasmFilter::load(engine, &spec.path)?)
             }
-            FilterKind::Native => Imp::Native(NativeFilter::load(&spec.path, self.limits.output_max, self.limits.memory)?),
+            FilterKind::Native => Imp::Native(NativeFilter::load(
+                &spec.path,
+                self.limits.output_max,
+                self.limits.memory,
+            )?),
         };
         let stats = self.stats.get(&spec.name).cloned().unwrap_or_default();
-        Ok(Filter { spec: spec.clone(), imp, stats })
+        Ok(Filter {
+            spec: spec.clone(),
+            imp,
+            stats,
+        })
     }
 
     /// Load every filter again from its path. One that fails keeps its previous version;
@@ -199,7 +244,9 @@ impl FilterHost {
         for spec in &self.specs {
             match self.load(spec) {
                 Ok(f) => {
-                    self.table.write().insert(spec.name.as_bytes().into(), Arc::new(f));
+                    self.table
+                        .write()
+                        .insert(spec.name.as_bytes().into(), Arc::new(f));
                 }
                 Err(e) => failed.push((spec.name.clone(), e)),
             }
@@ -213,18 +260,31 @@ impl FilterHost {
 
     /// Counters per filter name, in the order the filters were configured.
     pub fn stats(&self) -> Vec<(&FilterSpec, StatsSnapshot)> {
-        self.specs.iter().map(|s| (s, self.stats.get(&s.name).map(|st| st.snapshot()).unwrap_or_default())).collect()
+        self.specs
+            .iter()
+            .map(|s| {
+                (
+                    s,
+                    self.stats
+                        .get(&s.name)
+                        .map(|st| st.snapshot())
+                        .unwrap_or_default(),
+                )
+            })
+            .collect()
     }
 
     /// Counters summed over every filter.
     pub fn totals(&self) -> StatsSnapshot {
-        self.stats().into_iter().fold(StatsSnapshot::default(), |a, (_, s)| StatsSnapshot {
-            calls: a.calls + s.calls,
-            errors: a.errors + s.errors,
-            timeouts: a.timeouts + s.timeouts,
-            out_of_memory: a.out_of_memory + s.out_of_memory,
-            usec: a.usec + s.usec,
-        })
+        self.stats()
+            .into_iter()
+            .fold(StatsSnapshot::default(), |a, (_, s)| StatsSnapshot {
+                calls: a.calls + s.calls,
+                errors: a.errors + s.errors,
+                timeouts: a.timeouts + s.timeouts,
+                out_of_memory: a.out_of_memory + s.out_of_memory,
+                usec: a.usec + s.usec,
+            })
     }
 
     pub fn reset_stats(&self) {

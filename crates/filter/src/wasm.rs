@@ -44,7 +44,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use wasmtime::{Config, Engine, InstancePre, Linker, Memory, Module, ModuleExport, ResourceLimiter, Store, Trap, TypedFunc};
+use wasmtime::{
+    Config, Engine, InstancePre, Linker, Memory, Module, ModuleExport, ResourceLimiter, Store,
+    Trap, TypedFunc,
+};
 
 use crate::error::sanitize;
 use crate::input::{Bytes, Encoder, Fill};
@@ -80,7 +83,12 @@ impl WasmEngine {
         // of pre-reserved slots would only speed up the rare fresh instance.
         cfg.epoch_interruption(true).max_wasm_stack(limits.stack);
         let engine = Engine::new(&cfg).map_err(|e| FilterError::Engine(e.to_string()))?;
-        Ok(WasmEngine { engine, limits, ticking: AtomicBool::new(false), reaper: std::sync::OnceLock::new() })
+        Ok(WasmEngine {
+            engine,
+            limits,
+            ticking: AtomicBool::new(false),
+            reaper: std::sync::OnceLock::new(),
+        })
     }
 
     /// Drop an instance on the reaper thread (started on first use): unmapping a large
@@ -90,7 +98,9 @@ impl WasmEngine {
             let (tx, rx) = std::sync::mpsc::sync_channel::<Live>(REAP_QUEUE);
             // If the thread cannot start, the receiver is dropped and every send fails: the
             // callers drop their own instances, as before there was a reaper.
-            let _ = std::thread::Builder::new().name("mnemo-filter-reaper".into()).spawn(move || rx.into_iter().for_each(drop));
+            let _ = std::thread::Builder::new()
+                .name("mnemo-filter-reaper".into())
+                .spawn(move || rx.into_iter().for_each(drop));
             tx
         });
         if let Err(e) = tx.try_send(live) {
@@ -104,10 +114,12 @@ impl WasmEngine {
             return;
         }
         let engine = self.engine.clone();
-        let spawned = std::thread::Builder::new().name("mnemo-filter-epoch".into()).spawn(move || loop {
-            std::thread::sleep(TICK);
-            engine.increment_epoch();
-        });
+        let spawned = std::thread::Builder::new()
+            .name("mnemo-filter-epoch".into())
+            .spawn(move || loop {
+                std::thread::sleep(TICK);
+                engine.increment_epoch();
+            });
         if spawned.is_err() {
             // Without a ticker no deadline would ever fire: refuse to run modules at all.
             self.ticking.store(false, Ordering::Relaxed);
@@ -130,14 +142,26 @@ struct Guard {
 }
 
 impl ResourceLimiter for Guard {
-    fn memory_growing(&mut self, _current: usize, desired: usize, _max: Option<usize>) -> wasmtime::Result<bool> {
-        let late = self.deadline.is_some_and(|d| std::time::Instant::now() >= d);
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _max: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        let late = self
+            .deadline
+            .is_some_and(|d| std::time::Instant::now() >= d);
         let ok = desired <= self.cap && !late;
         self.refused |= !ok;
         Ok(ok)
     }
 
-    fn table_growing(&mut self, _current: usize, desired: usize, _max: Option<usize>) -> wasmtime::Result<bool> {
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _max: Option<usize>,
+    ) -> wasmtime::Result<bool> {
         // A table element is a pointer: bound tables by the same cap.
         let ok = desired.saturating_mul(8) <= self.cap;
         self.refused |= !ok;
@@ -167,8 +191,14 @@ struct Live {
 
 impl WasmFilter {
     pub fn load(engine: &Arc<WasmEngine>, path: &Path) -> Result<WasmFilter, FilterError> {
-        let bad = |reason: String| FilterError::BadModule { path: path.to_owned(), reason };
-        let bytes = std::fs::read(path).map_err(|source| FilterError::Read { path: path.to_owned(), source })?;
+        let bad = |reason: String| FilterError::BadModule {
+            path: path.to_owned(),
+            reason,
+        };
+        let bytes = std::fs::read(path).map_err(|source| FilterError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
         let module = Module::new(&engine.engine, &bytes).map_err(|e| bad(format!("{e:#}")))?;
         if let Some(imp) = module.imports().next() {
             return Err(bad(format!(
@@ -177,28 +207,57 @@ impl WasmFilter {
                 imp.name()
             )));
         }
-        let export = |name: &str| module.get_export_index(name).ok_or_else(|| bad(format!("it does not export `{name}`")));
+        let export = |name: &str| {
+            module
+                .get_export_index(name)
+                .ok_or_else(|| bad(format!("it does not export `{name}`")))
+        };
         let (memory, filter) = (export("memory")?, export("mnemo_filter")?);
         export("mnemo_abi_version")?;
-        let pre = Linker::<Guard>::new(&engine.engine).instantiate_pre(&module).map_err(|e| bad(format!("{e:#}")))?;
+        let pre = Linker::<Guard>::new(&engine.engine)
+            .instantiate_pre(&module)
+            .map_err(|e| bad(format!("{e:#}")))?;
         engine.start_ticker();
-        let f = WasmFilter { engine: engine.clone(), pre, memory, filter, idle: Mutex::new(Vec::new()) };
+        let f = WasmFilter {
+            engine: engine.clone(),
+            pre,
+            memory,
+            filter,
+            idle: Mutex::new(Vec::new()),
+        };
         // Check the types and the version once, in a real instance under the call limits.
-        let (mut store, instance) = f.instance().map_err(|e| bad(format!("cannot instantiate it: {e}")))?;
-        instance.get_typed_func::<(i32, i32), i32>(&mut store, "mnemo_filter").map_err(|e| bad(format!("{e:#}")))?;
-        instance.get_memory(&mut store, "memory").ok_or_else(|| bad("`memory` is not a memory".into()))?;
+        let (mut store, instance) = f
+            .instance()
+            .map_err(|e| bad(format!("cannot instantiate it: {e}")))?;
+        instance
+            .get_typed_func::<(i32, i32), i32>(&mut store, "mnemo_filter")
+            .map_err(|e| bad(format!("{e:#}")))?;
+        instance
+            .get_memory(&mut store, "memory")
+            .ok_or_else(|| bad("`memory` is not a memory".into()))?;
         let version = instance
             .get_typed_func::<(), i32>(&mut store, "mnemo_abi_version")
             .and_then(|v| v.call(&mut store, ()))
             .map_err(|e| bad(format!("mnemo_abi_version: {e:#}")))?;
         if version as u32 != ABI_VERSION {
-            return Err(FilterError::AbiVersion { path: path.to_owned(), found: version as u32, expected: ABI_VERSION });
+            return Err(FilterError::AbiVersion {
+                path: path.to_owned(),
+                found: version as u32,
+                expected: ABI_VERSION,
+            });
         }
         Ok(f)
     }
 
     fn instance(&self) -> Result<(Store<Guard>, wasmtime::Instance), FilterError> {
-        let mut store = Store::new(&self.engine.engine, Guard { cap: self.engine.limits.memory, refused: false, deadline: None });
+        let mut store = Store::new(
+            &self.engine.engine,
+            Guard {
+                cap: self.engine.limits.memory,
+                refused: false,
+                deadline: None,
+            },
+        );
         store.limiter(|g| g);
         store.set_epoch_deadline(self.engine.deadline_ticks());
         match self.pre.instantiate(&mut store) {
@@ -214,25 +273,45 @@ impl WasmFilter {
             return Ok(l);
         }
         let (mut store, instance) = self.instance()?;
-        let memory = instance.get_module_export(&mut store, &self.memory).and_then(|e| e.into_memory());
-        let func = instance.get_module_export(&mut store, &self.filter).and_then(|e| e.into_func());
+        let memory = instance
+            .get_module_export(&mut store, &self.memory)
+            .and_then(|e| e.into_memory());
+        let func = instance
+            .get_module_export(&mut store, &self.filter)
+            .and_then(|e| e.into_func());
         // Checked at load; a module cannot change its exports.
-        let (Some(memory), Some(func)) = (memory, func) else { return Err(FilterError::BadResult) };
+        let (Some(memory), Some(func)) = (memory, func) else {
+            return Err(FilterError::BadResult);
+        };
         let func = func.typed(&store).map_err(|_| FilterError::BadResult)?;
         let size = memory.data_size(&store);
-        Ok(Live { store, memory, func, start: size, end: size, calls: 0 })
+        Ok(Live {
+            store,
+            memory,
+            func,
+            start: size,
+            end: size,
+            calls: 0,
+        })
     }
 
     /// One call: an instance (reused or new), the input written into its input region by
     /// `fill`, `mnemo_filter` run under the deadline, its output appended to `out`.
-    pub fn call(&self, args: &[u8], nkeys: u32, fill: Fill<'_>, out: &mut Vec<u8>) -> Result<u32, FilterError> {
+    pub fn call(
+        &self,
+        args: &[u8],
+        nkeys: u32,
+        fill: Fill<'_>,
+        out: &mut Vec<u8>,
+    ) -> Result<u32, FilterError> {
         let mut live = self.live()?;
         let result = self.run(&mut live, args, nkeys, fill, out);
         let limits = &self.engine.limits;
         if result.is_ok() {
             // Keep the instance for the next call, unless it grew large or old.
             live.calls += 1;
-            let big = live.memory.data_size(&live.store) > RECYCLE_BYTES.min(limits.memory / 2).max(4 << 20);
+            let big = live.memory.data_size(&live.store)
+                > RECYCLE_BYTES.min(limits.memory / 2).max(4 << 20);
             if !big && live.calls < RECYCLE_CALLS {
                 let mut idle = self.idle.lock();
                 if idle.len() < limits.concurrency.max(1) as usize {
@@ -246,10 +325,23 @@ impl WasmFilter {
     }
 
     /// The call proper, in `live`; on success its input region is where this input went.
-    fn run(&self, live: &mut Live, args: &[u8], nkeys: u32, fill: Fill<'_>, out: &mut Vec<u8>) -> Result<u32, FilterError> {
+    fn run(
+        &self,
+        live: &mut Live,
+        args: &[u8],
+        nkeys: u32,
+        fill: Fill<'_>,
+        out: &mut Vec<u8>,
+    ) -> Result<u32, FilterError> {
         live.store.data_mut().refused = false;
         let (result, start, end) = {
-            let bytes = GuestBytes { store: &mut live.store, memory: live.memory, start: live.start, pos: live.start, end: live.end };
+            let bytes = GuestBytes {
+                store: &mut live.store,
+                memory: live.memory,
+                start: live.start,
+                pos: live.start,
+                end: live.end,
+            };
             let mut enc = Encoder::new(bytes, args, nkeys);
             fill(&mut enc);
             if !enc.finish() {
@@ -259,9 +351,12 @@ impl WasmFilter {
             let (start, len, end) = (b.start, b.pos - b.start, b.end);
             // The deadline counts from here: copying the input is the server's work.
             live.store.set_epoch_deadline(self.engine.deadline_ticks());
-            live.store.data_mut().deadline = Some(std::time::Instant::now() + self.engine.limits.deadline);
+            live.store.data_mut().deadline =
+                Some(std::time::Instant::now() + self.engine.limits.deadline);
             // Addresses are u32 in wasm32; the ABI passes them as i32 bit patterns.
-            let r = live.func.call(&mut live.store, (start as u32 as i32, len as u32 as i32));
+            let r = live
+                .func
+                .call(&mut live.store, (start as u32 as i32, len as u32 as i32));
             live.store.data_mut().deadline = None;
             (r, start, end)
         };
@@ -272,10 +367,19 @@ impl WasmFilter {
         let limits = &self.engine.limits;
         let outcome = {
             let mem = live.memory.data(&live.store);
-            let record = rec.checked_add(RESULT_LEN).and_then(|end| mem.get(rec..end)).ok_or(FilterError::BadResult)?;
-            let field = |i: usize| u32::from_le_bytes(record[i * 4..i * 4 + 4].try_into().expect("4 bytes"));
-            let (status, flags, ptr, len) = (field(0), field(1), field(2) as usize, field(3) as usize);
-            let bytes = ptr.checked_add(len).and_then(|end| mem.get(ptr..end)).ok_or(FilterError::BadResult)?;
+            let record = rec
+                .checked_add(RESULT_LEN)
+                .and_then(|end| mem.get(rec..end))
+                .ok_or(FilterError::BadResult)?;
+            let field = |i: usize| {
+                u32::from_le_bytes(record[i * 4..i * 4 + 4].try_into().expect("4 bytes"))
+            };
+            let (status, flags, ptr, len) =
+                (field(0), field(1), field(2) as usize, field(3) as usize);
+            let bytes = ptr
+                .checked_add(len)
+                .and_then(|end| mem.get(ptr..end))
+                .ok_or(FilterError::BadResult)?;
             match status {
                 0 if len > limits.output_max => Err(FilterError::OutputTooLarge),
                 0 => {
@@ -324,7 +428,11 @@ impl GuestBytes<'_> {
         // where that would pass the cap, exactly what is needed. Only a refusal of what is
         // really needed counts as running out of memory.
         let refused = self.store.data().refused;
-        if self.memory.grow(&mut *self.store, need.max(16) as u64).is_ok() {
+        if self
+            .memory
+            .grow(&mut *self.store, need.max(16) as u64)
+            .is_ok()
+        {
             return true;
         }
         self.store.data_mut().refused = refused;
@@ -334,7 +442,9 @@ impl GuestBytes<'_> {
 
 impl Bytes for GuestBytes<'_> {
     fn put(&mut self, bytes: &[u8]) -> bool {
-        let Some(end) = self.pos.checked_add(bytes.len()) else { return false };
+        let Some(end) = self.pos.checked_add(bytes.len()) else {
+            return false;
+        };
         if end > self.end {
             let size = self.memory.data_size(&*self.store);
             if self.end == size {
@@ -350,7 +460,9 @@ impl Bytes for GuestBytes<'_> {
                     return false;
                 }
                 let (from, to) = (self.start, size);
-                self.memory.data_mut(&mut *self.store).copy_within(from..from + written, to);
+                self.memory
+                    .data_mut(&mut *self.store)
+                    .copy_within(from..from + written, to);
                 self.start = to;
                 self.pos = to + written;
             }

@@ -16,8 +16,19 @@ fn host() -> &'static FilterHost {
     HOST.get_or_init(|| {
         let ex = examples::examples();
         let spec = |name: &str, kind| FilterSpec {
-            name: format!("{name}-{}", if kind == FilterKind::Wasm { "wasm" } else { "native" }),
-            path: if kind == FilterKind::Wasm { ex.wasm(name) } else { ex.native(name) },
+            name: format!(
+                "{name}-{}",
+                if kind == FilterKind::Wasm {
+                    "wasm"
+                } else {
+                    "native"
+                }
+            ),
+            path: if kind == FilterKind::Wasm {
+                ex.wasm(name)
+            } else {
+                ex.native(name)
+            },
             kind,
         };
         let specs = ["topk", "select"]
@@ -25,7 +36,10 @@ fn host() -> &'static FilterHost {
             .flat_map(|n| [spec(n, FilterKind::Wasm), spec(n, FilterKind::Native)])
             .collect();
         // Deadline far above what these filters need (a preempted thread must not time out).
-        let limits = Limits { deadline: std::time::Duration::from_secs(2), ..Limits::default() };
+        let limits = Limits {
+            deadline: std::time::Duration::from_secs(2),
+            ..Limits::default()
+        };
         FilterHost::new(limits, specs).expect("load the examples")
     })
 }
@@ -48,13 +62,19 @@ fn call(filter: &str, args: &[u8], values: &Values) -> Result<(u32, Vec<u8>), St
         }
     };
     let mut out = Vec::new();
-    f.call(args, values.len() as u32, &mut fill, &mut out).map(|flags| (flags, out)).map_err(|e| e.to_string())
+    f.call(args, values.len() as u32, &mut fill, &mut out)
+        .map(|flags| (flags, out))
+        .map_err(|e| e.to_string())
 }
 
 fn values() -> impl Strategy<Value = Values> {
     // Small ranges so that timestamps tie and users/articles repeat: the tie-breaks matter.
-    let record = (0u64..20, 0u64..20, 0u64..50).prop_map(|(user, article, ts)| Record { user, article, ts });
-    let value = (prop::collection::vec(record, 0..40), prop::collection::vec(any::<u8>(), 0..24));
+    let record =
+        (0u64..20, 0u64..20, 0u64..50).prop_map(|(user, article, ts)| Record { user, article, ts });
+    let value = (
+        prop::collection::vec(record, 0..40),
+        prop::collection::vec(any::<u8>(), 0..24),
+    );
     prop::collection::vec(prop::option::weighted(0.85, value), 0..60)
 }
 
@@ -87,7 +107,10 @@ fn bad_arguments_are_the_filters_own_error_in_both_kinds() {
     for filter in ["topk-wasm", "topk-native"] {
         for args in [&b""[..], b"0", b"x", b"100001"] {
             let e = call(filter, args, &vec![None]).unwrap_err();
-            assert!(e.starts_with("failed: bad argument"), "{filter} {args:?}: {e}");
+            assert!(
+                e.starts_with("failed: bad argument"),
+                "{filter} {args:?}: {e}"
+            );
         }
     }
 }
@@ -95,17 +118,41 @@ fn bad_arguments_are_the_filters_own_error_in_both_kinds() {
 #[test]
 fn a_native_filters_input_is_bounded_by_the_memory_limit() {
     let ex = examples::examples();
-    let spec = FilterSpec { name: "n".into(), path: ex.native("topk"), kind: FilterKind::Native };
-    let host = FilterHost::new(Limits { memory: 64 << 10, ..Limits::default() }, vec![spec]).unwrap();
+    let spec = FilterSpec {
+        name: "n".into(),
+        path: ex.native("topk"),
+        kind: FilterKind::Native,
+    };
+    let host = FilterHost::new(
+        Limits {
+            memory: 64 << 10,
+            ..Limits::default()
+        },
+        vec![spec],
+    )
+    .unwrap();
     let f = host.get(b"n").unwrap();
     let value = vec![0u8; 24 * 40];
     let mut out = Vec::new();
     // 100 values of 960 bytes: past 64 KiB, refused before the filter runs.
-    let r = f.call(b"10", 100, &mut |s: &mut dyn InputSink| (0..100).for_each(|_| s.value(0, &value)), &mut out);
-    assert!(matches!(r, Err(mnemo_filter::FilterError::OutOfMemory)), "{r:?}");
+    let r = f.call(
+        b"10",
+        100,
+        &mut |s: &mut dyn InputSink| (0..100).for_each(|_| s.value(0, &value)),
+        &mut out,
+    );
+    assert!(
+        matches!(r, Err(mnemo_filter::FilterError::OutOfMemory)),
+        "{r:?}"
+    );
     assert!(out.is_empty());
     // Ten fit.
-    let r = f.call(b"10", 10, &mut |s: &mut dyn InputSink| (0..10).for_each(|_| s.value(0, &value)), &mut out);
+    let r = f.call(
+        b"10",
+        10,
+        &mut |s: &mut dyn InputSink| (0..10).for_each(|_| s.value(0, &value)),
+        &mut out,
+    );
     assert_eq!(r.unwrap(), 0);
     assert_eq!(out.len(), 10 * records::RECORD_LEN);
 }

@@ -9,7 +9,10 @@ mod result_check;
 use std::path::Path;
 
 fn cases() -> u64 {
-    std::env::var("FUZZ_REPLAY_CASES").ok().and_then(|s| s.parse().ok()).unwrap_or(1500)
+    std::env::var("FUZZ_REPLAY_CASES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1500)
 }
 
 struct Rng(u64);
@@ -27,7 +30,10 @@ fn run(name: &str, data: &[u8]) {
     if std::panic::catch_unwind(|| result_check::check(data)).is_err() {
         let path = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("filter_result_{name}.bin"));
         std::fs::write(&path, data).expect("write failing input");
-        panic!("filter_result {name} failed (panic above); input saved to {}", path.display());
+        panic!(
+            "filter_result {name} failed (panic above); input saved to {}",
+            path.display()
+        );
     }
 }
 
@@ -43,7 +49,12 @@ fn seeded_result_records() {
             let rec = (rng.next() % (len as u64 - 20)) as u32;
             data[..4].copy_from_slice(&rec.to_le_bytes());
             let r = 4 + rec as usize;
-            let fields = [(rng.next() % 3) as u32, rng.next() as u32, (rng.next() % len as u64) as u32, (rng.next() % 5000) as u32];
+            let fields = [
+                (rng.next() % 3) as u32,
+                rng.next() as u32,
+                (rng.next() % len as u64) as u32,
+                (rng.next() % 5000) as u32,
+            ];
             for (k, v) in fields.iter().enumerate() {
                 let at = r + 4 * k;
                 if at + 4 <= data.len() {
@@ -58,9 +69,14 @@ fn seeded_result_records() {
 #[test]
 fn saved_regressions() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/regressions/filter_result");
-    let Ok(entries) = std::fs::read_dir(&dir) else { return };
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return;
+    };
     for e in entries {
         let path = e.unwrap().path();
-        run(&path.file_name().unwrap().to_string_lossy(), &std::fs::read(&path).unwrap());
+        run(
+            &path.file_name().unwrap().to_string_lossy(),
+            &std::fs::read(&path).unwrap(),
+        );
     }
 }

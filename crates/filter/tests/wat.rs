@@ -28,14 +28,23 @@ fn result(status: &str, flags: &str, ptr: &str, len: &str) -> String {
 }
 
 fn echo() -> String {
-    module(&result("(i32.const 0)", "(i32.const 7)", "(local.get $p)", "(local.get $l)"), "")
+    module(
+        &result(
+            "(i32.const 0)",
+            "(i32.const 7)",
+            "(local.get $p)",
+            "(local.get $l)",
+        ),
+        "",
+    )
 }
 
 struct Dir(PathBuf);
 
 impl Dir {
     fn new(tag: &str) -> Dir {
-        let d = std::env::temp_dir().join(format!("mnemo-filter-test-{}-{tag}", std::process::id()));
+        let d =
+            std::env::temp_dir().join(format!("mnemo-filter-test-{}-{tag}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
         std::fs::create_dir_all(&d).unwrap();
         Dir(d)
@@ -57,19 +66,36 @@ impl Drop for Dir {
 fn limits() -> Limits {
     // A deadline far above what these guests need: on a loaded machine a thread can be
     // preempted for milliseconds, and only the endless loop may time out.
-    Limits { deadline: Duration::from_millis(200), memory: 4 << 20, output_max: 64 << 10, ..Limits::default() }
+    Limits {
+        deadline: Duration::from_millis(200),
+        memory: 4 << 20,
+        output_max: 64 << 10,
+        ..Limits::default()
+    }
 }
 
 fn host(tag: &str, text: &str, limits: Limits) -> (Dir, FilterHost) {
     let dir = Dir::new(tag);
     let path = dir.write("f.wat", text);
-    let host = FilterHost::new(limits, vec![FilterSpec { name: "f".into(), path, kind: FilterKind::Wasm }]).unwrap();
+    let host = FilterHost::new(
+        limits,
+        vec![FilterSpec {
+            name: "f".into(),
+            path,
+            kind: FilterKind::Wasm,
+        }],
+    )
+    .unwrap();
     (dir, host)
 }
 
 type Entries<'a> = &'a [Option<(u32, &'a [u8])>];
 
-fn call(host: &FilterHost, args: &[u8], entries: Entries<'_>) -> Result<(u32, Vec<u8>), FilterError> {
+fn call(
+    host: &FilterHost,
+    args: &[u8],
+    entries: Entries<'_>,
+) -> Result<(u32, Vec<u8>), FilterError> {
     let f = host.get(b"f").expect("installed");
     let mut out = b"prefix".to_vec();
     let mut fill = |sink: &mut dyn InputSink| {
@@ -93,7 +119,14 @@ fn call(host: &FilterHost, args: &[u8], entries: Entries<'_>) -> Result<(u32, Ve
 
 #[test]
 fn the_guest_sees_exactly_the_documented_layout() {
-    let (_d, h) = host("echo", &echo(), Limits { output_max: 1 << 20, ..limits() });
+    let (_d, h) = host(
+        "echo",
+        &echo(),
+        Limits {
+            output_max: 1 << 20,
+            ..limits()
+        },
+    );
     let entries: Entries<'_> = &[Some((3, b"abc")), None, Some((u32::MAX, b""))];
     let (flags, out) = call(&h, b"args!", entries).unwrap();
     assert_eq!(flags, 7);
@@ -132,7 +165,10 @@ fn memory_bomb_fails_with_out_of_memory() {
 fn input_larger_than_the_memory_cap_is_refused() {
     let (_d, h) = host("biginput", &echo(), limits());
     let big = vec![1u8; 5 << 20];
-    assert!(matches!(call(&h, b"", &[Some((0, &big))]), Err(FilterError::OutOfMemory)));
+    assert!(matches!(
+        call(&h, b"", &[Some((0, &big))]),
+        Err(FilterError::OutOfMemory)
+    ));
     // A small one still goes through on the same filter.
     assert!(call(&h, b"", &[Some((0, b"x"))]).is_ok());
 }
@@ -153,7 +189,11 @@ fn trap_fails_only_that_call() {
 #[test]
 fn stack_overflow_is_a_trap() {
     let extra = "(func $r (param i32) (result i32) (i32.add (call $r (i32.add (local.get 0) (i32.const 1))) (i32.const 1)))";
-    let (_d, h) = host("stack", &module("(drop (call $r (i32.const 0))) (i32.const 0)", extra), limits());
+    let (_d, h) = host(
+        "stack",
+        &module("(drop (call $r (i32.const 0))) (i32.const 0)", extra),
+        limits(),
+    );
     assert!(matches!(call(&h, b"", &[]), Err(FilterError::Trapped)));
 }
 
@@ -163,15 +203,59 @@ fn results_out_of_bounds_or_over_the_cap_are_refused() {
         // Result record itself past the end of memory.
         (module("(i32.const -8)", ""), "bad"),
         // Output pointer past the end (the host grew memory for the input: far past it).
-        (module(&result("(i32.const 0)", "(i32.const 0)", "(i32.const 0x7fff0000)", "(i32.const 100)"), ""), "bad"),
+        (
+            module(
+                &result(
+                    "(i32.const 0)",
+                    "(i32.const 0)",
+                    "(i32.const 0x7fff0000)",
+                    "(i32.const 100)",
+                ),
+                "",
+            ),
+            "bad",
+        ),
         // Length that wraps around the address space.
-        (module(&result("(i32.const 0)", "(i32.const 0)", "(i32.const 16)", "(i32.const -1)"), ""), "bad"),
+        (
+            module(
+                &result(
+                    "(i32.const 0)",
+                    "(i32.const 0)",
+                    "(i32.const 16)",
+                    "(i32.const -1)",
+                ),
+                "",
+            ),
+            "bad",
+        ),
         // Unknown status.
-        (module(&result("(i32.const 9)", "(i32.const 0)", "(i32.const 0)", "(i32.const 0)"), ""), "bad"),
+        (
+            module(
+                &result(
+                    "(i32.const 9)",
+                    "(i32.const 0)",
+                    "(i32.const 0)",
+                    "(i32.const 0)",
+                ),
+                "",
+            ),
+            "bad",
+        ),
         // In bounds, over the 64 KiB output cap (the memory has two pages).
         (
-            module(&result("(i32.const 0)", "(i32.const 0)", "(i32.const 0)", "(i32.const 70000)"), "")
-                .replace("(memory (export \"memory\") 1)", "(memory (export \"memory\") 2)"),
+            module(
+                &result(
+                    "(i32.const 0)",
+                    "(i32.const 0)",
+                    "(i32.const 0)",
+                    "(i32.const 70000)",
+                ),
+                "",
+            )
+            .replace(
+                "(memory (export \"memory\") 1)",
+                "(memory (export \"memory\") 2)",
+            ),
             "large",
         ),
     ];
@@ -180,7 +264,10 @@ fn results_out_of_bounds_or_over_the_cap_are_refused() {
         let r = call(&h, b"", &[]);
         match *want {
             "bad" => assert!(matches!(r, Err(FilterError::BadResult)), "case {i}: {r:?}"),
-            _ => assert!(matches!(r, Err(FilterError::OutputTooLarge)), "case {i}: {r:?}"),
+            _ => assert!(
+                matches!(r, Err(FilterError::OutputTooLarge)),
+                "case {i}: {r:?}"
+            ),
         }
     }
 }
@@ -188,9 +275,17 @@ fn results_out_of_bounds_or_over_the_cap_are_refused() {
 #[test]
 fn a_filter_error_message_is_sanitized_and_bounded() {
     let msg = format!("bad \"argument\"\r\nSTORED{}", "x".repeat(500));
-    let data = msg.bytes().map(|b| format!("\\{b:02x}")).collect::<String>();
+    let data = msg
+        .bytes()
+        .map(|b| format!("\\{b:02x}"))
+        .collect::<String>();
     let text = module(
-        &result("(i32.const 1)", "(i32.const 0)", "(i32.const 64)", &format!("(i32.const {})", msg.len())),
+        &result(
+            "(i32.const 1)",
+            "(i32.const 0)",
+            "(i32.const 64)",
+            &format!("(i32.const {})", msg.len()),
+        ),
         &format!("(data (i32.const 64) \"{data}\")"),
     );
     let (_d, h) = host("msg", &text, limits());
@@ -207,15 +302,37 @@ fn a_filter_error_message_is_sanitized_and_bounded() {
 fn modules_that_break_the_abi_do_not_load() {
     let cases = [
         ("garbage", "this is not wasm".to_string()),
-        ("import", format!("(module (import \"env\" \"f\" (func)) {})", &echo()["(module".len()..echo().len() - 1])),
-        ("noexport", "(module (memory (export \"memory\") 1))".to_string()),
-        ("version", echo().replace("(i32.const 1))\n", "(i32.const 2))\n")),
-        ("bigmem", echo().replace("(memory (export \"memory\") 1)", "(memory (export \"memory\") 100)")),
+        (
+            "import",
+            format!(
+                "(module (import \"env\" \"f\" (func)) {})",
+                &echo()["(module".len()..echo().len() - 1]
+            ),
+        ),
+        (
+            "noexport",
+            "(module (memory (export \"memory\") 1))".to_string(),
+        ),
+        (
+            "version",
+            echo().replace("(i32.const 1))\n", "(i32.const 2))\n"),
+        ),
+        (
+            "bigmem",
+            echo().replace(
+                "(memory (export \"memory\") 1)",
+                "(memory (export \"memory\") 100)",
+            ),
+        ),
     ];
     for (tag, text) in cases {
         let dir = Dir::new(tag);
         let path = dir.write("f.wat", &text);
-        let spec = FilterSpec { name: "f".into(), path, kind: FilterKind::Wasm };
+        let spec = FilterSpec {
+            name: "f".into(),
+            path,
+            kind: FilterKind::Wasm,
+        };
         let r = FilterHost::new(limits(), vec![spec]);
         assert!(r.is_err(), "{tag} loaded");
         let msg = r.err().unwrap().to_string();
@@ -232,7 +349,11 @@ fn modules_that_break_the_abi_do_not_load() {
 fn reload_swaps_good_filters_and_keeps_the_old_one_on_failure() {
     let dir = Dir::new("reload");
     let path = dir.write("f.wat", &echo());
-    let spec = FilterSpec { name: "f".into(), path: path.clone(), kind: FilterKind::Wasm };
+    let spec = FilterSpec {
+        name: "f".into(),
+        path: path.clone(),
+        kind: FilterKind::Wasm,
+    };
     let h = FilterHost::new(limits(), vec![spec]).unwrap();
     let old = h.get(b"f").unwrap();
     assert_eq!(call(&h, b"", &[]).unwrap().0, 7);
@@ -256,7 +377,14 @@ fn reload_swaps_good_filters_and_keeps_the_old_one_on_failure() {
 fn concurrent_calls_beyond_the_idle_pool_are_all_served() {
     // More threads than Limits::concurrency, each calling repeatedly: instances are reused
     // or made, never shared, and every call sees exactly its own input.
-    let (_d, h) = host("conc", &echo(), Limits { concurrency: 2, ..limits() });
+    let (_d, h) = host(
+        "conc",
+        &echo(),
+        Limits {
+            concurrency: 2,
+            ..limits()
+        },
+    );
     std::thread::scope(|s| {
         for t in 0..4u8 {
             let h = &h;
@@ -276,8 +404,23 @@ fn concurrent_calls_beyond_the_idle_pool_are_all_served() {
 fn a_reused_instance_keeps_serving_after_its_heap_grows_past_the_input_region() {
     // Each call grows the guest's memory by one page (as a heap would), so the next input no
     // longer sits at the top of memory and must move; the echo must stay exact.
-    let body = format!("(drop (memory.grow (i32.const 1))) {}", result("(i32.const 0)", "(i32.const 0)", "(local.get $p)", "(local.get $l)"));
-    let (_d, h) = host("regrow", &module(&body, ""), Limits { output_max: 1 << 20, ..limits() });
+    let body = format!(
+        "(drop (memory.grow (i32.const 1))) {}",
+        result(
+            "(i32.const 0)",
+            "(i32.const 0)",
+            "(local.get $p)",
+            "(local.get $l)"
+        )
+    );
+    let (_d, h) = host(
+        "regrow",
+        &module(&body, ""),
+        Limits {
+            output_max: 1 << 20,
+            ..limits()
+        },
+    );
     for i in 0..40usize {
         let v = vec![i as u8; (i % 7) * 40_000];
         let (_, out) = call(&h, b"", &[Some((0, &v))]).unwrap();
@@ -295,11 +438,23 @@ fn a_call_answered_as_a_timeout_counts_as_one() {
     let r = f.call_answered(b"x", 0, &mut |_| {}, &mut out, &|| false);
     assert_eq!(r.ok(), Some(7));
     let s = h.totals();
-    assert_eq!((s.calls, s.errors, s.timeouts), (1, 0, 0), "answered by itself: a success");
+    assert_eq!(
+        (s.calls, s.errors, s.timeouts),
+        (1, 0, 0),
+        "answered by itself: a success"
+    );
     let r = f.call_answered(b"x", 0, &mut |_| {}, &mut out, &|| true);
-    assert_eq!(r.ok(), Some(7), "the call's own result, for the caller to drop");
+    assert_eq!(
+        r.ok(),
+        Some(7),
+        "the call's own result, for the caller to drop"
+    );
     let s = h.totals();
-    assert_eq!((s.calls, s.errors, s.timeouts), (2, 1, 1), "the client got a timeout");
+    assert_eq!(
+        (s.calls, s.errors, s.timeouts),
+        (2, 1, 1),
+        "the client got a timeout"
+    );
     f.count_timeout();
     let s = h.totals();
     assert_eq!((s.calls, s.errors, s.timeouts), (3, 2, 2));

@@ -11,7 +11,10 @@ use std::path::Path;
 #[derive(Debug, thiserror::Error)]
 pub enum AuthError {
     #[error("cannot read auth file {path}: {source}")]
-    Read { path: String, source: std::io::Error },
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
     #[error("auth file {path}, line {line}: expected user:password")]
     Format { path: String, line: usize },
     #[error(
@@ -38,14 +41,22 @@ impl Credentials {
 
     /// The users (of this host's realm) and passwords of a Cyrus sasldb.
     pub fn load_sasldb(path: &Path) -> Result<Credentials, AuthError> {
-        let err = |why| AuthError::Sasldb { path: path.display().to_string(), why };
+        let err = |why| AuthError::Sasldb {
+            path: path.display().to_string(),
+            why,
+        };
         let all = sasldb::read_users(path).map_err(err)?;
-        Ok(Credentials { users: sasldb::users_for_this_host(all).into_iter().collect() })
+        Ok(Credentials {
+            users: sasldb::users_for_this_host(all).into_iter().collect(),
+        })
     }
 
     pub fn load(path: &Path) -> Result<Credentials, AuthError> {
         let shown = path.display().to_string();
-        let text = std::fs::read(path).map_err(|source| AuthError::Read { path: shown.clone(), source })?;
+        let text = std::fs::read(path).map_err(|source| AuthError::Read {
+            path: shown.clone(),
+            source,
+        })?;
         let mut users = HashMap::new();
         for (i, raw) in text.split(|&b| b == b'\n').enumerate() {
             let line = raw.strip_suffix(b"\r").unwrap_or(raw);
@@ -53,7 +64,10 @@ impl Credentials {
                 continue;
             }
             let Some(colon) = line.iter().position(|&b| b == b':') else {
-                return Err(AuthError::Format { path: shown, line: i + 1 });
+                return Err(AuthError::Format {
+                    path: shown,
+                    line: i + 1,
+                });
             };
             users.insert(line[..colon].to_vec(), line[colon + 1..].to_vec());
         }
@@ -64,7 +78,12 @@ impl Credentials {
     pub fn check(&self, user: &[u8], password: &[u8]) -> bool {
         match self.users.get(user) {
             Some(want) => {
-                want.len() == password.len() && want.iter().zip(password).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
+                want.len() == password.len()
+                    && want
+                        .iter()
+                        .zip(password)
+                        .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+                        == 0
             }
             None => false,
         }
@@ -85,7 +104,10 @@ mod tests {
         assert!(!c.check(b"alice", b"s3cre"));
         assert!(!c.check(b"carol", b""));
         std::fs::write(&dir, "nocolon\n").unwrap();
-        assert!(matches!(Credentials::load(&dir), Err(AuthError::Format { line: 1, .. })));
+        assert!(matches!(
+            Credentials::load(&dir),
+            Err(AuthError::Format { line: 1, .. })
+        ));
         let _ = std::fs::remove_file(&dir);
     }
 }

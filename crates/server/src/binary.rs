@@ -79,11 +79,29 @@ pub(crate) struct Reply<'o> {
 
 impl Reply<'_> {
     fn ok(&mut self, cas: u64, extras: &[u8], key: &[u8], value: &[u8]) {
-        bin::response(self.out, self.opcode, Status::Ok, self.opaque, cas, extras, key, value);
+        bin::response(
+            self.out,
+            self.opcode,
+            Status::Ok,
+            self.opaque,
+            cas,
+            extras,
+            key,
+            value,
+        );
     }
 
     fn status(&mut self, status: Status, value: &[u8]) {
-        bin::response(self.out, self.opcode, status, self.opaque, 0, &[], &[], value);
+        bin::response(
+            self.out,
+            self.opcode,
+            status,
+            self.opaque,
+            0,
+            &[],
+            &[],
+            value,
+        );
     }
 
     fn error(&mut self, status: Status) {
@@ -99,7 +117,13 @@ fn expiry(sh: &Shared, exptime: u32) -> Time {
 
 /// Handle at most one request from the front of `input` (unit tests: without a Direct).
 #[cfg(test)]
-pub fn step(input: &[u8], session: &mut BinSession, sh: &Shared, c: &Counters, out: &mut Vec<u8>) -> BinNext {
+pub fn step(
+    input: &[u8],
+    session: &mut BinSession,
+    sh: &Shared,
+    c: &Counters,
+    out: &mut Vec<u8>,
+) -> BinNext {
     step_direct(input, session, sh, c, out, None)
 }
 
@@ -126,15 +150,26 @@ pub fn step_direct<'o>(
         }
         Frame::Ready(h) => h,
     };
-    let mut reply = Reply { opcode: h.opcode, opaque: h.opaque, out, direct };
+    let mut reply = Reply {
+        opcode: h.opcode,
+        opaque: h.opaque,
+        out,
+        direct,
+    };
     if sh.config.sasl
         && !session.authenticated
-        && !matches!(h.opcode, opcode::VERSION | opcode::SASL_LIST_MECHS | opcode::SASL_AUTH | opcode::SASL_STEP)
+        && !matches!(
+            h.opcode,
+            opcode::VERSION | opcode::SASL_LIST_MECHS | opcode::SASL_AUTH | opcode::SASL_STEP
+        )
     {
         reply.error(Status::AuthError);
         return BinNext::Close;
     }
-    let limits = Limits { item_size_max: sh.config.item_size_max, use_cas: sh.config.use_cas };
+    let limits = Limits {
+        item_size_max: sh.config.item_size_max,
+        use_cas: sh.config.use_cas,
+    };
     match bin::request(&h, input, &limits) {
         Parsed::Incomplete(n) => BinNext::Incomplete(n),
         Parsed::Invalid => {
@@ -161,26 +196,83 @@ pub fn step_direct<'o>(
     }
 }
 
-fn execute(req: Request<'_>, session: &mut BinSession, sh: &Shared, c: &Counters, r: &mut Reply<'_>) -> After {
+fn execute(
+    req: Request<'_>,
+    session: &mut BinSession,
+    sh: &Shared,
+    c: &Counters,
+    r: &mut Reply<'_>,
+) -> After {
     match req {
-        Request::Get { key, with_key, quiet, touch } => storage::get(key, with_key, quiet, touch, sh, c, r),
+        Request::Get {
+            key,
+            with_key,
+            quiet,
+            touch,
+        } => storage::get(key, with_key, quiet, touch, sh, c, r),
         Request::Touch { key, exptime } => storage::touch(key, exptime, sh, c, r),
-        Request::Store { op, key, flags, exptime, value, cas, quiet } => {
-            storage::store(op, key, flags, exptime, value, cas, quiet, sh, c, r)
-        }
-        Request::Concat { append, key, value, cas, quiet } => storage::concat(append, key, value, cas, quiet, sh, c, r),
+        Request::Store {
+            op,
+            key,
+            flags,
+            exptime,
+            value,
+            cas,
+            quiet,
+        } => storage::store(op, key, flags, exptime, value, cas, quiet, sh, c, r),
+        Request::Concat {
+            append,
+            key,
+            value,
+            cas,
+            quiet,
+        } => storage::concat(append, key, value, cas, quiet, sh, c, r),
         Request::Delete { key, cas, quiet } => storage::delete(key, cas, quiet, sh, c, r),
-        Request::Delta { incr, key, delta, initial, exptime, cas, quiet } => {
-            storage::delta(storage::DeltaArgs { incr, key, delta, initial, exptime, cas, quiet }, sh, c, r)
-        }
-        Request::TooLarge { op, key, skip, close } => {
+        Request::Delta {
+            incr,
+            key,
+            delta,
+            initial,
+            exptime,
+            cas,
+            quiet,
+        } => storage::delta(
+            storage::DeltaArgs {
+                incr,
+                key,
+                delta,
+                initial,
+                exptime,
+                cas,
+                quiet,
+            },
+            sh,
+            c,
+            r,
+        ),
+        Request::TooLarge {
+            op,
+            key,
+            skip,
+            close,
+        } => {
             match op {
                 LargeOp::Sasl if !sh.config.sasl => r.error(Status::UnknownCommand),
                 // memcached cannot copy SASL data that large into an item: "out of memory".
                 LargeOp::Sasl => r.error(Status::OutOfMemory),
                 LargeOp::Store(op) => {
-                    let mode = if op == StoreOp::Set { mnemo_store::Mode::Set } else { mnemo_store::Mode::Add };
-                    match crate::command::write::refused_too_large(key, mode, crate::command::Proto::Binary, sh, c) {
+                    let mode = if op == StoreOp::Set {
+                        mnemo_store::Mode::Set
+                    } else {
+                        mnemo_store::Mode::Add
+                    };
+                    match crate::command::write::refused_too_large(
+                        key,
+                        mode,
+                        crate::command::Proto::Binary,
+                        sh,
+                        c,
+                    ) {
                         Answer::Now(_) => r.error(Status::TooLarge),
                         Answer::Later(p) => match p {},
                     }
@@ -225,7 +317,8 @@ fn execute(req: Request<'_>, session: &mut BinSession, sh: &Shared, c: &Counters
         // memcached 1.6.18 does not implement this opcode (it answers "unknown command" and
         // then mis-skips the extras, breaking the stream); mnemod serves it like `verbosity`.
         Request::Verbosity { level } => {
-            sh.verbosity.store(level.min(u32::from(crate::MAX_VERBOSITY)) as u8, Relaxed);
+            sh.verbosity
+                .store(level.min(u32::from(crate::MAX_VERBOSITY)) as u8, Relaxed);
             r.ok(0, &[], &[], &[]);
             After::Continue
         }
@@ -242,7 +335,11 @@ fn execute(req: Request<'_>, session: &mut BinSession, sh: &Shared, c: &Counters
             After::Continue
         }
         Request::SaslMechTooLong { skip } => {
-            r.error(if sh.config.sasl { Status::InvalidArguments } else { Status::UnknownCommand });
+            r.error(if sh.config.sasl {
+                Status::InvalidArguments
+            } else {
+                Status::UnknownCommand
+            });
             After::Skip(skip)
         }
         Request::Sasl { step, mech, data } => {

@@ -20,13 +20,19 @@ pub struct Clock {
 }
 
 fn unix_now() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
 }
 
 impl Clock {
     pub fn new() -> Clock {
         let process_started = unix_now().saturating_sub(START_BACKDATE);
-        Clock { process_started, current: AtomicU32::new(START_BACKDATE as u32) }
+        Clock {
+            process_started,
+            current: AtomicU32::new(START_BACKDATE as u32),
+        }
     }
 
     /// Re-read the system clock; called by the maintenance thread.
@@ -54,7 +60,11 @@ impl Clock {
     /// The exptime of set/touch/gat: memcached maps negative values to an absolute time in the
     /// past (`EXPTIME_TO_POSITIVE_TIME`), so the item is expired at once.
     pub fn item_expiry(&self, exptime: i32) -> Time {
-        let e = if exptime < 0 { REALTIME_MAXDELTA + 1 } else { i64::from(exptime) };
+        let e = if exptime < 0 {
+            REALTIME_MAXDELTA + 1
+        } else {
+            i64::from(exptime)
+        };
         self.realtime(e)
     }
 }
@@ -88,7 +98,10 @@ mod tests {
         let started = 1_700_000_000;
         assert_eq!(realtime(0, started, 100), 0);
         assert_eq!(realtime(10, started, 100), 110);
-        assert_eq!(realtime(REALTIME_MAXDELTA, started, 100), REALTIME_MAXDELTA as u32 + 100);
+        assert_eq!(
+            realtime(REALTIME_MAXDELTA, started, 100),
+            REALTIME_MAXDELTA as u32 + 100
+        );
         // An absolute time before the start is already past.
         assert_eq!(realtime(REALTIME_MAXDELTA + 1, started, 100), 1);
         assert_eq!(realtime(started as i64 + 500, started, 100), 500);

@@ -59,7 +59,12 @@ pub const PROTOCOL_VERSION: &str = protocol_version!();
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 /// `mnemod -V`: memcached's "memcached 1.6.45" shape, with mnemo's version and the release it
 /// speaks for.
-const VERSION_LINE: &str = concat!(env!("CARGO_PKG_VERSION"), " (memcached ", protocol_version!(), ")");
+const VERSION_LINE: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (memcached ",
+    protocol_version!(),
+    ")"
+);
 
 #[derive(Parser, Debug)]
 #[command(
@@ -313,7 +318,10 @@ impl Default for SlabAutomove {
 impl SlabAutomove {
     /// As `-o slab_automove=N,slab_automove_ratio=R` start it.
     pub fn new(level: u32, ratio: f64) -> SlabAutomove {
-        SlabAutomove { level: AtomicU32::new(level), ratio: AtomicU64::new(ratio.to_bits()) }
+        SlabAutomove {
+            level: AtomicU32::new(level),
+            ratio: AtomicU64::new(ratio.to_bits()),
+        }
     }
     pub fn level(&self) -> u32 {
         self.level.load(Relaxed)
@@ -345,7 +353,8 @@ impl Default for Config {
     /// by construction.
     fn default() -> Self {
         let args = Args::try_parse_from(["mnemod"]).expect("an empty command line parses");
-        Config::from_parsed(args, None).unwrap_or_else(|e| panic!("the default flags are refused: {e}"))
+        Config::from_parsed(args, None)
+            .unwrap_or_else(|e| panic!("the default flags are refused: {e}"))
     }
 }
 
@@ -402,7 +411,8 @@ impl Config {
             Ok(ext) => ext,
             Err(e) => return Err(format!("mnemod: -o: {e}")),
         };
-        ext.check_chunk_max(a.item_size_max).map_err(|e| format!("mnemod: -o: {e}"))?;
+        ext.check_chunk_max(a.item_size_max)
+            .map_err(|e| format!("mnemod: -o: {e}"))?;
         // The flash tier: memcached's start-up checks, and the file made before serving.
         if let Some(fc) = ext.flash.store_config() {
             if a.item_size_max > fc.wbuf_size {
@@ -411,27 +421,44 @@ impl Config {
                     a.item_size_max, fc.wbuf_size
                 ));
             }
-            ext.flash.check_sizes().map_err(|e| format!("mnemod: -o: {e}"))?;
+            ext.flash
+                .check_sizes()
+                .map_err(|e| format!("mnemod: -o: {e}"))?;
             // memcached's checks, in its order (the store works with any page multiple of the
             // buffer, and tests use smaller ones).
             let x = &ext.flash;
-            if x.page_size_mb % x.wbuf_size_mb.max(1) == 0 && (x.page_size_mb % 2 != 0 || x.wbuf_size_mb % 2 != 0) {
+            if x.page_size_mb % x.wbuf_size_mb.max(1) == 0
+                && (x.page_size_mb % 2 != 0 || x.wbuf_size_mb % 2 != 0)
+            {
                 return Err(
                     "mnemod: -o: Failed to initialize external storage: page_size and wbuf_size must be divisible by 1024*1024*2"
                         .into(),
                 );
             }
             if let Err(e) = fc.check() {
-                return Err(format!("mnemod: -o: Failed to initialize external storage: {e}"));
+                return Err(format!(
+                    "mnemod: -o: Failed to initialize external storage: {e}"
+                ));
             }
         }
-        let listen: Vec<String> =
-            a.listen.iter().flat_map(|l| l.split(',')).map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect();
-        let prefixes: Vec<_> = listen.iter().filter_map(|l| crate::tls::ListenTls::split(l).0).collect();
+        let listen: Vec<String> = a
+            .listen
+            .iter()
+            .flat_map(|l| l.split(','))
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+            .collect();
+        let prefixes: Vec<_> = listen
+            .iter()
+            .filter_map(|l| crate::tls::ListenTls::split(l).0)
+            .collect();
         if let (Some(p), false) = (prefixes.first(), a.enable_ssl) {
             return Err(format!("mnemod: {}", p.needs_ssl()));
         }
-        let kinds = (prefixes.contains(&crate::tls::ListenTls::NoPeer), prefixes.contains(&crate::tls::ListenTls::Peer));
+        let kinds = (
+            prefixes.contains(&crate::tls::ListenTls::NoPeer),
+            prefixes.contains(&crate::tls::ListenTls::Peer),
+        );
         // As memcached: certificates load at start-up and a bad one stops it.
         let tls = match a.enable_ssl {
             true => match crate::tls::Tls::load(&ext.ssl, kinds) {
@@ -471,10 +498,16 @@ impl Config {
             return Err("mnemod: -f: factor must be greater than 1".into());
         }
         if a.filter_stack > MAX_FILTER_STACK {
-            return Err(format!("mnemod: --filter-stack: at most {} KiB", MAX_FILTER_STACK >> 10));
+            return Err(format!(
+                "mnemod: --filter-stack: at most {} KiB",
+                MAX_FILTER_STACK >> 10
+            ));
         }
         let mut filters = Vec::new();
-        for (list, kind) in [(a.filter, FilterKind::Wasm), (a.native_filter, FilterKind::Native)] {
+        for (list, kind) in [
+            (a.filter, FilterKind::Wasm),
+            (a.native_filter, FilterKind::Native),
+        ] {
             for (name, path) in list {
                 if filters.iter().any(|f: &FilterSpec| f.name == name) {
                     return Err(format!("mnemod: filter {name} is installed twice"));
@@ -494,7 +527,11 @@ impl Config {
             None => None,
             Some("uring") => Some(IoLoop::Uring),
             Some("epoll") => Some(IoLoop::Epoll),
-            Some(other) => return Err(format!("mnemod: {IO_LOOP_ENV}={other}: expected uring or epoll")),
+            Some(other) => {
+                return Err(format!(
+                    "mnemod: {IO_LOOP_ENV}={other}: expected uring or epoll"
+                ))
+            }
         };
         Ok(Config {
             filters,
@@ -536,7 +573,11 @@ impl Config {
             sasldb,
             text_auth,
             // memcached: -U alone moves TCP to the UDP port too.
-            port: match a.port.unwrap_or(if a.udp_port == 0 { i32::from(DEFAULT_PORT) } else { a.udp_port }) {
+            port: match a.port.unwrap_or(if a.udp_port == 0 {
+                i32::from(DEFAULT_PORT)
+            } else {
+                a.udp_port
+            }) {
                 0 => None,
                 -1 => Some(0),
                 p => Some(p as u16),
@@ -561,7 +602,10 @@ impl Config {
 }
 
 fn first_line(s: &str) -> String {
-    let line = s.lines().find(|l| !l.trim().is_empty()).unwrap_or("invalid arguments");
+    let line = s
+        .lines()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("invalid arguments");
     format!("mnemod: {}", line.trim_start_matches("error: "))
 }
 
@@ -570,9 +614,16 @@ pub const MAX_FILTER_STACK: usize = 1 << 20;
 
 /// `NAME=PATH`; the name follows the key rules (what fget requests carry).
 fn parse_filter(s: &str) -> Result<(String, std::path::PathBuf), String> {
-    let (name, path) = s.split_once('=').ok_or_else(|| format!("'{s}': expected NAME=PATH"))?;
-    if name.is_empty() || name.len() > mnemo_proto::text::KEY_MAX || name.bytes().any(|b| b <= b' ' || b == 0x7f) {
-        return Err(format!("'{name}': a filter name is 1-250 bytes without spaces or control characters"));
+    let (name, path) = s
+        .split_once('=')
+        .ok_or_else(|| format!("'{s}': expected NAME=PATH"))?;
+    if name.is_empty()
+        || name.len() > mnemo_proto::text::KEY_MAX
+        || name.bytes().any(|b| b <= b' ' || b == 0x7f)
+    {
+        return Err(format!(
+            "'{name}': a filter name is 1-250 bytes without spaces or control characters"
+        ));
     }
     if path.is_empty() {
         return Err(format!("'{s}': no path"));
@@ -586,7 +637,9 @@ fn parse_metrics_addr(s: &str) -> Result<String, String> {
     if let Ok(port) = s.parse::<u16>() {
         return Ok(format!("{DEFAULT_LISTEN}:{port}"));
     }
-    let (host, port) = s.rsplit_once(':').ok_or_else(|| format!("'{s}': expected PORT or HOST:PORT"))?;
+    let (host, port) = s
+        .rsplit_once(':')
+        .ok_or_else(|| format!("'{s}': expected PORT or HOST:PORT"))?;
     let bare_v6 = host.contains(':') && !(host.starts_with('[') && host.ends_with(']'));
     if host.is_empty() || bare_v6 || port.parse::<u16>().is_err() {
         return Err(format!("'{s}': expected PORT, HOST:PORT or [IPV6]:PORT"));
@@ -621,7 +674,9 @@ pub fn parse_size(s: &str) -> Result<usize, String> {
     }
     .ok_or_else(|| format!("'{s}' is too large"))?;
     if bytes < MIN_ITEM_SIZE_MAX {
-        return Err(format!("item max size cannot be less than {MIN_ITEM_SIZE_MAX} bytes"));
+        return Err(format!(
+            "item max size cannot be less than {MIN_ITEM_SIZE_MAX} bytes"
+        ));
     }
     if bytes > MAX_ITEM_SIZE_MAX {
         return Err("cannot set item size limit higher than 1 GiB".into());
@@ -650,32 +705,103 @@ mod tests {
     #[test]
     fn default_is_an_empty_command_line() {
         let c = Config::default();
-        assert_eq!((c.port, c.unix_mask, c.memory_limit, c.max_conns), (Some(DEFAULT_PORT), 0o700, (DEFAULT_MEMORY_MB as usize) << 20, DEFAULT_MAX_CONNS));
-        assert_eq!((c.threads, c.reqs_per_event, c.backlog, c.item_size_max), (DEFAULT_THREADS, DEFAULT_REQS_PER_EVENT, DEFAULT_BACKLOG, 1 << 20));
-        assert_eq!((c.io_loop, c.io_loop_named, c.zero_copy, c.filter_max_keys), (DEFAULT_IO_LOOP, false, DEFAULT_ZERO_COPY, DEFAULT_FILTER_MAX_KEYS));
-        assert_eq!(c.filter_limits, mnemo_filter::Limits { concurrency: DEFAULT_THREADS as u32, ..Default::default() });
-        assert!(c.use_cas && c.evict && c.flush_enabled && !c.enable_shutdown && !c.sasl && c.tls.is_none());
-        assert_eq!((c.prefix_delimiter, c.protocol, c.verbose), (b':', Protocols::Auto, 0));
+        assert_eq!(
+            (c.port, c.unix_mask, c.memory_limit, c.max_conns),
+            (
+                Some(DEFAULT_PORT),
+                0o700,
+                (DEFAULT_MEMORY_MB as usize) << 20,
+                DEFAULT_MAX_CONNS
+            )
+        );
+        assert_eq!(
+            (c.threads, c.reqs_per_event, c.backlog, c.item_size_max),
+            (
+                DEFAULT_THREADS,
+                DEFAULT_REQS_PER_EVENT,
+                DEFAULT_BACKLOG,
+                1 << 20
+            )
+        );
+        assert_eq!(
+            (c.io_loop, c.io_loop_named, c.zero_copy, c.filter_max_keys),
+            (
+                DEFAULT_IO_LOOP,
+                false,
+                DEFAULT_ZERO_COPY,
+                DEFAULT_FILTER_MAX_KEYS
+            )
+        );
+        assert_eq!(
+            c.filter_limits,
+            mnemo_filter::Limits {
+                concurrency: DEFAULT_THREADS as u32,
+                ..Default::default()
+            }
+        );
+        assert!(
+            c.use_cas
+                && c.evict
+                && c.flush_enabled
+                && !c.enable_shutdown
+                && !c.sasl
+                && c.tls.is_none()
+        );
+        assert_eq!(
+            (c.prefix_delimiter, c.protocol, c.verbose),
+            (b':', Protocols::Auto, 0)
+        );
         // The binary's start-up path gives the same, whatever the environment names.
         let env_loop = Some("epoll".to_string());
-        let from_env = Config::from_parsed(Args::try_parse_from(["mnemod"]).unwrap(), env_loop).unwrap();
-        assert_eq!(format!("{:?}", Config { io_loop: IoLoop::Epoll, io_loop_named: true, ..Config::default() }), format!("{from_env:?}"));
+        let from_env =
+            Config::from_parsed(Args::try_parse_from(["mnemod"]).unwrap(), env_loop).unwrap();
+        assert_eq!(
+            format!(
+                "{:?}",
+                Config {
+                    io_loop: IoLoop::Epoll,
+                    io_loop_named: true,
+                    ..Config::default()
+                }
+            ),
+            format!("{from_env:?}")
+        );
     }
 
     #[test]
     fn the_environment_names_the_loop_unless_the_flag_does() {
-        let parsed = |args: &[&str]| Args::try_parse_from(std::iter::once("mnemod").chain(args.iter().copied())).unwrap();
+        let parsed = |args: &[&str]| {
+            Args::try_parse_from(std::iter::once("mnemod").chain(args.iter().copied())).unwrap()
+        };
         let c = Config::from_parsed(parsed(&["--io-loop=uring"]), Some("epoll".into())).unwrap();
         assert_eq!((c.io_loop, c.io_loop_named), (IoLoop::Uring, true));
-        assert!(Config::from_parsed(parsed(&[]), Some("kqueue".into())).unwrap_err().contains("MNEMO_IO_LOOP=kqueue"));
+        assert!(Config::from_parsed(parsed(&[]), Some("kqueue".into()))
+            .unwrap_err()
+            .contains("MNEMO_IO_LOOP=kqueue"));
     }
 
     #[test]
     fn long_and_short_forms() {
-        let Cli::Run(c) = run(&["-p", "1", "--memory-limit=128", "-I", "2m", "-vv", "-C", "-M", "-F", "-A", "-t", "2"]) else {
+        let Cli::Run(c) = run(&[
+            "-p",
+            "1",
+            "--memory-limit=128",
+            "-I",
+            "2m",
+            "-vv",
+            "-C",
+            "-M",
+            "-F",
+            "-A",
+            "-t",
+            "2",
+        ]) else {
             panic!()
         };
-        assert_eq!((c.port, c.memory_limit, c.item_size_max, c.verbose), (Some(1), 128 << 20, 2 << 20, 2));
+        assert_eq!(
+            (c.port, c.memory_limit, c.item_size_max, c.verbose),
+            (Some(1), 128 << 20, 2 << 20, 2)
+        );
         assert!(!c.use_cas && !c.evict && !c.flush_enabled && c.enable_shutdown);
     }
 
@@ -693,7 +819,18 @@ mod tests {
 
     #[test]
     fn flags_given_twice_as_memcached() {
-        let Cli::Run(c) = run(&["-m", "10", "-m", "20", "-l", "127.0.0.1", "-l", "127.0.0.2,::1"]) else { panic!() };
+        let Cli::Run(c) = run(&[
+            "-m",
+            "10",
+            "-m",
+            "20",
+            "-l",
+            "127.0.0.1",
+            "-l",
+            "127.0.0.2,::1",
+        ]) else {
+            panic!()
+        };
         assert_eq!(c.memory_limit, 20 << 20);
         assert_eq!(c.listen, ["127.0.0.1", "127.0.0.2", "::1"]);
         let Cli::Run(c) = run(&[]) else { panic!() };
@@ -718,13 +855,26 @@ mod tests {
 
     #[test]
     fn errors_are_one_line() {
-        for bad in [&["--nope"][..], &["-p", "abc"], &["-U", "-2"], &["-U", "65536"], &["-I", "10"], &["-I", "5x"], &["-m", "4", "-I", "3m"]] {
+        for bad in [
+            &["--nope"][..],
+            &["-p", "abc"],
+            &["-U", "-2"],
+            &["-U", "65536"],
+            &["-I", "10"],
+            &["-I", "5x"],
+            &["-m", "4", "-I", "3m"],
+        ] {
             match run(bad) {
                 Cli::Fail(msg) => assert!(!msg.contains('\n'), "{msg}"),
                 _ => panic!("{bad:?} accepted"),
             }
         }
-        for bad in [&["--filter", "x"][..], &["--filter", "a b=/p"], &["--filter", "a=/p", "--native-filter", "a=/q"], &["--filter-stack", "2m"]] {
+        for bad in [
+            &["--filter", "x"][..],
+            &["--filter", "a b=/p"],
+            &["--filter", "a=/p", "--native-filter", "a=/q"],
+            &["--filter-stack", "2m"],
+        ] {
             assert!(matches!(run(bad), Cli::Fail(_)), "{bad:?} accepted");
         }
         assert!(matches!(run(&["-h"]), Cli::Print(_)));
@@ -735,9 +885,13 @@ mod tests {
     fn eviction_policy_flag() {
         let Cli::Run(c) = run(&[]) else { panic!() };
         assert_eq!(c.eviction, mnemo_store::Eviction::S3Fifo);
-        let Cli::Run(c) = run(&["--eviction=fifo"]) else { panic!() };
+        let Cli::Run(c) = run(&["--eviction=fifo"]) else {
+            panic!()
+        };
         assert_eq!(c.eviction, mnemo_store::Eviction::Fifo);
-        let Cli::Run(c) = run(&["--eviction", "s3fifo"]) else { panic!() };
+        let Cli::Run(c) = run(&["--eviction", "s3fifo"]) else {
+            panic!()
+        };
         assert_eq!(c.eviction, mnemo_store::Eviction::S3Fifo);
         assert!(matches!(run(&["--eviction=lru"]), Cli::Fail(_)));
     }
@@ -745,8 +899,13 @@ mod tests {
     #[test]
     fn version_line_names_both_versions() {
         // concat! needs literals, so VERSION_LINE spells the memcached release out again.
-        assert!(VERSION_LINE.starts_with(VERSION) && VERSION_LINE.contains(PROTOCOL_VERSION), "{VERSION_LINE}");
-        let Cli::Print(text) = run(&["-V"]) else { panic!() };
+        assert!(
+            VERSION_LINE.starts_with(VERSION) && VERSION_LINE.contains(PROTOCOL_VERSION),
+            "{VERSION_LINE}"
+        );
+        let Cli::Print(text) = run(&["-V"]) else {
+            panic!()
+        };
         assert_eq!(text.trim(), format!("mnemod {VERSION_LINE}"));
     }
 }
@@ -758,16 +917,33 @@ mod listen_tls_tests {
 
     #[test]
     fn listener_prefixes_need_tls_as_in_memcached() {
-        assert_eq!(ListenTls::split("btls:127.0.0.1:1"), (Some(ListenTls::NoPeer), "127.0.0.1:1"));
-        assert_eq!(ListenTls::split("mtls:[::1]:2"), (Some(ListenTls::Peer), "[::1]:2"));
+        assert_eq!(
+            ListenTls::split("btls:127.0.0.1:1"),
+            (Some(ListenTls::NoPeer), "127.0.0.1:1")
+        );
+        assert_eq!(
+            ListenTls::split("mtls:[::1]:2"),
+            (Some(ListenTls::Peer), "[::1]:2")
+        );
         assert_eq!(ListenTls::split("notls:h"), (Some(ListenTls::Plain), "h"));
         assert_eq!(ListenTls::split("127.0.0.1"), (None, "127.0.0.1"));
-        let fail = |args: &[&str]| match Config::from_args(std::iter::once("mnemod").chain(args.iter().copied())) {
+        let fail = |args: &[&str]| match Config::from_args(
+            std::iter::once("mnemod").chain(args.iter().copied()),
+        ) {
             Cli::Fail(m) => m,
             _ => panic!("{args:?} accepted"),
         };
-        assert_eq!(fail(&["-l", "btls:127.0.0.1"]), "mnemod: 'btls' option is valid only when SSL is enabled");
-        assert_eq!(fail(&["-l", "127.0.0.1,mtls:127.0.0.1:2"]), "mnemod: 'otls' option is valid only when SSL is enabled");
-        assert_eq!(fail(&["-l", "notls:127.0.0.1"]), "mnemod: 'notls' option is valid only when SSL is enabled");
+        assert_eq!(
+            fail(&["-l", "btls:127.0.0.1"]),
+            "mnemod: 'btls' option is valid only when SSL is enabled"
+        );
+        assert_eq!(
+            fail(&["-l", "127.0.0.1,mtls:127.0.0.1:2"]),
+            "mnemod: 'otls' option is valid only when SSL is enabled"
+        );
+        assert_eq!(
+            fail(&["-l", "notls:127.0.0.1"]),
+            "mnemod: 'notls' option is valid only when SSL is enabled"
+        );
     }
 }

@@ -59,8 +59,8 @@ mod stream;
 pub use stream::{Io, Stream};
 
 use crate::binary::{self, BinNext, BinSession};
-use crate::command::Pending;
 use crate::command::read::Direct;
+use crate::command::Pending;
 use crate::exec::{self, Next};
 use crate::jobs::Answered;
 use crate::stats::{bump, regauge, Counters};
@@ -178,12 +178,22 @@ struct DirectSend<'a, S> {
 }
 
 impl<S: Io> Direct for DirectSend<'_, S> {
-    fn send_value(&mut self, out: &mut Vec<u8>, value: &[u8], pages: Option<mnemo_store::Pages<'_>>, tail: &'static [u8]) -> bool {
+    fn send_value(
+        &mut self,
+        out: &mut Vec<u8>,
+        value: &[u8],
+        pages: Option<mnemo_store::Pages<'_>>,
+        tail: &'static [u8],
+    ) -> bool {
         let pending = out.len() - *self.wpos;
         // Asked for every large value, so that `auto` counts each in its current mode's rate
         // (splice.rs, "When"), also those that cannot be lent from here.
         let lend = pages.is_some() && crate::splice::by_reference(self.zero_copy, value.len());
-        let iov = [io::IoSlice::new(&out[*self.wpos..]), io::IoSlice::new(value), io::IoSlice::new(tail)];
+        let iov = [
+            io::IoSlice::new(&out[*self.wpos..]),
+            io::IoSlice::new(value),
+            io::IoSlice::new(tail),
+        ];
         // Errors (and WouldBlock) leave everything to the ordinary flush, which reports them.
         let n = if self.stream.direct() {
             // On the io_uring loop too, a value goes straight to the socket as on epoll (one
@@ -263,7 +273,14 @@ impl<S: Io> Conn<S> {
     pub fn read_ahead(&mut self, c: &Counters) -> Option<core::ops::Range<usize>> {
         let plain = !self.stream.socket().is_tls();
         let idle = self.rpos == self.rend && self.wpos == self.wbuf.len() && self.swallow == 0;
-        if !plain || !idle || self.waiting || self.drained || self.closing || self.large.is_some() || self.dump.is_some() {
+        if !plain
+            || !idle
+            || self.waiting
+            || self.drained
+            || self.closing
+            || self.large.is_some()
+            || self.dump.is_some()
+        {
             return None;
         }
         // EOF and errors are left for the turn's own read to meet again and act on.
@@ -303,7 +320,10 @@ impl<S: Io> Conn<S> {
             self.set_last_active(sh.clock.now());
         }
         self.account(c);
-        self.info.writing.store(self.wpos < self.wbuf.len(), std::sync::atomic::Ordering::Relaxed);
+        self.info.writing.store(
+            self.wpos < self.wbuf.len(),
+            std::sync::atomic::Ordering::Relaxed,
+        );
         t
     }
 
@@ -319,7 +339,10 @@ impl<S: Io> Conn<S> {
             Err(_) => Turn::Close,
         };
         self.account(c);
-        self.info.writing.store(self.wpos < self.wbuf.len(), std::sync::atomic::Ordering::Relaxed);
+        self.info.writing.store(
+            self.wpos < self.wbuf.len(),
+            std::sync::atomic::Ordering::Relaxed,
+        );
         t
     }
 
@@ -350,7 +373,9 @@ impl<S: Io> Conn<S> {
                     return Turn::Close;
                 }
             }
-            let Some(h) = &self.watcher else { return Turn::Wait };
+            let Some(h) = &self.watcher else {
+                return Turn::Wait;
+            };
             if !h.watcher.drain_into(&mut self.wbuf) {
                 return Turn::Wait;
             }
@@ -410,11 +435,15 @@ impl<S: Io> Conn<S> {
 
     /// When a command last completed, or the connection was adopted (the clock's seconds).
     pub fn last_active(&self) -> mnemo_store::Time {
-        self.info.last_cmd.load(std::sync::atomic::Ordering::Relaxed)
+        self.info
+            .last_cmd
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     pub fn set_last_active(&self, now: mnemo_store::Time) {
-        self.info.last_cmd.store(now, std::sync::atomic::Ordering::Relaxed);
+        self.info
+            .last_cmd
+            .store(now, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Keep the worker's buffer gauges (stats read_buf_*, response_obj_*) current: one
@@ -472,7 +501,8 @@ impl<S: Io> Conn<S> {
         if !quiet || (self.rbuf.capacity() == 0 && self.wbuf.capacity() == 0) {
             return quiet && self.stream.release_idle();
         }
-        (self.rbuf, self.wbuf, self.reads) = (Vec::new(), Vec::new(), exec::PendingReads::default());
+        (self.rbuf, self.wbuf, self.reads) =
+            (Vec::new(), Vec::new(), exec::PendingReads::default());
         (self.rpos, self.rend, self.wpos) = (0, 0, 0);
         self.stream.release_idle();
         self.account(c);
@@ -531,7 +561,10 @@ impl<S: Io> Conn<S> {
 
     /// Parse and execute buffered requests.
     fn process(&mut self, sh: &Shared, c: &Counters, budget: &mut usize) -> Progress {
-        let limits = text::Limits { item_size_max: sh.config.item_size_max, use_cas: sh.config.use_cas };
+        let limits = text::Limits {
+            item_size_max: sh.config.item_size_max,
+            use_cas: sh.config.use_cas,
+        };
         loop {
             if self.closing {
                 return Progress::Close;
@@ -580,12 +613,18 @@ impl<S: Io> Conn<S> {
             }
             let input = &self.rbuf[self.rpos..self.rend];
             if let Proto::Unknown = self.proto {
-                self.proto = if input[0] == 0x80 { Proto::Binary(BinSession::default()) } else { Proto::Text };
+                self.proto = if input[0] == 0x80 {
+                    Proto::Binary(BinSession::default())
+                } else {
+                    Proto::Text
+                };
                 // With -S, memcached serves only the binary protocol (the one SASL runs
                 // over) and drops text connections: an open text port would bypass SASL.
                 use crate::config::Protocols;
                 let allowed = match (&self.proto, sh.config.protocol) {
-                    (Proto::Text, Protocols::Binary) | (Proto::Binary(_), Protocols::Ascii) => false,
+                    (Proto::Text, Protocols::Binary) | (Proto::Binary(_), Protocols::Ascii) => {
+                        false
+                    }
                     (Proto::Text, _) => !sh.config.sasl,
                     _ => true,
                 };
@@ -596,8 +635,14 @@ impl<S: Io> Conn<S> {
                 }
             }
             if let Proto::Binary(session) = &mut self.proto {
-                let mut direct = DirectSend { stream: &mut self.stream, wpos: &mut self.wpos, c, zero_copy: sh.config.zero_copy };
-                match binary::step_direct(input, session, sh, c, &mut self.wbuf, Some(&mut direct)) {
+                let mut direct = DirectSend {
+                    stream: &mut self.stream,
+                    wpos: &mut self.wpos,
+                    c,
+                    zero_copy: sh.config.zero_copy,
+                };
+                match binary::step_direct(input, session, sh, c, &mut self.wbuf, Some(&mut direct))
+                {
                     BinNext::Consumed(n) => {
                         *budget -= 1;
                         self.rpos += n;
@@ -616,8 +661,15 @@ impl<S: Io> Conn<S> {
                         self.taken.push(n);
                         let mut job = session.job.take();
                         // The GETs pipelined after it join its job: their flashed reads go together.
-                        if let Some(Pending::FlashRead(crate::flashio::Read::Binary(g))) = &mut job {
-                            binary::gather(g, &self.rbuf[self.rpos + n..self.rend], sh, budget, &mut self.taken);
+                        if let Some(Pending::FlashRead(crate::flashio::Read::Binary(g))) = &mut job
+                        {
+                            binary::gather(
+                                g,
+                                &self.rbuf[self.rpos + n..self.rend],
+                                sh,
+                                budget,
+                                &mut self.taken,
+                            );
                         }
                         self.job = job;
                         self.waiting = true;
@@ -636,7 +688,12 @@ impl<S: Io> Conn<S> {
                     let next = if sh.config.text_auth && !self.authed {
                         exec::unauthenticated(req, sh, &mut self.authed, &mut self.wbuf)
                     } else {
-                        let mut direct = DirectSend { stream: &mut self.stream, wpos: &mut self.wpos, c, zero_copy: sh.config.zero_copy };
+                        let mut direct = DirectSend {
+                            stream: &mut self.stream,
+                            wpos: &mut self.wpos,
+                            c,
+                            zero_copy: sh.config.zero_copy,
+                        };
                         exec::execute_from(
                             req,
                             self.resume,
@@ -652,7 +709,10 @@ impl<S: Io> Conn<S> {
                         self.resume = done;
                         return Progress::OutputFull;
                     }
-                    let stacked = std::mem::replace(&mut self.stacked, !matches!(req, text::Request::Get { .. }));
+                    let stacked = std::mem::replace(
+                        &mut self.stacked,
+                        !matches!(req, text::Request::Get { .. }),
+                    );
                     if let Next::Later(mut job) = next {
                         // The request stays in place until the job's reply is in (`complete`).
                         self.taken.push(n);
@@ -664,7 +724,14 @@ impl<S: Io> Conn<S> {
                         }
                         // The mg pipelined after it join its job: their flashed reads go together.
                         if let Pending::FlashRead(crate::flashio::Read::Meta(g)) = &mut job {
-                            crate::meta::gather(g, &self.rbuf[self.rpos + n..self.rend], &limits, sh, budget, &mut self.taken);
+                            crate::meta::gather(
+                                g,
+                                &self.rbuf[self.rpos + n..self.rend],
+                                &limits,
+                                sh,
+                                budget,
+                                &mut self.taken,
+                            );
                         }
                         self.job = Some(job);
                         self.waiting = true;
@@ -686,7 +753,11 @@ impl<S: Io> Conn<S> {
                         Next::Shutdown => self.shutdown = true,
                     }
                 }
-                Parsed::Error { reply, consumed, noreply } => {
+                Parsed::Error {
+                    reply,
+                    consumed,
+                    noreply,
+                } => {
                     *budget -= 1;
                     self.stacked = true;
                     if !noreply {
@@ -695,7 +766,9 @@ impl<S: Io> Conn<S> {
                     self.rpos += consumed;
                 }
                 Parsed::Incomplete(need) => {
-                    if need - input.len() >= exec::largeset::MISSING_MIN && self.begin_large(sh, &limits) {
+                    if need - input.len() >= exec::largeset::MISSING_MIN
+                        && self.begin_large(sh, &limits)
+                    {
                         continue;
                     }
                     self.need = need;
@@ -790,12 +863,16 @@ impl<S: Io> Conn<S> {
             let (n, room) = if self.stream.socket().is_tls() {
                 (self.stream.read(rest)?, want)
             } else {
-                let mut iov = [io::IoSliceMut::new(rest), io::IoSliceMut::new(&mut self.rbuf)];
+                let mut iov = [
+                    io::IoSliceMut::new(rest),
+                    io::IoSliceMut::new(&mut self.rbuf),
+                ];
                 (self.stream.read_vectored(&mut iov)?, want + self.rbuf.len())
             };
             large.received(n.min(want));
             (self.rpos, self.rend) = (0, n.saturating_sub(want));
-            self.drained = n > 0 && n < room && !self.read_closed && self.stream.short_read_drains();
+            self.drained =
+                n > 0 && n < room && !self.read_closed && self.stream.short_read_drains();
             bump(&c.bytes_read, n as u64);
             return Ok(n);
         }
@@ -840,7 +917,10 @@ impl<S: Io> Conn<S> {
         }
         let n = self.stream.read(&mut self.rbuf);
         if let Ok(n) = n {
-            self.drained = n > 0 && n < self.rbuf.len() && !self.read_closed && self.stream.short_read_drains();
+            self.drained = n > 0
+                && n < self.rbuf.len()
+                && !self.read_closed
+                && self.stream.short_read_drains();
             self.rend = n;
             bump(&c.bytes_read, n as u64);
         }

@@ -64,12 +64,29 @@ pub fn current() -> i32 {
 impl ConnTable {
     /// A listening socket, open since `now`.
     pub fn add_listener(&self, fd: i32, addr: String, now: u32) {
-        let info = Arc::new(ConnInfo { last_cmd: AtomicU32::new(now), ..ConnInfo::default() });
-        self.rows.lock().insert(fd, Row { addr, listen_addr: None, info });
+        let info = Arc::new(ConnInfo {
+            last_cmd: AtomicU32::new(now),
+            ..ConnInfo::default()
+        });
+        self.rows.lock().insert(
+            fd,
+            Row {
+                addr,
+                listen_addr: None,
+                info,
+            },
+        );
     }
 
     pub fn add(&self, fd: i32, addr: String, listen_addr: String, info: Arc<ConnInfo>) {
-        self.rows.lock().insert(fd, Row { addr, listen_addr: Some(listen_addr), info });
+        self.rows.lock().insert(
+            fd,
+            Row {
+                addr,
+                listen_addr: Some(listen_addr),
+                info,
+            },
+        );
     }
 
     pub fn remove(&self, fd: i32) {
@@ -109,7 +126,11 @@ pub fn stats(sh: &Shared, out: &mut Vec<u8>) {
             }
         };
         stat(out, &format!("{fd}:state"), state);
-        stat(out, &format!("{fd}:secs_since_last_cmd"), now.saturating_sub(row.info.last_cmd.load(Relaxed)));
+        stat(
+            out,
+            &format!("{fd}:secs_since_last_cmd"),
+            now.saturating_sub(row.info.last_cmd.load(Relaxed)),
+        );
     }
     line(out, b"END");
 }

@@ -86,13 +86,23 @@ const PIPELINED_MG: &[u8] = b"ERROR cannot pipeline other commands before mgdump
 impl Metadump {
     /// `mg`: an mgdump, else a metadump.
     fn asked(spec: &[u8], mg: bool) -> Metadump {
-        Metadump { mg, asked: Some(classes(spec)), cursor: DumpCursor::new(), list: false }
+        Metadump {
+            mg,
+            asked: Some(classes(spec)),
+            cursor: DumpCursor::new(),
+            list: false,
+        }
     }
 
     /// Starts the dump the connection was asked for, or answers why not. `stacked`: replies
     /// of earlier commands wait unsent, in memcached's sense (conn.rs keeps it): memcached
     /// checks that before it reads the class list. None when nothing is left to stream.
-    pub fn begin(mut self: Box<Self>, stacked: bool, sh: &Shared, out: &mut Vec<u8>) -> Option<Box<Metadump>> {
+    pub fn begin(
+        mut self: Box<Self>,
+        stacked: bool,
+        sh: &Shared,
+        out: &mut Vec<u8>,
+    ) -> Option<Box<Metadump>> {
         let reply = match self.asked.take() {
             _ if stacked && self.mg => PIPELINED_MG,
             _ if stacked => PIPELINED,
@@ -106,7 +116,12 @@ impl Metadump {
         None
     }
 
-    fn start(mut self: Box<Self>, list: bool, sh: &Shared, out: &mut Vec<u8>) -> Option<Box<Metadump>> {
+    fn start(
+        mut self: Box<Self>,
+        list: bool,
+        sh: &Shared,
+        out: &mut Vec<u8>,
+    ) -> Option<Box<Metadump>> {
         sh.crawler_starts.fetch_add(1, Relaxed);
         self.list = list;
         // memcached 1.6.43 sends OK before a dump's lines (1.6.18 to 1.6.42 sent none).
@@ -150,7 +165,11 @@ fn item_line(out: &mut Vec<u8>, it: &DumpItem<'_>, started: u64) {
     out.extend_from_slice(b.format(u64::from(it.written) + started).as_bytes());
     out.extend_from_slice(b" cas=");
     out.extend_from_slice(b.format(it.cas).as_bytes());
-    out.extend_from_slice(if it.fetched { b" fetch=yes" } else { b" fetch=no" });
+    out.extend_from_slice(if it.fetched {
+        b" fetch=yes"
+    } else {
+        b" fetch=no"
+    });
     out.extend_from_slice(b" cls=1 size=");
     out.extend_from_slice(b.format(it.size).as_bytes());
     out.push(b'\n');
@@ -163,7 +182,9 @@ fn mg_line(out: &mut Vec<u8>, key: &[u8]) {
     if key.iter().any(|&b| b <= b' ' || b == 0x7f) {
         let at = out.len();
         out.resize(at + key.len().div_ceil(3) * 4, 0);
-        let n = base64::engine::general_purpose::STANDARD.encode_slice(key, &mut out[at..]).expect("sized above");
+        let n = base64::engine::general_purpose::STANDARD
+            .encode_slice(key, &mut out[at..])
+            .expect("sized above");
         out.truncate(at + n);
         out.extend_from_slice(b" b\r\n");
     } else {
@@ -361,7 +382,11 @@ fn cachedump_line(out: &mut Vec<u8>, it: &DumpItem<'_>, started: u64) {
     out.extend_from_slice(b" [");
     out.extend_from_slice(b.format(it.value_len).as_bytes());
     out.extend_from_slice(b" b; ");
-    let exp = if it.exp == 0 { 0 } else { u64::from(it.exp) + started };
+    let exp = if it.exp == 0 {
+        0
+    } else {
+        u64::from(it.exp) + started
+    };
     out.extend_from_slice(b.format(exp).as_bytes());
     out.extend_from_slice(b" s]\r\n");
 }
@@ -440,9 +465,25 @@ mod tests {
     #[test]
     fn line_layout() {
         let mut out = Vec::new();
-        let it = DumpItem { key: b"k", exp: 0, cas: 7, size: 9, value_len: 4, fetched: false, written: 70 };
+        let it = DumpItem {
+            key: b"k",
+            exp: 0,
+            cas: 7,
+            size: 9,
+            value_len: 4,
+            fetched: false,
+            written: 70,
+        };
         item_line(&mut out, &it, 1000);
-        item_line(&mut out, &DumpItem { exp: 100, fetched: true, ..it }, 1000);
+        item_line(
+            &mut out,
+            &DumpItem {
+                exp: 100,
+                fetched: true,
+                ..it
+            },
+            1000,
+        );
         assert_eq!(
             String::from_utf8(out).unwrap(),
             "key=k exp=-1 la=1070 cas=7 fetch=no cls=1 size=9\n\
@@ -453,15 +494,33 @@ mod tests {
     #[test]
     fn reassign_bounds_follow_memcached_flags() {
         // Measured on memcached 1.6.18: the last id `slabs reassign 0 <id>` accepts.
-        for (factor, chunk, largest) in [(1.25, 48, 39), (2.0, 100, 12), (3.0, 1000, 6), (1.25, 5, 41), (1.05, 48, 63)] {
-            assert_eq!(memcached_largest_class(factor, chunk), largest, "-f {factor} -n {chunk}");
+        for (factor, chunk, largest) in [
+            (1.25, 48, 39),
+            (2.0, 100, 12),
+            (3.0, 1000, 6),
+            (1.25, 5, 41),
+            (1.05, 48, 63),
+        ] {
+            assert_eq!(
+                memcached_largest_class(factor, chunk),
+                largest,
+                "-f {factor} -n {chunk}"
+            );
         }
     }
 
     #[test]
     fn cachedump_line_layout() {
         let mut out = Vec::new();
-        let it = DumpItem { key: b"k", exp: 0, cas: 7, size: 9, value_len: 4, fetched: false, written: 70 };
+        let it = DumpItem {
+            key: b"k",
+            exp: 0,
+            cas: 7,
+            size: 9,
+            value_len: 4,
+            fetched: false,
+            written: 70,
+        };
         cachedump_line(&mut out, &it, 1000);
         cachedump_line(&mut out, &DumpItem { exp: 100, ..it }, 1000);
         assert_eq!(out, b"ITEM k [4 b; 0 s]\r\nITEM k [4 b; 1100 s]\r\n");

@@ -47,7 +47,9 @@ impl Detail {
             return;
         }
         // Keys without the delimiter have no prefix and are not counted (as in memcached).
-        let Some(end) = key.iter().position(|&b| b == delimiter) else { return };
+        let Some(end) = key.iter().position(|&b| b == delimiter) else {
+            return;
+        };
         let mut map = self.prefixes.lock();
         if !map.contains_key(&key[..end]) {
             if map.len() >= MAX_PREFIXES {
@@ -55,7 +57,9 @@ impl Detail {
             }
             map.insert(key[..end].to_vec(), Counts::default());
         }
-        let Some(counts) = map.get_mut(&key[..end]) else { return };
+        let Some(counts) = map.get_mut(&key[..end]) else {
+            return;
+        };
         match ev {
             Event::Get { hit } => {
                 counts.get += 1;
@@ -76,7 +80,11 @@ impl Detail {
             let c = map[k];
             out.extend_from_slice(b"PREFIX ");
             out.extend_from_slice(k);
-            let _ = write!(out, " get {} hit {} set {} del {}\r\n", c.get, c.hit, c.set, c.del);
+            let _ = write!(
+                out,
+                " get {} hit {} set {} del {}\r\n",
+                c.get, c.hit, c.set, c.del
+            );
         }
         out.extend_from_slice(b"END\r\n");
     }

@@ -75,7 +75,9 @@ pub struct PendingReads(Vec<u64>);
 impl PendingReads {
     fn key_hash(key: &[u8]) -> u64 {
         // FNV-1a: a collision only changes whether a shrunken number is padded.
-        key.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
+        key.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        })
     }
 
     fn add(&mut self, key: &[u8]) {
@@ -134,21 +136,48 @@ pub fn execute_from(
 ) -> Next {
     match *req {
         Request::Get { keys, cas, touch } => get(keys, skip, cas, touch, sh, c, out, reads, direct),
-        Request::Store { kind, key, flags, exptime, data, cas, noreply } => {
+        Request::Store {
+            kind,
+            key,
+            flags,
+            exptime,
+            data,
+            cas,
+            noreply,
+        } => {
             let exp = sh.clock.item_expiry(exptime);
-            let s = write::Store { mode: mode_of(kind, cas), key, flags, exp, data, stale_if_older: false, drop_on_failure: false };
+            let s = write::Store {
+                mode: mode_of(kind, cas),
+                key,
+                flags,
+                exp,
+                data,
+                stale_if_older: false,
+                drop_on_failure: false,
+            };
             store_reply(write::store(&s, Proto::Text, sh, c), noreply, out);
             Next::Continue
         }
-        Request::TooLarge { kind, key, swallow, noreply } => {
+        Request::TooLarge {
+            kind,
+            key,
+            swallow,
+            noreply,
+        } => {
             // Answered once the data is swallowed (Next::Swallow).
             match write::refused_too_large(key, mode_of(kind, 0), Proto::Text, sh, c) {
-                Answer::Now(_) => Next::Swallow(swallow, (!noreply).then_some(ErrorReply::TooLarge)),
+                Answer::Now(_) => {
+                    Next::Swallow(swallow, (!noreply).then_some(ErrorReply::TooLarge))
+                }
                 Answer::Later(p) => match p {},
             }
         }
         Request::Delete { key, noreply } => {
-            let d = delete::Delete { key, cas: None, invalidate: None };
+            let d = delete::Delete {
+                key,
+                cas: None,
+                invalidate: None,
+            };
             match delete::delete(&d, Proto::Text, sh, c) {
                 Answer::Now(delete::Deleted::Deleted) => reply(out, noreply, b"DELETED"),
                 Answer::Now(_) => reply(out, noreply, b"NOT_FOUND"),
@@ -156,9 +185,23 @@ pub fn execute_from(
             }
             Next::Continue
         }
-        Request::Delta { key, incr, delta, noreply } => {
+        Request::Delta {
+            key,
+            incr,
+            delta,
+            noreply,
+        } => {
             // A number shrunk while a reply still holds the item is not padded (PendingReads).
-            let d = arith::Delta { key, incr, by: delta, pad: !reads.holds(key), cas: None, create: None, touch: None, read_exp: false };
+            let d = arith::Delta {
+                key,
+                incr,
+                by: delta,
+                pad: !reads.holds(key),
+                cas: None,
+                create: None,
+                touch: None,
+                read_exp: false,
+            };
             match arith::delta(&d, Proto::Text, sh, c) {
                 Answer::Now(Counted::Value { n, .. } | Counted::Created { n, .. }) => {
                     if !noreply {
@@ -172,7 +215,11 @@ pub fn execute_from(
             }
             Next::Continue
         }
-        Request::Touch { key, exptime, noreply } => {
+        Request::Touch {
+            key,
+            exptime,
+            noreply,
+        } => {
             match read::touch(key, sh.clock.item_expiry(exptime), sh, c) {
                 Answer::Now(true) => reply(out, noreply, b"TOUCHED"),
                 Answer::Now(false) => reply(out, noreply, b"NOT_FOUND"),
@@ -223,7 +270,8 @@ pub fn execute_from(
             Next::Flush
         }
         Request::Verbosity { level, noreply } => {
-            sh.verbosity.store(level.min(u32::from(crate::MAX_VERBOSITY)) as u8, Relaxed);
+            sh.verbosity
+                .store(level.min(u32::from(crate::MAX_VERBOSITY)) as u8, Relaxed);
             reply(out, noreply, b"OK");
             Next::Continue
         }
@@ -258,19 +306,32 @@ pub fn execute_from(
             crate::crawler::slabs_automove(setting, noreply, sh, out);
             Next::Continue
         }
-        Request::Fget { filter, args, keys } => match crate::fget::execute(filter, args, keys, sh, out) {
-            Answer::Now(()) => Next::Continue,
-            Answer::Later(job) => Next::Later(job),
-        },
-        Request::FgetArgsTooLong { swallow } => Next::Swallow(swallow, Some(ErrorReply::FilterArgsTooLong)),
-        Request::BadStoreLine { swallow, reply, noreply } => Next::Swallow(swallow, (!noreply).then_some(reply)),
+        Request::Fget { filter, args, keys } => {
+            match crate::fget::execute(filter, args, keys, sh, out) {
+                Answer::Now(()) => Next::Continue,
+                Answer::Later(job) => Next::Later(job),
+            }
+        }
+        Request::FgetArgsTooLong { swallow } => {
+            Next::Swallow(swallow, Some(ErrorReply::FilterArgsTooLong))
+        }
+        Request::BadStoreLine {
+            swallow,
+            reply,
+            noreply,
+        } => Next::Swallow(swallow, (!noreply).then_some(reply)),
         Request::Watch { args } => crate::watch::command(args, sh, out),
     }
 }
 
 /// -Y: before authentication only a storage command carrying "user password" is accepted
 /// (memcached's convention); everything else is refused.
-pub fn unauthenticated(req: &Request<'_>, sh: &Shared, authed: &mut bool, out: &mut Vec<u8>) -> Next {
+pub fn unauthenticated(
+    req: &Request<'_>,
+    sh: &Shared,
+    authed: &mut bool,
+    out: &mut Vec<u8>,
+) -> Next {
     match *req {
         Request::Store { data, .. } => {
             let mut parts = data.splitn(2, |&b| b == b' ');
@@ -311,7 +372,13 @@ struct TextHit<'k> {
 impl read::Hit for TextHit<'_> {
     #[inline]
     fn head(&mut self, it: &mnemo_store::Item<'_>, out: &mut Vec<u8>) -> Option<&'static [u8]> {
-        value_header(out, self.key, it.flags, it.value.len(), self.cas.then_some(it.cas));
+        value_header(
+            out,
+            self.key,
+            it.flags,
+            it.value.len(),
+            self.cas.then_some(it.cas),
+        );
         Some(if self.last { b"\r\nEND\r\n" } else { b"\r\n" })
     }
 }
@@ -375,7 +442,12 @@ fn defer_get(keys: Keys<'_>, i: usize, cas: bool, first: read::Flashed) -> Next 
         }
         rest.extend_from_slice(k);
     }
-    let read = crate::flashio::Read::Text { keys: rest.into(), from: i, cas, first };
+    let read = crate::flashio::Read::Text {
+        keys: rest.into(),
+        from: i,
+        cas,
+        first,
+    };
     Next::Later(crate::command::Pending::FlashRead(read))
 }
 
@@ -384,25 +456,66 @@ fn defer_get(keys: Keys<'_>, i: usize, cas: bool, first: read::Flashed) -> Next 
 /// hits written at once), then every flashed record is read, back to back, then their replies
 /// go in their places. At the multi-get pause it stops before the next key's lookup
 /// (flashio.rs, "The pause"): the reply then has no END, and the request runs on from that key.
-pub(crate) fn get_flashed(keys: &[u8], from: usize, cas: bool, first: read::Flashed, sh: &Shared, c: &Counters) -> (Vec<u8>, Answered) {
+pub(crate) fn get_flashed(
+    keys: &[u8],
+    from: usize,
+    cas: bool,
+    first: read::Flashed,
+    sh: &Shared,
+    c: &Counters,
+) -> (Vec<u8>, Answered) {
     let keys = Keys::new(keys);
     let mut out = Vec::new();
     let mut batch = crate::flashio::Batch::new(&first);
     let mut answered = Answered::All;
     // Flashed keys, with where their replies go in `out`.
-    let mut holes = vec![read::Hole { at: 0, key: keys.iter().next().unwrap_or_default(), req: (), flashed: first }];
+    let mut holes = vec![read::Hole {
+        at: 0,
+        key: keys.iter().next().unwrap_or_default(),
+        req: (),
+        flashed: first,
+    }];
     for (k, key) in keys.iter().enumerate().skip(1) {
         if batch.full(&out) {
             answered = Answered::Keys(from + k);
             break;
         }
-        if let Answer::Later(flashed) = read::locate(key, read::Read::Get, &mut TextHit { key, cas, last: false }, sh, c, &mut out) {
+        if let Answer::Later(flashed) = read::locate(
+            key,
+            read::Read::Get,
+            &mut TextHit {
+                key,
+                cas,
+                last: false,
+            },
+            sh,
+            c,
+            &mut out,
+        ) {
             batch.add(&flashed);
-            holes.push(read::Hole { at: out.len(), key, req: (), flashed });
+            holes.push(read::Hole {
+                at: out.len(),
+                key,
+                req: (),
+                flashed,
+            });
         }
     }
     let mut reply = read::fill_holes(out, holes, sh, |key, (), at, v, reply| {
-        read::finish_read(key, read::Read::Get, at, v, &mut TextHit { key, cas, last: false }, sh, c, reply);
+        read::finish_read(
+            key,
+            read::Read::Get,
+            at,
+            v,
+            &mut TextHit {
+                key,
+                cas,
+                last: false,
+            },
+            sh,
+            c,
+            reply,
+        );
     });
     if answered == Answered::All {
         reply.extend_from_slice(b"END\r\n");
@@ -420,7 +533,11 @@ fn stats_command(args: Keys<'_>, sh: &Shared, out: &mut Vec<u8>) {
         }
         Some(b"settings") => stats::settings(sh, out),
         Some(b"filters") => crate::fget::stats(sh, out),
-        Some(b"snapshot") => crate::restart::stats(sh.config.memory_file.as_deref(), sh.restored.get().unwrap_or(&Default::default()), out),
+        Some(b"snapshot") => crate::restart::stats(
+            sh.config.memory_file.as_deref(),
+            sh.restored.get().unwrap_or(&Default::default()),
+            out,
+        ),
         Some(b"items") => stats::items(sh, out),
         Some(b"slabs") => stats::slabs(sh, out),
         Some(b"sizes") => stats::sizes(sh, out),

@@ -107,7 +107,10 @@ fn apply(args: Keys<'_>, sh: &Shared) -> Option<()> {
 /// refused. C's hexadecimal floats are not read (they are refused).
 fn parse_f64(s: &[u8]) -> Option<f64> {
     let start = s.iter().position(|&b| !is_c_space(b))?;
-    let end = s[start..].iter().position(|&b| is_c_space(b)).map_or(s.len(), |e| start + e);
+    let end = s[start..]
+        .iter()
+        .position(|&b| is_c_space(b))
+        .map_or(s.len(), |e| start + e);
     let text = std::str::from_utf8(&s[start..end]).ok()?;
     let d: f64 = text.parse().ok()?;
     // Rust reads an overflowing decimal as infinity where strtod sets ERANGE.
@@ -165,7 +168,10 @@ mod tests {
         }
         assert_eq!(run(&sh, "recache_rate abc", true), "");
         let live = sh.extstore.lock();
-        assert_eq!((live.recache_rate, live.max_frag, live.drop_unread), (7, 1000.0, true));
+        assert_eq!(
+            (live.recache_rate, live.max_frag, live.drop_unread),
+            (7, 1000.0, true)
+        );
         // 4294967296 as memcached's 32-bit setting keeps it: truncated.
         assert_eq!((live.max_sleep, live.compact_under), (0, Some(4)));
     }

@@ -59,7 +59,13 @@ pub struct Call {
 /// The request's checks, then the call as a job: `Now` once an error reply is written.
 // Out of line: kept out of the text protocol's execute_from (the get and set hot path).
 #[inline(never)]
-pub fn execute(filter: &[u8], args: &[u8], keys: Keys<'_>, sh: &Shared, out: &mut Vec<u8>) -> Answer<(), Pending> {
+pub fn execute(
+    filter: &[u8],
+    args: &[u8],
+    keys: Keys<'_>,
+    sh: &Shared,
+    out: &mut Vec<u8>,
+) -> Answer<(), Pending> {
     let Some(f) = sh.filters.get(filter) else {
         ErrorReply::UnknownFilter.write(out);
         return Answer::Now(());
@@ -95,7 +101,10 @@ impl Call {
             return None;
         }
         let mut late = Vec::new();
-        line(&mut late, format!("SERVER_ERROR filter {}", mnemo_filter::FilterError::Timeout).as_bytes());
+        line(
+            &mut late,
+            format!("SERVER_ERROR filter {}", mnemo_filter::FilterError::Timeout).as_bytes(),
+        );
         Some((sh.config.filter_limits.deadline + DEADLINE_SLACK, late))
     }
 
@@ -117,7 +126,9 @@ impl Call {
             let stages = [Prefetch::Bucket, Prefetch::Home, Prefetch::Chain];
             let mut ahead = [keys.iter(), keys.iter(), keys.iter()];
             for (i, it) in ahead.iter_mut().enumerate() {
-                it.by_ref().take((stages.len() - i) * AHEAD).for_each(|k| sh.store.prefetch(k, stages[i], PREFETCH_VALUE));
+                it.by_ref()
+                    .take((stages.len() - i) * AHEAD)
+                    .for_each(|k| sh.store.prefetch(k, stages[i], PREFETCH_VALUE));
             }
             for key in keys.iter() {
                 for (it, &stage) in ahead.iter_mut().zip(&stages) {
@@ -126,7 +137,13 @@ impl Call {
                     }
                 }
                 let found = sh.store.get(key, now, |it| sink.value(it.flags, it.value));
-                sh.detail.record(key, sh.config.prefix_delimiter, Event::Get { hit: found.is_hit() });
+                sh.detail.record(
+                    key,
+                    sh.config.prefix_delimiter,
+                    Event::Get {
+                        hit: found.is_hit(),
+                    },
+                );
                 if !found.is_hit() {
                     sink.missing();
                 }
@@ -135,7 +152,11 @@ impl Call {
         // The output goes straight into the reply; its header is put in front once the
         // length is known (a small move: outputs are bounded by --filter-output-max).
         let mut out = Vec::new();
-        match self.filter.call_answered(&self.args, self.nkeys, &mut fill, &mut out, &|| !watch.claim()) {
+        match self
+            .filter
+            .call_answered(&self.args, self.nkeys, &mut fill, &mut out, &|| {
+                !watch.claim()
+            }) {
             Ok(flags) => {
                 let mut header = Vec::with_capacity(32 + self.name.len());
                 value_header(&mut header, &self.name, flags, out.len(), None);
@@ -144,7 +165,10 @@ impl Call {
             }
             Err(e) => {
                 if sh.verbosity.load(std::sync::atomic::Ordering::Relaxed) > 0 {
-                    eprintln!("mnemod: filter {}: {e}", String::from_utf8_lossy(&self.name));
+                    eprintln!(
+                        "mnemod: filter {}: {e}",
+                        String::from_utf8_lossy(&self.name)
+                    );
                 }
                 line(&mut out, format!("SERVER_ERROR filter {e}").as_bytes());
             }

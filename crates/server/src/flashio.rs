@@ -80,7 +80,12 @@ pub(crate) const GATHER_KEYS: usize = 64;
 pub(crate) enum Read {
     /// get / gets: the keys from the flashed one on, separated by single spaces; `from`: the
     /// first one's index in the request.
-    Text { keys: Box<[u8]>, from: usize, cas: bool, first: Flashed },
+    Text {
+        keys: Box<[u8]>,
+        from: usize,
+        cas: bool,
+        first: Flashed,
+    },
     /// The binary GET family (GET, GETQ, GETK, GETKQ), and the GETs and NOOPs pipelined after it.
     Binary(crate::binary::FlashGet),
     /// mg, and the mg and mn pipelined after it.
@@ -91,7 +96,12 @@ impl Read {
     /// The reads and the reply, on a pool thread; `c` is the thread's counters block.
     fn run(self, sh: &Shared, c: &Counters) -> (Vec<u8>, Answered) {
         match self {
-            Read::Text { keys, from, cas, first } => crate::exec::get_flashed(&keys, from, cas, first, sh, c),
+            Read::Text {
+                keys,
+                from,
+                cas,
+                first,
+            } => crate::exec::get_flashed(&keys, from, cas, first, sh, c),
             Read::Binary(g) => g.run(sh, c),
             Read::Meta(g) => g.run(sh, c),
         }
@@ -107,7 +117,9 @@ pub(crate) struct Batch {
 impl Batch {
     /// A job whose first key, already located, is `first`.
     pub fn new(first: &Flashed) -> Batch {
-        Batch { located: first.fref.record_len() }
+        Batch {
+            located: first.fref.record_len(),
+        }
     }
 
     /// A further flashed key was located.
@@ -147,15 +159,24 @@ pub(crate) struct Pool {
 
 impl Pool {
     pub fn new(threads: usize, counters: usize) -> Pool {
-        Pool { lanes: crate::pool::Pool::new(threads), counters }
+        Pool {
+            lanes: crate::pool::Pool::new(threads),
+            counters,
+        }
     }
 
     /// Queue a read whose reply goes to connection `slot` (generation `gen`) through `to`;
     /// the threads start with the first one.
     pub fn submit(&self, sh: &Arc<Shared>, read: Read, to: Arc<Mailbox>, slot: usize, gen: u32) {
         let threads = sh.clone();
-        self.lanes.start("mnemo-flash-io", None, move |i| run(&threads, i));
-        self.lanes.push(Job { read, to, slot, gen });
+        self.lanes
+            .start("mnemo-flash-io", None, move |i| run(&threads, i));
+        self.lanes.push(Job {
+            read,
+            to,
+            slot,
+            gen,
+        });
     }
 }
 
@@ -166,6 +187,11 @@ fn run(sh: &Shared, me: usize) {
     loop {
         let job = pool.lanes.pop();
         let (reply, answered) = job.read.run(sh, &c);
-        job.to.post(Done { slot: job.slot, gen: job.gen, reply, answered });
+        job.to.post(Done {
+            slot: job.slot,
+            gen: job.gen,
+            reply,
+            answered,
+        });
     }
 }

@@ -98,7 +98,11 @@ pub(crate) struct Mailbox {
 
 impl Mailbox {
     pub fn new(wake: Wake) -> Mailbox {
-        Mailbox { done: Mutex::new(Vec::new()), nudged: Mutex::new(Vec::new()), wake }
+        Mailbox {
+            done: Mutex::new(Vec::new()),
+            nudged: Mutex::new(Vec::new()),
+            wake,
+        }
     }
 
     /// A watcher's connection has lines to send: give it a turn (watch.rs).
@@ -141,10 +145,8 @@ fn deadline(work: &Pending, sh: &Shared) -> Option<(Duration, Vec<u8>)> {
 
 /// The watchdog answered a job before it ran: its counters say so.
 fn answered_late(work: &Pending) {
-    #[allow(unreachable_patterns)]
-    match work {
-        Pending::Filter(call) => call.answered_late(),
-        _ => {}
+    if let Pending::Filter(call) = work {
+        call.answered_late();
     }
 }
 
@@ -202,13 +204,23 @@ impl Pool {
     pub fn submit(&self, sh: &Arc<Shared>, job: Job) {
         // A flash read goes to the flash I/O pool (flashio.rs): never behind a filter call.
         let job = match job.work {
-            Pending::FlashRead(read) => return sh.flash_io.submit(sh, read, job.to, job.slot, job.gen),
+            Pending::FlashRead(read) => {
+                return sh.flash_io.submit(sh, read, job.to, job.slot, job.gen)
+            }
             work => Job { work, ..job },
         };
         let threads = sh.clone();
-        if self.lanes.start("mnemo-job", Some(crate::WORKER_STACK), move |i| run(&threads, i)) {
+        if self
+            .lanes
+            .start("mnemo-job", Some(crate::WORKER_STACK), move |i| {
+                run(&threads, i)
+            })
+        {
             let sh = sh.clone();
-            if let Err(e) = std::thread::Builder::new().name("mnemo-job-watch".into()).spawn(move || watchdog(&sh.jobs)) {
+            if let Err(e) = std::thread::Builder::new()
+                .name("mnemo-job-watch".into())
+                .spawn(move || watchdog(&sh.jobs))
+            {
                 eprintln!("mnemod: cannot start the job watchdog: {e}");
                 std::process::exit(1);
             }
@@ -240,12 +252,22 @@ fn run(sh: &Shared, me: usize) {
     let pool = &sh.jobs;
     loop {
         let Queued { job, due } = pool.lanes.pop();
-        let Job { work, to, slot, gen } = job;
+        let Job {
+            work,
+            to,
+            slot,
+            gen,
+        } = job;
         if due.as_ref().is_some_and(|d| d.0 <= Instant::now()) {
             // Due before a thread was free (the watchdog had not come to it yet): answered
             // now, and not run.
             answered_late(&work);
-            to.post(Done { slot, gen, reply: due.map(|d| d.1).unwrap_or_default(), answered: Answered::All });
+            to.post(Done {
+                slot,
+                gen,
+                reply: due.map(|d| d.1).unwrap_or_default(),
+                answered: Answered::All,
+            });
             continue;
         }
         let timed = due.is_some();
@@ -258,7 +280,12 @@ fn run(sh: &Shared, me: usize) {
         // None: the watchdog answered already; this result is dropped.
         let finished = pool.running[me].lock().take();
         if let Some(r) = finished {
-            r.to.post(Done { slot: r.slot, gen: r.gen, reply, answered: Answered::All });
+            r.to.post(Done {
+                slot: r.slot,
+                gen: r.gen,
+                reply,
+                answered: Answered::All,
+            });
         }
     }
 }
@@ -289,15 +316,33 @@ fn watchdog(pool: &Pool) {
         for Queued { job, due } in late.drain(..) {
             answered_late(&job.work);
             let reply = due.map(|d| d.1).unwrap_or_default();
-            job.to.post(Done { slot: job.slot, gen: job.gen, reply, answered: Answered::All });
+            job.to.post(Done {
+                slot: job.slot,
+                gen: job.gen,
+                reply,
+                answered: Answered::All,
+            });
         }
         for slot in &pool.running {
             let mut r = slot.lock();
-            let Some(due) = r.as_ref().and_then(|r| r.due.as_ref().map(|d| d.0)) else { continue };
+            let Some(due) = r.as_ref().and_then(|r| r.due.as_ref().map(|d| d.0)) else {
+                continue;
+            };
             if due <= now {
-                if let Some(Running { to, slot, gen, due: Some((_, late)) }) = r.take() {
+                if let Some(Running {
+                    to,
+                    slot,
+                    gen,
+                    due: Some((_, late)),
+                }) = r.take()
+                {
                     drop(r);
-                    to.post(Done { slot, gen, reply: late, answered: Answered::All });
+                    to.post(Done {
+                        slot,
+                        gen,
+                        reply: late,
+                        answered: Answered::All,
+                    });
                 }
             } else {
                 next = Some(next.map_or(due, |n| n.min(due)));
@@ -341,7 +386,12 @@ mod tests {
     /// A job on pool thread 0, due `within` from now.
     fn running(pool: &Pool, to: &Arc<Mailbox>, slot: usize, within: Duration) {
         let due = Some((Instant::now() + within, b"LATE\r\n".to_vec()));
-        *pool.running[0].lock() = Some(Running { to: to.clone(), slot, gen: 9, due });
+        *pool.running[0].lock() = Some(Running {
+            to: to.clone(),
+            slot,
+            gen: 9,
+            due,
+        });
         pool.wake_watchdog();
     }
 
@@ -355,8 +405,18 @@ mod tests {
         running(&pool, &m, 3, Duration::from_millis(20));
         let d = wait_for(&m);
         assert!(t.elapsed() >= Duration::from_millis(20));
-        assert_eq!((d.len(), d[0].slot, d[0].gen, &d[0].reply[..]), (1, 3, 9, &b"LATE\r\n"[..]));
-        assert!(!Watch { pool: &pool, thread: 0 }.claim(), "the job's own result finds nothing to post to");
+        assert_eq!(
+            (d.len(), d[0].slot, d[0].gen, &d[0].reply[..]),
+            (1, 3, 9, &b"LATE\r\n"[..])
+        );
+        assert!(
+            !Watch {
+                pool: &pool,
+                thread: 0
+            }
+            .claim(),
+            "the job's own result finds nothing to post to"
+        );
     }
 
     #[test]
@@ -367,12 +427,21 @@ mod tests {
         std::thread::spawn(move || watchdog(&p));
         // Due far enough away that no stall between these two lines reaches it.
         running(&pool, &m, 1, Duration::from_millis(500));
-        assert!(Watch { pool: &pool, thread: 0 }.claim());
+        assert!(Watch {
+            pool: &pool,
+            thread: 0
+        }
+        .claim());
         // Past the due time, the watchdog has nothing to post.
         std::thread::sleep(Duration::from_millis(600));
         assert!(m.take().is_empty());
         let r = pool.running[0].lock().take().unwrap();
-        r.to.post(Done { slot: r.slot, gen: r.gen, reply: b"OK\r\n".to_vec(), answered: Answered::All });
+        r.to.post(Done {
+            slot: r.slot,
+            gen: r.gen,
+            reply: b"OK\r\n".to_vec(),
+            answered: Answered::All,
+        });
         let d = m.take();
         assert_eq!((d.len(), &d[0].reply[..]), (1, &b"OK\r\n"[..]));
     }

@@ -146,11 +146,16 @@ impl Shared {
     /// Without filters, whatever the config lists (tests that need none).
     #[cfg(test)]
     pub fn with_credentials(config: Config, credentials: auth::Credentials) -> Shared {
-        let filters = mnemo_filter::FilterHost::new(config.filter_limits, Vec::new()).expect("an empty filter host");
+        let filters = mnemo_filter::FilterHost::new(config.filter_limits, Vec::new())
+            .expect("an empty filter host");
         Shared::build(config, credentials, filters)
     }
 
-    pub fn build(config: Config, credentials: auth::Credentials, filters: mnemo_filter::FilterHost) -> Shared {
+    pub fn build(
+        config: Config,
+        credentials: auth::Credentials,
+        filters: mnemo_filter::FilterHost,
+    ) -> Shared {
         let store = Store::new(StoreConfig {
             mem_limit: config.memory_limit,
             item_size_max: config.item_size_max,
@@ -167,7 +172,9 @@ impl Shared {
         let io_first = config.threads + udp::threads(&config);
         let flash_io = flashio::Pool::new(flashio::threads(&config), io_first);
         Shared {
-            counters: (0..io_first + flashio::threads(&config)).map(|_| Arc::new(stats::Counters::default())).collect(),
+            counters: (0..io_first + flashio::threads(&config))
+                .map(|_| Arc::new(stats::Counters::default()))
+                .collect(),
             flash_io,
             extstore: parking_lot::Mutex::new(config.ext.flash.clone()),
             verbosity: AtomicU8::new(config.verbose.min(MAX_VERBOSITY)),
@@ -230,10 +237,21 @@ impl Shared {
             }
         };
         if let Some(path) = &self.config.memory_file {
-            restart::save_and_exit(&self.store, path, self.clock.now(), self.clock.process_started(), cleanup);
+            restart::save_and_exit(
+                &self.store,
+                path,
+                self.clock.now(),
+                self.clock.process_started(),
+                cleanup,
+            );
         }
         if self.store.has_flash() {
-            restart::keep_flash_and_exit(&self.store, self.clock.now(), self.clock.process_started(), cleanup);
+            restart::keep_flash_and_exit(
+                &self.store,
+                self.clock.now(),
+                self.clock.process_started(),
+                cleanup,
+            );
         }
         cleanup();
         std::process::exit(0);
@@ -305,14 +323,25 @@ pub fn run(mut config: Config) -> Result<(), ServerError> {
     let sh = Arc::new(Shared::build(config, credentials, filters));
     if sh.store.has_flash() {
         // Before -e's restore, which may write to the flash file.
-        restart::keep_flash_start(&sh.store, sh.config.memory_file.as_deref(), sh.clock.now(), sh.clock.process_started());
+        restart::keep_flash_start(
+            &sh.store,
+            sh.config.memory_file.as_deref(),
+            sh.clock.now(),
+            sh.clock.process_started(),
+        );
         signals::install_stop();
     }
     if let Some(path) = &sh.config.memory_file {
         // Before any connection is served: the listeners are bound, so clients that connect
         // meanwhile wait in the backlog.
         let shown = memory_file_given.as_deref().unwrap_or(path);
-        let _ = sh.restored.set(restart::restore(&sh.store, path, shown, sh.clock.now(), sh.clock.process_started()));
+        let _ = sh.restored.set(restart::restore(
+            &sh.store,
+            path,
+            shown,
+            sh.clock.now(),
+            sh.clock.process_started(),
+        ));
         signals::install_stop();
     }
     sh.conn_structs.fetch_add(listeners.len() as u64, Relaxed);
@@ -329,17 +358,35 @@ pub fn run(mut config: Config) -> Result<(), ServerError> {
             fallback_logged = true;
         }
         senders.push(handoff);
-        handles.push(std::thread::Builder::new().name(format!("mnemo-worker-{i}")).stack_size(WORKER_STACK).spawn(run)?);
+        handles.push(
+            std::thread::Builder::new()
+                .name(format!("mnemo-worker-{i}"))
+                .stack_size(WORKER_STACK)
+                .spawn(run)?,
+        );
     }
     udp::spawn(udp_sockets, &sh, sh.config.threads)?;
     let maint = sh.clone();
-    std::thread::Builder::new().name("mnemo-maint".into()).spawn(move || maintenance(&maint))?;
+    std::thread::Builder::new()
+        .name("mnemo-maint".into())
+        .spawn(move || maintenance(&maint))?;
     if let Some(l) = metrics_listener {
         metrics::spawn(l, sh.clone())?;
     }
     if sh.verbosity.load(Relaxed) > 0 {
-        eprintln!("mnemod {} serving with {} threads", config::VERSION, sh.config.threads);
-        let kind = if senders.iter().any(|(_, w)| matches!(w, worker::Wake::Uring(_))) { "io_uring" } else { "epoll" };
+        eprintln!(
+            "mnemod {} serving with {} threads",
+            config::VERSION,
+            sh.config.threads
+        );
+        let kind = if senders
+            .iter()
+            .any(|(_, w)| matches!(w, worker::Wake::Uring(_)))
+        {
+            "io_uring"
+        } else {
+            "epoll"
+        };
         eprintln!("mnemod: workers run the {kind} event loop");
     }
     listener::run(listeners, sh, senders);
@@ -403,8 +450,14 @@ fn maintenance(sh: &Shared) {
     // Flash I/O errors already logged: each second with new ones gets one line.
     let mut io_errors_logged = 0;
     loop {
-        let sub = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
-        std::thread::sleep(Duration::from_nanos(u64::from(1_000_000_000 - sub.min(999_999_999))) + Duration::from_millis(1));
+        let sub = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        std::thread::sleep(
+            Duration::from_nanos(u64::from(1_000_000_000 - sub.min(999_999_999)))
+                + Duration::from_millis(1),
+        );
         let now = sh.clock.tick();
         if signals::stop_requested() {
             if sh.verbosity.load(Relaxed) > 0 {
@@ -421,7 +474,6 @@ fn maintenance(sh: &Shared) {
             io_errors_logged = n;
         }
         if signals::reload_requested() {
-
             if sh.config.auth_file.is_some() || sh.config.sasldb.is_some() {
                 match auth::Credentials::from_config(&sh.config) {
                     Ok(c) => *sh.credentials.write() = c,

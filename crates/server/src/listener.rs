@@ -30,7 +30,11 @@ pub struct ListenStats {
 
 impl Default for ListenStats {
     fn default() -> Self {
-        ListenStats { accepting: AtomicBool::new(true), disabled_num: AtomicU64::new(0), disabled_us: AtomicU64::new(0) }
+        ListenStats {
+            accepting: AtomicBool::new(true),
+            disabled_num: AtomicU64::new(0),
+            disabled_us: AtomicU64::new(0),
+        }
     }
 }
 
@@ -51,18 +55,30 @@ pub enum Listener {
 #[derive(Debug, thiserror::Error)]
 pub enum BindError {
     #[error("failed to listen on {addr}: {source}")]
-    Tcp { addr: String, source: std::io::Error },
+    Tcp {
+        addr: String,
+        source: std::io::Error,
+    },
     #[error("failed to listen on UDP {addr}: {source}")]
-    Udp { addr: String, source: std::io::Error },
+    Udp {
+        addr: String,
+        source: std::io::Error,
+    },
     #[error("failed to listen on UNIX socket \"{path}\": {source}")]
-    Unix { path: String, source: std::io::Error },
+    Unix {
+        path: String,
+        source: std::io::Error,
+    },
 }
 
 /// Open every socket the configuration asks for (-s replaces TCP, as in memcached).
 pub fn bind(config: &Config) -> Result<Vec<Listener>, BindError> {
     if let Some(path) = &config.unix_socket {
         use std::os::unix::fs::{FileTypeExt, PermissionsExt};
-        let err = |source| BindError::Unix { path: path.clone(), source };
+        let err = |source| BindError::Unix {
+            path: path.clone(),
+            source,
+        };
         // A socket left behind by an earlier run would make bind fail.
         if let Ok(meta) = std::fs::symlink_metadata(path) {
             if meta.file_type().is_socket() {
@@ -70,13 +86,16 @@ pub fn bind(config: &Config) -> Result<Vec<Listener>, BindError> {
             }
         }
         let l = std::os::unix::net::UnixListener::bind(path).map_err(err)?;
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(config.unix_mask)).map_err(err)?;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(config.unix_mask))
+            .map_err(err)?;
         relisten(l.as_raw_fd(), config.backlog);
         l.set_nonblocking(true).map_err(err)?;
         return Ok(vec![Listener::Unix(mio::net::UnixListener::from_std(l))]);
     }
     let mut out = Vec::new();
-    let Some(port) = config.port else { return Ok(out) };
+    let Some(port) = config.port else {
+        return Ok(out);
+    };
     for host in &config.listen {
         // memcached's `-l notls:ADDR`, `btls:`, `mtls:` (config.rs refuses them without -Z).
         let (prefix, host) = crate::tls::ListenTls::split(host);
@@ -86,7 +105,10 @@ pub fn bind(config: &Config) -> Result<Vec<Listener>, BindError> {
             (None, Some(_)) => crate::tls::ListenTls::Default,
         };
         let addr = socket_addr(host, port);
-        let err = |source| BindError::Tcp { addr: addr.clone(), source };
+        let err = |source| BindError::Tcp {
+            addr: addr.clone(),
+            source,
+        };
         let l = std::net::TcpListener::bind(addr.as_str()).map_err(err)?;
         relisten(l.as_raw_fd(), config.backlog);
         l.set_nonblocking(true).map_err(err)?;
@@ -101,9 +123,15 @@ const PORT_FILE_ENV: &str = "MEMCACHED_PORT_FILENAME";
 /// As memcached: with MEMCACHED_PORT_FILENAME set, the ports bound ("TCP INET: 11211", "UDP
 /// INET6: 11211" ...) are written to NAME.lck, then renamed to NAME once all are bound.
 pub fn write_port_file(listeners: &[Listener], udp: &[std::net::UdpSocket]) -> std::io::Result<()> {
-    let Some(path) = std::env::var_os(PORT_FILE_ENV) else { return Ok(()) };
+    let Some(path) = std::env::var_os(PORT_FILE_ENV) else {
+        return Ok(());
+    };
     let line = |kind: &str, addr: std::net::SocketAddr| {
-        format!("{kind} INET{}: {}\n", if addr.is_ipv6() { "6" } else { "" }, addr.port())
+        format!(
+            "{kind} INET{}: {}\n",
+            if addr.is_ipv6() { "6" } else { "" },
+            addr.port()
+        )
     };
     let mut text = String::new();
     for l in listeners {
@@ -160,8 +188,16 @@ pub fn run(mut listeners: Vec<Listener>, sh: Arc<Shared>, workers: Vec<crate::wo
     }
     for l in &listeners {
         let (fd, addr) = match l {
-            Listener::Tcp(l, _) => (l.as_raw_fd(), l.local_addr().map(crate::conns::tcp_addr).unwrap_or_default()),
-            Listener::Unix(l) => (l.as_raw_fd(), crate::conns::unix_addr(sh.config.unix_socket.as_deref().unwrap_or(""))),
+            Listener::Tcp(l, _) => (
+                l.as_raw_fd(),
+                l.local_addr()
+                    .map(crate::conns::tcp_addr)
+                    .unwrap_or_default(),
+            ),
+            Listener::Unix(l) => (
+                l.as_raw_fd(),
+                crate::conns::unix_addr(sh.config.unix_socket.as_deref().unwrap_or("")),
+            ),
         };
         sh.conn_table.add_listener(fd, addr, sh.clock.now());
     }
@@ -183,12 +219,16 @@ pub fn run(mut listeners: Vec<Listener>, sh: Arc<Shared>, workers: Vec<crate::wo
         };
         for i in ready {
             if let Some(since) = paused {
-                if !sh.config.ext.maxconns_fast && sh.curr_conns.load(Relaxed) >= sh.config.max_conns {
+                if !sh.config.ext.maxconns_fast
+                    && sh.curr_conns.load(Relaxed) >= sh.config.max_conns
+                {
                     break;
                 }
                 paused = None;
                 set_backlog(&listeners, sh.config.backlog);
-                sh.listen.disabled_us.fetch_add(since.elapsed().as_micros() as u64, Relaxed);
+                sh.listen
+                    .disabled_us
+                    .fetch_add(since.elapsed().as_micros() as u64, Relaxed);
                 sh.listen.accepting.store(true, Relaxed);
             }
             if !accept_all(&listeners[i], &sh, &workers, &mut next) {
@@ -215,7 +255,12 @@ fn set_backlog(listeners: &[Listener], backlog: i32) {
 
 /// Accept every pending connection of one listener. false: stop accepting for a while (out
 /// of descriptors, or -c reached under `-o no_maxconns_fast`).
-fn accept_all(l: &Listener, sh: &Shared, workers: &[crate::worker::Handoff], next: &mut usize) -> bool {
+fn accept_all(
+    l: &Listener,
+    sh: &Shared,
+    workers: &[crate::worker::Handoff],
+    next: &mut usize,
+) -> bool {
     loop {
         if !sh.config.ext.maxconns_fast && sh.curr_conns.load(Relaxed) >= sh.config.max_conns {
             // memcached 1.4's way: the connection waits in the backlog until one closes.
@@ -238,7 +283,10 @@ fn accept_all(l: &Listener, sh: &Shared, workers: &[crate::worker::Handoff], nex
                 }
                 // Out of descriptors (EMFILE, ENFILE) or memory: the connection stays in the
                 // backlog; pause and retry, as memcached does, rather than spin on it.
-                let paused = matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM));
+                let paused = matches!(
+                    e.raw_os_error(),
+                    Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
+                );
                 return !paused;
             }
         };
@@ -252,15 +300,19 @@ fn accept_all(l: &Listener, sh: &Shared, workers: &[crate::worker::Handoff], nex
         // With -Z, the connection gets the certificates in force now (a later refresh_certs
         // does not change it); its handshake runs on the worker, driven by readiness.
         let stream = match (stream, &sh.config.tls, l) {
-            (Stream::Tcp(tcp), Some(tls), Listener::Tcp(_, kind)) if *kind != crate::tls::ListenTls::Plain => match tls.accept(tcp, *kind) {
-                Ok(s) => Stream::Tls(Box::new(s)),
-                Err(e) => {
-                    if sh.verbosity.load(Relaxed) > 0 {
-                        eprintln!("mnemod: cannot start TLS on a connection: {e}");
+            (Stream::Tcp(tcp), Some(tls), Listener::Tcp(_, kind))
+                if *kind != crate::tls::ListenTls::Plain =>
+            {
+                match tls.accept(tcp, *kind) {
+                    Ok(s) => Stream::Tls(Box::new(s)),
+                    Err(e) => {
+                        if sh.verbosity.load(Relaxed) > 0 {
+                            eprintln!("mnemod: cannot start TLS on a connection: {e}");
+                        }
+                        continue;
                     }
-                    continue;
                 }
-            },
+            }
             (stream, ..) => stream,
         };
         sh.curr_conns.fetch_add(1, Relaxed);

@@ -66,7 +66,14 @@ mod tests {
     #[test]
     fn a_mark_follows_its_version_only() {
         let m = Marks::default();
-        m.set(b"k", 7, Mark { stale: true, win_sent: false });
+        m.set(
+            b"k",
+            7,
+            Mark {
+                stale: true,
+                win_sent: false,
+            },
+        );
         assert!(m.get(b"k", 7).stale);
         assert_eq!(m.get(b"k", 8), Mark::default());
         m.set(b"k", 8, Mark::default());
@@ -77,7 +84,14 @@ mod tests {
     fn bounded() {
         let m = Marks::default();
         for i in 0..200_000u32 {
-            m.set(&i.to_le_bytes(), 1, Mark { stale: false, win_sent: true });
+            m.set(
+                &i.to_le_bytes(),
+                1,
+                Mark {
+                    stale: false,
+                    win_sent: true,
+                },
+            );
         }
         let total: usize = m.shards.iter().map(|s| s.lock().len()).sum();
         assert!(total <= MAX_MARKS * SHARDS);

@@ -5,8 +5,8 @@
 //! nothing new: EN for mg, HD for ms/md/ma (and ma's value), never an error or a NF/NS/EX.
 
 use mnemo_proto::meta::{Meta, MetaKind};
-use mnemo_proto::text;
 use mnemo_proto::reply::line;
+use mnemo_proto::text;
 use mnemo_proto::ErrorReply;
 use mnemo_store::{Item, Mode, Time};
 
@@ -63,7 +63,13 @@ fn status(m: &Meta<'_>, word: &[u8], key_echo: &[u8], out: &mut Vec<u8>) {
 }
 
 /// `direct`: the connection's way to send a large value from the item (exec::Direct).
-pub fn execute(m: &Meta<'_>, sh: &Shared, c: &Counters, out: &mut Vec<u8>, direct: Option<&mut dyn Direct>) -> Next {
+pub fn execute(
+    m: &Meta<'_>,
+    sh: &Shared,
+    c: &Counters,
+    out: &mut Vec<u8>,
+    direct: Option<&mut dyn Direct>,
+) -> Next {
     match m.kind {
         MetaKind::Get => return get(m, sh, c, out, direct),
         MetaKind::Set => set(m, sh, c, out),
@@ -81,7 +87,10 @@ fn win_flags(m: &Meta<'_>, it: &Item<'_>, now: Time, sh: &Shared) -> &'static [u
     let sent_before = mark.win_sent;
     let mut win = false;
     if !mark.win_sent {
-        let recache = m.flags.recache.is_some_and(|r| it.exp != 0 && ttl_left(it.exp, now) < i64::from(r));
+        let recache = m
+            .flags
+            .recache
+            .is_some_and(|r| it.exp != 0 && ttl_left(it.exp, now) < i64::from(r));
         if mark.stale || recache {
             win = true;
             mark.win_sent = true;
@@ -106,7 +115,13 @@ fn write_hit(m: &Meta<'_>, it: &Item<'_>, now: Time, suffix: &[u8], out: &mut Ve
 }
 
 /// A hit's reply line; true if the value (and its "\r\n") follows it.
-fn write_hit_line(m: &Meta<'_>, it: &Item<'_>, now: Time, suffix: &[u8], out: &mut Vec<u8>) -> bool {
+fn write_hit_line(
+    m: &Meta<'_>,
+    it: &Item<'_>,
+    now: Time,
+    suffix: &[u8],
+    out: &mut Vec<u8>,
+) -> bool {
     let f = &m.flags;
     // C (memcached 1.6.40): the client holds this version already, so no value is sent.
     let with_value = f.has(b'v') && f.compare_cas != Some(it.cas);
@@ -164,10 +179,20 @@ impl read::Hit for MetaHit<'_, '_> {
     }
 }
 
-fn get(m: &Meta<'_>, sh: &Shared, c: &Counters, out: &mut Vec<u8>, direct: Option<&mut dyn Direct>) -> Next {
+fn get(
+    m: &Meta<'_>,
+    sh: &Shared,
+    c: &Counters,
+    out: &mut Vec<u8>,
+    direct: Option<&mut dyn Direct>,
+) -> Next {
     let f = &m.flags;
     let how = read_of(m, sh);
-    let mut hit = MetaHit { m, sh, now: sh.clock.now() };
+    let mut hit = MetaHit {
+        m,
+        sh,
+        now: sh.clock.now(),
+    };
     match read::get(m.key.as_bytes(), how, &mut hit, sh, c, out, direct) {
         Answer::Now(sent) => {
             if !sent.found.is_hit() && !f.quiet {
@@ -176,8 +201,14 @@ fn get(m: &Meta<'_>, sh: &Shared, c: &Counters, out: &mut Vec<u8>, direct: Optio
             Next::Continue
         }
         Answer::Later(first) => {
-            let g = FlashGet { mg: OwnedGet::new(m), first, rest: Vec::new() };
-            Next::Later(crate::command::Pending::FlashRead(crate::flashio::Read::Meta(Box::new(g))))
+            let g = FlashGet {
+                mg: OwnedGet::new(m),
+                first,
+                rest: Vec::new(),
+            };
+            Next::Later(crate::command::Pending::FlashRead(
+                crate::flashio::Read::Meta(Box::new(g)),
+            ))
         }
     }
 }
@@ -203,17 +234,31 @@ struct OwnedGet {
 
 impl OwnedGet {
     fn new(m: &Meta<'_>) -> OwnedGet {
-        OwnedGet { raw_key: m.raw_key.into(), key: m.key, opaque: m.flags.opaque.map(Into::into), flags: m.flags.with_opaque(None) }
+        OwnedGet {
+            raw_key: m.raw_key.into(),
+            key: m.key,
+            opaque: m.flags.opaque.map(Into::into),
+            flags: m.flags.with_opaque(None),
+        }
     }
 
     fn meta(&self) -> Meta<'_> {
-        Meta { kind: MetaKind::Get, raw_key: &self.raw_key, key: self.key, flags: self.flags.with_opaque(self.opaque.as_deref()), data: b"" }
+        Meta {
+            kind: MetaKind::Get,
+            raw_key: &self.raw_key,
+            key: self.key,
+            flags: self.flags.with_opaque(self.opaque.as_deref()),
+            data: b"",
+        }
     }
 }
 
 /// How a deferred mg reads: what `get` defers is an mg without T, u or N.
-const DEFERRED: read::Read = read::Read::Meta { touch: None, peek: false, vivify: None };
-
+const DEFERRED: read::Read = read::Read::Meta {
+    touch: None,
+    peek: false,
+    vivify: None,
+};
 
 /// A request after a deferred mg that the same flash I/O job answers ([`gather`]).
 #[derive(Debug)]
@@ -250,7 +295,12 @@ impl FlashGet {
         let mut out = Vec::new();
         let mut batch = crate::flashio::Batch::new(&self.first);
         let mut answered = Answered::All;
-        let mut holes = vec![read::Hole { at: 0, key: self.mg.key.as_bytes(), req: &self.mg, flashed: self.first }];
+        let mut holes = vec![read::Hole {
+            at: 0,
+            key: self.mg.key.as_bytes(),
+            req: &self.mg,
+            flashed: self.first,
+        }];
         for (i, f) in self.rest.iter().enumerate() {
             let g = match f {
                 Follow::Noop => {
@@ -265,19 +315,32 @@ impl FlashGet {
                 Follow::Get(g) => g,
             };
             let m = g.meta();
-            let mut hit = MetaHit { m: &m, sh, now: sh.clock.now() };
+            let mut hit = MetaHit {
+                m: &m,
+                sh,
+                now: sh.clock.now(),
+            };
             match read::locate(g.key.as_bytes(), DEFERRED, &mut hit, sh, c, &mut out) {
                 Answer::Now(found) if found.is_hit() => {}
                 Answer::Now(_) => missed(g, &mut out),
                 Answer::Later(flashed) => {
                     batch.add(&flashed);
-                    holes.push(read::Hole { at: out.len(), key: g.key.as_bytes(), req: g, flashed });
+                    holes.push(read::Hole {
+                        at: out.len(),
+                        key: g.key.as_bytes(),
+                        req: g,
+                        flashed,
+                    });
                 }
             }
         }
         let reply = read::fill_holes(out, holes, sh, |key, g, at, v, reply| {
             let m = g.meta();
-            let mut hit = MetaHit { m: &m, sh, now: sh.clock.now() };
+            let mut hit = MetaHit {
+                m: &m,
+                sh,
+                now: sh.clock.now(),
+            };
             if !read::finish_read(key, DEFERRED, at, v, &mut hit, sh, c, reply).is_hit() {
                 missed(g, reply);
             }
@@ -292,14 +355,29 @@ impl FlashGet {
 /// (an ms must run after the job, on the worker), at an incomplete request, when `budget`
 /// (-R) is spent or the job has `flashio::GATHER_KEYS` keys. Each request taken has its length
 /// pushed on `taken` (the connection rewinds over those the job leaves unanswered).
-pub(crate) fn gather(g: &mut FlashGet, input: &[u8], limits: &text::Limits, sh: &Shared, budget: &mut usize, taken: &mut Vec<usize>) {
+pub(crate) fn gather(
+    g: &mut FlashGet,
+    input: &[u8],
+    limits: &text::Limits,
+    sh: &Shared,
+    budget: &mut usize,
+    taken: &mut Vec<usize>,
+) {
     let mut used = 0;
-    let mut keys = 1 + g.rest.iter().filter(|f| matches!(f, Follow::Get(_))).count();
+    let mut keys = 1 + g
+        .rest
+        .iter()
+        .filter(|f| matches!(f, Follow::Get(_)))
+        .count();
     while *budget > 0 && keys < crate::flashio::GATHER_KEYS {
-        let text::Parsed::Request(req, n) = text::parse(&input[used..], limits) else { break };
+        let text::Parsed::Request(req, n) = text::parse(&input[used..], limits) else {
+            break;
+        };
         match req {
             // What `get` would defer too, were its value on flash.
-            text::Request::Meta(ref m) if m.kind == MetaKind::Get && read_of(m, sh).deferrable() => {
+            text::Request::Meta(ref m)
+                if m.kind == MetaKind::Get && read_of(m, sh).deferrable() =>
+            {
                 g.rest.push(Follow::Get(Box::new(OwnedGet::new(m))));
                 keys += 1;
             }
@@ -327,7 +405,9 @@ fn set(m: &Meta<'_>, sh: &Shared, c: &Counters, out: &mut Vec<u8>) {
     let joins = matches!(mode, Mode::Append | Mode::Prepend);
     // s (memcached 1.6.20): the stored item's size; the data's unless a join says otherwise.
     let mut size = m.data.len();
-    let stored = if joins && (f.compare_cas.is_some() || f.cas_in.is_some() || f.vivify.is_some() || f.has(b's')) {
+    let stored = if joins
+        && (f.compare_cas.is_some() || f.cas_in.is_some() || f.vivify.is_some() || f.has(b's'))
+    {
         let j = concat::Join {
             append: mode == Mode::Append,
             key: m.key.as_bytes(),
@@ -335,7 +415,9 @@ fn set(m: &Meta<'_>, sh: &Shared, c: &Counters, out: &mut Vec<u8>) {
             cas: f.compare_cas,
             cas_in: f.cas_in,
             // N (memcached 1.6.20): a missing item is created from the data, with N's TTL.
-            vivify: f.vivify.map(|t| (f.client_flags.unwrap_or(0), sh.clock.item_expiry(t))),
+            vivify: f
+                .vivify
+                .map(|t| (f.client_flags.unwrap_or(0), sh.clock.item_expiry(t))),
         };
         match concat::meta_join(&j, sh, c) {
             Answer::Now((stored, n)) => {
@@ -401,7 +483,12 @@ fn delete(m: &Meta<'_>, sh: &Shared, c: &Counters, out: &mut Vec<u8>) {
     };
     let extra = delete::MetaDelete {
         // x: T and F apply to the emptied item, I or not.
-        remove_value: f.remove_value.then(|| (f.client_flags.unwrap_or(0), sh.clock.item_expiry(f.ttl.unwrap_or(0)))),
+        remove_value: f.remove_value.then(|| {
+            (
+                f.client_flags.unwrap_or(0),
+                sh.clock.item_expiry(f.ttl.unwrap_or(0)),
+            )
+        }),
         cas_in: f.cas_in,
     };
     match delete::meta_delete(&d, extra, Proto::Meta, sh, c) {
@@ -426,12 +513,16 @@ fn arith(m: &Meta<'_>, sh: &Shared, c: &Counters, out: &mut Vec<u8>) {
         by: f.delta.unwrap_or(1),
         pad: true,
         cas: f.compare_cas,
-        create: f.vivify.map(|ttl| (f.initial.unwrap_or(0), sh.clock.item_expiry(ttl))),
+        create: f
+            .vivify
+            .map(|ttl| (f.initial.unwrap_or(0), sh.clock.item_expiry(ttl))),
         touch: f.ttl.map(|t| sh.clock.item_expiry(t)),
         read_exp: f.has(b't') && !f.quiet,
     };
     let (value, cas, exp) = match arith::delta_with(&d, f.cas_in, Proto::Meta, sh, c) {
-        Answer::Now(Counted::Value { n, cas, exp } | Counted::Created { n, cas, exp }) => (n, cas, exp),
+        Answer::Now(Counted::Value { n, cas, exp } | Counted::Created { n, cas, exp }) => {
+            (n, cas, exp)
+        }
         Answer::Now(Counted::Exists) => return status(m, b"EX", m.raw_key, out),
         Answer::Now(Counted::NonNumeric) => return ErrorReply::NonNumeric.write(out),
         // Meta neither guards by CAS nor gives up on a create: the rest is a missing item.
@@ -490,7 +581,11 @@ pub fn debug(key: &[u8], sh: &Shared, c: &Counters, out: &mut Vec<u8>) -> Next {
     push_num(out, ttl_left(d.exp, d.now));
     out.extend_from_slice(b" cas=");
     push_num(out, d.cas);
-    out.extend_from_slice(if d.fetched { b" fetch=yes" } else { b" fetch=no" });
+    out.extend_from_slice(if d.fetched {
+        b" fetch=yes"
+    } else {
+        b" fetch=no"
+    });
     out.extend_from_slice(b" flags=");
     push_num(out, d.flags);
     out.extend_from_slice(b" size=");

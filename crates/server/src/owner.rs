@@ -41,7 +41,9 @@ struct Owned {
 static OWNED: Mutex<Vec<Owned>> = Mutex::new(Vec::new());
 
 fn owned() -> std::sync::MutexGuard<'static, Vec<Owned>> {
-    OWNED.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    OWNED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Makes this process the one owner of `path` (named by `option`, such as `-e` or
@@ -56,10 +58,16 @@ pub fn own(path: &Path, option: &str) -> Result<PathBuf, String> {
         .truncate(false)
         .open(path)
         .map_err(|e| say(format!("cannot open: {e}")))?;
-    let meta = file.metadata().map_err(|e| say(format!("cannot stat: {e}")))?;
+    let meta = file
+        .metadata()
+        .map_err(|e| say(format!("cannot stat: {e}")))?;
     let (dev, ino) = (meta.dev(), meta.ino());
     if let Some(o) = owned().iter().find(|o| o.dev == dev && o.ino == ino) {
-        return Err(say(format!("the same file as {} {}; each needs a file of its own", o.option, o.path.display())));
+        return Err(say(format!(
+            "the same file as {} {}; each needs a file of its own",
+            o.option,
+            o.path.display()
+        )));
     }
     // SAFETY: flock on a descriptor we own, open for the call.
     if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
@@ -74,7 +82,13 @@ pub fn own(path: &Path, option: &str) -> Result<PathBuf, String> {
         return Err(say(format!("in use by {who}; refusing to start")));
     }
     let real = std::fs::canonicalize(path).map_err(|e| say(format!("cannot resolve: {e}")))?;
-    owned().push(Owned { file, dev, ino, option: option.to_string(), path: path.to_path_buf() });
+    owned().push(Owned {
+        file,
+        dev,
+        ino,
+        option: option.to_string(),
+        path: path.to_path_buf(),
+    });
     Ok(real)
 }
 
@@ -104,7 +118,9 @@ fn holder(dev: u64, ino: u64) -> Option<u32> {
     text.lines().find_map(|l| {
         let w: Vec<&str> = l.split_whitespace().collect();
         // A blocked waiter's line starts "N: ->"; only holders are wanted.
-        (w.len() >= 6 && w[1] == "FLOCK" && w[5] == want).then(|| w[4].parse().ok()).flatten()
+        (w.len() >= 6 && w[1] == "FLOCK" && w[5] == want)
+            .then(|| w[4].parse().ok())
+            .flatten()
     })
 }
 
@@ -128,7 +144,14 @@ mod tests {
         assert_eq!(real, std::fs::canonicalize(&file).unwrap());
         std::os::unix::fs::symlink(&file, &link).unwrap();
         let e = own(&link, "-e").unwrap_err();
-        assert_eq!(e, format!("-e {}: the same file as -o ext_path {}; each needs a file of its own", link.display(), file.display()));
+        assert_eq!(
+            e,
+            format!(
+                "-e {}: the same file as -o ext_path {}; each needs a file of its own",
+                link.display(),
+                file.display()
+            )
+        );
     }
 
     #[test]
@@ -139,8 +162,18 @@ mod tests {
         // flock(1) from util-linux may be missing; a second descriptor in this process
         // conflicts the same way (flock locks belong to open file descriptions).
         let other = File::open(&file).unwrap();
-        assert_eq!(unsafe { libc::flock(other.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) }, 0);
+        assert_eq!(
+            unsafe { libc::flock(other.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) },
+            0
+        );
         let e = own(&file, "-e").unwrap_err();
-        assert_eq!(e, format!("-e {}: in use by another mnemod (pid {}); refusing to start", file.display(), std::process::id()));
+        assert_eq!(
+            e,
+            format!(
+                "-e {}: in use by another mnemod (pid {}); refusing to start",
+                file.display(),
+                std::process::id()
+            )
+        );
     }
 }

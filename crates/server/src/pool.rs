@@ -30,7 +30,12 @@ pub(crate) struct Pool<T> {
 impl<T> Pool<T> {
     /// A pool of `threads` threads (at least one), none running yet.
     pub fn new(threads: usize) -> Pool<T> {
-        Pool { queue: Mutex::new(VecDeque::new()), ready: Condvar::new(), threads: threads.max(1), started: AtomicBool::new(false) }
+        Pool {
+            queue: Mutex::new(VecDeque::new()),
+            ready: Condvar::new(),
+            threads: threads.max(1),
+            started: AtomicBool::new(false),
+        }
     }
 
     pub fn threads(&self) -> usize {
@@ -102,11 +107,16 @@ mod tests {
             tx.send(p.pop()).unwrap();
         };
         assert!(pool.start("test-pool", None, body.clone()));
-        assert!(!pool.start("test-pool", None, body), "a second start spawns nothing");
+        assert!(
+            !pool.start("test-pool", None, body),
+            "a second start spawns nothing"
+        );
         for i in 0..5 {
             pool.push(i);
         }
-        let got: Vec<u32> = (0..5).map(|_| rx.recv_timeout(std::time::Duration::from_secs(10)).unwrap()).collect();
+        let got: Vec<u32> = (0..5)
+            .map(|_| rx.recv_timeout(std::time::Duration::from_secs(10)).unwrap())
+            .collect();
         assert_eq!(got, [0, 1, 2, 3, 4]);
         assert!(pool.queue().is_empty());
     }

@@ -77,9 +77,17 @@ pub fn claim(path: &Path) -> Result<PathBuf, String> {
     let real = crate::owner::own(path, "-e")?;
     let tmp = beside(&real, ".tmp");
     match std::fs::remove_file(&tmp) {
-        Ok(()) => eprintln!("mnemod: -e {}: removed {}, left by a snapshot write that did not finish", path.display(), tmp.display()),
+        Ok(()) => eprintln!(
+            "mnemod: -e {}: removed {}, left by a snapshot write that did not finish",
+            path.display(),
+            tmp.display()
+        ),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => eprintln!("mnemod: -e {}: cannot remove the stale {}: {e}", path.display(), tmp.display()),
+        Err(e) => eprintln!(
+            "mnemod: -e {}: cannot remove the stale {}: {e}",
+            path.display(),
+            tmp.display()
+        ),
     }
     Ok(real)
 }
@@ -98,7 +106,10 @@ pub fn restore(store: &Store, path: &Path, shown: &Path, now: Time, origin: u64)
     };
     if len == 0 {
         // What owner.rs creates, and what a restore or a crash after one leaves.
-        eprintln!("mnemod: -e {}: no snapshot (the file is empty); starting empty", shown.display());
+        eprintln!(
+            "mnemod: -e {}: no snapshot (the file is empty); starting empty",
+            shown.display()
+        );
         return Restored::default();
     }
     let input = std::io::BufReader::with_capacity(1 << 20, file);
@@ -115,7 +126,11 @@ pub fn restore(store: &Store, path: &Path, shown: &Path, now: Time, origin: u64)
                 r.expired,
                 how(&r)
             );
-            Restored { report: Some(r), usec, refused: None }
+            Restored {
+                report: Some(r),
+                usec,
+                refused: None,
+            }
         }
         Err(e) => refused(shown, e.to_string()),
     };
@@ -157,13 +172,25 @@ fn how(r: &RestoreReport) -> String {
 }
 
 fn refused(path: &Path, why: String) -> Restored {
-    eprintln!("mnemod: -e {}: {why}; nothing restored, starting empty", path.display());
-    Restored { refused: Some(why), ..Restored::default() }
+    eprintln!(
+        "mnemod: -e {}: {why}; nothing restored, starting empty",
+        path.display()
+    );
+    Restored {
+        refused: Some(why),
+        ..Restored::default()
+    }
 }
 
 /// Freezes the store, writes the snapshot and exits the process (status 0 when written).
 /// The store stays frozen to the end: other workers' writes wait and are never acknowledged.
-pub fn save_and_exit(store: &Store, path: &Path, now: Time, origin: u64, cleanup: impl FnOnce()) -> ! {
+pub fn save_and_exit(
+    store: &Store,
+    path: &Path,
+    now: Time,
+    origin: u64,
+    cleanup: impl FnOnce(),
+) -> ! {
     let t = Instant::now();
     let mut frozen = store.freeze();
     let status = match frozen.write_snapshot_file(path, now, origin) {
@@ -178,7 +205,10 @@ pub fn save_and_exit(store: &Store, path: &Path, now: Time, origin: u64, cleanup
             0
         }
         Err(e) => {
-            eprintln!("mnemod: -e {}: writing the snapshot failed: {e}; the next start begins empty", path.display());
+            eprintln!(
+                "mnemod: -e {}: writing the snapshot failed: {e}; the next start begins empty",
+                path.display()
+            );
             1
         }
     };
@@ -196,8 +226,15 @@ pub fn save_and_exit(store: &Store, path: &Path, now: Time, origin: u64, cleanup
 /// serve values overwritten since. So the newer one (by modification time) is read and the
 /// other is spent unread.
 pub fn keep_flash_start(store: &Store, memory_file: Option<&Path>, now: Time, origin: u64) {
-    let Some(list) = store.flash_list_path() else { return };
-    let modified = |p: &Path| std::fs::metadata(p).ok().filter(|m| m.len() > 0).and_then(|m| m.modified().ok());
+    let Some(list) = store.flash_list_path() else {
+        return;
+    };
+    let modified = |p: &Path| {
+        std::fs::metadata(p)
+            .ok()
+            .filter(|m| m.len() > 0)
+            .and_then(|m| m.modified().ok())
+    };
     // A snapshot to restore (owner.rs leaves an empty file where there is none).
     let snapshot = memory_file.and_then(modified);
     if let Some(snap_at) = snapshot {
@@ -215,7 +252,10 @@ pub fn keep_flash_start(store: &Store, memory_file: Option<&Path>, now: Time, or
             }
         } else {
             match store.discard_flash_list() {
-                Ok(true) => eprintln!("mnemod: {}: not read: -e's snapshot brings the flashed items back", list.display()),
+                Ok(true) => eprintln!(
+                    "mnemod: {}: not read: -e's snapshot brings the flashed items back",
+                    list.display()
+                ),
                 Ok(false) => {}
                 Err(e) => eprintln!("mnemod: {}: cannot remove: {e}", list.display()),
             }
@@ -225,7 +265,10 @@ pub fn keep_flash_start(store: &Store, memory_file: Option<&Path>, now: Time, or
     let t = Instant::now();
     let Some(r) = store.restore_flash_list(now, origin) else {
         if memory_file.is_none() {
-            eprintln!("mnemod: {}: no list of kept items; the flash file starts empty", list.display());
+            eprintln!(
+                "mnemod: {}: no list of kept items; the flash file starts empty",
+                list.display()
+            );
         }
         return;
     };
@@ -254,7 +297,11 @@ pub fn keep_flash_and_exit(store: &Store, now: Time, origin: u64, cleanup: impl 
     let status = match frozen.write_flash_list(now, origin) {
         Ok(n) => {
             let n = n.unwrap_or(0);
-            eprintln!("mnemod: {}: listed {n} items on flash in {:.2} s", list.display(), t.elapsed().as_secs_f64());
+            eprintln!(
+                "mnemod: {}: listed {n} items on flash in {:.2} s",
+                list.display(),
+                t.elapsed().as_secs_f64()
+            );
             0
         }
         Err(e) => {
@@ -268,7 +315,11 @@ pub fn keep_flash_and_exit(store: &Store, now: Time, origin: u64, cleanup: impl 
 
 /// `stats snapshot`: where the snapshot lives and what the start-up restore did.
 pub fn stats(path: Option<&Path>, r: &Restored, out: &mut Vec<u8>) {
-    stat(out, "snapshot_file", path.map_or_else(|| "none".into(), |p| p.display().to_string()));
+    stat(
+        out,
+        "snapshot_file",
+        path.map_or_else(|| "none".into(), |p| p.display().to_string()),
+    );
     let rep = r.report.clone().unwrap_or_default();
     stat(out, "snapshot_restored_items", rep.items);
     stat(out, "snapshot_restored_expired", rep.expired);

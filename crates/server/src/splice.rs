@@ -120,7 +120,11 @@ impl Heads {
         if p == libc::MAP_FAILED {
             return None;
         }
-        Some(Heads { base: core::ptr::NonNull::new(p.cast())?, size, used: 0 })
+        Some(Heads {
+            base: core::ptr::NonNull::new(p.cast())?,
+            size,
+            used: 0,
+        })
     }
 
     /// A copy of `head` in bytes never written again while this mapping lives (they may be
@@ -134,14 +138,18 @@ impl Heads {
             // as it references them, so replies not yet read keep their heads.
             // SAFETY: (base, size) is this value's own private anonymous mapping; no slice
             // of it outlives the `send` that placed it, and DONTNEED only drops its pages.
-            if unsafe { libc::madvise(self.base.as_ptr().cast(), self.size, libc::MADV_DONTNEED) } != 0 {
+            if unsafe { libc::madvise(self.base.as_ptr().cast(), self.size, libc::MADV_DONTNEED) }
+                != 0
+            {
                 return None;
             }
             self.used = 0;
         }
         // SAFETY: used + head.len() <= size, inside the mapping, and those bytes were never
         // handed out since the pages were last renewed.
-        let dst = unsafe { core::slice::from_raw_parts_mut(self.base.as_ptr().add(self.used), head.len()) };
+        let dst = unsafe {
+            core::slice::from_raw_parts_mut(self.base.as_ptr().add(self.used), head.len())
+        };
         dst.copy_from_slice(head);
         self.used += head.len();
         Some(dst)
@@ -231,7 +239,11 @@ impl Tuner {
 
     /// Whether a value of `len` bytes is lent at `now`.
     fn next(&mut self, now: Instant, len: usize) -> bool {
-        let span = if self.step < PROBES { PROBE } else { SETTLE * (1 << self.streak) };
+        let span = if self.step < PROBES {
+            PROBE
+        } else {
+            SETTLE * (1 << self.streak)
+        };
         if self.step < PROBES && now.saturating_duration_since(self.last) >= PROBE {
             // A pause during the probes: start them again (module doc), and settle for SETTLE
             // next time (the load changed).
@@ -243,11 +255,19 @@ impl Tuner {
                 p.values += self.values;
                 p.wall += now.saturating_duration_since(self.since);
             }
-            self.step = if self.step == PROBES { 0 } else { self.step + 1 };
+            self.step = if self.step == PROBES {
+                0
+            } else {
+                self.step + 1
+            };
             if self.step == 0 {
                 self.probed = [Probed::default(); 2];
             }
-            self.lend = if self.step == PROBES { self.settle() } else { probe_lends(self.step) };
+            self.lend = if self.step == PROBES {
+                self.settle()
+            } else {
+                probe_lends(self.step)
+            };
             (self.since, self.bytes, self.values) = (now, 0, 0);
         }
         self.last = now;
@@ -298,7 +318,9 @@ pub fn by_reference(mode: ZeroCopy, len: usize) -> bool {
 /// Where a partial send's leftovers go: /dev/null takes spliced pages without reading them.
 fn dev_null() -> Option<RawFd> {
     static NULL: OnceLock<Option<File>> = OnceLock::new();
-    NULL.get_or_init(|| File::options().write(true).open("/dev/null").ok()).as_ref().map(|f| f.as_raw_fd())
+    NULL.get_or_init(|| File::options().write(true).open("/dev/null").ok())
+        .as_ref()
+        .map(|f| f.as_raw_fd())
 }
 
 fn new_pipe() -> io::Result<Pipe> {
@@ -308,7 +330,12 @@ fn new_pipe() -> io::Result<Pipe> {
         return Err(io::Error::last_os_error());
     }
     // SAFETY: both descriptors were just created and are owned by nothing else.
-    let pipe = unsafe { Pipe { rd: OwnedFd::from_raw_fd(fds[0]), wr: OwnedFd::from_raw_fd(fds[1]) } };
+    let pipe = unsafe {
+        Pipe {
+            rd: OwnedFd::from_raw_fd(fds[0]),
+            wr: OwnedFd::from_raw_fd(fds[1]),
+        }
+    };
     // SAFETY: F_SETPIPE_SZ on our own pipe; failure leaves its default size (see PIPE_SIZE).
     unsafe { libc::fcntl(pipe.wr.as_raw_fd(), libc::F_SETPIPE_SZ, PIPE_SIZE) };
     Ok(pipe)
@@ -319,7 +346,13 @@ fn new_pipe() -> io::Result<Pipe> {
 /// blocking, and returns how many bytes of head + value + tail it took (errors, WouldBlock
 /// included, count as 0: the caller's ordinary write reports them). None: this thread has no
 /// pipe (descriptors exhausted) and nothing was sent; the caller copies instead.
-pub fn send(fd: RawFd, head: &[u8], pages: Pages<'_>, value: &[u8], tail: &'static [u8]) -> Option<usize> {
+pub fn send(
+    fd: RawFd,
+    head: &[u8],
+    pages: Pages<'_>,
+    value: &[u8],
+    tail: &'static [u8],
+) -> Option<usize> {
     let null = dev_null()?;
     PIPE.with(|cell| {
         let mut cell = cell.borrow_mut();
@@ -332,7 +365,11 @@ pub fn send(fd: RawFd, head: &[u8], pages: Pages<'_>, value: &[u8], tail: &'stat
             if heads.is_none() && !head.is_empty() {
                 *heads = Heads::new(HEADS_SIZE);
             }
-            let placed = if head.is_empty() { Some(head) } else { heads.as_mut().and_then(|h| h.place(head)) };
+            let placed = if head.is_empty() {
+                Some(head)
+            } else {
+                heads.as_mut().and_then(|h| h.place(head))
+            };
             if let Some(head) = placed {
                 pages.lend();
                 return send_pages(pipe, null, fd, 0, [head, value, tail]);
@@ -341,7 +378,10 @@ pub fn send(fd: RawFd, head: &[u8], pages: Pages<'_>, value: &[u8], tail: &'stat
             // passes TCP's send path once, in one splice: a send() of its own before the value
             // cost 7% of the server's time (perf, workload d).
             // SAFETY: head is a live slice; write reads at most its length.
-            let copied = unsafe { libc::write(pipe.wr.as_raw_fd(), head.as_ptr().cast(), head.len()) }.max(0) as usize;
+            let copied = unsafe {
+                libc::write(pipe.wr.as_raw_fd(), head.as_ptr().cast(), head.len())
+            }
+            .max(0) as usize;
             if copied < head.len() {
                 // More output before the value than the pipe holds: send what it took, copy the rest.
                 send_pages(pipe, null, fd, copied, [&[], &[], &[]])
@@ -361,7 +401,13 @@ pub fn send(fd: RawFd, head: &[u8], pages: Pages<'_>, value: &[u8], tail: &'stat
 /// The vmsplice/splice rounds of `send`: the `queued` bytes already in the pipe, then the
 /// parts (head, value, tail), as far as the socket takes them. Returns the bytes sent and
 /// whether the pipe was left empty.
-fn send_pages(pipe: &Pipe, null: RawFd, fd: RawFd, mut queued: usize, mut parts: [&[u8]; 3]) -> (usize, bool) {
+fn send_pages(
+    pipe: &Pipe,
+    null: RawFd,
+    fd: RawFd,
+    mut queued: usize,
+    mut parts: [&[u8]; 3],
+) -> (usize, bool) {
     let total = queued + parts.iter().map(|p| p.len()).sum::<usize>();
     let mut sent = 0;
     while sent < total {
@@ -372,7 +418,15 @@ fn send_pages(pipe: &Pipe, null: RawFd, fd: RawFd, mut queued: usize, mut parts:
         let took = if n == 0 {
             0
         } else {
-            unsafe { libc::vmsplice(pipe.wr.as_raw_fd(), iov.as_ptr(), n, libc::SPLICE_F_NONBLOCK) }.max(0) as usize
+            unsafe {
+                libc::vmsplice(
+                    pipe.wr.as_raw_fd(),
+                    iov.as_ptr(),
+                    n,
+                    libc::SPLICE_F_NONBLOCK,
+                )
+            }
+            .max(0) as usize
         };
         let mut left = took;
         for p in &mut parts {
@@ -384,8 +438,17 @@ fn send_pages(pipe: &Pipe, null: RawFd, fd: RawFd, mut queued: usize, mut parts:
         if queued == 0 {
             break; // vmsplice refused and nothing waits in the pipe: the caller copies the rest
         }
-        let more = if sent + queued < total { libc::SPLICE_F_MORE } else { 0 };
-        let moved = splice_all(pipe.rd.as_raw_fd(), fd, queued, libc::SPLICE_F_NONBLOCK | more);
+        let more = if sent + queued < total {
+            libc::SPLICE_F_MORE
+        } else {
+            0
+        };
+        let moved = splice_all(
+            pipe.rd.as_raw_fd(),
+            fd,
+            queued,
+            libc::SPLICE_F_NONBLOCK | more,
+        );
         sent += moved;
         if moved < queued {
             // The socket is full: the pipe must be empty for the next call.
@@ -401,10 +464,16 @@ fn send_pages(pipe: &Pipe, null: RawFd, fd: RawFd, mut queued: usize, mut parts:
 
 /// The non-empty parts as vmsplice's iovecs, and how many there are.
 fn iovecs(parts: &[&[u8]; 3]) -> ([libc::iovec; 3], usize) {
-    let mut iov = [libc::iovec { iov_base: core::ptr::null_mut(), iov_len: 0 }; 3];
+    let mut iov = [libc::iovec {
+        iov_base: core::ptr::null_mut(),
+        iov_len: 0,
+    }; 3];
     let mut n = 0;
     for p in parts.iter().filter(|p| !p.is_empty()) {
-        iov[n] = libc::iovec { iov_base: p.as_ptr() as *mut libc::c_void, iov_len: p.len() };
+        iov[n] = libc::iovec {
+            iov_base: p.as_ptr() as *mut libc::c_void,
+            iov_len: p.len(),
+        };
         n += 1;
     }
     (iov, n)
@@ -415,7 +484,16 @@ fn splice_all(from: RawFd, to: RawFd, len: usize, flags: libc::c_uint) -> usize 
     let mut moved = 0;
     while moved < len {
         // SAFETY: plain descriptors and no offsets (both ends are a pipe or a socket/device).
-        let n = unsafe { libc::splice(from, core::ptr::null_mut(), to, core::ptr::null_mut(), len - moved, flags) };
+        let n = unsafe {
+            libc::splice(
+                from,
+                core::ptr::null_mut(),
+                to,
+                core::ptr::null_mut(),
+                len - moved,
+                flags,
+            )
+        };
         if n <= 0 {
             break;
         }
@@ -431,7 +509,13 @@ fn drain(pipe: &Pipe, null: RawFd, len: usize) -> bool {
     let mut scratch = [0u8; 4096];
     while left > 0 {
         // SAFETY: scratch is a live buffer of the length given.
-        let n = unsafe { libc::read(pipe.rd.as_raw_fd(), scratch.as_mut_ptr().cast(), scratch.len().min(left)) };
+        let n = unsafe {
+            libc::read(
+                pipe.rd.as_raw_fd(),
+                scratch.as_mut_ptr().cast(),
+                scratch.len().min(left),
+            )
+        };
         if n <= 0 {
             return false;
         }
@@ -450,7 +534,12 @@ mod tests {
 
     /// A worker serving 100 KB values for `span` under a load that takes `gap(lend)` between
     /// values; returns how many values were lent.
-    fn serve(t: &mut Tuner, clock: &mut Instant, span: Duration, gap: impl Fn(bool) -> Duration) -> u32 {
+    fn serve(
+        t: &mut Tuner,
+        clock: &mut Instant,
+        span: Duration,
+        gap: impl Fn(bool) -> Duration,
+    ) -> u32 {
         let end = *clock + span;
         let mut lent = 0;
         while *clock < end {
@@ -486,14 +575,25 @@ mod tests {
         let gap = |lend| if lend { us(60) } else { us(40) };
         let mut modes = probe(&mut t, &mut clock, gap);
         modes.dedup();
-        assert_eq!(modes, [false, true, false], "probes: copy, lend, lend, copy");
-        assert_eq!(serve(&mut t, &mut clock, SETTLE - us(100), gap), 0, "settled on copying");
+        assert_eq!(
+            modes,
+            [false, true, false],
+            "probes: copy, lend, lend, copy"
+        );
+        assert_eq!(
+            serve(&mut t, &mut clock, SETTLE - us(100), gap),
+            0,
+            "settled on copying"
+        );
         // The server sets the pace (mnemo bench d): lending is 40% faster, so the next round lends.
         let gap = |lend| if lend { us(30) } else { us(42) };
         serve(&mut t, &mut clock, us(200), gap);
         probe(&mut t, &mut clock, gap);
         let values = (SETTLE.as_micros() / 2 / 30) as u32;
-        assert!(serve(&mut t, &mut clock, SETTLE / 2, gap) >= values, "settled on lending");
+        assert!(
+            serve(&mut t, &mut clock, SETTLE / 2, gap) >= values,
+            "settled on lending"
+        );
     }
 
     #[test]
@@ -526,13 +626,19 @@ mod tests {
     #[test]
     fn heads_are_appended_and_lent_heads_keep_their_bytes_when_the_pages_are_renewed() {
         let mut heads = Heads::new(8192).expect("mapping");
-        assert!(heads.place(&[b'x'; HEAD_MAX + 1]).is_none(), "a head past HEAD_MAX is copied instead");
+        assert!(
+            heads.place(&[b'x'; HEAD_MAX + 1]).is_none(),
+            "a head past HEAD_MAX is copied instead"
+        );
         let a = heads.place(b"VALUE a 0 100000\r\n").unwrap();
         assert_eq!(a, b"VALUE a 0 100000\r\n");
         let (a_ptr, a_len) = (a.as_ptr() as usize, a.len());
         // Lend a's bytes to a pipe, as send does, and leave them unread.
         let pipe = new_pipe().unwrap();
-        let iov = libc::iovec { iov_base: a_ptr as *mut libc::c_void, iov_len: a_len };
+        let iov = libc::iovec {
+            iov_base: a_ptr as *mut libc::c_void,
+            iov_len: a_len,
+        };
         // SAFETY: iov describes a_len bytes of the live head pages.
         let n = unsafe { libc::vmsplice(pipe.wr.as_raw_fd(), &iov, 1, libc::SPLICE_F_NONBLOCK) };
         assert_eq!(n, a_len as isize);
@@ -568,7 +674,10 @@ mod tests {
         // 30 ms without a large value, then the load comes back: copy, from the first probe.
         clock += PROBE + us(5_000);
         assert!(!t.next(clock, 100_000));
-        assert_eq!((t.step, t.values, t.probed[0].values, t.probed[1].values), (0, 1, 0, 0));
+        assert_eq!(
+            (t.step, t.values, t.probed[0].values, t.probed[1].values),
+            (0, 1, 0, 0)
+        );
         // A steady load, the same pace in both modes: the probes run in order, none restarted.
         let mut modes = probe(&mut t, &mut clock, |_| us(50));
         modes.dedup();
@@ -591,7 +700,10 @@ mod tests {
         }
         let per_sec = |p: Probed| p.bytes as f64 / p.wall.as_secs_f64();
         let (copy, lend) = (per_sec(probed[0]), per_sec(probed[1]));
-        assert!((lend - copy).abs() < 0.03 * copy.max(lend), "a rising load read as a faster mode: copy {copy:.0} B/s, lend {lend:.0} B/s");
+        assert!(
+            (lend - copy).abs() < 0.03 * copy.max(lend),
+            "a rising load read as a faster mode: copy {copy:.0} B/s, lend {lend:.0} B/s"
+        );
         assert!(!t.lend);
     }
 
@@ -631,7 +743,12 @@ mod tests {
         assert_eq!(ms(settled_for(&mut t, &mut clock, gap)), 1000);
         // A clear winner that changes sides starts over at SETTLE too.
         let lend_wins: fn(bool) -> Duration = |lend| if lend { us(40) } else { us(80) };
-        for (gap, lend, want) in [(gap_copy_wins, false, 1000), (gap_copy_wins, false, 2000), (lend_wins, true, 1000), (lend_wins, true, 2000)] {
+        for (gap, lend, want) in [
+            (gap_copy_wins, false, 1000),
+            (gap_copy_wins, false, 2000),
+            (lend_wins, true, 1000),
+            (lend_wins, true, 2000),
+        ] {
             probe(&mut t, &mut clock, gap);
             assert_eq!(t.lend, lend);
             assert_eq!(ms(settled_for(&mut t, &mut clock, gap)), want);

@@ -225,7 +225,11 @@ pub fn general(sh: &Shared, out: &mut Vec<u8>) {
     let l = &sh.listen;
     stat(out, "accepting_conns", u8::from(l.accepting.load(Relaxed)));
     stat(out, "listen_disabled_num", l.disabled_num.load(Relaxed));
-    stat(out, "time_in_listen_disabled_us", l.disabled_us.load(Relaxed));
+    stat(
+        out,
+        "time_in_listen_disabled_us",
+        l.disabled_us.load(Relaxed),
+    );
     stat(out, "threads", sh.config.threads);
     stat(out, "conn_yields", t.conn_yields);
     // The hash index: its slots play memcached's bucket pointers (8 bytes each); it grows a
@@ -279,7 +283,11 @@ pub fn general(sh: &Shared, out: &mut Vec<u8>) {
             stat(out, "ssl_new_sessions", n);
         }
         stat(out, "ssl_handshake_errors", tls.handshake_errors());
-        stat(out, "time_since_server_cert_refresh", tls.since_refresh(now));
+        stat(
+            out,
+            "time_since_server_cert_refresh",
+            tls.since_refresh(now),
+        );
     }
     stat(out, "unexpected_napi_ids", 0);
     stat(out, "round_robin_fallback", 0);
@@ -298,7 +306,13 @@ pub fn general(sh: &Shared, out: &mut Vec<u8>) {
     stat(out, "crawler_items_checked", 0);
     stat(out, "lrutail_reflocked", 0);
     if f.show_lru_maintainer {
-        for name in ["moves_to_cold", "moves_to_warm", "moves_within_lru", "direct_reclaims", "lru_bumps_dropped"] {
+        for name in [
+            "moves_to_cold",
+            "moves_to_warm",
+            "moves_within_lru",
+            "direct_reclaims",
+            "lru_bumps_dropped",
+        ] {
             stat(out, name, 0);
         }
     }
@@ -354,7 +368,11 @@ pub fn settings(sh: &Shared, out: &mut Vec<u8>) {
     stat(out, "verbosity", sh.verbosity.load(Relaxed));
     stat(out, "oldest", 0);
     stat(out, "evictions", if c.evict { "on" } else { "off" });
-    stat(out, "domain_socket", c.unix_socket.as_deref().unwrap_or("NULL"));
+    stat(
+        out,
+        "domain_socket",
+        c.unix_socket.as_deref().unwrap_or("NULL"),
+    );
     stat(out, "umask", format!("{:o}", c.unix_mask));
     stat(out, "shutdown_command", yes_no(c.enable_shutdown));
     stat(out, "growth_factor", format!("{:.2}", c.growth_factor));
@@ -384,8 +402,16 @@ pub fn settings(sh: &Shared, out: &mut Vec<u8>) {
     // these, so they read as memcached's do.
     stat(out, "slab_reassign", yes_no(ext.slab_reassign));
     stat(out, "slab_automove", sh.slab_automove.level());
-    stat(out, "slab_automove_ratio", c_fixed2(sh.slab_automove.ratio()));
-    stat(out, "slab_automove_window", sh.config.ext.slab_automove_window);
+    stat(
+        out,
+        "slab_automove_ratio",
+        c_fixed2(sh.slab_automove.ratio()),
+    );
+    stat(
+        out,
+        "slab_automove_window",
+        sh.config.ext.slab_automove_window,
+    );
     stat(out, "slab_chunk_max", sh.config.ext.slab_chunk_max);
     stat(out, "lru_crawler", yes_no(sh.crawler_enabled.load(Relaxed)));
     stat(out, "lru_crawler_sleep", sh.crawler_sleep.load(Relaxed));
@@ -420,13 +446,21 @@ pub fn settings(sh: &Shared, out: &mut Vec<u8>) {
     stat(out, "ext_drop_under", x.drop_under());
     stat(out, "ext_max_sleep", x.max_sleep);
     stat(out, "ext_max_frag", c_fixed2(x.max_frag));
-    stat(out, "slab_automove_freeratio", format!("{:.3}", x.automove_freeratio));
+    stat(
+        out,
+        "slab_automove_freeratio",
+        format!("{:.3}", x.automove_freeratio),
+    );
     stat(out, "ext_drop_unread", yes_no(x.drop_unread));
     // As given, in memcached's forms (its NULL and "(null)" spellings for unset files
     // included), with -Z or without.
     let ssl = &ext.ssl;
     stat(out, "ssl_enabled", yes_no(sh.config.ssl_enabled));
-    stat(out, "ssl_chain_cert", ssl.chain_cert.as_deref().unwrap_or("(null)"));
+    stat(
+        out,
+        "ssl_chain_cert",
+        ssl.chain_cert.as_deref().unwrap_or("(null)"),
+    );
     stat(out, "ssl_key", ssl.key.as_deref().unwrap_or("(null)"));
     stat(out, "ssl_verify_mode", ssl.openssl_verify_flags());
     stat(out, "ssl_keyformat", ssl.keyformat);
@@ -468,7 +502,11 @@ pub fn settings(sh: &Shared, out: &mut Vec<u8>) {
     stat(out, "filter_max_keys", c.filter_max_keys);
     stat(out, "filter_arg_max", mnemo_proto::text::FGET_ARG_MAX);
     for f in sh.filters.specs() {
-        stat(out, &format!("filter:{}", f.name), format!("{}:{}", f.kind.as_str(), f.path.display()));
+        stat(
+            out,
+            &format!("filter:{}", f.name),
+            format!("{}:{}", f.kind.as_str(), f.path.display()),
+        );
     }
     line(out, b"END");
 }
@@ -498,7 +536,10 @@ pub fn items(sh: &Shared, out: &mut Vec<u8>) {
     let lru = sh.config.ext.lru_maintainer;
     let (flashable, flashable_bytes) = sh.store.flashable_in_ram(sh.clock.now()).unwrap_or((0, 0));
     // Two readings taken apart: a set in between must not underflow.
-    let (rest, rest_bytes) = (s.curr_items.saturating_sub(flashable), s.bytes.saturating_sub(flashable_bytes));
+    let (rest, rest_bytes) = (
+        s.curr_items.saturating_sub(flashable),
+        s.bytes.saturating_sub(flashable_bytes),
+    );
     if rest > 0 {
         let oom = sh.totals().store_no_memory;
         item_class(out, lru, 1, &|name| match name {
@@ -531,12 +572,26 @@ fn item_class(out: &mut Vec<u8>, lru: bool, class: u32, v: &dyn Fn(&str) -> u64)
     let mut st = |name: &str| stat(out, &format!("items:{class}:{name}"), v(name));
     st("number");
     if lru {
-        for name in ["number_hot", "number_warm", "number_cold", "age_hot", "age_warm"] {
+        for name in [
+            "number_hot",
+            "number_warm",
+            "number_cold",
+            "age_hot",
+            "age_warm",
+        ] {
             st(name);
         }
     }
     // Items carry no access time (see crawler.rs on `la`).
-    for name in ["age", "mem_requested", "evicted", "evicted_nonzero", "evicted_time", "outofmemory", "tailrepairs"] {
+    for name in [
+        "age",
+        "mem_requested",
+        "evicted",
+        "evicted_nonzero",
+        "evicted_time",
+        "outofmemory",
+        "tailrepairs",
+    ] {
         st(name);
     }
     for name in ["reclaimed", "expired_unfetched", "evicted_unfetched"] {
@@ -545,14 +600,28 @@ fn item_class(out: &mut Vec<u8>, lru: bool, class: u32, v: &dyn Fn(&str) -> u64)
     if lru {
         st("evicted_active");
     }
-    for name in ["crawler_reclaimed", "crawler_items_checked", "lrutail_reflocked"] {
+    for name in [
+        "crawler_reclaimed",
+        "crawler_items_checked",
+        "lrutail_reflocked",
+    ] {
         st(name);
     }
     if lru {
-        for name in ["moves_to_cold", "moves_to_warm", "moves_within_lru", "direct_reclaims"] {
+        for name in [
+            "moves_to_cold",
+            "moves_to_warm",
+            "moves_within_lru",
+            "direct_reclaims",
+        ] {
             st(name);
         }
-        for name in ["hits_to_hot", "hits_to_warm", "hits_to_cold", "hits_to_temp"] {
+        for name in [
+            "hits_to_hot",
+            "hits_to_warm",
+            "hits_to_cold",
+            "hits_to_temp",
+        ] {
             st(name);
         }
     }
@@ -564,7 +633,13 @@ fn item_class(out: &mut Vec<u8>, lru: bool, class: u32, v: &dyn Fn(&str) -> u64)
 /// and `N:free_bucket` (always 0: no page is set aside for a bucket).
 /// Without `ext_path`, an empty group, as a memcached built with extstore but none configured.
 pub fn extstore_pages(sh: &Shared, out: &mut Vec<u8>) {
-    for (n, p) in sh.store.flash_pages().unwrap_or_default().iter().enumerate() {
+    for (n, p) in sh
+        .store
+        .flash_pages()
+        .unwrap_or_default()
+        .iter()
+        .enumerate()
+    {
         stat(out, &format!("{n}:version"), p.version);
         stat(out, &format!("{n}:bytes"), p.bytes);
         stat(out, &format!("{n}:bucket"), p.bucket);
@@ -637,9 +712,13 @@ pub fn sizes(sh: &Shared, out: &mut Vec<u8>) {
         // Flags are not in the dump walk: each key of a batch is read (without counting it as
         // a read) once the batch's shard lock is released.
         keys.clear();
-        let more = sh.store.dump_step(&mut cursor, now, |it| keys.push(it.key.to_vec()));
+        let more = sh
+            .store
+            .dump_step(&mut cursor, now, |it| keys.push(it.key.to_vec()));
         for key in &keys {
-            let size = sh.store.peek(key, now, |it| memcached_item_size(key.len(), it.value.len(), it.flags, cas));
+            let size = sh.store.peek(key, now, |it| {
+                memcached_item_size(key.len(), it.value.len(), it.flags, cas)
+            });
             if let Some(size) = size.hit() {
                 *buckets.entry(sizes_bucket(size)).or_default() += 1;
             }
@@ -653,4 +732,3 @@ pub fn sizes(sh: &Shared, out: &mut Vec<u8>) {
     }
     line(out, b"END");
 }
-

@@ -22,7 +22,9 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
 use rustls::crypto::CryptoProvider;
-use rustls::server::{NoServerSessionStorage, ServerSessionMemoryCache, StoresServerSessions, WebPkiClientVerifier};
+use rustls::server::{
+    NoServerSessionStorage, ServerSessionMemoryCache, StoresServerSessions, WebPkiClientVerifier,
+};
 use rustls::{CipherSuite, RootCertStore, ServerConfig, ServerConnection, SupportedCipherSuite};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
@@ -45,7 +47,9 @@ pub enum TlsError {
     Ca { path: String, reason: String },
     #[error("Error setting the provided cipher(s): {0}")]
     Ciphers(String),
-    #[error("ssl_verify_mode {0} needs ssl_ca_cert (the CAs client certificates are checked against)")]
+    #[error(
+        "ssl_verify_mode {0} needs ssl_ca_cert (the CAs client certificates are checked against)"
+    )]
     NoCa(u8),
     #[error("mtls: listeners need ssl_ca_cert (the CAs client certificates are checked against)")]
     MtlsNoCa,
@@ -70,7 +74,11 @@ impl ListenTls {
     /// A `-l` entry's prefix and the address after it (None: no prefix). As memcached, a
     /// prefix is its name and one more character (the `:`).
     pub fn split(host: &str) -> (Option<ListenTls>, &str) {
-        for (name, kind) in [("notls", ListenTls::Plain), ("btls", ListenTls::NoPeer), ("mtls", ListenTls::Peer)] {
+        for (name, kind) in [
+            ("notls", ListenTls::Plain),
+            ("btls", ListenTls::NoPeer),
+            ("mtls", ListenTls::Peer),
+        ] {
             if let Some(rest) = host.strip_prefix(name) {
                 return (Some(kind), rest.get(1..).unwrap_or(""));
             }
@@ -113,7 +121,9 @@ pub struct Tls {
 
 impl std::fmt::Debug for Tls {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Tls").field("opts", &self.opts).finish_non_exhaustive()
+        f.debug_struct("Tls")
+            .field("opts", &self.opts)
+            .finish_non_exhaustive()
     }
 }
 
@@ -122,7 +132,10 @@ impl Tls {
     /// `btls:` and `mtls:` listeners too when `kinds` says some exist.
     pub fn load(opts: &SslOptions, kinds: (bool, bool)) -> Result<Arc<Tls>, TlsError> {
         let sessions = opts.session_cache.then(|| {
-            Arc::new(CountingSessions { inner: ServerSessionMemoryCache::new(SESSION_CACHE_SIZE), new: AtomicU64::new(0) })
+            Arc::new(CountingSessions {
+                inner: ServerSessionMemoryCache::new(SESSION_CACHE_SIZE),
+                new: AtomicU64::new(0),
+            })
         });
         let configs = build_all(opts, sessions.as_ref(), kinds)?;
         Ok(Arc::new(Tls {
@@ -145,7 +158,11 @@ impl Tls {
     }
 
     /// Wrap a freshly accepted socket; the handshake happens on the worker's reads.
-    pub fn accept(self: &Arc<Self>, tcp: mio::net::TcpStream, kind: ListenTls) -> Result<TlsStream, rustls::Error> {
+    pub fn accept(
+        self: &Arc<Self>,
+        tcp: mio::net::TcpStream,
+        kind: ListenTls,
+    ) -> Result<TlsStream, rustls::Error> {
         let config = {
             let c = self.current.read();
             let special = match kind {
@@ -156,7 +173,13 @@ impl Tls {
             special.unwrap_or(&c.default).clone()
         };
         let conn = ServerConnection::new(config)?;
-        Ok(TlsStream { tcp, conn, tls: self.clone(), failed: false, short: false })
+        Ok(TlsStream {
+            tcp,
+            conn,
+            tls: self.clone(),
+            failed: false,
+            short: false,
+        })
     }
 
     pub fn options(&self) -> &SslOptions {
@@ -213,7 +236,11 @@ impl StoresServerSessions for CountingSessions {
     }
 }
 
-fn build_all(opts: &SslOptions, sessions: Option<&Arc<CountingSessions>>, (no_peer, peer): (bool, bool)) -> Result<Configs, TlsError> {
+fn build_all(
+    opts: &SslOptions,
+    sessions: Option<&Arc<CountingSessions>>,
+    (no_peer, peer): (bool, bool),
+) -> Result<Configs, TlsError> {
     let mtls = || match opts.ca_cert {
         // OpenSSL's SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, memcached's mode 2.
         Some(_) => build(opts, sessions, 2),
@@ -221,28 +248,45 @@ fn build_all(opts: &SslOptions, sessions: Option<&Arc<CountingSessions>>, (no_pe
     };
     Ok(Configs {
         default: build(opts, sessions, opts.verify_mode)?,
-        no_peer: if no_peer { Some(build(opts, sessions, 0)?) } else { None },
+        no_peer: if no_peer {
+            Some(build(opts, sessions, 0)?)
+        } else {
+            None
+        },
         peer: if peer { Some(mtls()?) } else { None },
     })
 }
 
 /// One configuration, with `verify_mode` (memcached's 0-3) as the client-certificate rule.
-fn build(opts: &SslOptions, sessions: Option<&Arc<CountingSessions>>, verify_mode: u8) -> Result<Arc<ServerConfig>, TlsError> {
+fn build(
+    opts: &SslOptions,
+    sessions: Option<&Arc<CountingSessions>>,
+    verify_mode: u8,
+) -> Result<Arc<ServerConfig>, TlsError> {
     let chain_path = opts.chain_cert.as_deref().unwrap_or("(null)");
-    let chain_err = |reason: String| TlsError::Chain { path: chain_path.to_string(), reason };
+    let chain_err = |reason: String| TlsError::Chain {
+        path: chain_path.to_string(),
+        reason,
+    };
     let chain = match &opts.chain_cert {
         None => return Err(chain_err("no file given (-o ssl_chain_cert=FILE)".into())),
         Some(path) => load_certs(path).map_err(chain_err)?,
     };
     let key_path = opts.key.as_deref().unwrap_or("(null)");
-    let key_err = |reason: String| TlsError::Key { path: key_path.to_string(), reason };
+    let key_err = |reason: String| TlsError::Key {
+        path: key_path.to_string(),
+        reason,
+    };
     let key = match &opts.key {
         None => return Err(key_err("no file given (-o ssl_key=FILE)".into())),
         Some(path) => load_key(path, opts.keyformat).map_err(key_err)?,
     };
     let provider = Arc::new(provider(opts)?);
-    let versions: &[&rustls::SupportedProtocolVersion] =
-        if opts.min_version >= 3 { &[&rustls::version::TLS13] } else { &[&rustls::version::TLS13, &rustls::version::TLS12] };
+    let versions: &[&rustls::SupportedProtocolVersion] = if opts.min_version >= 3 {
+        &[&rustls::version::TLS13]
+    } else {
+        &[&rustls::version::TLS13, &rustls::version::TLS12]
+    };
     let builder = ServerConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(versions)
         .map_err(|e| TlsError::Config(e.to_string()))?;
@@ -250,7 +294,10 @@ fn build(opts: &SslOptions, sessions: Option<&Arc<CountingSessions>>, verify_mod
         0 => builder.with_no_client_auth(),
         mode => {
             let path = opts.ca_cert.as_deref().ok_or(TlsError::NoCa(mode))?;
-            let ca_err = |reason: String| TlsError::Ca { path: path.to_string(), reason };
+            let ca_err = |reason: String| TlsError::Ca {
+                path: path.to_string(),
+                reason,
+            };
             let mut roots = RootCertStore::empty();
             for cert in load_certs(path).map_err(ca_err)? {
                 roots.add(cert).map_err(|e| ca_err(e.to_string()))?;
@@ -259,7 +306,11 @@ fn build(opts: &SslOptions, sessions: Option<&Arc<CountingSessions>>, verify_mod
             // 1 (SSL_VERIFY_PEER alone): ask for a certificate, check it if one comes, accept
             // a client without one. 2 and 3 refuse such a client (3's "once" concerns
             // renegotiation, which neither memcached nor rustls allows).
-            let verifier = if mode == 1 { verifier.allow_unauthenticated() } else { verifier };
+            let verifier = if mode == 1 {
+                verifier.allow_unauthenticated()
+            } else {
+                verifier
+            };
             builder.with_client_cert_verifier(verifier.build().map_err(|e| ca_err(e.to_string()))?)
         }
     };
@@ -324,14 +375,20 @@ fn io_reason(e: &io::Error) -> String {
 fn provider(opts: &SslOptions) -> Result<CryptoProvider, TlsError> {
     let mut provider = rustls::crypto::ring::default_provider();
     if let Some(list) = &opts.ciphers {
-        let tls12: Vec<SupportedCipherSuite> =
-            provider.cipher_suites.iter().copied().filter(|s| s.tls13().is_none()).collect();
+        let tls12: Vec<SupportedCipherSuite> = provider
+            .cipher_suites
+            .iter()
+            .copied()
+            .filter(|s| s.tls13().is_none())
+            .collect();
         let chosen = select_ciphers(list, &tls12);
         // OpenSSL refuses a list that selects no (TLS 1.2) cipher at all.
         if chosen.is_empty() {
             return Err(TlsError::Ciphers(list.clone()));
         }
-        provider.cipher_suites.retain(|s| s.tls13().is_some() || chosen.iter().any(|c| c.suite() == s.suite()));
+        provider
+            .cipher_suites
+            .retain(|s| s.tls13().is_some() || chosen.iter().any(|c| c.suite() == s.suite()));
     }
     Ok(provider)
 }
@@ -341,7 +398,9 @@ fn openssl_name(suite: CipherSuite) -> &'static str {
     match suite {
         CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256 => "ECDHE-ECDSA-AES128-GCM-SHA256",
         CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384 => "ECDHE-ECDSA-AES256-GCM-SHA384",
-        CipherSuite::TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256 => "ECDHE-ECDSA-CHACHA20-POLY1305",
+        CipherSuite::TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256 => {
+            "ECDHE-ECDSA-CHACHA20-POLY1305"
+        }
         CipherSuite::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256 => "ECDHE-RSA-AES128-GCM-SHA256",
         CipherSuite::TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384 => "ECDHE-RSA-AES256-GCM-SHA384",
         CipherSuite::TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256 => "ECDHE-RSA-CHACHA20-POLY1305",
@@ -353,7 +412,8 @@ fn openssl_name(suite: CipherSuite) -> &'static str {
 /// one of the keywords that can describe rustls's suites (all are ECDHE, AEAD and "HIGH").
 fn word_matches(word: &str, name: &str) -> bool {
     match word {
-        "ALL" | "DEFAULT" | "HIGH" | "SECURE" | "TLSv1.2" | "ECDHE" | "EECDH" | "kECDHE" | "kEECDH" | "AEAD" => true,
+        "ALL" | "DEFAULT" | "HIGH" | "SECURE" | "TLSv1.2" | "ECDHE" | "EECDH" | "kECDHE"
+        | "kEECDH" | "AEAD" => true,
         "AESGCM" => name.contains("-GCM-"),
         "AES" => name.contains("-AES"),
         "AES128" => name.contains("-AES128-"),
@@ -488,7 +548,10 @@ impl Read for TlsStream {
                 self.handshake_failed();
                 return Err(e);
             }
-            match self.conn.read_tls(&mut NoteShort { tcp: &mut self.tcp, short: &mut self.short }) {
+            match self.conn.read_tls(&mut NoteShort {
+                tcp: &mut self.tcp,
+                short: &mut self.short,
+            }) {
                 Ok(0) => eof = true,
                 Ok(_) => {}
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Err(e),
@@ -540,13 +603,19 @@ mod tests {
             .into_iter()
             .filter(|s| s.tls13().is_none())
             .collect();
-        select_ciphers(list, &all).iter().map(|s| openssl_name(s.suite())).collect()
+        select_ciphers(list, &all)
+            .iter()
+            .map(|s| openssl_name(s.suite()))
+            .collect()
     }
 
     #[test]
     fn openssl_cipher_lists() {
         assert_eq!(names("HIGH:!aNULL").len(), 6);
-        assert_eq!(names("ECDHE-RSA-AES128-GCM-SHA256"), vec!["ECDHE-RSA-AES128-GCM-SHA256"]);
+        assert_eq!(
+            names("ECDHE-RSA-AES128-GCM-SHA256"),
+            vec!["ECDHE-RSA-AES128-GCM-SHA256"]
+        );
         assert_eq!(names("ECDHE+AESGCM:!ECDSA").len(), 2);
         assert!(names("BOGUS").is_empty());
         assert!(names("AES128-SHA").is_empty());
@@ -554,8 +623,15 @@ mod tests {
 
     #[test]
     fn missing_files_are_memcacheds_errors() {
-        let opts = SslOptions { chain_cert: Some("/nonexistent/c.pem".into()), key: Some("/x".into()), ..Default::default() };
+        let opts = SslOptions {
+            chain_cert: Some("/nonexistent/c.pem".into()),
+            key: Some("/x".into()),
+            ..Default::default()
+        };
         let e = Tls::load(&opts, (false, false)).unwrap_err().to_string();
-        assert_eq!(e, "Error loading the certificate chain: /nonexistent/c.pem : No such file or directory");
+        assert_eq!(
+            e,
+            "Error loading the certificate chain: /nonexistent/c.pem : No such file or directory"
+        );
     }
 }

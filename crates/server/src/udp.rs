@@ -66,11 +66,14 @@ pub fn threads(config: &Config) -> usize {
 
 /// One socket per `-l` interface on the `-U` port (port 0: one the kernel picks).
 pub fn bind(config: &Config) -> Result<Vec<UdpSocket>, crate::listener::BindError> {
-    let Some(port) = port(config) else { return Ok(Vec::new()) };
+    let Some(port) = port(config) else {
+        return Ok(Vec::new());
+    };
     let mut out = Vec::new();
     for host in &config.listen {
         let addr = crate::listener::socket_addr(crate::tls::ListenTls::split(host).1, port);
-        let s = UdpSocket::bind(addr.as_str()).map_err(|source| crate::listener::BindError::Udp { addr, source })?;
+        let s = UdpSocket::bind(addr.as_str())
+            .map_err(|source| crate::listener::BindError::Udp { addr, source })?;
         out.push(s);
     }
     Ok(out)
@@ -112,7 +115,9 @@ fn serve(sock: &UdpSocket, sh: &Shared, c: &Counters) {
             }
         };
         bump(&c.bytes_read, n as u64);
-        let Some(id) = run.datagram(&input[..n], sh, c) else { continue };
+        let Some(id) = run.datagram(&input[..n], sh, c) else {
+            continue;
+        };
         let mut sent = 0u64;
         run.transmit(id, &mut dgram, |d| {
             if sock.send_to(d, peer).is_ok() {
@@ -157,12 +162,19 @@ impl Run {
         }
         let id = u16::from_be_bytes([d[0], d[1]]);
         let max = sh.config.item_size_max.max(REPLY_MAX_MIN);
-        let limits = text::Limits { item_size_max: sh.config.item_size_max, use_cas: sh.config.use_cas };
+        let limits = text::Limits {
+            item_size_max: sh.config.item_size_max,
+            use_cas: sh.config.use_cas,
+        };
         let mut input = &d[HEADER..];
         // As memcached: the datagram's first byte picks the protocol of all its requests.
         let binary = input[0] == 0x80;
         while !input.is_empty() && self.out.len() < max {
-            let n = if binary { self.binary(input, sh, c) } else { self.text(input, &limits, max, sh, c) };
+            let n = if binary {
+                self.binary(input, sh, c)
+            } else {
+                self.text(input, &limits, max, sh, c)
+            };
             match n {
                 Some(n) => input = &input[n..],
                 None => break,
@@ -172,7 +184,11 @@ impl Run {
     }
 
     fn push(&mut self, skip: bool, flush: bool) {
-        self.msgs.push(Msg { end: self.out.len(), skip, flush });
+        self.msgs.push(Msg {
+            end: self.out.len(),
+            skip,
+            flush,
+        });
     }
 
     /// One binary request; the bytes it took, or None: stop here.
@@ -182,7 +198,14 @@ impl Run {
         }
         let start = self.out.len();
         // A session per request: SASL state never outlives a datagram.
-        match binary::step_direct(input, &mut BinSession::default(), sh, c, &mut self.out, None) {
+        match binary::step_direct(
+            input,
+            &mut BinSession::default(),
+            sh,
+            c,
+            &mut self.out,
+            None,
+        ) {
             BinNext::Consumed(n) => {
                 self.push(self.out.len() == start, false);
                 Some(n)
@@ -196,7 +219,14 @@ impl Run {
     }
 
     /// One text request; the bytes it took, or None: stop here.
-    fn text(&mut self, input: &[u8], limits: &text::Limits, max: usize, sh: &Shared, c: &Counters) -> Option<usize> {
+    fn text(
+        &mut self,
+        input: &[u8],
+        limits: &text::Limits,
+        max: usize,
+        sh: &Shared,
+        c: &Counters,
+    ) -> Option<usize> {
         use crate::config::Protocols;
         if sh.config.protocol == Protocols::Binary || sh.config.sasl {
             return None;
@@ -257,7 +287,11 @@ impl Run {
                 }
                 Some(n)
             }
-            Parsed::Error { reply, consumed, noreply } => {
+            Parsed::Error {
+                reply,
+                consumed,
+                noreply,
+            } => {
                 if !noreply {
                     reply.write(&mut self.out);
                 }
@@ -270,10 +304,22 @@ impl Run {
 
     /// A get-family request, one message per key as memcached's response objects, END on
     /// the last; each key runs through the one text execution as a get of that key alone.
-    fn get(&mut self, keys: Keys<'_>, cas: bool, touch: Option<i32>, max: usize, sh: &Shared, c: &Counters) {
+    fn get(
+        &mut self,
+        keys: Keys<'_>,
+        cas: bool,
+        touch: Option<i32>,
+        max: usize,
+        sh: &Shared,
+        c: &Counters,
+    ) {
         let mut todo = keys.iter().peekable();
         while let Some(key) = todo.next() {
-            let one = Request::Get { keys: Keys::new(key), cas, touch };
+            let one = Request::Get {
+                keys: Keys::new(key),
+                cas,
+                touch,
+            };
             let next = exec::execute_from(&one, 0, sh, c, &mut self.out, &mut self.reads, None);
             debug_assert!(matches!(next, Next::Continue));
             let last = todo.peek().is_none() || self.out.len() >= max;
@@ -353,7 +399,11 @@ mod tests {
             assert!(d.len() <= UDP_MAX_DATAGRAM);
             assert_eq!(u16::from_be_bytes([d[0], d[1]]), id);
             assert_eq!(&d[6..8], &[0, 0]);
-            got.push((u16::from_be_bytes([d[2], d[3]]), u16::from_be_bytes([d[4], d[5]]), d[8..].to_vec()));
+            got.push((
+                u16::from_be_bytes([d[2], d[3]]),
+                u16::from_be_bytes([d[4], d[5]]),
+                d[8..].to_vec(),
+            ));
         });
         Some(got)
     }
@@ -367,19 +417,33 @@ mod tests {
         assert!(exchange(&mut run, &sh, &dgram(1, 2, b"version\r\n")).is_none());
         assert!(exchange(&mut run, &sh, &dgram(1, 0, b"version\r\n")).is_none());
         // Cut short: no reply, and the next datagram starts afresh.
-        assert_eq!(exchange(&mut run, &sh, &dgram(1, 1, b"set a 0 0 10\r\nabc")).unwrap(), vec![]);
-        assert_eq!(exchange(&mut run, &sh, &dgram(1, 1, b"get a")).unwrap(), vec![]);
+        assert_eq!(
+            exchange(&mut run, &sh, &dgram(1, 1, b"set a 0 0 10\r\nabc")).unwrap(),
+            vec![]
+        );
+        assert_eq!(
+            exchange(&mut run, &sh, &dgram(1, 1, b"get a")).unwrap(),
+            vec![]
+        );
     }
 
     #[test]
     fn a_large_reply_is_cut_into_numbered_datagrams() {
         let (sh, mut run) = (shared(), Run::default());
         let mut set = b"set big 0 0 5000\r\n".to_vec();
-        set.extend(std::iter::repeat(b'x').take(5000));
+        set.extend(std::iter::repeat_n(b'x', 5000));
         set.extend_from_slice(b"\r\n");
-        assert_eq!(exchange(&mut run, &sh, &dgram(9, 1, &set)).unwrap(), vec![(0, 1, b"STORED\r\n".to_vec())]);
+        assert_eq!(
+            exchange(&mut run, &sh, &dgram(9, 1, &set)).unwrap(),
+            vec![(0, 1, b"STORED\r\n".to_vec())]
+        );
         let got = exchange(&mut run, &sh, &dgram(9, 1, b"get big\r\n")).unwrap();
-        assert_eq!(got.iter().map(|g| (g.0, g.1, g.2.len())).collect::<Vec<_>>(), [(0, 4, 1392), (1, 4, 1392), (2, 4, 1392), (3, 4, 849)]);
+        assert_eq!(
+            got.iter()
+                .map(|g| (g.0, g.1, g.2.len()))
+                .collect::<Vec<_>>(),
+            [(0, 4, 1392), (1, 4, 1392), (2, 4, 1392), (3, 4, 849)]
+        );
         let whole: Vec<u8> = got.into_iter().flat_map(|g| g.2).collect();
         assert!(whole.starts_with(b"VALUE big 0 5000\r\nxxx") && whole.ends_with(b"x\r\nEND\r\n"));
     }
@@ -391,17 +455,43 @@ mod tests {
         let ex = |run: &mut Run, body: &[u8]| exchange(run, &sh, &dgram(3, 1, body)).unwrap();
         let v = |s: &str| (0u16, 1u16, s.as_bytes().to_vec());
         let empty = (0u16, 0u16, Vec::new());
-        assert_eq!(ex(&mut run, b"get s nokey s\r\n"), [v("VALUE s 0 1\r\na\r\n"), v("VALUE s 0 1\r\na\r\nEND\r\n")]);
-        assert_eq!(ex(&mut run, b"get s nokey\r\n"), [v("VALUE s 0 1\r\na\r\n"), v("END\r\n")]);
-        assert_eq!(ex(&mut run, b"get nokey s\r\n"), [empty.clone(), v("VALUE s 0 1\r\na\r\nEND\r\n")]);
+        assert_eq!(
+            ex(&mut run, b"get s nokey s\r\n"),
+            [v("VALUE s 0 1\r\na\r\n"), v("VALUE s 0 1\r\na\r\nEND\r\n")]
+        );
+        assert_eq!(
+            ex(&mut run, b"get s nokey\r\n"),
+            [v("VALUE s 0 1\r\na\r\n"), v("END\r\n")]
+        );
+        assert_eq!(
+            ex(&mut run, b"get nokey s\r\n"),
+            [empty.clone(), v("VALUE s 0 1\r\na\r\nEND\r\n")]
+        );
         assert_eq!(ex(&mut run, b"get nokey\r\n"), [v("END\r\n")]);
-        assert_eq!(ex(&mut run, b"version\r\nget nokey nokey\r\n"), [v("VERSION 1.6.45\r\n"), v("END\r\n")]);
-        assert_eq!(ex(&mut run, b"set x 0 0 1 noreply\r\na\r\nget nokey k2\r\n"), [empty.clone(), v("END\r\n")]);
-        assert_eq!(ex(&mut run, b"get s\r\nquit\r\nversion\r\n"), [v("VALUE s 0 1\r\na\r\nEND\r\n"), empty]);
-        assert_eq!(ex(&mut run, b"mn\r\nbogus\r\n"), [v("MN\r\n"), v("ERROR\r\n")]);
+        assert_eq!(
+            ex(&mut run, b"version\r\nget nokey nokey\r\n"),
+            [v("VERSION 1.6.45\r\n"), v("END\r\n")]
+        );
+        assert_eq!(
+            ex(&mut run, b"set x 0 0 1 noreply\r\na\r\nget nokey k2\r\n"),
+            [empty.clone(), v("END\r\n")]
+        );
+        assert_eq!(
+            ex(&mut run, b"get s\r\nquit\r\nversion\r\n"),
+            [v("VALUE s 0 1\r\na\r\nEND\r\n"), empty]
+        );
+        assert_eq!(
+            ex(&mut run, b"mn\r\nbogus\r\n"),
+            [v("MN\r\n"), v("ERROR\r\n")]
+        );
         // The first request's protocol is the datagram's: here the rest is a "line" "\x80\n".
-        let noop = [0x80, 0x0a, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
-        assert_eq!(ex(&mut run, &[&b"version\r\n"[..], &noop].concat()), [v("VERSION 1.6.45\r\n"), v("ERROR\r\n")]);
+        let noop = [
+            0x80, 0x0a, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+        ];
+        assert_eq!(
+            ex(&mut run, &[&b"version\r\n"[..], &noop].concat()),
+            [v("VERSION 1.6.45\r\n"), v("ERROR\r\n")]
+        );
         let got = ex(&mut run, &[&noop[..], b"version\r\n"].concat());
         assert_eq!(got.len(), 1);
         assert_eq!(got[0].2[..2], [0x81, 0x0a]);

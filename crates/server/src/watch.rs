@@ -112,11 +112,17 @@ impl Hub {
     /// `stats`: log_worker_written, log_watcher_sent, log_watcher_skipped, log_watchers.
     pub fn stats(&self) -> [u64; 4] {
         let n = self.list.read().len() as u64;
-        [self.written.load(Relaxed), self.sent.load(Relaxed), self.skipped.load(Relaxed), n]
+        [
+            self.written.load(Relaxed),
+            self.sent.load(Relaxed),
+            self.skipped.load(Relaxed),
+            n,
+        ]
     }
 
     fn refresh_flags(&self, list: &[Arc<Watcher>]) {
-        self.flags.store(list.iter().fold(0, |f, w| f | (w.flags & !SILENT)), Relaxed);
+        self.flags
+            .store(list.iter().fold(0, |f, w| f | (w.flags & !SILENT)), Relaxed);
     }
 
     /// A line for the watchers of `stream`: `body` writes what follows `ts=.. gid=.. `.
@@ -128,10 +134,14 @@ impl Hub {
             return;
         }
         let gid = self.gid.fetch_add(1, Relaxed) + 1;
-        let ts = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        let ts = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
         let mut line = Vec::with_capacity(160);
         // memcached prints the microseconds with %d: no zero padding.
-        line.extend_from_slice(format!("ts={}.{} gid={gid} ", ts.as_secs(), ts.subsec_micros()).as_bytes());
+        line.extend_from_slice(
+            format!("ts={}.{} gid={gid} ", ts.as_secs(), ts.subsec_micros()).as_bytes(),
+        );
         body(&mut line);
         line.push(b'\n');
         self.written.fetch_add(1, Relaxed);
@@ -226,7 +236,11 @@ impl Drop for Handle {
 
 /// `watch [stream ...]` (exec.rs): memcached's replies, or `OK` and a job that makes the
 /// connection a watcher (module docs).
-pub fn command(args: mnemo_proto::text::Keys<'_>, sh: &Shared, out: &mut Vec<u8>) -> crate::exec::Next {
+pub fn command(
+    args: mnemo_proto::text::Keys<'_>,
+    sh: &Shared,
+    out: &mut Vec<u8>,
+) -> crate::exec::Next {
     use crate::exec::Next;
     // memcached 1.6.45: the connection must have no reply waiting (earlier pipelined commands).
     if !out.is_empty() {
@@ -253,7 +267,12 @@ pub fn command(args: mnemo_proto::text::Keys<'_>, sh: &Shared, out: &mut Vec<u8>
     }
     let watcher = Arc::new(Watcher {
         flags,
-        state: Mutex::new(State { buf: Vec::new(), skipped: 0, to: None, notified: false }),
+        state: Mutex::new(State {
+            buf: Vec::new(),
+            skipped: 0,
+            to: None,
+            notified: false,
+        }),
     });
     {
         let mut list = sh.watch.list.write();
@@ -265,7 +284,10 @@ pub fn command(args: mnemo_proto::text::Keys<'_>, sh: &Shared, out: &mut Vec<u8>
         sh.watch.refresh_flags(&list);
     }
     out.extend_from_slice(b"OK\r\n");
-    Next::Later(crate::command::Pending::Watch(Handle { hub: sh.watch.clone(), watcher }))
+    Next::Later(crate::command::Pending::Watch(Handle {
+        hub: sh.watch.clone(),
+        watcher,
+    }))
 }
 
 /// memcached's uriencode: RFC 3986 unreserved bytes as they are, every other byte as %XX.
@@ -301,7 +323,9 @@ pub fn fetched(sh: &Shared, k: &[u8], found: Lookup<()>, size: usize) {
     sh.watch.emit(FETCHERS, |l| {
         l.extend_from_slice(b"type=item_get ");
         key(l, k);
-        l.extend_from_slice(format!(" status={status} clsid={clsid} cfd={} size={size}", cfd()).as_bytes());
+        l.extend_from_slice(
+            format!(" status={status} clsid={clsid} cfd={} size={size}", cfd()).as_bytes(),
+        );
     });
 }
 
@@ -310,7 +334,14 @@ pub fn fetched(sh: &Shared, k: &[u8], found: Lookup<()>, size: usize) {
 #[cold]
 #[inline(never)]
 pub fn fetched_lookup(sh: &Shared, k: &[u8], found: Lookup<()>) {
-    let size = if found.is_hit() { sh.store.peek(k, sh.clock.now(), |it| it.value.len()).hit().unwrap_or(0) } else { 0 };
+    let size = if found.is_hit() {
+        sh.store
+            .peek(k, sh.clock.now(), |it| it.value.len())
+            .hit()
+            .unwrap_or(0)
+    } else {
+        0
+    };
     fetched(sh, k, found, size);
 }
 
@@ -341,11 +372,21 @@ pub fn stored(sh: &Shared, k: &[u8], mode: Mode, status: &str, exp: Time, size: 
         Mode::Prepend => "prepend",
         Mode::Cas(_) => "cas",
     };
-    let ttl = if exp == 0 { 0 } else { exp.saturating_sub(sh.clock.now()) };
+    let ttl = if exp == 0 {
+        0
+    } else {
+        exp.saturating_sub(sh.clock.now())
+    };
     sh.watch.emit(MUTATIONS, |l| {
         l.extend_from_slice(b"type=item_store ");
         key(l, k);
-        l.extend_from_slice(format!(" status={status} cmd={cmd} ttl={ttl} clsid=1 cfd={} size={size}", cfd()).as_bytes());
+        l.extend_from_slice(
+            format!(
+                " status={status} cmd={cmd} ttl={ttl} clsid=1 cfd={} size={size}",
+                cfd()
+            )
+            .as_bytes(),
+        );
     });
 }
 
@@ -407,7 +448,15 @@ mod tests {
     use super::*;
 
     fn watcher(flags: u32) -> Arc<Watcher> {
-        Arc::new(Watcher { flags, state: Mutex::new(State { buf: Vec::new(), skipped: 0, to: None, notified: false }) })
+        Arc::new(Watcher {
+            flags,
+            state: Mutex::new(State {
+                buf: Vec::new(),
+                skipped: 0,
+                to: None,
+                notified: false,
+            }),
+        })
     }
 
     #[test]
@@ -432,7 +481,10 @@ mod tests {
         out.clear();
         w.drain_into(&mut out);
         let text = String::from_utf8(out).unwrap();
-        assert!(text.starts_with(&format!("skipped={skipped}\nts=")), "{text}");
+        assert!(
+            text.starts_with(&format!("skipped={skipped}\nts=")),
+            "{text}"
+        );
         assert!(text.ends_with("after\n"));
     }
 

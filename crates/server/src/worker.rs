@@ -115,17 +115,22 @@ impl Ticker {
         type Watched = Vec<(Arc<std::sync::atomic::AtomicBool>, Wake)>;
         static WATCHED: std::sync::Mutex<Watched> = std::sync::Mutex::new(Vec::new());
         static STARTED: std::sync::Once = std::sync::Once::new();
-        WATCHED.lock().unwrap_or_else(|e| e.into_inner()).push((asked, wake));
+        WATCHED
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((asked, wake));
         STARTED.call_once(|| {
-            let spawned = std::thread::Builder::new().name("mnemo-ticker".into()).spawn(|| loop {
-                std::thread::sleep(TICK);
-                for (asked, wake) in WATCHED.lock().unwrap_or_else(|e| e.into_inner()).iter() {
-                    if asked.load(Relaxed) {
-                        // A failed wake (the eventfd's counter full) leaves one pending anyway.
-                        let _ = wake.wake();
+            let spawned = std::thread::Builder::new()
+                .name("mnemo-ticker".into())
+                .spawn(|| loop {
+                    std::thread::sleep(TICK);
+                    for (asked, wake) in WATCHED.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+                        if asked.load(Relaxed) {
+                            // A failed wake (the eventfd's counter full) leaves one pending anyway.
+                            let _ = wake.wake();
+                        }
                     }
-                }
-            });
+                });
             if let Err(e) = spawned {
                 // Without it, idle connections keep their buffers until their next request.
                 eprintln!("mnemod: cannot start the ticker thread: {e}");
@@ -136,7 +141,11 @@ impl Ticker {
 
 /// Make worker `i`'s loop: io_uring when `uring` is set and its setup succeeds, else epoll.
 /// The third value says why io_uring, though asked for, is not used (the caller logs it once).
-pub fn start(sh: &Arc<Shared>, i: usize, uring: bool) -> std::io::Result<(Run, Handoff, Option<String>)> {
+pub fn start(
+    sh: &Arc<Shared>,
+    i: usize,
+    uring: bool,
+) -> std::io::Result<(Run, Handoff, Option<String>)> {
     fix_malloc_thresholds();
     let (tx, rx) = std::sync::mpsc::channel();
     let mut why = None;

@@ -114,7 +114,14 @@ fn read_resp(s: &mut TcpStream) -> Option<Resp> {
     let mut h = [0u8; 24];
     match s.read_exact(&mut h) {
         Ok(()) => {}
-        Err(e) if matches!(e.kind(), ErrorKind::UnexpectedEof | ErrorKind::ConnectionReset) => return None,
+        Err(e)
+            if matches!(
+                e.kind(),
+                ErrorKind::UnexpectedEof | ErrorKind::ConnectionReset
+            ) =>
+        {
+            return None
+        }
         Err(e) => panic!("read: {e}"),
     }
     assert_eq!(h[0], 0x81, "response magic");
@@ -173,49 +180,107 @@ fn get_family_and_storage() {
     let srv = Server::start(&[]);
     let mut c = srv.connect();
     let r = one(&mut c, &req_full(GET, &[], b"k", &[], 0, 0x1234));
-    assert_eq!((r.status, r.opaque, r.value.as_slice()), (NOT_FOUND, 0x1234, &b"Not found"[..]));
+    assert_eq!(
+        (r.status, r.opaque, r.value.as_slice()),
+        (NOT_FOUND, 0x1234, &b"Not found"[..])
+    );
     let r = one(&mut c, &req(GETK, &[], b"k", &[]));
-    assert_eq!((r.status, r.key.as_slice(), r.value.len()), (NOT_FOUND, &b"k"[..], 0));
+    assert_eq!(
+        (r.status, r.key.as_slice(), r.value.len()),
+        (NOT_FOUND, &b"k"[..], 0)
+    );
 
     let r = one(&mut c, &req(SET, &store_ext(7, 0), b"k", b"val"));
     assert_eq!(r.status, OK);
     assert_ne!(r.cas, 0);
     let cas = r.cas;
     let r = one(&mut c, &req(GET, &[], b"k", &[]));
-    assert_eq!((r.status, r.extras.as_slice(), r.key.len(), r.value.as_slice(), r.cas), (OK, &7u32.to_be_bytes()[..], 0, &b"val"[..], cas));
+    assert_eq!(
+        (
+            r.status,
+            r.extras.as_slice(),
+            r.key.len(),
+            r.value.as_slice(),
+            r.cas
+        ),
+        (OK, &7u32.to_be_bytes()[..], 0, &b"val"[..], cas)
+    );
     let r = one(&mut c, &req(GETK, &[], b"k", &[]));
-    assert_eq!((r.key.as_slice(), r.value.as_slice()), (&b"k"[..], &b"val"[..]));
+    assert_eq!(
+        (r.key.as_slice(), r.value.as_slice()),
+        (&b"k"[..], &b"val"[..])
+    );
 
-    assert_eq!(one(&mut c, &req(ADD, &store_ext(0, 0), b"k", b"x")).value, b"Data exists for key.");
-    assert_eq!(one(&mut c, &req(ADD, &store_ext(0, 0), b"k2", b"x")).status, OK);
-    assert_eq!(one(&mut c, &req(REPLACE, &store_ext(0, 0), b"nope", b"x")).status, NOT_FOUND);
-    assert_eq!(one(&mut c, &req(REPLACE, &store_ext(1, 0), b"k2", b"y")).status, OK);
-    assert_eq!(one(&mut c, &req(APPEND, &[], b"nope", b"x")).value, b"Not stored.");
+    assert_eq!(
+        one(&mut c, &req(ADD, &store_ext(0, 0), b"k", b"x")).value,
+        b"Data exists for key."
+    );
+    assert_eq!(
+        one(&mut c, &req(ADD, &store_ext(0, 0), b"k2", b"x")).status,
+        OK
+    );
+    assert_eq!(
+        one(&mut c, &req(REPLACE, &store_ext(0, 0), b"nope", b"x")).status,
+        NOT_FOUND
+    );
+    assert_eq!(
+        one(&mut c, &req(REPLACE, &store_ext(1, 0), b"k2", b"y")).status,
+        OK
+    );
+    assert_eq!(
+        one(&mut c, &req(APPEND, &[], b"nope", b"x")).value,
+        b"Not stored."
+    );
     assert_eq!(one(&mut c, &req(APPEND, &[], b"k", b">")).status, OK);
     assert_eq!(one(&mut c, &req(PREPEND, &[], b"k", b"<")).status, OK);
     let r = one(&mut c, &req(GET, &[], b"k", &[]));
-    assert_eq!((r.value.as_slice(), r.extras.as_slice()), (&b"<val>"[..], &7u32.to_be_bytes()[..]));
+    assert_eq!(
+        (r.value.as_slice(), r.extras.as_slice()),
+        (&b"<val>"[..], &7u32.to_be_bytes()[..])
+    );
     assert_eq!(one(&mut c, &req(DELETE, &[], b"k", &[])).status, OK);
     assert_eq!(one(&mut c, &req(DELETE, &[], b"k", &[])).status, NOT_FOUND);
 
     // TOUCH answers with the flags and no value; GAT with both; GATK with the key too.
-    assert_eq!(one(&mut c, &req(TOUCH, &100u32.to_be_bytes(), b"nope", &[])).status, NOT_FOUND);
+    assert_eq!(
+        one(&mut c, &req(TOUCH, &100u32.to_be_bytes(), b"nope", &[])).status,
+        NOT_FOUND
+    );
     let r = one(&mut c, &req(TOUCH, &100u32.to_be_bytes(), b"k2", &[]));
-    assert_eq!((r.status, r.extras.as_slice(), r.value.len()), (OK, &1u32.to_be_bytes()[..], 0));
+    assert_eq!(
+        (r.status, r.extras.as_slice(), r.value.len()),
+        (OK, &1u32.to_be_bytes()[..], 0)
+    );
     let r = one(&mut c, &req(GAT, &100u32.to_be_bytes(), b"k2", &[]));
     assert_eq!((r.status, r.value.as_slice()), (OK, &b"y"[..]));
     let r = one(&mut c, &req(GATK, &100u32.to_be_bytes(), b"k2", &[]));
-    assert_eq!((r.key.as_slice(), r.value.as_slice()), (&b"k2"[..], &b"y"[..]));
+    assert_eq!(
+        (r.key.as_slice(), r.value.as_slice()),
+        (&b"k2"[..], &b"y"[..])
+    );
     let r = one(&mut c, &req(GATK, &100u32.to_be_bytes(), b"nope", &[]));
-    assert_eq!((r.status, r.key.as_slice(), r.value.len()), (NOT_FOUND, &b"nope"[..], 0));
+    assert_eq!(
+        (r.status, r.key.as_slice(), r.value.len()),
+        (NOT_FOUND, &b"nope"[..], 0)
+    );
     // Touching with an absolute time in the past expires the item.
-    assert_eq!(one(&mut c, &req(TOUCH, &(30 * 86400 + 1u32).to_be_bytes(), b"k2", &[])).status, OK);
+    assert_eq!(
+        one(
+            &mut c,
+            &req(TOUCH, &(30 * 86400 + 1u32).to_be_bytes(), b"k2", &[])
+        )
+        .status,
+        OK
+    );
     assert_eq!(one(&mut c, &req(GET, &[], b"k2", &[])).status, NOT_FOUND);
 
     let r = one(&mut c, &req(VERSION, &[], &[], &[]));
     assert_eq!(r.status, OK);
     assert!(!r.value.is_empty() && r.value.iter().all(|b| b.is_ascii_graphic()));
-    assert_eq!(one(&mut c, &req(VERBOSITY, &1u32.to_be_bytes(), &[], &[])).status, OK);
+    assert_eq!(
+        one(&mut c, &req(VERBOSITY, &1u32.to_be_bytes(), &[], &[])).status,
+        OK
+    );
 }
 
 #[test]
@@ -238,9 +303,12 @@ fn quiet_variants_are_silent_until_noop() {
     b.extend(req(DELETEQ, &[], b"a", &[]));
     // Nothing is answered before the NOOP.
     c.write_all(&b).unwrap();
-    c.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
+    c.set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
     let mut probe = [0u8; 1];
-    assert!(matches!(c.read(&mut probe), Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut)));
+    assert!(
+        matches!(c.read(&mut probe), Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut))
+    );
     c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     assert_eq!(batch(&mut c, &[]), vec![]);
 
@@ -275,7 +343,10 @@ fn quiet_variants_are_silent_until_noop() {
         ]
     );
     assert_eq!(rs[0].value, b"534");
-    assert_eq!((rs[1].key.as_slice(), rs[1].value.as_slice()), (&b"n"[..], &b"7 "[..]));
+    assert_eq!(
+        (rs[1].key.as_slice(), rs[1].value.as_slice()),
+        (&b"n"[..], &b"7 "[..])
+    );
 
     // QUITQ closes without a word; QUIT answers first.
     let mut q = srv.connect();
@@ -292,24 +363,70 @@ fn cas_rules() {
     let mut c = srv.connect();
     let cas = one(&mut c, &set(b"k", b"1")).cas;
     let wrong = cas.wrapping_add(1_000_000);
-    assert_eq!(one(&mut c, &req_full(SET, &store_ext(0, 0), b"k", b"2", wrong, 0)).status, EXISTS);
-    assert_eq!(one(&mut c, &req_full(SET, &store_ext(0, 0), b"missing", b"2", wrong, 0)).status, NOT_FOUND);
-    assert_eq!(one(&mut c, &req_full(APPEND, &[], b"k", b"2", wrong, 0)).status, EXISTS);
-    assert_eq!(one(&mut c, &req_full(INCREMENT, &delta_ext(1, 0, 0), b"k", &[], wrong, 0)).status, EXISTS);
-    assert_eq!(one(&mut c, &req_full(DELETE, &[], b"k", &[], wrong, 0)).status, EXISTS);
+    assert_eq!(
+        one(
+            &mut c,
+            &req_full(SET, &store_ext(0, 0), b"k", b"2", wrong, 0)
+        )
+        .status,
+        EXISTS
+    );
+    assert_eq!(
+        one(
+            &mut c,
+            &req_full(SET, &store_ext(0, 0), b"missing", b"2", wrong, 0)
+        )
+        .status,
+        NOT_FOUND
+    );
+    assert_eq!(
+        one(&mut c, &req_full(APPEND, &[], b"k", b"2", wrong, 0)).status,
+        EXISTS
+    );
+    assert_eq!(
+        one(
+            &mut c,
+            &req_full(INCREMENT, &delta_ext(1, 0, 0), b"k", &[], wrong, 0)
+        )
+        .status,
+        EXISTS
+    );
+    assert_eq!(
+        one(&mut c, &req_full(DELETE, &[], b"k", &[], wrong, 0)).status,
+        EXISTS
+    );
     // GAT ignores a CAS; it does not change the item's CAS either.
-    assert_eq!(one(&mut c, &req_full(GAT, &0u32.to_be_bytes(), b"k", &[], wrong, 0)).cas, cas);
+    assert_eq!(
+        one(
+            &mut c,
+            &req_full(GAT, &0u32.to_be_bytes(), b"k", &[], wrong, 0)
+        )
+        .cas,
+        cas
+    );
 
     let r = one(&mut c, &req_full(APPEND, &[], b"k", b"0", cas, 0));
     assert_eq!(r.status, OK);
     assert_ne!(r.cas, cas);
-    let r = one(&mut c, &req_full(INCREMENT, &delta_ext(5, 0, 0), b"k", &[], r.cas, 0));
-    assert_eq!((r.status, r.value.as_slice()), (OK, &15u64.to_be_bytes()[..]));
-    let r = one(&mut c, &req_full(REPLACE, &store_ext(0, 0), b"k", b"x", r.cas, 0));
+    let r = one(
+        &mut c,
+        &req_full(INCREMENT, &delta_ext(5, 0, 0), b"k", &[], r.cas, 0),
+    );
+    assert_eq!(
+        (r.status, r.value.as_slice()),
+        (OK, &15u64.to_be_bytes()[..])
+    );
+    let r = one(
+        &mut c,
+        &req_full(REPLACE, &store_ext(0, 0), b"k", b"x", r.cas, 0),
+    );
     assert_eq!(r.status, OK);
     let r2 = one(&mut c, &req(GET, &[], b"k", &[]));
     assert_eq!((r2.cas, r2.value.as_slice()), (r.cas, &b"x"[..]));
-    assert_eq!(one(&mut c, &req_full(DELETE, &[], b"k", &[], r.cas, 0)).status, OK);
+    assert_eq!(
+        one(&mut c, &req_full(DELETE, &[], b"k", &[], r.cas, 0)).status,
+        OK
+    );
     assert_eq!(one(&mut c, &req(GET, &[], b"k", &[])).status, NOT_FOUND);
 }
 
@@ -318,14 +435,24 @@ fn incr_decr_initial_and_wrap() {
     let srv = Server::start(&[]);
     let mut c = srv.connect();
     let num = |r: &Resp| u64::from_be_bytes(r.value.as_slice().try_into().unwrap());
-    assert_eq!(one(&mut c, &req(INCREMENT, &delta_ext(1, 5, u32::MAX), b"n", &[])).status, NOT_FOUND);
+    assert_eq!(
+        one(
+            &mut c,
+            &req(INCREMENT, &delta_ext(1, 5, u32::MAX), b"n", &[])
+        )
+        .status,
+        NOT_FOUND
+    );
     let r = one(&mut c, &req(INCREMENT, &delta_ext(1, 5, 0), b"n", &[]));
     assert_eq!((r.status, num(&r)), (OK, 5));
     let r = one(&mut c, &req(DECREMENT, &delta_ext(1, 99, 0), b"n", &[]));
     assert_eq!(num(&r), 4);
     let r = one(&mut c, &req(DECREMENT, &delta_ext(100, 0, 0), b"n", &[]));
     assert_eq!(num(&r), 0);
-    let r = one(&mut c, &req(INCREMENT, &delta_ext(u64::MAX, 0, 0), b"n", &[]));
+    let r = one(
+        &mut c,
+        &req(INCREMENT, &delta_ext(u64::MAX, 0, 0), b"n", &[]),
+    );
     assert_eq!(num(&r), u64::MAX);
     let r = one(&mut c, &req(INCREMENT, &delta_ext(2, 0, 0), b"n", &[]));
     assert_eq!(num(&r), 1);
@@ -337,7 +464,13 @@ fn incr_decr_initial_and_wrap() {
     assert_eq!(one(&mut c, &req(GET, &[], b"d", &[])).value, b"7");
     assert_eq!(one(&mut c, &set(b"s", b"abc")).status, OK);
     let r = one(&mut c, &req(INCREMENT, &delta_ext(1, 0, 0), b"s", &[]));
-    assert_eq!((r.status, r.value.as_slice()), (NON_NUMERIC, &b"Non-numeric server-side value for incr or decr"[..]));
+    assert_eq!(
+        (r.status, r.value.as_slice()),
+        (
+            NON_NUMERIC,
+            &b"Non-numeric server-side value for incr or decr"[..]
+        )
+    );
 }
 
 #[test]
@@ -371,44 +504,93 @@ fn flush_stat_and_unknown() {
     assert_eq!(one(&mut c, &req(FLUSH, &[], &[], &[])).status, OK);
     assert_eq!(one(&mut c, &req(GET, &[], b"k", &[])).status, NOT_FOUND);
     one(&mut c, &set(b"k", b"v"));
-    assert_eq!(one(&mut c, &req(FLUSH, &3600u32.to_be_bytes(), &[], &[])).status, OK);
-    assert_eq!(one(&mut c, &req(GET, &[], b"k", &[])).status, OK, "a delayed flush leaves items until then");
+    assert_eq!(
+        one(&mut c, &req(FLUSH, &3600u32.to_be_bytes(), &[], &[])).status,
+        OK
+    );
+    assert_eq!(
+        one(&mut c, &req(GET, &[], b"k", &[])).status,
+        OK,
+        "a delayed flush leaves items until then"
+    );
 
     let rs = batch(&mut c, &req(STAT, &[], &[], &[]));
     let (last, stats) = rs.split_last().unwrap();
     assert!(last.key.is_empty() && last.value.is_empty() && last.status == OK);
-    let get = |name: &[u8]| stats.iter().find(|r| r.key == name).map(|r| r.value.clone());
+    let get = |name: &[u8]| {
+        stats
+            .iter()
+            .find(|r| r.key == name)
+            .map(|r| r.value.clone())
+    };
     assert!(get(b"pid").is_some());
     assert_eq!(get(b"curr_items"), Some(b"1".to_vec()));
     let rs = batch(&mut c, &req(STAT, &[], b"settings", &[]));
-    assert!(rs.iter().any(|r| r.key == b"item_size_max" && r.value == b"1048576"));
-    assert_eq!(statuses(&batch(&mut c, &req(STAT, &[], b"reset", &[]))), vec![(STAT, OK)]);
-    assert_eq!(statuses(&batch(&mut c, &req(STAT, &[], b"nonsense", &[]))), vec![(STAT, NOT_FOUND)]);
+    assert!(rs
+        .iter()
+        .any(|r| r.key == b"item_size_max" && r.value == b"1048576"));
+    assert_eq!(
+        statuses(&batch(&mut c, &req(STAT, &[], b"reset", &[]))),
+        vec![(STAT, OK)]
+    );
+    assert_eq!(
+        statuses(&batch(&mut c, &req(STAT, &[], b"nonsense", &[]))),
+        vec![(STAT, NOT_FOUND)]
+    );
 
     // Unknown opcodes: "unknown command", the body skipped, the connection kept.
-    let rs = batch(&mut c, &[req(0x40, &[], &[], b"xyz"), req(0xfe, &[], &[], &[])].concat());
+    let rs = batch(
+        &mut c,
+        &[req(0x40, &[], &[], b"xyz"), req(0xfe, &[], &[], &[])].concat(),
+    );
     assert_eq!(statuses(&rs), vec![(0x40, UNKNOWN), (0xfe, UNKNOWN)]);
     assert_eq!(rs[0].value, b"Unknown command");
     // Without -S the SASL opcodes are unknown too.
-    let rs = batch(&mut c, &[req(SASL_LIST_MECHS, &[], &[], &[]), req(SASL_AUTH, &[], b"PLAIN", b"\0u\0p")].concat());
-    assert_eq!(statuses(&rs), vec![(SASL_LIST_MECHS, UNKNOWN), (SASL_AUTH, UNKNOWN)]);
+    let rs = batch(
+        &mut c,
+        &[
+            req(SASL_LIST_MECHS, &[], &[], &[]),
+            req(SASL_AUTH, &[], b"PLAIN", b"\0u\0p"),
+        ]
+        .concat(),
+    );
+    assert_eq!(
+        statuses(&rs),
+        vec![(SASL_LIST_MECHS, UNKNOWN), (SASL_AUTH, UNKNOWN)]
+    );
 }
 
 #[test]
 fn flush_disabled_and_cas_disabled() {
     let srv = Server::start(&["-F", "-C"]);
     let mut c = srv.connect();
-    let rs = batch(&mut c, &[req(FLUSH, &[], &[], &[]), req(FLUSHQ, &[], &[], &[])].concat());
-    assert_eq!(statuses(&rs), vec![(FLUSH, AUTH_ERROR), (FLUSHQ, AUTH_ERROR)]);
+    let rs = batch(
+        &mut c,
+        &[req(FLUSH, &[], &[], &[]), req(FLUSHQ, &[], &[], &[])].concat(),
+    );
+    assert_eq!(
+        statuses(&rs),
+        vec![(FLUSH, AUTH_ERROR), (FLUSHQ, AUTH_ERROR)]
+    );
     let r = one(&mut c, &set(b"k", b"v"));
     assert_eq!((r.status, r.cas), (OK, 0));
     // -C: a CAS on a set is ignored, on a delete it never matches (every item's CAS is 0).
-    assert_eq!(one(&mut c, &req_full(SET, &store_ext(0, 0), b"k", b"w", 5, 0)).status, OK);
-    assert_eq!(one(&mut c, &req_full(DELETE, &[], b"k", &[], 5, 0)).status, EXISTS);
+    assert_eq!(
+        one(&mut c, &req_full(SET, &store_ext(0, 0), b"k", b"w", 5, 0)).status,
+        OK
+    );
+    assert_eq!(
+        one(&mut c, &req_full(DELETE, &[], b"k", &[], 5, 0)).status,
+        EXISTS
+    );
 }
 
 fn sasl_server(users: &str) -> (Server, std::path::PathBuf) {
-    let path = std::env::temp_dir().join(format!("mnemo-bin-users-{}-{}", std::process::id(), users.len()));
+    let path = std::env::temp_dir().join(format!(
+        "mnemo-bin-users-{}-{}",
+        std::process::id(),
+        users.len()
+    ));
     std::fs::write(&path, users).unwrap();
     (Server::start(&["-S", "-Y", path.to_str().unwrap()]), path)
 }
@@ -429,7 +611,10 @@ fn sasl_plain() {
     let mut c = srv.connect();
     let r = one(&mut c, &req(SASL_AUTH, &[], b"PLAIN", b"\0alice\0wrong"));
     assert_eq!(r.status, AUTH_ERROR);
-    let r = one(&mut c, &req(SASL_AUTH, &[], b"CRAM-MD5", b"\0alice\0secret"));
+    let r = one(
+        &mut c,
+        &req(SASL_AUTH, &[], b"CRAM-MD5", b"\0alice\0secret"),
+    );
     assert_eq!(r.status, AUTH_ERROR);
     let r = one(&mut c, &req(SASL_AUTH, &[], b"PLAIN", b"\0alice\0secret"));
     assert_eq!((r.status, r.value.as_slice()), (OK, &b"Authenticated"[..]));
@@ -438,16 +623,38 @@ fn sasl_plain() {
 
     // authzid equal to the user is fine; a password may hold ':'; continue + step.
     let mut c = srv.connect();
-    assert_eq!(one(&mut c, &req(SASL_AUTH, &[], b"PLAIN", b"bob\0bob\0pa:ss")).status, OK);
+    assert_eq!(
+        one(&mut c, &req(SASL_AUTH, &[], b"PLAIN", b"bob\0bob\0pa:ss")).status,
+        OK
+    );
     let mut c = srv.connect();
-    assert_eq!(one(&mut c, &req(SASL_AUTH, &[], b"PLAIN", b"bob\0alice\0secret")).status, AUTH_ERROR);
+    assert_eq!(
+        one(
+            &mut c,
+            &req(SASL_AUTH, &[], b"PLAIN", b"bob\0alice\0secret")
+        )
+        .status,
+        AUTH_ERROR
+    );
     let mut c = srv.connect();
-    assert_eq!(one(&mut c, &req(SASL_STEP, &[], b"PLAIN", b"\0alice\0secret")).status, AUTH_ERROR);
-    assert_eq!(one(&mut c, &req(SASL_AUTH, &[], b"PLAIN", &[])).status, AUTH_CONTINUE);
-    assert_eq!(one(&mut c, &req(SASL_STEP, &[], b"PLAIN", b"\0alice\0secret")).status, OK);
+    assert_eq!(
+        one(&mut c, &req(SASL_STEP, &[], b"PLAIN", b"\0alice\0secret")).status,
+        AUTH_ERROR
+    );
+    assert_eq!(
+        one(&mut c, &req(SASL_AUTH, &[], b"PLAIN", &[])).status,
+        AUTH_CONTINUE
+    );
+    assert_eq!(
+        one(&mut c, &req(SASL_STEP, &[], b"PLAIN", b"\0alice\0secret")).status,
+        OK
+    );
     assert_eq!(one(&mut c, &req(GET, &[], b"k", &[])).status, OK);
     // A failed re-authentication drops the connection's authentication.
-    assert_eq!(one(&mut c, &req(SASL_AUTH, &[], b"PLAIN", b"\0alice\0nope")).status, AUTH_ERROR);
+    assert_eq!(
+        one(&mut c, &req(SASL_AUTH, &[], b"PLAIN", b"\0alice\0nope")).status,
+        AUTH_ERROR
+    );
     c.write_all(&req(NOOP, &[], &[], &[])).unwrap();
     assert_eq!(statuses(&until_close(&mut c)), vec![(NOOP, AUTH_ERROR)]);
     let _ = std::fs::remove_file(path);
@@ -459,21 +666,85 @@ fn hostile_headers_get_an_error_and_close() {
     let srv = Server::start(&[]);
     type Case = (&'static str, Vec<u8>, Vec<(u8, u16)>);
     let cases: Vec<Case> = vec![
-        ("key longer than body", with_body_len(req(GET, &[], b"abc", &[]), 2), vec![(GET, UNKNOWN)]),
-        ("key + extras longer than body", with_body_len(set(b"abc", b""), 10), vec![(SET, UNKNOWN)]),
-        ("key over 250", req(GET, &[], &[b'a'; 251], &[]), vec![(GET, INVALID)]),
-        ("get with extras", req(GET, b"1234", b"k", &[]), vec![(GET, INVALID)]),
-        ("get with value", req(GET, &[], b"k", b"v"), vec![(GET, INVALID)]),
-        ("set without extras", req(SET, &[], b"k", b"v"), vec![(SET, INVALID)]),
-        ("delete with value", req(DELETE, &[], b"k", b"v"), vec![(DELETE, INVALID)]),
-        ("incr with 8 bytes of extras", req(INCREMENT, &[0; 8], b"k", &[]), vec![(INCREMENT, INVALID)]),
-        ("noop with key", req(NOOP, &[], b"k", &[]), vec![(NOOP, INVALID)]),
-        ("flush with key", req(FLUSH, &[], b"k", &[]), vec![(FLUSH, INVALID)]),
-        ("touch without extras", req(TOUCH, &[], b"k", &[]), vec![(TOUCH, INVALID)]),
-        ("4 GB get", with_body_len(req(GET, &[], b"k", &[]), u32::MAX), vec![(GET, INVALID)]),
-        ("4 GB set", with_body_len(set(b"k", b""), u32::MAX), vec![(SET, TOO_LARGE)]),
-        ("4 GB append", with_body_len(req(APPEND, &[], b"k", &[]), u32::MAX), vec![(APPEND, TOO_LARGE)]),
-        ("wrong magic", { let mut r = req(NOOP, &[], &[], &[]); r.extend_from_slice(&[0x81; 24]); r }, vec![(NOOP, OK)]),
+        (
+            "key longer than body",
+            with_body_len(req(GET, &[], b"abc", &[]), 2),
+            vec![(GET, UNKNOWN)],
+        ),
+        (
+            "key + extras longer than body",
+            with_body_len(set(b"abc", b""), 10),
+            vec![(SET, UNKNOWN)],
+        ),
+        (
+            "key over 250",
+            req(GET, &[], &[b'a'; 251], &[]),
+            vec![(GET, INVALID)],
+        ),
+        (
+            "get with extras",
+            req(GET, b"1234", b"k", &[]),
+            vec![(GET, INVALID)],
+        ),
+        (
+            "get with value",
+            req(GET, &[], b"k", b"v"),
+            vec![(GET, INVALID)],
+        ),
+        (
+            "set without extras",
+            req(SET, &[], b"k", b"v"),
+            vec![(SET, INVALID)],
+        ),
+        (
+            "delete with value",
+            req(DELETE, &[], b"k", b"v"),
+            vec![(DELETE, INVALID)],
+        ),
+        (
+            "incr with 8 bytes of extras",
+            req(INCREMENT, &[0; 8], b"k", &[]),
+            vec![(INCREMENT, INVALID)],
+        ),
+        (
+            "noop with key",
+            req(NOOP, &[], b"k", &[]),
+            vec![(NOOP, INVALID)],
+        ),
+        (
+            "flush with key",
+            req(FLUSH, &[], b"k", &[]),
+            vec![(FLUSH, INVALID)],
+        ),
+        (
+            "touch without extras",
+            req(TOUCH, &[], b"k", &[]),
+            vec![(TOUCH, INVALID)],
+        ),
+        (
+            "4 GB get",
+            with_body_len(req(GET, &[], b"k", &[]), u32::MAX),
+            vec![(GET, INVALID)],
+        ),
+        (
+            "4 GB set",
+            with_body_len(set(b"k", b""), u32::MAX),
+            vec![(SET, TOO_LARGE)],
+        ),
+        (
+            "4 GB append",
+            with_body_len(req(APPEND, &[], b"k", &[]), u32::MAX),
+            vec![(APPEND, TOO_LARGE)],
+        ),
+        (
+            "wrong magic",
+            {
+                let mut r = req(NOOP, &[], &[], &[]);
+                r.extend_from_slice(&[0x81; 24]);
+                r
+            },
+            vec![(NOOP, OK)],
+        ),
     ];
     for (name, data, want) in cases {
         let mut c = srv.connect();
@@ -482,7 +753,8 @@ fn hostile_headers_get_an_error_and_close() {
     }
     // A 4 GB unknown command is answered and its body skipped as it comes.
     let mut c = srv.connect();
-    c.write_all(&with_body_len(req(0x77, &[], &[], &[]), u32::MAX)).unwrap();
+    c.write_all(&with_body_len(req(0x77, &[], &[], &[]), u32::MAX))
+        .unwrap();
     assert_eq!(read_resp(&mut c).map(|r| r.status), Some(UNKNOWN));
     c.write_all(&[0u8; 100_000]).unwrap();
     let mut other = srv.connect();
@@ -501,11 +773,20 @@ fn oversized_values_are_refused_and_skipped() {
     assert_eq!(one(&mut c, &req(GET, &[], b"big", &[])).status, NOT_FOUND);
     // Exactly at memcached's limit (48-byte header + key + 1 + value + 2 + 8 CAS <= 1 MiB).
     let fits = (1 << 20) - 48 - 3 - 1 - 2 - 8;
-    assert_eq!(statuses(&batch(&mut c, &set(b"big", &vec![b'y'; fits]))), vec![(SET, OK)]);
-    assert_eq!(statuses(&batch(&mut c, &set(b"big", &vec![b'y'; fits + 1]))), vec![(SET, TOO_LARGE)]);
+    assert_eq!(
+        statuses(&batch(&mut c, &set(b"big", &vec![b'y'; fits]))),
+        vec![(SET, OK)]
+    );
+    assert_eq!(
+        statuses(&batch(&mut c, &set(b"big", &vec![b'y'; fits + 1]))),
+        vec![(SET, TOO_LARGE)]
+    );
     // An append whose result would pass the limit is not stored.
     assert_eq!(one(&mut c, &set(b"ap", &vec![b'y'; fits - 10])).status, OK);
-    assert_eq!(one(&mut c, &req(APPEND, &[], b"ap", &[b'z'; 20])).status, NOT_STORED);
+    assert_eq!(
+        one(&mut c, &req(APPEND, &[], b"ap", &[b'z'; 20])).status,
+        NOT_STORED
+    );
     assert_eq!(one(&mut c, &req(APPEND, &[], b"ap", &[b'z'; 5])).status, OK);
 }
 
@@ -521,7 +802,8 @@ fn declared_huge_bodies_do_not_allocate_and_others_are_served() {
         .map(|_| {
             let mut c = srv.connect();
             assert_eq!(one(&mut c, &req(GET, &[], b"k", &[])).value, b"v");
-            c.write_all(&req(GET, &[], &[b'a'; 1000], &[])[..600]).unwrap();
+            c.write_all(&req(GET, &[], &[b'a'; 1000], &[])[..600])
+                .unwrap();
             c
         })
         .collect();
@@ -555,7 +837,11 @@ fn declared_huge_bodies_do_not_allocate_and_others_are_served() {
     }
     let grown = srv.rss_kb().saturating_sub(before);
     // 40 connections' ordinary buffers plus at most ten 64 KiB keys; never a declared body.
-    assert!(grown < 32 * 1024, "RSS grew by {grown} KiB: {}", srv.memory_report());
+    assert!(
+        grown < 32 * 1024,
+        "RSS grew by {grown} KiB: {}",
+        srv.memory_report()
+    );
     drop(stalled);
     assert_eq!(one(&mut warm, &req(GET, &[], b"k", &[])).value, b"v");
 }
@@ -566,16 +852,36 @@ fn pipelined_batch_in_one_write() {
     let mut c = srv.connect();
     let mut b = Vec::new();
     for i in 0..200u32 {
-        b.extend(req_full(SETQ, &store_ext(i, 0), format!("key{i}").as_bytes(), &i.to_be_bytes(), 0, i));
+        b.extend(req_full(
+            SETQ,
+            &store_ext(i, 0),
+            format!("key{i}").as_bytes(),
+            &i.to_be_bytes(),
+            0,
+            i,
+        ));
     }
     for i in 0..200u32 {
-        b.extend(req_full(GETKQ, &[], format!("key{i}").as_bytes(), &[], 0, i));
+        b.extend(req_full(
+            GETKQ,
+            &[],
+            format!("key{i}").as_bytes(),
+            &[],
+            0,
+            i,
+        ));
     }
     let rs = batch(&mut c, &b);
     assert_eq!(rs.len(), 200);
     for (i, r) in rs.iter().enumerate() {
         let i = i as u32;
-        assert_eq!((r.op, r.opaque, r.key.as_slice()), (GETKQ, i, format!("key{i}").as_bytes()));
-        assert_eq!((r.extras.as_slice(), r.value.as_slice()), (&i.to_be_bytes()[..], &i.to_be_bytes()[..]));
+        assert_eq!(
+            (r.op, r.opaque, r.key.as_slice()),
+            (GETKQ, i, format!("key{i}").as_bytes())
+        );
+        assert_eq!(
+            (r.extras.as_slice(), r.value.as_slice()),
+            (&i.to_be_bytes()[..], &i.to_be_bytes()[..])
+        );
     }
 }

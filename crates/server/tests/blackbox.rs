@@ -21,12 +21,32 @@ fn storage_and_retrieval() {
     let mut c = srv.connect();
     talk(&mut c, b"set a 5 0 3\r\nabc\r\n", b"STORED\r\n");
     talk(&mut c, b"get a b\r\n", b"VALUE a 5 3\r\nabc\r\nEND\r\n");
-    talk(&mut c, b"append a 0 0 2\r\nde\r\nprepend a 0 0 1\r\nz\r\nget a\r\n", b"STORED\r\nSTORED\r\nVALUE a 5 6\r\nzabcde\r\nEND\r\n");
-    talk(&mut c, b"add a 0 0 1\r\nx\r\nreplace nope 0 0 1\r\nx\r\n", b"NOT_STORED\r\nNOT_STORED\r\n");
-    talk(&mut c, b"set n 0 0 2\r\n10\r\ndecr n 1\r\nget n\r\n", b"STORED\r\n9\r\nVALUE n 0 2\r\n9 \r\nEND\r\n");
+    talk(
+        &mut c,
+        b"append a 0 0 2\r\nde\r\nprepend a 0 0 1\r\nz\r\nget a\r\n",
+        b"STORED\r\nSTORED\r\nVALUE a 5 6\r\nzabcde\r\nEND\r\n",
+    );
+    talk(
+        &mut c,
+        b"add a 0 0 1\r\nx\r\nreplace nope 0 0 1\r\nx\r\n",
+        b"NOT_STORED\r\nNOT_STORED\r\n",
+    );
+    talk(
+        &mut c,
+        b"set n 0 0 2\r\n10\r\ndecr n 1\r\nget n\r\n",
+        b"STORED\r\n9\r\nVALUE n 0 2\r\n9 \r\nEND\r\n",
+    );
     talk(&mut c, b"incr n 18446744073709551615\r\n", b"8\r\n");
-    talk(&mut c, b"delete a\r\ndelete a\r\n", b"DELETED\r\nNOT_FOUND\r\n");
-    talk(&mut c, b"set q 0 0 1 noreply\r\nq\r\nget q\r\n", b"VALUE q 0 1\r\nq\r\nEND\r\n");
+    talk(
+        &mut c,
+        b"delete a\r\ndelete a\r\n",
+        b"DELETED\r\nNOT_FOUND\r\n",
+    );
+    talk(
+        &mut c,
+        b"set q 0 0 1 noreply\r\nq\r\nget q\r\n",
+        b"VALUE q 0 1\r\nq\r\nEND\r\n",
+    );
 }
 
 #[test]
@@ -38,13 +58,31 @@ fn cas_changes_on_every_write() {
     let mut r = BufReader::new(c.try_clone().unwrap());
     let mut header = String::new();
     r.read_line(&mut header).unwrap();
-    let cas: u64 = header.trim_end().rsplit(' ').next().unwrap().parse().unwrap();
+    let cas: u64 = header
+        .trim_end()
+        .rsplit(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
     let mut rest = String::new();
     r.read_line(&mut rest).unwrap();
     r.read_line(&mut rest).unwrap();
-    talk(&mut c, format!("cas k 0 0 1 {}\r\ny\r\n", cas + 1000).as_bytes(), b"EXISTS\r\n");
-    talk(&mut c, format!("cas k 0 0 1 {cas}\r\ny\r\n").as_bytes(), b"STORED\r\n");
-    talk(&mut c, format!("cas k 0 0 1 {cas}\r\nz\r\n").as_bytes(), b"EXISTS\r\n");
+    talk(
+        &mut c,
+        format!("cas k 0 0 1 {}\r\ny\r\n", cas + 1000).as_bytes(),
+        b"EXISTS\r\n",
+    );
+    talk(
+        &mut c,
+        format!("cas k 0 0 1 {cas}\r\ny\r\n").as_bytes(),
+        b"STORED\r\n",
+    );
+    talk(
+        &mut c,
+        format!("cas k 0 0 1 {cas}\r\nz\r\n").as_bytes(),
+        b"EXISTS\r\n",
+    );
     talk(&mut c, b"cas nope 0 0 1 1\r\nz\r\n", b"NOT_FOUND\r\n");
 }
 
@@ -55,8 +93,20 @@ fn pipelined_requests_answer_in_order() {
     let mut req = Vec::new();
     let mut want = Vec::new();
     for i in 0..5000 {
-        req.extend_from_slice(format!("set k{i} 0 0 {}\r\n{i}\r\nget k{i}\r\n", i.to_string().len()).as_bytes());
-        want.extend_from_slice(format!("STORED\r\nVALUE k{i} 0 {}\r\n{i}\r\nEND\r\n", i.to_string().len()).as_bytes());
+        req.extend_from_slice(
+            format!(
+                "set k{i} 0 0 {}\r\n{i}\r\nget k{i}\r\n",
+                i.to_string().len()
+            )
+            .as_bytes(),
+        );
+        want.extend_from_slice(
+            format!(
+                "STORED\r\nVALUE k{i} 0 {}\r\n{i}\r\nEND\r\n",
+                i.to_string().len()
+            )
+            .as_bytes(),
+        );
     }
     let mut w = c.try_clone().unwrap();
     let writer = std::thread::spawn(move || w.write_all(&req).unwrap());
@@ -74,7 +124,11 @@ fn oversized_value_is_swallowed_and_old_value_dropped() {
     let mut req = b"set big 0 0 2000000\r\n".to_vec();
     req.extend(std::iter::repeat_n(b'v', 2_000_000));
     req.extend_from_slice(b"\r\nget big\r\n");
-    talk(&mut c, &req, b"SERVER_ERROR object too large for cache\r\nEND\r\n");
+    talk(
+        &mut c,
+        &req,
+        b"SERVER_ERROR object too large for cache\r\nEND\r\n",
+    );
 }
 
 #[test]
@@ -96,7 +150,11 @@ fn other_clients_are_served_while_one_never_reads() {
         }
     }
     let mut polite = srv.connect();
-    talk(&mut polite, b"get k\r\n", format!("VALUE k 0 1000\r\n{}\r\nEND\r\n", "v".repeat(1000)).as_bytes());
+    talk(
+        &mut polite,
+        b"get k\r\n",
+        format!("VALUE k 0 1000\r\n{}\r\nEND\r\n", "v".repeat(1000)).as_bytes(),
+    );
     let rss_kb = srv.rss_kb();
     assert!(rss_kb < 200_000, "RSS grew to {rss_kb} kB");
 }
@@ -133,12 +191,21 @@ fn overwrites_are_compacted_and_counted() {
     for round in 0..40 {
         let mut batch = Vec::new();
         for k in 0..500 {
-            batch.extend_from_slice(format!("set k{k} {round} 0 4000 noreply\r\n{value}\r\n").as_bytes());
+            batch.extend_from_slice(
+                format!("set k{k} {round} 0 4000 noreply\r\n{value}\r\n").as_bytes(),
+            );
         }
         s.write_all(&batch).unwrap();
     }
-    talk(&mut s, b"get k499\r\n", format!("VALUE k499 39 4000\r\n{value}\r\nEND\r\n").as_bytes());
-    assert!(stat(&mut s, "slabs_moved") > 0, "80 MB of overwrites never compacted");
+    talk(
+        &mut s,
+        b"get k499\r\n",
+        format!("VALUE k499 39 4000\r\n{value}\r\nEND\r\n").as_bytes(),
+    );
+    assert!(
+        stat(&mut s, "slabs_moved") > 0,
+        "80 MB of overwrites never compacted"
+    );
     assert_eq!(stat(&mut s, "evictions"), 0);
     assert!(stat(&mut s, "bytes") <= 2_100_000);
 }
@@ -150,14 +217,19 @@ fn connection_limit_rejects_then_recovers() {
     // The start-up probe's connection may not be closed on the server side yet.
     let deadline = Instant::now() + Duration::from_secs(10);
     while curr_connections(&mut keep[0]) != 1 {
-        assert!(Instant::now() < deadline, "probe connection never went away");
+        assert!(
+            Instant::now() < deadline,
+            "probe connection never went away"
+        );
     }
     keep.push(srv.connect());
     keep.push(srv.connect());
     for s in keep.iter_mut() {
         talk(s, b"version\r\n", b"VERSION ");
         let mut line = String::new();
-        BufReader::new(s.try_clone().unwrap()).read_line(&mut line).unwrap();
+        BufReader::new(s.try_clone().unwrap())
+            .read_line(&mut line)
+            .unwrap();
     }
     let mut extra = srv.connect();
     let mut buf = String::new();
@@ -170,7 +242,8 @@ fn connection_limit_rejects_then_recovers() {
         let mut s = srv.connect();
         let mut b = [0u8; 8];
         // A connection still refused is closed at once, so the write may fail too (reset).
-        if s.write_all(b"version\r\n").is_ok() && s.read_exact(&mut b).is_ok() && &b == b"VERSION " {
+        if s.write_all(b"version\r\n").is_ok() && s.read_exact(&mut b).is_ok() && &b == b"VERSION "
+        {
             break;
         }
         assert!(Instant::now() < deadline, "slot never freed");
@@ -202,7 +275,10 @@ fn huge_multiget_output_is_streamed_not_buffered() {
     let mut end = [0u8; 5];
     c.read_exact(&mut end).unwrap();
     assert_eq!(&end, b"END\r\n");
-    assert!(peak_kb < 100_000, "RSS reached {peak_kb} kB while streaming");
+    assert!(
+        peak_kb < 100_000,
+        "RSS reached {peak_kb} kB while streaming"
+    );
 }
 
 /// Large values go to the socket straight from the store (one writev with the replies before
@@ -214,7 +290,13 @@ fn huge_multiget_output_is_streamed_not_buffered() {
 fn large_values_sent_directly_stay_in_order() {
     let srv = Server::start(&["-t", "1", "-I", "2m"]);
     let mut c = srv.connect();
-    let big: Vec<Vec<u8>> = (0..4u8).map(|i| (0..(40_000 + 150_000 * i as usize)).map(|j| b'a' + ((j + i as usize) % 26) as u8).collect()).collect();
+    let big: Vec<Vec<u8>> = (0..4u8)
+        .map(|i| {
+            (0..(40_000 + 150_000 * i as usize))
+                .map(|j| b'a' + ((j + i as usize) % 26) as u8)
+                .collect()
+        })
+        .collect();
     for (i, v) in big.iter().enumerate() {
         let mut req = format!("set big{i} {i} 0 {}\r\n", v.len()).into_bytes();
         req.extend_from_slice(v);
@@ -232,7 +314,12 @@ fn large_values_sent_directly_stay_in_order() {
             format!("VALUE n 0 {}\r\n{n}\r\n", n.len()).into_bytes(),
             format!("VALUE big{i} {i} {}\r\n", big[i].len()).into_bytes(),
             big[i].clone(),
-            format!("\r\nVALUE n 0 {}\r\n{n}\r\nEND\r\n{}\r\n", n.len(), 11 + round).into_bytes(),
+            format!(
+                "\r\nVALUE n 0 {}\r\n{n}\r\nEND\r\n{}\r\n",
+                n.len(),
+                11 + round
+            )
+            .into_bytes(),
         ] {
             want.extend_from_slice(&part);
         }
@@ -254,24 +341,38 @@ fn large_values_sent_directly_stay_in_order() {
             // The gets line before '#' names the key: find which big value by length.
             let header_start = want[..pos].iter().rposition(|&b| b == b'V').unwrap();
             let header = String::from_utf8_lossy(&want[header_start..pos]).to_string();
-            let idx: usize = header.split_whitespace().nth(1).unwrap()[3..].parse().unwrap();
+            let idx: usize = header.split_whitespace().nth(1).unwrap()[3..]
+                .parse()
+                .unwrap();
             let mut body = vec![0; big[idx].len() + 7];
             r.read_exact(&mut body).unwrap();
-            assert!(body[..big[idx].len()] == big[idx][..], "gets value of big{idx}");
+            assert!(
+                body[..big[idx].len()] == big[idx][..],
+                "gets value of big{idx}"
+            );
             assert_eq!(&body[big[idx].len()..], b"\r\nEND\r\n");
             pos += 1;
             continue;
         }
-        let end = want[pos..].iter().position(|&b| b == b'#').map_or(want.len(), |p| pos + p);
+        let end = want[pos..]
+            .iter()
+            .position(|&b| b == b'#')
+            .map_or(want.len(), |p| pos + p);
         let mut got = vec![0; end - pos];
         r.read_exact(&mut got).unwrap();
         if got != want[pos..end] {
-            let at = got.iter().zip(&want[pos..end]).position(|(a, b)| a != b).unwrap_or(got.len());
+            let at = got
+                .iter()
+                .zip(&want[pos..end])
+                .position(|(a, b)| a != b)
+                .unwrap_or(got.len());
             panic!(
                 "reply differs at byte {}: got {:?}, want {:?}",
                 pos + at,
                 String::from_utf8_lossy(&got[at.saturating_sub(20)..(at + 40).min(got.len())]),
-                String::from_utf8_lossy(&want[pos + at.saturating_sub(20)..(pos + at + 40).min(end)])
+                String::from_utf8_lossy(
+                    &want[pos + at.saturating_sub(20)..(pos + at + 40).min(end)]
+                )
             );
         }
         pos = end;
@@ -291,10 +392,15 @@ fn items_up_to_128_mb_round_trip_within_the_memory_limit() {
     let mut c = srv.connect();
     c.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
     let len = 128 * 1024 * 1024 - 512; // the -I limit counts key and item overhead too
-    let value_of = |seed: u8| -> Vec<u8> { (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect() };
+    let value_of = |seed: u8| -> Vec<u8> {
+        (0..len)
+            .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+            .collect()
+    };
     for (round, key) in ["huge1", "huge2", "huge3"].iter().enumerate() {
         let v = value_of(round as u8);
-        c.write_all(format!("set {key} 7 0 {len}\r\n").as_bytes()).unwrap();
+        c.write_all(format!("set {key} 7 0 {len}\r\n").as_bytes())
+            .unwrap();
         c.write_all(&v).unwrap();
         talk(&mut c, b"\r\n", b"STORED\r\n");
         c.write_all(format!("get {key}\r\n").as_bytes()).unwrap();
@@ -302,13 +408,23 @@ fn items_up_to_128_mb_round_trip_within_the_memory_limit() {
         let mut got = vec![0; header.len() + len + 7];
         c.read_exact(&mut got).unwrap();
         assert_eq!(&got[..header.len()], header.as_bytes());
-        assert!(got[header.len()..header.len() + len] == v[..], "{key} came back different");
+        assert!(
+            got[header.len()..header.len() + len] == v[..],
+            "{key} came back different"
+        );
         assert_eq!(&got[header.len() + len..], b"\r\nEND\r\n");
         // Two 128 MB items and the index do not fit in 256 MB: the older ones were evicted.
-        assert!(srv.rss_kb() < 256 * 1024 + 48 * 1024, "RSS {} kB after {key}", srv.rss_kb());
+        assert!(
+            srv.rss_kb() < 256 * 1024 + 48 * 1024,
+            "RSS {} kB after {key}",
+            srv.rss_kb()
+        );
     }
     c.write_all(b"get huge1\r\n").unwrap();
     let mut end = [0u8; 5];
     c.read_exact(&mut end).unwrap();
-    assert_eq!(&end, b"END\r\n", "huge1 should have been evicted to make room");
+    assert_eq!(
+        &end, b"END\r\n",
+        "huge1 should have been evicted to make room"
+    );
 }

@@ -40,7 +40,10 @@ struct Conn {
 impl Conn {
     fn new(srv: &Server) -> Conn {
         let w = srv.connect();
-        Conn { r: BufReader::new(w.try_clone().unwrap()), w }
+        Conn {
+            r: BufReader::new(w.try_clone().unwrap()),
+            w,
+        }
     }
 
     fn line(&mut self) -> String {
@@ -86,7 +89,12 @@ impl Conn {
         Ok((flags, data))
     }
 
-    fn fget(&mut self, filter: &str, args: &[u8], keys: &[String]) -> Result<(u32, Vec<u8>), String> {
+    fn fget(
+        &mut self,
+        filter: &str,
+        args: &[u8],
+        keys: &[String],
+    ) -> Result<(u32, Vec<u8>), String> {
         self.send_fget(filter, args, keys);
         self.read_fget(filter)
     }
@@ -100,12 +108,19 @@ impl Conn {
                 return out;
             }
             let mut w = l.trim_end().splitn(3, ' ').skip(1);
-            out.push((w.next().unwrap().to_string(), w.next().unwrap_or("").to_string()));
+            out.push((
+                w.next().unwrap().to_string(),
+                w.next().unwrap_or("").to_string(),
+            ));
         }
     }
 
     fn stat(&mut self, group: &str, name: &str) -> String {
-        self.stats(group).into_iter().find(|(k, _)| k == name).map(|(_, v)| v).unwrap_or_else(|| panic!("no {name}"))
+        self.stats(group)
+            .into_iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v)
+            .unwrap_or_else(|| panic!("no {name}"))
     }
 }
 
@@ -122,7 +137,11 @@ fn load_users(c: &mut Conn, rng: &mut Rng, n: u64) -> Vec<Option<Vec<u8>>> {
                 return None;
             }
             let recs: Vec<Record> = (0..rng.below(40))
-                .map(|_| Record { user: u, article: rng.below(1000), ts: rng.below(500) })
+                .map(|_| Record {
+                    user: u,
+                    article: rng.below(1000),
+                    ts: rng.below(500),
+                })
                 .collect();
             let mut v = records::encode_all(&recs);
             if u % 5 == 0 {
@@ -140,11 +159,16 @@ fn topk_and_select_equal_the_client_side_computation_for_both_kinds() {
     // Deadlines far above what the filters need: a worker preempted on a loaded machine must
     // not time a well-behaved filter out.
     let srv = Server::start(&[
-        "--filter-timeout-ms", "2000",
-        "--filter", &arg("topk", ex.wasm("topk")),
-        "--native-filter", &arg("ntopk", ex.native("topk")),
-        "--filter", &arg("select", ex.wasm("select")),
-        "--native-filter", &arg("nselect", ex.native("select")),
+        "--filter-timeout-ms",
+        "2000",
+        "--filter",
+        &arg("topk", ex.wasm("topk")),
+        "--native-filter",
+        &arg("ntopk", ex.native("topk")),
+        "--filter",
+        &arg("select", ex.wasm("select")),
+        "--native-filter",
+        &arg("nselect", ex.native("select")),
     ]);
     let mut c = Conn::new(&srv);
     let mut rng = Rng(0x5eed_0001);
@@ -153,15 +177,30 @@ fn topk_and_select_equal_the_client_side_computation_for_both_kinds() {
         let n = 1 + rng.below(120) as usize;
         let picked: Vec<u64> = (0..n).map(|_| rng.below(320)).collect(); // some never stored
         let keys: Vec<String> = picked.iter().map(|u| format!("u:{u}")).collect();
-        let values = || picked.iter().filter_map(|&u| users.get(u as usize).cloned().flatten());
+        let values = || {
+            picked
+                .iter()
+                .filter_map(|&u| users.get(u as usize).cloned().flatten())
+        };
         let k = [1, 3, 10, 50, 5000][q % 5];
-        let want = records::encode_all(&records::top_k(values().flat_map(|v| records::iter(&v).collect::<Vec<_>>()), k));
+        let want = records::encode_all(&records::top_k(
+            values().flat_map(|v| records::iter(&v).collect::<Vec<_>>()),
+            k,
+        ));
         for filter in ["topk", "ntopk"] {
-            assert_eq!(c.fget(filter, k.to_string().as_bytes(), &keys), Ok((0, want.clone())), "{filter} query {q}");
+            assert_eq!(
+                c.fget(filter, k.to_string().as_bytes(), &keys),
+                Ok((0, want.clone())),
+                "{filter} query {q}"
+            );
         }
         let article = rng.below(1000);
         let want: Vec<u8> = values()
-            .flat_map(|v| records::iter(&v).filter(|r| r.article == article).collect::<Vec<_>>())
+            .flat_map(|v| {
+                records::iter(&v)
+                    .filter(|r| r.article == article)
+                    .collect::<Vec<_>>()
+            })
             .flat_map(|r| records::encode_all(&[r]))
             .collect();
         for filter in ["select", "nselect"] {
@@ -179,17 +218,46 @@ fn topk_and_select_equal_the_client_side_computation_for_both_kinds() {
 #[test]
 fn protocol_errors_keep_the_connection_in_sync() {
     let ex = examples();
-    let srv = Server::start(&["--filter", &arg("topk", ex.wasm("topk")), "--filter-max-keys", "3", "--filter-timeout-ms", "2000"]);
+    let srv = Server::start(&[
+        "--filter",
+        &arg("topk", ex.wasm("topk")),
+        "--filter-max-keys",
+        "3",
+        "--filter-timeout-ms",
+        "2000",
+    ]);
     let mut c = Conn::new(&srv);
-    c.set("u:1", 0, &records::encode_all(&[Record { user: 1, article: 2, ts: 3 }]));
-    let ok = Ok((0, records::encode_all(&[Record { user: 1, article: 2, ts: 3 }])));
+    c.set(
+        "u:1",
+        0,
+        &records::encode_all(&[Record {
+            user: 1,
+            article: 2,
+            ts: 3,
+        }]),
+    );
+    let ok = Ok((
+        0,
+        records::encode_all(&[Record {
+            user: 1,
+            article: 2,
+            ts: 3,
+        }]),
+    ));
     let keys = |n: usize| (0..n).map(|i| format!("u:{i}")).collect::<Vec<_>>();
-    assert_eq!(c.fget("nope", b"10", &keys(2)), Err("CLIENT_ERROR unknown filter".into()));
-    assert_eq!(c.fget("topk", b"10", &keys(4)), Err("CLIENT_ERROR too many keys".into()));
+    assert_eq!(
+        c.fget("nope", b"10", &keys(2)),
+        Err("CLIENT_ERROR unknown filter".into())
+    );
+    assert_eq!(
+        c.fget("topk", b"10", &keys(4)),
+        Err("CLIENT_ERROR too many keys".into())
+    );
     assert_eq!(c.fget("topk", b"10", &keys(3)), ok);
     // An over-long argument block is swallowed whole, even arriving in pieces.
     let big = vec![b'1'; 64 * 1024 + 1];
-    c.w.write_all(format!("fget topk {} u:1\r\n", big.len()).as_bytes()).unwrap();
+    c.w.write_all(format!("fget topk {} u:1\r\n", big.len()).as_bytes())
+        .unwrap();
     c.w.write_all(&big[..1000]).unwrap();
     c.w.flush().unwrap();
     c.w.write_all(&big[1000..]).unwrap();
@@ -197,9 +265,13 @@ fn protocol_errors_keep_the_connection_in_sync() {
     assert_eq!(c.line(), "CLIENT_ERROR filter arguments too long\r\n");
     assert_eq!(c.fget("topk", b"1", &keys(2)), ok);
     let long = "k".repeat(251);
-    assert_eq!(c.fget("topk", b"1", &[long]), Err("CLIENT_ERROR bad command line format".into()));
+    assert_eq!(
+        c.fget("topk", b"1", &[long]),
+        Err("CLIENT_ERROR bad command line format".into())
+    );
     // A block that does not end in \r\n: the block is consumed, nothing more.
-    c.w.write_all(b"fget topk\r\nfget topk 2 u:1\r\n1xyz").unwrap();
+    c.w.write_all(b"fget topk\r\nfget topk 2 u:1\r\n1xyz")
+        .unwrap();
     assert_eq!(c.line(), "ERROR\r\n");
     assert_eq!(c.line(), "CLIENT_ERROR bad data chunk\r\n");
     assert_eq!(c.fget("topk", b"1", &keys(2)), ok);
@@ -218,25 +290,56 @@ fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
 fn hostile_filters_fail_alone_within_their_limits() {
     let _alone = one_at_a_time();
     let ex = examples();
-    let mut flags: Vec<String> = ["-t", "2", "--filter-timeout-ms", "200", "--filter-memory", "16m", "--filter-output-max", "64k"]
-        .map(String::from)
-        .to_vec();
-    for name in ["hostile_loop", "hostile_memory", "hostile_trap", "hostile_output", "hostile_stack", "topk"] {
+    let mut flags: Vec<String> = [
+        "-t",
+        "2",
+        "--filter-timeout-ms",
+        "200",
+        "--filter-memory",
+        "16m",
+        "--filter-output-max",
+        "64k",
+    ]
+    .map(String::from)
+    .to_vec();
+    for name in [
+        "hostile_loop",
+        "hostile_memory",
+        "hostile_trap",
+        "hostile_output",
+        "hostile_stack",
+        "topk",
+    ] {
         flags.push("--filter".into());
         flags.push(arg(name, ex.wasm(name)));
     }
     let srv = Server::start(&flags.iter().map(String::as_str).collect::<Vec<_>>());
     let mut c = Conn::new(&srv);
-    let rec = records::encode_all(&[Record { user: 9, article: 8, ts: 7 }]);
+    let rec = records::encode_all(&[Record {
+        user: 9,
+        article: 8,
+        ts: 7,
+    }]);
     c.set("u:9", 0, &rec);
     let key = vec!["u:9".to_string()];
     let baseline = srv.rss_kb();
     let cases: [(&str, &[u8], &[&str]); 6] = [
         ("hostile_loop", b"", &["SERVER_ERROR filter timeout"]),
-        ("hostile_memory", b"", &["SERVER_ERROR filter out of memory"]),
+        (
+            "hostile_memory",
+            b"",
+            &["SERVER_ERROR filter out of memory"],
+        ),
         ("hostile_trap", b"", &["SERVER_ERROR filter trapped"]),
         ("hostile_stack", b"", &["SERVER_ERROR filter trapped"]),
-        ("hostile_output", b"huge", &["SERVER_ERROR filter output too large", "SERVER_ERROR filter out of memory"]),
+        (
+            "hostile_output",
+            b"huge",
+            &[
+                "SERVER_ERROR filter output too large",
+                "SERVER_ERROR filter out of memory",
+            ],
+        ),
         ("hostile_output", b"", &["SERVER_ERROR filter bad result"]),
     ];
     // Meanwhile another client keeps being answered, on its own connection.
@@ -259,15 +362,25 @@ fn hostile_filters_fail_alone_within_their_limits() {
             for (filter, args, want) in cases {
                 let t = Instant::now();
                 let got = c.fget(filter, args, &key).unwrap_err();
-                assert!(want.contains(&got.as_str()), "{filter} round {round}: {got}");
+                assert!(
+                    want.contains(&got.as_str()),
+                    "{filter} round {round}: {got}"
+                );
                 // 200 ms deadline; a generous bound for a loaded test machine.
-                assert!(t.elapsed() < Duration::from_secs(10), "{filter} took {:?}", t.elapsed());
+                assert!(
+                    t.elapsed() < Duration::from_secs(10),
+                    "{filter} took {:?}",
+                    t.elapsed()
+                );
             }
             // The same connection goes on with a well-behaved filter.
             assert_eq!(c.fget("topk", b"5", &key), Ok((0, rec.clone())));
         }
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        assert!(bystander.join().unwrap() > 0, "the other client was never answered");
+        assert!(
+            bystander.join().unwrap() > 0,
+            "the other client was never answered"
+        );
     });
     // 30 hostile calls, several of which touched their whole 16 MiB: memory went back.
     let grown = srv.rss_kb().saturating_sub(baseline);
@@ -276,7 +389,11 @@ fn hostile_filters_fail_alone_within_their_limits() {
     // stops, which on a loaded machine can come after the reply.
     let until = Instant::now() + Duration::from_secs(30);
     while c.stat("filters", "filter_errors") != "30" {
-        assert!(Instant::now() < until, "{} errors counted", c.stat("filters", "filter_errors"));
+        assert!(
+            Instant::now() < until,
+            "{} errors counted",
+            c.stat("filters", "filter_errors")
+        );
         std::thread::yield_now();
     }
     assert_eq!(c.stat("filters", "filter_timeouts"), "5");
@@ -298,12 +415,20 @@ fn sighup_reloads_filters_and_a_broken_one_keeps_the_last_good_version() {
         )
     };
     std::fs::write(&path, module(1)).unwrap();
-    let srv = Server::start(&["--filter", &arg("f", path.clone()), "--filter-timeout-ms", "2000"]);
+    let srv = Server::start(&[
+        "--filter",
+        &arg("f", path.clone()),
+        "--filter-timeout-ms",
+        "2000",
+    ]);
     let mut c = Conn::new(&srv);
     assert_eq!(c.fget("f", b"", &[]), Ok((1, vec![])));
     let hup = || {
         // SAFETY: kill with a live child's pid.
-        assert_eq!(unsafe { libc::kill(srv.child.id() as i32, libc::SIGHUP) }, 0);
+        assert_eq!(
+            unsafe { libc::kill(srv.child.id() as i32, libc::SIGHUP) },
+            0
+        );
     };
     // Polls until the reload shows (the maintenance thread reloads within about a second).
     let wait_for = |n: u32, c: &mut Conn| {
@@ -313,7 +438,11 @@ fn sighup_reloads_filters_and_a_broken_one_keeps_the_last_good_version() {
             if got.0 == n {
                 return;
             }
-            assert!(Instant::now() < deadline, "reload to {n} never showed (still {})", got.0);
+            assert!(
+                Instant::now() < deadline,
+                "reload to {n} never showed (still {})",
+                got.0
+            );
             std::thread::yield_now();
         }
     };
@@ -344,7 +473,10 @@ fn a_filter_that_cannot_load_stops_the_start_up_with_one_line() {
             .unwrap();
         assert!(!out.status.success());
         let err = String::from_utf8_lossy(&out.stderr);
-        assert!(err.contains("f") && err.contains(&bad.display().to_string()), "{err}");
+        assert!(
+            err.contains("f") && err.contains(&bad.display().to_string()),
+            "{err}"
+        );
     }
     let _ = std::fs::remove_file(&bad);
 }
@@ -352,21 +484,45 @@ fn a_filter_that_cannot_load_stops_the_start_up_with_one_line() {
 #[test]
 fn mnemo_client_splits_an_fget_by_server_and_merges_the_top_k() {
     let ex = examples();
-    let flags = ["--filter-timeout-ms", "2000", "--filter", &arg("topk", ex.wasm("topk"))];
+    let flags = [
+        "--filter-timeout-ms",
+        "2000",
+        "--filter",
+        &arg("topk", ex.wasm("topk")),
+    ];
     let servers = [Server::start(&flags), Server::start(&flags)];
-    let list = format!("127.0.0.1:{},127.0.0.1:{}", servers[0].port, servers[1].port);
-    let cfg = mnemo_client::Config { hash_tags: true, ..mnemo_client::Config::default() };
+    let list = format!(
+        "127.0.0.1:{},127.0.0.1:{}",
+        servers[0].port, servers[1].port
+    );
+    let cfg = mnemo_client::Config {
+        hash_tags: true,
+        ..mnemo_client::Config::default()
+    };
     let client = mnemo_client::blocking::Client::from_list(&list, cfg).unwrap();
     let mut conns: Vec<Conn> = servers.iter().map(Conn::new).collect();
     let mut rng = Rng(0x5eed_0002);
     // Keys tagged by group: a group's keys share a server (the seed's colocation). Forty
     // groups, so both servers get some whatever ring their ports make.
-    let keys: Vec<String> = (0..200).map(|i| format!("{{g:{}}}:u:{i}", i % 40)).collect();
+    let keys: Vec<String> = (0..200)
+        .map(|i| format!("{{g:{}}}:u:{i}", i % 40))
+        .collect();
     let mut all = Vec::new();
     for key in &keys {
-        let recs: Vec<Record> = (0..30).map(|_| Record { user: rng.below(50), article: rng.below(9), ts: rng.below(400) }).collect();
+        let recs: Vec<Record> = (0..30)
+            .map(|_| Record {
+                user: rng.below(50),
+                article: rng.below(9),
+                ts: rng.below(400),
+            })
+            .collect();
         let port = client.route(key).unwrap().port;
-        let c = conns.iter_mut().zip(&servers).find(|(_, s)| s.port == port).unwrap().0;
+        let c = conns
+            .iter_mut()
+            .zip(&servers)
+            .find(|(_, s)| s.port == port)
+            .unwrap()
+            .0;
         c.set(key, 0, &records::encode_all(&recs));
         all.extend(recs);
     }
@@ -376,8 +532,13 @@ fn mnemo_client_splits_an_fget_by_server_and_merges_the_top_k() {
     for p in &parts {
         assert_eq!(p.data.len(), 10 * records::RECORD_LEN);
     }
-    let merged = client.fget_merge("topk", b"10", &keys, mnemo_client::filter::top_k(10)).unwrap();
-    assert_eq!(merged, records::encode_all(&records::top_k(all.iter().copied(), 10)));
+    let merged = client
+        .fget_merge("topk", b"10", &keys, mnemo_client::filter::top_k(10))
+        .unwrap();
+    assert_eq!(
+        merged,
+        records::encode_all(&records::top_k(all.iter().copied(), 10))
+    );
     // One group's keys sit on one server: one part, already the final answer.
     let group: Vec<&String> = keys.iter().filter(|k| k.starts_with("{g:3}:")).collect();
     let parts = client.fget("topk", b"5", &group).unwrap();
@@ -393,11 +554,19 @@ fn an_unauthenticated_fget_keeps_the_connection_in_sync() {
     let auth = std::env::temp_dir().join(format!("mnemod-fget-auth-{}", std::process::id()));
     std::fs::write(&auth, "alice:secret\n").unwrap();
     // A deadline far above the default 5 ms: the call must not time out on a loaded machine.
-    let srv = Server::start(&["-Y", &auth.display().to_string(), "--filter-timeout-ms", "2000", "--filter", &arg("topk", ex.wasm("topk"))]);
+    let srv = Server::start(&[
+        "-Y",
+        &auth.display().to_string(),
+        "--filter-timeout-ms",
+        "2000",
+        "--filter",
+        &arg("topk", ex.wasm("topk")),
+    ]);
     let mut c = Conn::new(&srv);
     // Refused whole, the over-long block included: its bytes are never read as commands.
     let big = vec![b'x'; 64 * 1024 + 10];
-    c.w.write_all(format!("fget topk {} u:1\r\n", big.len()).as_bytes()).unwrap();
+    c.w.write_all(format!("fget topk {} u:1\r\n", big.len()).as_bytes())
+        .unwrap();
     c.w.write_all(&big).unwrap();
     c.w.write_all(b"\r\nfget topk 2 u:1\r\n10\r\n").unwrap();
     assert_eq!(c.line(), "CLIENT_ERROR unauthenticated\r\n");
@@ -426,7 +595,15 @@ fn a_get_waits_for_no_filter_call_on_its_worker() {
     for io_loop in LOOPS {
         let timeout = DEADLINE_MS.to_string();
         let spin = arg("spin", ex.wasm("hostile_loop"));
-        let srv = Server::start(&[io_loop, "-t", "1", "--filter-timeout-ms", &timeout, "--filter", &spin]);
+        let srv = Server::start(&[
+            io_loop,
+            "-t",
+            "1",
+            "--filter-timeout-ms",
+            &timeout,
+            "--filter",
+            &spin,
+        ]);
         let mut g = Conn::new(&srv);
         g.set("k", 0, b"v");
         // Connected before any call is sent: the get client is not queued behind them.
@@ -441,7 +618,11 @@ fn a_get_waits_for_no_filter_call_on_its_worker() {
                         c.send_fget("spin", b"", &["k".to_string()]);
                     }
                     for i in 0..CALLS {
-                        assert_eq!(c.read_fget("spin"), Err("SERVER_ERROR filter timeout".into()), "call {i}");
+                        assert_eq!(
+                            c.read_fget("spin"),
+                            Err("SERVER_ERROR filter timeout".into()),
+                            "call {i}"
+                        );
                     }
                     done.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 });
@@ -462,14 +643,28 @@ fn a_get_waits_for_no_filter_call_on_its_worker() {
         // What this guards against is a p50 in the hundreds of milliseconds; a loaded machine's
         // scheduling puts a few gets of hundreds past 2x the deadline.
         let p95 = waits[waits.len() * 95 / 100];
-        assert!(p50 <= Duration::from_millis(DEADLINE_MS), "{io_loop}: get p50 {p50:?} (p95 {p95:?}, max {max:?})");
-        assert!(p95 <= Duration::from_millis(4 * DEADLINE_MS), "{io_loop}: get p95 {p95:?} (p50 {p50:?}, max {max:?})");
-        assert!(waits.len() >= 20, "{io_loop}: only {} gets were answered while the calls ran", waits.len());
+        assert!(
+            p50 <= Duration::from_millis(DEADLINE_MS),
+            "{io_loop}: get p50 {p50:?} (p95 {p95:?}, max {max:?})"
+        );
+        assert!(
+            p95 <= Duration::from_millis(4 * DEADLINE_MS),
+            "{io_loop}: get p95 {p95:?} (p50 {p50:?}, max {max:?})"
+        );
+        assert!(
+            waits.len() >= 20,
+            "{io_loop}: only {} gets were answered while the calls ran",
+            waits.len()
+        );
         // Every call timed out. A call the job pool's watchdog answered is counted when its
         // guest stops, which on a loaded machine can come after the last reply.
         let until = Instant::now() + Duration::from_secs(30);
         while g.stat("filters", "spin:timeouts") != (CLIENTS * CALLS).to_string() {
-            assert!(Instant::now() < until, "{io_loop}: {} timeouts counted", g.stat("filters", "spin:timeouts"));
+            assert!(
+                Instant::now() < until,
+                "{io_loop}: {} timeouts counted",
+                g.stat("filters", "spin:timeouts")
+            );
             std::thread::yield_now();
         }
     }
@@ -481,9 +676,21 @@ fn a_get_waits_for_no_filter_call_on_its_worker() {
 #[test]
 fn pipelined_replies_around_filter_calls_leave_in_request_order() {
     let ex = examples();
-    let one = |ts: u64| records::encode_all(&[Record { user: 1, article: 2, ts }]);
+    let one = |ts: u64| {
+        records::encode_all(&[Record {
+            user: 1,
+            article: 2,
+            ts,
+        }])
+    };
     for io_loop in LOOPS {
-        let srv = Server::start(&[io_loop, "--filter-timeout-ms", "2000", "--filter", &arg("topk", ex.wasm("topk"))]);
+        let srv = Server::start(&[
+            io_loop,
+            "--filter-timeout-ms",
+            "2000",
+            "--filter",
+            &arg("topk", ex.wasm("topk")),
+        ]);
         let mut c = Conn::new(&srv);
         c.set("u:1", 0, &one(1));
         let mut req = Vec::new();
@@ -497,8 +704,16 @@ fn pipelined_replies_around_filter_calls_leave_in_request_order() {
         c.w.write_all(&req).unwrap();
         for round in 0..50u64 {
             let before = one(round + 1);
-            assert_eq!(c.read_fget("topk"), Ok((0, before.clone())), "{io_loop} round {round}");
-            assert_eq!(c.line(), format!("VALUE u:1 0 {}\r\n", before.len()), "{io_loop} round {round}");
+            assert_eq!(
+                c.read_fget("topk"),
+                Ok((0, before.clone())),
+                "{io_loop} round {round}"
+            );
+            assert_eq!(
+                c.line(),
+                format!("VALUE u:1 0 {}\r\n", before.len()),
+                "{io_loop} round {round}"
+            );
             let mut v = vec![0; before.len() + 2];
             c.r.read_exact(&mut v).unwrap();
             assert_eq!(&v[..before.len()], &before[..]);
@@ -520,7 +735,14 @@ fn the_deadline_holds_for_a_filter_filling_huge_output() {
     let ex = examples();
     const DEADLINE_MS: u64 = 20;
     let timeout = DEADLINE_MS.to_string();
-    let srv = Server::start(&["--filter-timeout-ms", &timeout, "--filter-memory", "256m", "--filter", &arg("out", ex.wasm("hostile_output"))]);
+    let srv = Server::start(&[
+        "--filter-timeout-ms",
+        &timeout,
+        "--filter-memory",
+        "256m",
+        "--filter",
+        &arg("out", ex.wasm("hostile_output")),
+    ]);
     let mut c = Conn::new(&srv);
     let mut times = Vec::new();
     for i in 0..5 {
@@ -546,7 +768,11 @@ fn the_deadline_holds_for_a_filter_filling_huge_output() {
     // while the reaper unmaps the last one's 64 MiB, about 8 ms here, and for the machine's
     // other load.) Before the watchdog and the reaper, every call took the whole fill and
     // unmapping: 50.7-52.6 ms here.
-    assert!(times[0] <= Duration::from_millis(DEADLINE_MS + 25), "fastest reply {:?}: {times:?}", times[0]);
+    assert!(
+        times[0] <= Duration::from_millis(DEADLINE_MS + 25),
+        "fastest reply {:?}: {times:?}",
+        times[0]
+    );
 }
 
 /// Issue 36: the deadline counts from the call's submission, time in the job pool's queue
@@ -564,7 +790,18 @@ fn the_deadline_counts_from_submission_whatever_the_queue() {
     const CALLS: usize = 5;
     let timeout = DEADLINE_MS.to_string();
     let out = arg("out", ex.wasm("hostile_output"));
-    let srv = Server::start(&["-t", "1", "--job-threads", "1", "--filter-timeout-ms", &timeout, "--filter-memory", "256m", "--filter", &out]);
+    let srv = Server::start(&[
+        "-t",
+        "1",
+        "--job-threads",
+        "1",
+        "--filter-timeout-ms",
+        &timeout,
+        "--filter-memory",
+        "256m",
+        "--filter",
+        &out,
+    ]);
     let mut clients: Vec<Conn> = (0..CLIENTS).map(|_| Conn::new(&srv)).collect();
     let mut times = std::thread::scope(|s| {
         let runs: Vec<_> = clients
@@ -574,14 +811,20 @@ fn the_deadline_counts_from_submission_whatever_the_queue() {
                     (0..CALLS)
                         .map(|i| {
                             let t = Instant::now();
-                            assert_eq!(c.fget("out", b"huge", &["k".into()]), Err("SERVER_ERROR filter timeout".into()), "call {i}");
+                            assert_eq!(
+                                c.fget("out", b"huge", &["k".into()]),
+                                Err("SERVER_ERROR filter timeout".into()),
+                                "call {i}"
+                            );
                             t.elapsed()
                         })
                         .collect::<Vec<_>>()
                 })
             })
             .collect();
-        runs.into_iter().flat_map(|r| r.join().unwrap()).collect::<Vec<_>>()
+        runs.into_iter()
+            .flat_map(|r| r.join().unwrap())
+            .collect::<Vec<_>>()
     });
     times.sort();
     let (p50, max) = (times[times.len() / 2], times[times.len() - 1]);
@@ -592,15 +835,31 @@ fn the_deadline_counts_from_submission_whatever_the_queue() {
     // takes ~50 ms) and then its own deadline, so p50 went past 70 ms with 4 clients.
     // p50 past 70 ms is what this guards against; the slowest call only shows no call waited
     // for the queue without bound (one scheduling stall of the watchdog can add 50 ms).
-    assert!(p50 <= Duration::from_millis(DEADLINE_MS + 30), "p50 {p50:?}: {times:?}");
-    assert!(max <= Duration::from_millis(DEADLINE_MS * 10), "max {max:?}: {times:?}");
+    assert!(
+        p50 <= Duration::from_millis(DEADLINE_MS + 30),
+        "p50 {p50:?}: {times:?}"
+    );
+    assert!(
+        max <= Duration::from_millis(DEADLINE_MS * 10),
+        "max {max:?}: {times:?}"
+    );
     // Every call counts as what its client got: a timeout, once its guest (if it ran) stopped.
     let mut c = Conn::new(&srv);
     let n = (CLIENTS * CALLS).to_string();
     let until = Instant::now() + Duration::from_secs(30);
     while c.stat("filters", "out:calls") != n {
-        assert!(Instant::now() < until, "{} calls counted", c.stat("filters", "out:calls"));
+        assert!(
+            Instant::now() < until,
+            "{} calls counted",
+            c.stat("filters", "out:calls")
+        );
         std::thread::yield_now();
     }
-    assert_eq!((c.stat("filters", "out:timeouts"), c.stat("filters", "out:errors")), (n.clone(), n));
+    assert_eq!(
+        (
+            c.stat("filters", "out:timeouts"),
+            c.stat("filters", "out:errors")
+        ),
+        (n.clone(), n)
+    );
 }

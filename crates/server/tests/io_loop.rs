@@ -30,7 +30,10 @@ fn curr_connections(srv: &Server) -> u64 {
     let mut s = srv.connect();
     let out = roundtrip(&mut s, b"stats\r\n", b"END\r\n");
     let text = String::from_utf8(out).unwrap();
-    let line = text.lines().find(|l| l.starts_with("STAT curr_connections ")).unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("STAT curr_connections "))
+        .unwrap();
     // Minus the connection asking.
     line.rsplit(' ').next().unwrap().parse::<u64>().unwrap() - 1
 }
@@ -38,7 +41,10 @@ fn curr_connections(srv: &Server) -> u64 {
 fn wait_connections(srv: &Server, want: u64) {
     let deadline = Instant::now() + Duration::from_secs(10);
     while curr_connections(srv) > want {
-        assert!(Instant::now() < deadline, "closed connections are still counted");
+        assert!(
+            Instant::now() < deadline,
+            "closed connections are still counted"
+        );
         std::thread::yield_now();
     }
 }
@@ -60,7 +66,11 @@ fn large_replies_and_long_pipelines_arrive_whole_on_both_loops() {
         }
         get.extend_from_slice(b"\r\n");
         let reply = roundtrip(&mut s, &get, b"END\r\n");
-        assert_eq!(reply.len(), 40 * (b"VALUE big 0 100000\r\n".len() + 100_002) + 5, "{io_loop}");
+        assert_eq!(
+            reply.len(),
+            40 * (b"VALUE big 0 100000\r\n".len() + 100_002) + 5,
+            "{io_loop}"
+        );
         // 20,000 pipelined gets written before any reply is read (the client's writes
         // outrun the server's input high marks), then every reply in order.
         let writer = {
@@ -80,7 +90,11 @@ fn large_replies_and_long_pipelines_arrive_whole_on_both_loops() {
             out.extend_from_slice(&buf[..n]);
         }
         writer.join().unwrap();
-        assert_eq!(out.len(), 20_000 * 5 + b"VERSION 1.6.45\r\n".len(), "{io_loop}");
+        assert_eq!(
+            out.len(),
+            20_000 * 5 + b"VERSION 1.6.45\r\n".len(),
+            "{io_loop}"
+        );
     }
 }
 
@@ -111,14 +125,21 @@ fn peers_that_reset_mid_reply_are_closed_and_uncounted_on_both_loops() {
         }
         wait_connections(&srv, 1);
         // The server still answers.
-        assert_eq!(roundtrip(&mut s, b"version\r\n", b"\r\n"), b"VERSION 1.6.45\r\n", "{io_loop}");
+        assert_eq!(
+            roundtrip(&mut s, b"version\r\n", b"\r\n"),
+            b"VERSION 1.6.45\r\n",
+            "{io_loop}"
+        );
     }
 }
 
 /// SO_LINGER {on, 0}: close() then sends a reset instead of a FIN.
 fn linger_zero(s: &std::net::TcpStream) -> bool {
     use std::os::fd::AsRawFd;
-    let l = libc::linger { l_onoff: 1, l_linger: 0 };
+    let l = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
     // SAFETY: setsockopt on a live socket with a correctly sized option value.
     unsafe {
         libc::setsockopt(
@@ -145,14 +166,41 @@ fn without_io_uring(cmd: &mut std::process::Command) {
             const RET_ALLOW: u32 = 0x7fff_0000;
             // A = syscall number; A == io_uring_setup ? ERRNO(ENOSYS) : ALLOW.
             let filter = [
-                libc::sock_filter { code: 0x20, jt: 0, jf: 0, k: 0 },
-                libc::sock_filter { code: 0x15, jt: 0, jf: 1, k: IO_URING_SETUP },
-                libc::sock_filter { code: 0x06, jt: 0, jf: 0, k: RET_ERRNO | libc::ENOSYS as u32 },
-                libc::sock_filter { code: 0x06, jt: 0, jf: 0, k: RET_ALLOW },
+                libc::sock_filter {
+                    code: 0x20,
+                    jt: 0,
+                    jf: 0,
+                    k: 0,
+                },
+                libc::sock_filter {
+                    code: 0x15,
+                    jt: 0,
+                    jf: 1,
+                    k: IO_URING_SETUP,
+                },
+                libc::sock_filter {
+                    code: 0x06,
+                    jt: 0,
+                    jf: 0,
+                    k: RET_ERRNO | libc::ENOSYS as u32,
+                },
+                libc::sock_filter {
+                    code: 0x06,
+                    jt: 0,
+                    jf: 0,
+                    k: RET_ALLOW,
+                },
             ];
-            let prog = libc::sock_fprog { len: filter.len() as u16, filter: filter.as_ptr() as *mut _ };
+            let prog = libc::sock_fprog {
+                len: filter.len() as u16,
+                filter: filter.as_ptr() as *mut _,
+            };
             if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
-                || libc::prctl(libc::PR_SET_SECCOMP, 2 /* SECCOMP_MODE_FILTER */, &prog as *const libc::sock_fprog) != 0
+                || libc::prctl(
+                    libc::PR_SET_SECCOMP,
+                    2, /* SECCOMP_MODE_FILTER */
+                    &prog as *const libc::sock_fprog,
+                ) != 0
             {
                 return Err(std::io::Error::last_os_error());
             }
@@ -170,8 +218,17 @@ fn without_io_uring_the_server_serves_on_epoll_and_says_so_only_when_asked() {
     use std::process::Stdio;
     let cases: [(&[&str], &[&str]); 3] = [
         (&["-t", "4"], &[]),
-        (&["-t", "4", "--io-loop=uring"], &["mnemod: io_uring unavailable (io_uring setup: "]),
-        (&["-t", "2", "-v"], &["mnemod: io_uring unavailable (", "mnemod: workers run the epoll event loop"]),
+        (
+            &["-t", "4", "--io-loop=uring"],
+            &["mnemod: io_uring unavailable (io_uring setup: "],
+        ),
+        (
+            &["-t", "2", "-v"],
+            &[
+                "mnemod: io_uring unavailable (",
+                "mnemod: workers run the epoll event loop",
+            ],
+        ),
     ];
     for (args, want) in cases {
         let mut srv = Server::start_with(args, |cmd| {
@@ -184,20 +241,39 @@ fn without_io_uring_the_server_serves_on_epoll_and_says_so_only_when_asked() {
         set.extend_from_slice(b"\r\n");
         assert_eq!(roundtrip(&mut s, &set, b"\r\n"), b"STORED\r\n", "{args:?}");
         let reply = roundtrip(&mut s, b"get big\r\n", b"END\r\n");
-        assert_eq!(reply.len(), "VALUE big 0 100000\r\n".len() + 100_000 + 7, "{args:?}");
+        assert_eq!(
+            reply.len(),
+            "VALUE big 0 100000\r\n".len() + 100_000 + 7,
+            "{args:?}"
+        );
         srv.child.kill().unwrap();
         srv.child.wait().unwrap();
         let mut err = String::new();
-        srv.child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
-        let fallback = err.lines().filter(|l| l.contains("io_uring unavailable")).collect::<Vec<_>>();
+        srv.child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut err)
+            .unwrap();
+        let fallback = err
+            .lines()
+            .filter(|l| l.contains("io_uring unavailable"))
+            .collect::<Vec<_>>();
         if want.is_empty() {
             assert_eq!(err, "", "{args:?}: a server on its defaults says nothing");
             continue;
         }
-        assert_eq!(fallback.len(), 1, "{args:?}: one line however many workers:\n{err}");
+        assert_eq!(
+            fallback.len(),
+            1,
+            "{args:?}: one line however many workers:\n{err}"
+        );
         assert!(fallback[0].ends_with("; using epoll"), "{err}");
         for w in want {
-            assert!(err.lines().any(|l| l.starts_with(w)), "{args:?}: no line starting {w:?} in:\n{err}");
+            assert!(
+                err.lines().any(|l| l.starts_with(w)),
+                "{args:?}: no line starting {w:?} in:\n{err}"
+            );
         }
     }
 }

@@ -58,14 +58,24 @@ fn http(port: u16, req: &[u8]) -> (String, String, String) {
     s.read_to_end(&mut reply).unwrap();
     let reply = String::from_utf8(reply).unwrap();
     let (head, body) = reply.split_once("\r\n\r\n").expect("a head");
-    (head.lines().next().unwrap().to_string(), head.to_string(), body.to_string())
+    (
+        head.lines().next().unwrap().to_string(),
+        head.to_string(),
+        body.to_string(),
+    )
 }
 
 fn scrape(port: u16) -> String {
     let (status, head, body) = http(port, b"GET /metrics HTTP/1.1\r\nHost: mnemo\r\n\r\n");
     assert_eq!(status, "HTTP/1.1 200 OK");
-    assert!(head.contains("\r\nContent-Type: text/plain; version=0.0.4\r\n"), "{head}");
-    assert!(head.contains(&format!("\r\nContent-Length: {}\r\n", body.len())), "{head}");
+    assert!(
+        head.contains("\r\nContent-Type: text/plain; version=0.0.4\r\n"),
+        "{head}"
+    );
+    assert!(
+        head.contains(&format!("\r\nContent-Length: {}\r\n", body.len())),
+        "{head}"
+    );
     body
 }
 
@@ -95,7 +105,10 @@ fn the_page_follows_the_commands() {
     let (srv, port) = start(&["-m", "32"]);
     let before = scrape(port);
     assert_eq!(value(&before, "memcached_up"), 1.0);
-    assert_eq!(value(&before, "memcached_limit_bytes"), (32u64 << 20) as f64);
+    assert_eq!(
+        value(&before, "memcached_limit_bytes"),
+        (32u64 << 20) as f64
+    );
     assert_eq!(value(&before, "memcached_current_items"), 0.0);
     let set = "memcached_commands_total{command=\"set\",status=\"hit\"}";
     let miss = "memcached_commands_total{command=\"get\",status=\"miss\"}";
@@ -109,21 +122,33 @@ fn the_page_follows_the_commands() {
     assert_eq!(value(&after, set) - value(&before, set), 17.0);
     assert_eq!(value(&after, miss) - value(&before, miss), 1.0);
     assert_eq!(value(&after, "memcached_current_items"), 17.0);
-    assert_eq!(value(&after, "memcached_slab_current_items{slab=\"1\"}"), 17.0);
+    assert_eq!(
+        value(&after, "memcached_slab_current_items{slab=\"1\"}"),
+        17.0
+    );
     assert!(value(&after, "memcached_read_bytes_total") >= req.len() as f64);
 }
 
 #[test]
 fn only_get_and_head_of_metrics_are_served() {
     let (_srv, port) = start(&[]);
-    assert_eq!(http(port, b"GET / HTTP/1.1\r\n\r\n").0, "HTTP/1.1 404 Not Found");
-    assert_eq!(http(port, b"GET /metrics/x HTTP/1.1\r\n\r\n").0, "HTTP/1.1 404 Not Found");
+    assert_eq!(
+        http(port, b"GET / HTTP/1.1\r\n\r\n").0,
+        "HTTP/1.1 404 Not Found"
+    );
+    assert_eq!(
+        http(port, b"GET /metrics/x HTTP/1.1\r\n\r\n").0,
+        "HTTP/1.1 404 Not Found"
+    );
     let (status, head, _) = http(port, b"POST /metrics HTTP/1.1\r\nContent-Length: 0\r\n\r\n");
     assert_eq!(status, "HTTP/1.1 405 Method Not Allowed");
     assert!(head.contains("\r\nAllow: GET, HEAD"), "{head}");
     let (status, head, body) = http(port, b"HEAD /metrics HTTP/1.0\r\n\r\n");
     assert_eq!(status, "HTTP/1.1 200 OK");
-    assert!(head.contains("\r\nConnection: close") && body.is_empty(), "{head}");
+    assert!(
+        head.contains("\r\nConnection: close") && body.is_empty(),
+        "{head}"
+    );
     assert_eq!(http(port, b"BREW\r\n\r\n").0, "HTTP/1.1 400 Bad Request");
     // The most a head may be, with no end in sight.
     let (status, _, _) = http(port, &[b'a'; 8192]);
@@ -161,7 +186,10 @@ fn a_silent_or_slow_client_is_cut_off() {
 #[test]
 fn bad_addresses_stop_the_start_up() {
     let run = |addr: &str| {
-        std::process::Command::new(env!("CARGO_BIN_EXE_mnemod")).args(["-p", "0", "--metrics", addr]).output().unwrap()
+        std::process::Command::new(env!("CARGO_BIN_EXE_mnemod"))
+            .args(["-p", "0", "--metrics", addr])
+            .output()
+            .unwrap()
     };
     for bad in ["nine", "70000", ":9150", "::1", "127.0.0.1:x", "[::1]"] {
         let out = run(bad);
@@ -173,5 +201,8 @@ fn bad_addresses_stop_the_start_up() {
     let taken = TcpListener::bind("127.0.0.1:0").unwrap();
     let out = run(&taken.local_addr().unwrap().to_string());
     assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("(--metrics)"), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("(--metrics)"),
+        "{out:?}"
+    );
 }

@@ -39,7 +39,11 @@ fn value(i: usize) -> Vec<u8> {
 }
 
 /// Pipelined sets of `range`, every reply read; returns key -> (flags, value).
-fn set_all(s: &mut TcpStream, range: std::ops::Range<usize>, exptime: u32) -> HashMap<String, (u32, Vec<u8>)> {
+fn set_all(
+    s: &mut TcpStream,
+    range: std::ops::Range<usize>,
+    exptime: u32,
+) -> HashMap<String, (u32, Vec<u8>)> {
     let mut req = Vec::new();
     let mut want = HashMap::new();
     for i in range.clone() {
@@ -89,7 +93,8 @@ fn get_all(s: &mut TcpStream, keys: &[&String]) -> HashMap<String, (u32, Vec<u8>
 }
 
 fn stats(s: &mut TcpStream, group: &str) -> HashMap<String, String> {
-    s.write_all(format!("stats {group}\r\n").as_bytes()).unwrap();
+    s.write_all(format!("stats {group}\r\n").as_bytes())
+        .unwrap();
     let mut r = BufReader::new(s.try_clone().unwrap());
     let mut out = HashMap::new();
     loop {
@@ -134,7 +139,10 @@ fn every_stop_writes_the_snapshot_and_a_restart_reads_every_item_back() {
         let mut srv = start(&dir.file(), &["-A"]);
         let mut c = srv.connect();
         assert_eq!(stats(&mut c, "snapshot")["snapshot_restore"], "none");
-        assert_eq!(stats(&mut c, "settings")["memory_file"], dir.file().display().to_string());
+        assert_eq!(
+            stats(&mut c, "settings")["memory_file"],
+            dir.file().display().to_string()
+        );
         let mut want = set_all(&mut c, 0..3000, 0);
         want.extend(set_all(&mut c, 3000..3500, 3600));
         // Overwritten and deleted keys come back as they were last left.
@@ -181,7 +189,9 @@ fn no_acknowledged_write_is_lost_when_stopping_under_load() {
                 let mut acked = Vec::new();
                 for i in 0.. {
                     let k = format!("w{w}:{i}");
-                    if s.write_all(format!("set {k} 0 0 5\r\nhello\r\n").as_bytes()).is_err() {
+                    if s.write_all(format!("set {k} 0 0 5\r\nhello\r\n").as_bytes())
+                        .is_err()
+                    {
                         break;
                     }
                     let mut l = String::new();
@@ -205,7 +215,10 @@ fn no_acknowledged_write_is_lost_when_stopping_under_load() {
     }
     signal(&srv, libc::SIGTERM);
     assert!(wait_exit(&mut srv).success());
-    let acked: Vec<String> = writers.into_iter().flat_map(|w| w.join().unwrap()).collect();
+    let acked: Vec<String> = writers
+        .into_iter()
+        .flat_map(|w| w.join().unwrap())
+        .collect();
     assert!(acked.len() > 4000);
 
     let srv = start(&dir.file(), &[]);
@@ -213,7 +226,12 @@ fn no_acknowledged_write_is_lost_when_stopping_under_load() {
     let keys: Vec<&String> = acked.iter().collect();
     let found = get_all(&mut c, &keys);
     let lost: Vec<&&String> = keys.iter().filter(|k| !found.contains_key(**k)).collect();
-    assert!(lost.is_empty(), "{} acknowledged sets lost, e.g. {:?}", lost.len(), &lost[..lost.len().min(5)]);
+    assert!(
+        lost.is_empty(),
+        "{} acknowledged sets lost, e.g. {:?}",
+        lost.len(),
+        &lost[..lost.len().min(5)]
+    );
 }
 
 #[test]
@@ -235,7 +253,12 @@ fn a_damaged_snapshot_never_gives_a_wrong_value() {
     let srv = start(&dir.file(), &[]);
     let mut c = srv.connect();
     let found = get_all(&mut c, &keys);
-    assert!(!found.is_empty() && found.len() < want.len(), "{} of {}", found.len(), want.len());
+    assert!(
+        !found.is_empty() && found.len() < want.len(),
+        "{} of {}",
+        found.len(),
+        want.len()
+    );
     for (k, v) in &found {
         assert_eq!(&want[k], v, "{k}");
     }
@@ -252,11 +275,19 @@ fn a_damaged_snapshot_never_gives_a_wrong_value() {
     let srv = start(&dir.file(), &[]);
     let mut c = srv.connect();
     let found = get_all(&mut c, &keys);
-    assert!(found.len() > want.len() * 3 / 4 && found.len() < want.len(), "{} of {}", found.len(), want.len());
+    assert!(
+        found.len() > want.len() * 3 / 4 && found.len() < want.len(),
+        "{} of {}",
+        found.len(),
+        want.len()
+    );
     for (k, v) in &found {
         assert_eq!(&want[k], v, "{k}");
     }
-    assert_eq!(stats(&mut c, "snapshot")["snapshot_restored_bad_blocks"], "1");
+    assert_eq!(
+        stats(&mut c, "snapshot")["snapshot_restored_bad_blocks"],
+        "1"
+    );
     drop(srv);
 
     // Cut short: what came before the cut is restored.
@@ -285,7 +316,16 @@ fn a_damaged_snapshot_never_gives_a_wrong_value() {
 /// Runs mnemod to its end (it is expected to refuse to start); its status and stderr.
 fn run_refused(path: &Path) -> (std::process::ExitStatus, String) {
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_mnemod"))
-        .args(["-p", "0", "-l", "127.0.0.1", "-U", "0", "-e", path.to_str().unwrap()])
+        .args([
+            "-p",
+            "0",
+            "-l",
+            "127.0.0.1",
+            "-U",
+            "0",
+            "-e",
+            path.to_str().unwrap(),
+        ])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -311,7 +351,11 @@ fn a_second_instance_on_the_same_file_refuses_to_start() {
 
     let (status, err) = run_refused(&dir.file());
     assert_eq!(status.code(), Some(1), "{err}");
-    let line = format!("mnemod: -e {}: in use by another mnemod (pid {}); refusing to start\n", dir.file().display(), first.child.id());
+    let line = format!(
+        "mnemod: -e {}: in use by another mnemod (pid {}); refusing to start\n",
+        dir.file().display(),
+        first.child.id()
+    );
     assert_eq!(err, line);
 
     // The owner is untouched: it serves, and its stop writes its own cache.
@@ -375,7 +419,11 @@ fn a_restored_snapshot_is_spent_so_a_crash_never_brings_it_back() {
     let mut c = srv.connect();
     let keys: Vec<&String> = old.keys().collect();
     assert_eq!(get_all(&mut c, &keys), old);
-    assert_eq!(std::fs::metadata(dir.file()).unwrap().len(), 0, "the restored snapshot is emptied before serving");
+    assert_eq!(
+        std::fs::metadata(dir.file()).unwrap().len(),
+        0,
+        "the restored snapshot is emptied before serving"
+    );
     // New values for half the keys, the other half deleted; then a crash.
     let new = set_all(&mut c, 0..150, 0);
     for i in 150..300 {
@@ -388,7 +436,11 @@ fn a_restored_snapshot_is_spent_so_a_crash_never_brings_it_back() {
     let mut c = srv.connect();
     let got = get_all(&mut c, &keys);
     for (k, v) in &got {
-        assert_eq!(new.get(k), Some(v), "{k} came back with a value older than its last write, or deleted");
+        assert_eq!(
+            new.get(k),
+            Some(v),
+            "{k} came back with a value older than its last write, or deleted"
+        );
     }
     assert_eq!(stats(&mut c, "snapshot")["snapshot_restore"], "none");
 
@@ -402,7 +454,10 @@ fn a_restored_snapshot_is_spent_so_a_crash_never_brings_it_back() {
     srv.child.kill().unwrap();
     srv.child.wait().unwrap();
     let srv = start(&dir.file(), &[]);
-    assert!(get_all(&mut srv.connect(), &keys).is_empty(), "a flush was undone by a crash");
+    assert!(
+        get_all(&mut srv.connect(), &keys).is_empty(),
+        "a flush was undone by a crash"
+    );
 }
 
 /// The lock is on the file itself: a second server reaching it through a symlink, or after a
@@ -418,7 +473,14 @@ fn a_second_instance_through_a_symlink_refuses_too() {
     let _ = std::fs::remove_file(dir.0.join("cache.snap.lock"));
     let (status, err) = run_refused(&link);
     assert_eq!(status.code(), Some(1), "{err}");
-    assert_eq!(err, format!("mnemod: -e {}: in use by another mnemod (pid {}); refusing to start\n", link.display(), first.child.id()));
+    assert_eq!(
+        err,
+        format!(
+            "mnemod: -e {}: in use by another mnemod (pid {}); refusing to start\n",
+            link.display(),
+            first.child.id()
+        )
+    );
     let keys: Vec<&String> = want.keys().collect();
     assert_eq!(get_all(&mut c, &keys), want);
 }

@@ -25,20 +25,78 @@ impl Certs {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let run = |args: &[&str]| {
-            let out = Command::new("openssl").args(args).current_dir(&dir).output().expect("openssl");
-            assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+            let out = Command::new("openssl")
+                .args(args)
+                .current_dir(&dir)
+                .output()
+                .expect("openssl");
+            assert!(
+                out.status.success(),
+                "openssl {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
         };
-        std::fs::write(dir.join("san.cnf"), "subjectAltName=DNS:localhost,IP:127.0.0.1\n").unwrap();
+        std::fs::write(
+            dir.join("san.cnf"),
+            "subjectAltName=DNS:localhost,IP:127.0.0.1\n",
+        )
+        .unwrap();
         // Extensions make these X.509 v3 certificates, the only version webpki accepts.
         std::fs::write(dir.join("client.cnf"), "extendedKeyUsage=clientAuth\n").unwrap();
-        run(&["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt", "-days", "2", "-subj", "/CN=mnemo test CA"]);
-        for (name, cn, ext) in [("server", "localhost", "san.cnf"), ("server2", "localhost", "san.cnf"), ("client", "client", "client.cnf")] {
-            run(&["req", "-newkey", "rsa:2048", "-nodes", "-keyout", &format!("{name}.key"), "-out", &format!("{name}.csr"), "-subj", &format!("/CN={cn}")]);
-            let mut args = vec!["x509", "-req", "-in", &format!("{name}.csr"), "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial", "-days", "2"]
-                .into_iter()
-                .map(String::from)
-                .collect::<Vec<_>>();
-            args.extend(["-out".into(), format!("{name}.crt"), "-extfile".into(), ext.into()]);
+        run(&[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.crt",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=mnemo test CA",
+        ]);
+        for (name, cn, ext) in [
+            ("server", "localhost", "san.cnf"),
+            ("server2", "localhost", "san.cnf"),
+            ("client", "client", "client.cnf"),
+        ] {
+            run(&[
+                "req",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-keyout",
+                &format!("{name}.key"),
+                "-out",
+                &format!("{name}.csr"),
+                "-subj",
+                &format!("/CN={cn}"),
+            ]);
+            let mut args = vec![
+                "x509",
+                "-req",
+                "-in",
+                &format!("{name}.csr"),
+                "-CA",
+                "ca.crt",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-days",
+                "2",
+            ]
+            .into_iter()
+            .map(String::from)
+            .collect::<Vec<_>>();
+            args.extend([
+                "-out".into(),
+                format!("{name}.crt"),
+                "-extfile".into(),
+                ext.into(),
+            ]);
             run(&args.iter().map(String::as_str).collect::<Vec<_>>());
         }
         Certs { dir }
@@ -50,7 +108,11 @@ impl Certs {
 
     /// `-Z -o ssl_chain_cert=...,ssl_key=...` plus `more` options.
     fn flags(&self, more: &str) -> Vec<String> {
-        let mut o = format!("ssl_chain_cert={},ssl_key={}", self.path("server.crt"), self.path("server.key"));
+        let mut o = format!(
+            "ssl_chain_cert={},ssl_key={}",
+            self.path("server.crt"),
+            self.path("server.key")
+        );
         if !more.is_empty() {
             o = format!("{o},{more}");
         }
@@ -70,10 +132,20 @@ fn client_config(certs: &Certs, client_cert: bool) -> Arc<ClientConfig> {
         roots.add(c.unwrap()).unwrap();
     }
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let b = ClientConfig::builder_with_provider(provider).with_safe_default_protocol_versions().unwrap().with_root_certificates(roots);
+    let b = ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots);
     let config = if client_cert {
-        let chain = CertificateDer::pem_file_iter(certs.path("client.crt")).unwrap().map(Result::unwrap).collect();
-        b.with_client_auth_cert(chain, PrivateKeyDer::from_pem_file(certs.path("client.key")).unwrap()).unwrap()
+        let chain = CertificateDer::pem_file_iter(certs.path("client.crt"))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        b.with_client_auth_cert(
+            chain,
+            PrivateKeyDer::from_pem_file(certs.path("client.key")).unwrap(),
+        )
+        .unwrap()
     } else {
         b.with_no_client_auth()
     };
@@ -83,7 +155,8 @@ fn client_config(certs: &Certs, client_cert: bool) -> Arc<ClientConfig> {
 type Tls = StreamOwned<ClientConnection, TcpStream>;
 
 fn connect(server: &Server, config: &Arc<ClientConfig>) -> Tls {
-    let conn = ClientConnection::new(config.clone(), ServerName::try_from("localhost").unwrap()).unwrap();
+    let conn =
+        ClientConnection::new(config.clone(), ServerName::try_from("localhost").unwrap()).unwrap();
     StreamOwned::new(conn, server.connect())
 }
 
@@ -105,7 +178,8 @@ impl<T: Read + Write> ReadWrite for T {}
 
 fn stat(s: &mut impl ReadWrite, name: &str) -> Option<String> {
     let out = String::from_utf8(ask(s, b"stats\r\n", b"END\r\n")).unwrap();
-    out.lines().find_map(|l| l.strip_prefix(&format!("STAT {name} ")).map(str::to_string))
+    out.lines()
+        .find_map(|l| l.strip_prefix(&format!("STAT {name} ")).map(str::to_string))
 }
 
 fn handshake_errors(s: &mut impl ReadWrite) -> u64 {
@@ -117,7 +191,11 @@ fn handshake_errors(s: &mut impl ReadWrite) -> u64 {
 fn wait_handshake_errors(s: &mut impl ReadWrite, want: u64) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while handshake_errors(s) != want {
-        assert!(std::time::Instant::now() < deadline, "ssl_handshake_errors stayed {}", handshake_errors(s));
+        assert!(
+            std::time::Instant::now() < deadline,
+            "ssl_handshake_errors stayed {}",
+            handshake_errors(s)
+        );
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
 }
@@ -125,12 +203,27 @@ fn wait_handshake_errors(s: &mut impl ReadWrite, want: u64) {
 #[test]
 fn text_meta_and_binary_over_tls() {
     let certs = Certs::new("protos");
-    let server = Server::start(&certs.flags("").iter().map(String::as_str).collect::<Vec<_>>());
+    let server = Server::start(
+        &certs
+            .flags("")
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
+    );
     let config = client_config(&certs, false);
     let mut s = connect(&server, &config);
-    assert_eq!(ask(&mut s, b"set k 5 0 3\r\nabc\r\n", b"\r\n"), b"STORED\r\n");
-    assert_eq!(ask(&mut s, b"get k\r\n", b"END\r\n"), b"VALUE k 5 3\r\nabc\r\nEND\r\n");
-    assert_eq!(ask(&mut s, b"mg k v f\r\nmn\r\n", b"MN\r\n"), b"VA 3 f5\r\nabc\r\nMN\r\n");
+    assert_eq!(
+        ask(&mut s, b"set k 5 0 3\r\nabc\r\n", b"\r\n"),
+        b"STORED\r\n"
+    );
+    assert_eq!(
+        ask(&mut s, b"get k\r\n", b"END\r\n"),
+        b"VALUE k 5 3\r\nabc\r\nEND\r\n"
+    );
+    assert_eq!(
+        ask(&mut s, b"mg k v f\r\nmn\r\n", b"MN\r\n"),
+        b"VA 3 f5\r\nabc\r\nMN\r\n"
+    );
     // A pipelined batch and a value larger than a TLS record (and than rustls's buffer).
     let big = vec![b'x'; 300_000];
     let mut req = format!("set big 0 0 {}\r\n", big.len()).into_bytes();
@@ -141,7 +234,9 @@ fn text_meta_and_binary_over_tls() {
     assert_eq!(out.len(), 8 + 20 + 300_000 + 2 + 5);
     // Binary GET of k (the protocol is chosen by the first decrypted byte).
     let mut b = connect(&server, &config);
-    let mut get = vec![0x80, 0x00, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+    let mut get = vec![
+        0x80, 0x00, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    ];
     get.push(b'k');
     b.write_all(&get).unwrap();
     let mut head = [0u8; 24];
@@ -156,9 +251,17 @@ fn text_meta_and_binary_over_tls() {
 #[test]
 fn a_client_that_reads_late_gets_every_reply_and_costs_bounded_memory() {
     let certs = Certs::new("late");
-    let server = Server::start(&certs.flags("").iter().map(String::as_str).collect::<Vec<_>>());
+    let server = Server::start(
+        &certs
+            .flags("")
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
+    );
     let mut s = connect(&server, &client_config(&certs, false));
-    let value = (0..100_000u32).map(|i| b'a' + (i % 26) as u8).collect::<Vec<u8>>();
+    let value = (0..100_000u32)
+        .map(|i| b'a' + (i % 26) as u8)
+        .collect::<Vec<u8>>();
     let mut set = b"set big 0 0 100000\r\n".to_vec();
     set.extend_from_slice(&value);
     set.extend_from_slice(b"\r\n");
@@ -169,7 +272,10 @@ fn a_client_that_reads_late_gets_every_reply_and_costs_bounded_memory() {
     s.write_all(&b"get big\r\n".repeat(200)).unwrap();
     std::thread::sleep(std::time::Duration::from_millis(300));
     let grown = server.rss_kb().saturating_sub(rss_before);
-    assert!(grown < 8 * 1024, "the server grew {grown} KiB for a client that did not read");
+    assert!(
+        grown < 8 * 1024,
+        "the server grew {grown} KiB for a client that did not read"
+    );
     let one = [b"VALUE big 0 100000\r\n".as_slice(), &value, b"\r\nEND\r\n"].concat();
     let mut got = vec![0u8; one.len() * 200];
     s.read_exact(&mut got).unwrap();
@@ -179,10 +285,16 @@ fn a_client_that_reads_late_gets_every_reply_and_costs_bounded_memory() {
 #[test]
 fn client_certificates_when_verify_mode_requires_them() {
     let certs = Certs::new("verify");
-    let flags = certs.flags(&format!("ssl_verify_mode=2,ssl_ca_cert={}", certs.path("ca.crt")));
+    let flags = certs.flags(&format!(
+        "ssl_verify_mode=2,ssl_ca_cert={}",
+        certs.path("ca.crt")
+    ));
     let server = Server::start(&flags.iter().map(String::as_str).collect::<Vec<_>>());
     let mut with = connect(&server, &client_config(&certs, true));
-    assert_eq!(ask(&mut with, b"version\r\n", b"\r\n"), b"VERSION 1.6.45\r\n");
+    assert_eq!(
+        ask(&mut with, b"version\r\n", b"\r\n"),
+        b"VERSION 1.6.45\r\n"
+    );
     // Server::start's readiness probe (a connect and a close) counts once; its close may be
     // seen by another worker after this connection is served, so wait for it first.
     wait_handshake_errors(&mut with, 1);
@@ -190,10 +302,16 @@ fn client_certificates_when_verify_mode_requires_them() {
     let mut without = connect(&server, &client_config(&certs, false));
     let _ = without.write_all(b"version\r\n");
     let mut buf = [0u8; 64];
-    assert!(!matches!(without.read(&mut buf), Ok(n) if n > 0), "served a client without a certificate");
+    assert!(
+        !matches!(without.read(&mut buf), Ok(n) if n > 0),
+        "served a client without a certificate"
+    );
     wait_handshake_errors(&mut with, before + 1);
     let settings = String::from_utf8(ask(&mut with, b"stats settings\r\n", b"END\r\n")).unwrap();
-    assert!(settings.contains("STAT ssl_verify_mode 3\r\n"), "{settings}");
+    assert!(
+        settings.contains("STAT ssl_verify_mode 3\r\n"),
+        "{settings}"
+    );
     assert!(settings.contains(&format!("STAT ssl_ca_cert {}\r\n", certs.path("ca.crt"))));
 }
 
@@ -212,7 +330,10 @@ fn refresh_certs_gives_new_connections_the_new_certificate() {
     let server = Server::start(&["-Z", "-o", &o]);
     let config = client_config(&certs, false);
     let mut old = connect(&server, &config);
-    assert_eq!(ask(&mut old, b"version\r\n", b"\r\n"), b"VERSION 1.6.45\r\n");
+    assert_eq!(
+        ask(&mut old, b"version\r\n", b"\r\n"),
+        b"VERSION 1.6.45\r\n"
+    );
     let first = peer_cert(&old);
     std::fs::copy(certs.path("server2.crt"), &crt).unwrap();
     std::fs::copy(certs.path("server2.key"), &key).unwrap();
@@ -221,27 +342,51 @@ fn refresh_certs_gives_new_connections_the_new_certificate() {
     let since = stat(&mut old, "time_since_server_cert_refresh").unwrap();
     assert!(since == "0" || since == "1", "{since}");
     let mut new = connect(&server, &config);
-    assert_eq!(ask(&mut new, b"version\r\n", b"\r\n"), b"VERSION 1.6.45\r\n");
+    assert_eq!(
+        ask(&mut new, b"version\r\n", b"\r\n"),
+        b"VERSION 1.6.45\r\n"
+    );
     assert_ne!(peer_cert(&new), first);
-    assert_eq!(peer_cert(&new), CertificateDer::from_pem_file(&crt).unwrap().to_vec());
+    assert_eq!(
+        peer_cert(&new),
+        CertificateDer::from_pem_file(&crt).unwrap().to_vec()
+    );
     // The existing connection keeps going on the old one.
-    assert_eq!(ask(&mut old, b"version\r\n", b"\r\n"), b"VERSION 1.6.45\r\n");
+    assert_eq!(
+        ask(&mut old, b"version\r\n", b"\r\n"),
+        b"VERSION 1.6.45\r\n"
+    );
     // A key that does not match: memcached's error, and the previous certificate stays.
     std::fs::copy(certs.path("client.key"), &key).unwrap();
     let err = ask(&mut old, b"refresh_certs noreply\r\n", b"\r\n");
-    assert_eq!(err, format!("Error loading the key: {key} : key values mismatch\r\n").into_bytes());
+    assert_eq!(
+        err,
+        format!("Error loading the key: {key} : key values mismatch\r\n").into_bytes()
+    );
     std::fs::remove_file(&crt).unwrap();
     let err = String::from_utf8(ask(&mut old, b"refresh_certs\r\n", b"\r\n")).unwrap();
-    assert_eq!(err, format!("Error loading the certificate chain: {crt} : No such file or directory\r\n"));
+    assert_eq!(
+        err,
+        format!("Error loading the certificate chain: {crt} : No such file or directory\r\n")
+    );
     let mut again = connect(&server, &config);
-    assert_eq!(ask(&mut again, b"version\r\n", b"\r\n"), b"VERSION 1.6.45\r\n");
+    assert_eq!(
+        ask(&mut again, b"version\r\n", b"\r\n"),
+        b"VERSION 1.6.45\r\n"
+    );
     assert_eq!(peer_cert(&again), peer_cert(&new));
 }
 
 #[test]
 fn a_plain_client_is_a_handshake_error() {
     let certs = Certs::new("plain");
-    let server = Server::start(&certs.flags("ssl_session_cache").iter().map(String::as_str).collect::<Vec<_>>());
+    let server = Server::start(
+        &certs
+            .flags("ssl_session_cache")
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
+    );
     let mut s = connect(&server, &client_config(&certs, false));
     // Server::start's readiness probe counts once (a connect and a close, as memcached); its
     // close may be seen by another worker after this connection is served, so wait for it.
@@ -282,7 +427,11 @@ fn without_z_refresh_certs_is_refused() {
     let server = Server::start(&[]);
     let mut s = server.connect();
     // memcached writes this line even for noreply.
-    let out = ask(&mut s, b"refresh_certs\r\nrefresh_certs noreply\r\n", b"enabled\r\nError TLS not enabled\r\n");
+    let out = ask(
+        &mut s,
+        b"refresh_certs\r\nrefresh_certs noreply\r\n",
+        b"enabled\r\nError TLS not enabled\r\n",
+    );
     assert_eq!(out, b"Error TLS not enabled\r\nError TLS not enabled\r\n");
     assert_eq!(stat(&mut s, "ssl_handshake_errors"), None);
     let settings = String::from_utf8(ask(&mut s, b"stats settings\r\n", b"END\r\n")).unwrap();
@@ -292,10 +441,21 @@ fn without_z_refresh_certs_is_refused() {
 #[test]
 fn a_bad_certificate_stops_the_start() {
     let out = Command::new(env!("CARGO_BIN_EXE_mnemod"))
-        .args(["-Z", "-o", "ssl_chain_cert=/nonexistent/x.crt,ssl_key=/nonexistent/x.key", "-p", "1"])
+        .args([
+            "-Z",
+            "-o",
+            "ssl_chain_cert=/nonexistent/x.crt,ssl_key=/nonexistent/x.key",
+            "-p",
+            "1",
+        ])
         .output()
         .unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("Error loading the certificate chain: /nonexistent/x.crt : No such file or directory"), "{err}");
+    assert!(
+        err.contains(
+            "Error loading the certificate chain: /nonexistent/x.crt : No such file or directory"
+        ),
+        "{err}"
+    );
 }

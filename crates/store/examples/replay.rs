@@ -87,13 +87,17 @@ fn read_trace(path: &str, limit: usize) -> Vec<u32> {
     let mut b = Vec::new();
     let out = child.stdout.as_mut().expect("piped");
     if limit > 0 {
-        out.take(4 * limit as u64).read_to_end(&mut b).expect("read trace");
+        out.take(4 * limit as u64)
+            .read_to_end(&mut b)
+            .expect("read trace");
     } else {
         out.read_to_end(&mut b).expect("read trace");
     }
     drop(child.kill());
     drop(child.wait());
-    b.chunks_exact(4).map(|c| u32::from_be_bytes([c[0], c[1], c[2], c[3]])).collect()
+    b.chunks_exact(4)
+        .map(|c| u32::from_be_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
 }
 
 /// Zipf(0.99) ranks over `n` keys scattered over ids, `reqs` draws (seeded, reproducible);
@@ -120,7 +124,9 @@ fn zipf(n: usize, reqs: usize, seed: u64, first: u64) -> Vec<u32> {
 fn workload(spec: &str) -> Workload {
     let (kind, rest) = spec.split_once(':').unwrap_or((spec, ""));
     if matches!(kind, "zipf" | "shift" | "mixed" | "ttl") {
-        let mut it = rest.split(':').map(|x| x.parse::<usize>().expect("KEYS:REQUESTS"));
+        let mut it = rest
+            .split(':')
+            .map(|x| x.parse::<usize>().expect("KEYS:REQUESTS"));
         let (n, reqs) = (it.next().unwrap(), it.next().unwrap());
         let (keys, warm) = if kind == "shift" {
             // hitratio.py's zipf-shift: the second half draws from other keys; only it counts.
@@ -142,12 +148,21 @@ fn workload(spec: &str) -> Workload {
             Box::new(|id| {
                 let r = splitmix64(u64::from(id) ^ 11);
                 let u = (r >> 11) as f64 / (1u64 << 53) as f64;
-                if u < TTL_SHARE { TTLS[(r & 3) as usize] } else { 0 }
+                if u < TTL_SHARE {
+                    TTLS[(r & 3) as usize]
+                } else {
+                    0
+                }
             })
         } else {
             no_ttl()
         };
-        return Workload { keys, warm, size, ttl };
+        return Workload {
+            keys,
+            warm,
+            size,
+            ttl,
+        };
     }
     let (path, limit) = match spec.split_once('@') {
         Some((p, n)) => (p, n.parse().expect("@N")),
@@ -166,7 +181,9 @@ fn replay(w: &Workload, mib: f64, policy: Eviction) -> String {
         mem_limit: (mib * (1 << 20) as f64) as usize,
         huge_pages: false,
         eviction: policy,
-        shards: std::env::var("REPLAY_SHARDS").ok().map_or(0, |v| v.parse().expect("REPLAY_SHARDS")),
+        shards: std::env::var("REPLAY_SHARDS")
+            .ok()
+            .map_or(0, |v| v.parse().expect("REPLAY_SHARDS")),
         ..Default::default()
     });
     let warm = (w.keys.len() as f64 * w.warm) as usize;
@@ -174,7 +191,9 @@ fn replay(w: &Workload, mib: f64, policy: Eviction) -> String {
     let value = vec![b'v'; 512 << 10];
     let mut bands = [[0u64; 2]; 24];
     let paced = w.keys.iter().any(|&id| (w.ttl)(id) != 0);
-    let windows: usize = std::env::var("REPLAY_WINDOWS").ok().map_or(0, |v| v.parse().expect("REPLAY_WINDOWS"));
+    let windows: usize = std::env::var("REPLAY_WINDOWS")
+        .ok()
+        .map_or(0, |v| v.parse().expect("REPLAY_WINDOWS"));
     let (mut window_line, mut window_miss) = (Vec::new(), 0u64);
     let old_ids: Vec<u32> = if windows > 0 {
         let mut v = w.keys[..warm].to_vec();
@@ -200,14 +219,18 @@ fn replay(w: &Workload, mib: f64, policy: Eviction) -> String {
         let key = format!("t:{id}");
         let n = (w.size)(id);
         let hit = s.get(key.as_bytes(), now, |it| it.value.len()).hit();
-        if i >= warm && windows > 0 && (i - warm) % windows == 0 && i > warm {
+        if i >= warm && windows > 0 && (i - warm).is_multiple_of(windows) && i > warm {
             // The bytes of the uncounted part's keys still held (peeked: not reads).
             let old: usize = old_ids
                 .iter()
                 .filter(|&&id| s.peek(format!("t:{id}").as_bytes(), now, |_| ()).is_hit())
                 .map(|&id| (w.size)(id))
                 .sum();
-            window_line.push(format!("{:.3}/{:.1}M", (miss - window_miss) as f64 / windows as f64, old as f64 / 1e6));
+            window_line.push(format!(
+                "{:.3}/{:.1}M",
+                (miss - window_miss) as f64 / windows as f64,
+                old as f64 / 1e6
+            ));
             window_miss = miss;
         }
         if i >= warm {
@@ -245,7 +268,12 @@ fn replay(w: &Workload, mib: f64, policy: Eviction) -> String {
     }
     let st = s.stats();
     if std::env::var_os("REPLAY_BANDS").is_some() {
-        let line: Vec<String> = bands.iter().enumerate().filter(|(_, b)| b[0] > 0).map(|(i, b)| format!("2^{i}:{:.2}", b[1] as f64 / b[0] as f64)).collect();
+        let line: Vec<String> = bands
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| b[0] > 0)
+            .map(|(i, b)| format!("2^{i}:{:.2}", b[1] as f64 / b[0] as f64))
+            .collect();
         eprintln!("  miss by size: {}", line.join(" "));
         // What each band holds at the end (a get per distinct key: the replay is over).
         let mut held = [0u64; 24];
@@ -254,12 +282,20 @@ fn replay(w: &Workload, mib: f64, policy: Eviction) -> String {
         ids.dedup();
         for id in ids {
             let n = (w.size)(id);
-            if s.get(format!("t:{id}").as_bytes(), now, |_| ()).hit().is_some() {
+            if s.get(format!("t:{id}").as_bytes(), now, |_| ())
+                .hit()
+                .is_some()
+            {
                 held[n.max(1).ilog2() as usize] += n as u64;
             }
         }
         let total = held.iter().sum::<u64>().max(1) as f64;
-        let line: Vec<String> = held.iter().enumerate().filter(|(_, &b)| b > 0).map(|(i, &b)| format!("2^{i}:{:.3}", b as f64 / total)).collect();
+        let line: Vec<String> = held
+            .iter()
+            .enumerate()
+            .filter(|(_, &b)| b > 0)
+            .map(|(i, &b)| format!("2^{i}:{:.3}", b as f64 / total))
+            .collect();
         eprintln!("  value bytes held by size: {}", line.join(" "));
     }
     if causes {
@@ -270,11 +306,19 @@ fn replay(w: &Workload, mib: f64, policy: Eviction) -> String {
         );
     }
     if windows > 0 {
-        eprintln!("  miss per {windows} counted requests: {}", window_line.join(" "));
+        eprintln!(
+            "  miss per {windows} counted requests: {}",
+            window_line.join(" ")
+        );
     }
     if std::env::var_os("REPLAY_MEMORY").is_some() && paced {
         // Expired items still held at the end (a peek of each TTL key: the run is over).
-        let mut ids: Vec<u32> = w.keys.iter().copied().filter(|&id| (w.ttl)(id) != 0).collect();
+        let mut ids: Vec<u32> = w
+            .keys
+            .iter()
+            .copied()
+            .filter(|&id| (w.ttl)(id) != 0)
+            .collect();
         ids.sort_unstable();
         ids.dedup();
         let (mut n, mut b) = (0u64, 0u64);
@@ -323,17 +367,30 @@ fn replay_lru(w: &Workload, mib: f64) -> String {
     let (mut head, mut tail, mut used) = (NIL, NIL, 0usize); // head = most recent
     let unlink = |nodes: &mut Vec<Node>, head: &mut usize, tail: &mut usize, i: usize| {
         let (p, n) = (nodes[i].prev, nodes[i].next);
-        if p == NIL { *head = n } else { nodes[p].next = n }
-        if n == NIL { *tail = p } else { nodes[n].prev = p }
+        if p == NIL {
+            *head = n
+        } else {
+            nodes[p].next = n
+        }
+        if n == NIL {
+            *tail = p
+        } else {
+            nodes[n].prev = p
+        }
     };
     let push = |nodes: &mut Vec<Node>, head: &mut usize, tail: &mut usize, i: usize| {
         nodes[i].prev = NIL;
         nodes[i].next = *head;
-        if *head != NIL { nodes[*head].prev = i } else { *tail = i }
+        if *head != NIL {
+            nodes[*head].prev = i
+        } else {
+            *tail = i
+        }
         *head = i;
     };
     let warm = (w.keys.len() as f64 * w.warm) as usize;
-    let (mut miss, mut counted, mut miss_bytes, mut bytes, mut evictions) = (0u64, 0u64, 0u64, 0u64, 0u64);
+    let (mut miss, mut counted, mut miss_bytes, mut bytes, mut evictions) =
+        (0u64, 0u64, 0u64, 0u64, 0u64);
     for (r, &id) in w.keys.iter().enumerate() {
         let n = (w.size)(id);
         if r >= warm {
@@ -373,7 +430,13 @@ fn replay_lru(w: &Workload, mib: f64) -> String {
             0 => usize::MAX,
             t => (r / TTL_RATE + t as usize) * TTL_RATE,
         };
-        let node = Node { id, size, exp, prev: NIL, next: NIL };
+        let node = Node {
+            id,
+            size,
+            exp,
+            prev: NIL,
+            next: NIL,
+        };
         let i = match free.pop() {
             Some(i) => {
                 nodes[i] = node;
@@ -406,17 +469,26 @@ fn main() {
         std::process::exit(2);
     }
     let w = workload(&args[0]);
-    let sizes: Vec<f64> = args[1].split(',').map(|x| x.parse().expect("MIB")).collect();
+    let sizes: Vec<f64> = args[1]
+        .split(',')
+        .map(|x| x.parse().expect("MIB"))
+        .collect();
     // None: the reference LRU.
     let policies: Vec<Option<Eviction>> = if args.len() > 2 {
-        args[2..].iter().map(|p| (p != "lru").then(|| p.parse().expect("policy"))).collect()
+        args[2..]
+            .iter()
+            .map(|p| (p != "lru").then(|| p.parse().expect("policy")))
+            .collect()
     } else {
         vec![Some(Eviction::default()), None]
     };
     let mut uniq = w.keys.clone();
     uniq.sort_unstable();
     uniq.dedup();
-    let fp: usize = uniq.iter().map(|&id| format!("t:{id}").len() + (w.size)(id)).sum();
+    let fp: usize = uniq
+        .iter()
+        .map(|&id| format!("t:{id}").len() + (w.size)(id))
+        .sum();
     println!(
         "# {}: {} requests, {} keys, footprint {:.1} MiB",
         args[0],

@@ -246,7 +246,10 @@ mod tests {
         assert_ne!(small.as_ptr() as usize, addr);
         // Close enough: the pooled buffer comes back, as it was left.
         let again = b.take_large(90_000);
-        assert_eq!((again.as_ptr() as usize, again.len()), (addr, large_len(100_000)));
+        assert_eq!(
+            (again.as_ptr() as usize, again.len()),
+            (addr, large_len(100_000))
+        );
         // Released (charged) buffers join the pool too; past its bound the oldest go.
         b.force_add(again.len() + small.len());
         b.release(again);
@@ -256,7 +259,9 @@ mod tests {
             b.give_large(SegBuf::zeroed(large_len(100_000)));
         }
         let pool = b.pool.lock();
-        assert!(pool.bytes <= 1 << 20 && pool.bytes == pool.bufs.iter().map(|x| x.len()).sum::<usize>());
+        assert!(
+            pool.bytes <= 1 << 20 && pool.bytes == pool.bufs.iter().map(|x| x.len()).sum::<usize>()
+        );
         assert!(pool.bufs.len() < 20);
     }
 }

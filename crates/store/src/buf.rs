@@ -99,9 +99,16 @@ impl Eq for Pages<'_> {}
 pub(crate) enum SegBuf {
     Heap(Box<[u8]>),
     /// `lent`: the lent-pages state (module doc), one of the `PAGES_*` values.
-    Mapped { ptr: NonNull<u8>, len: usize, lent: AtomicU8 },
+    Mapped {
+        ptr: NonNull<u8>,
+        len: usize,
+        lent: AtomicU8,
+    },
     /// A slot of a huge-page chunk, handed back to `huge` on drop.
-    Huge { ptr: NonNull<u8>, len: usize },
+    Huge {
+        ptr: NonNull<u8>,
+        len: usize,
+    },
 }
 
 // SAFETY: a Mapped buffer is uniquely owned memory, exactly like a Box<[u8]>: it is only
@@ -142,7 +149,11 @@ impl SegBuf {
             };
             if p != libc::MAP_FAILED {
                 if let Some(ptr) = NonNull::new(p as *mut u8) {
-                    return SegBuf::Mapped { ptr, len, lent: AtomicU8::new(PAGES_NORMAL) };
+                    return SegBuf::Mapped {
+                        ptr,
+                        len,
+                        lent: AtomicU8::new(PAGES_NORMAL),
+                    };
                 }
             }
             // Mapping refused (e.g. map count limit): the heap may still have room.
@@ -388,19 +399,31 @@ mod tests {
         // SAFETY: F_SETPIPE_SZ on our own pipe; the default 64 KiB would do too.
         unsafe { libc::fcntl(fds[1], libc::F_SETPIPE_SZ, 1 << 20) };
         b.lendable().expect("a mapping of its own").lend();
-        let iov = libc::iovec { iov_base: b.as_ptr() as *mut libc::c_void, iov_len: len };
+        let iov = libc::iovec {
+            iov_base: b.as_ptr() as *mut libc::c_void,
+            iov_len: len,
+        };
         // SAFETY: iov describes the live buffer; the pipe references its pages.
         assert_eq!(unsafe { libc::vmsplice(fds[1], &iov, 1, 0) }, len as isize);
 
         assert!(b.reclaim());
         b.prefault();
-        assert!(b.iter().all(|&x| x == 0), "reclaimed pages read as fresh zeros");
+        assert!(
+            b.iter().all(|&x| x == 0),
+            "reclaimed pages read as fresh zeros"
+        );
         b.fill(b'b');
 
         let mut got = vec![0u8; len];
         // SAFETY: got is a live buffer of len bytes.
-        assert_eq!(unsafe { libc::read(fds[0], got.as_mut_ptr().cast(), len) }, len as isize);
-        assert!(got.iter().all(|&x| x == b'a'), "the kernel's bytes changed under it");
+        assert_eq!(
+            unsafe { libc::read(fds[0], got.as_mut_ptr().cast(), len) },
+            len as isize
+        );
+        assert!(
+            got.iter().all(|&x| x == b'a'),
+            "the kernel's bytes changed under it"
+        );
         // SAFETY: our own descriptors, closed once.
         unsafe { (libc::close(fds[0]), libc::close(fds[1])) };
         // Not lent: reclaim keeps the pages (and the bytes).
@@ -416,7 +439,10 @@ mod tests {
         let pages = b.len().div_ceil(4096);
         let mut vec = vec![0u8; pages];
         // SAFETY: (ptr, len) is b's own page-aligned mapping; vec has a byte per page.
-        assert_eq!(unsafe { libc::mincore(b.as_ptr() as *mut libc::c_void, b.len(), vec.as_mut_ptr()) }, 0);
+        assert_eq!(
+            unsafe { libc::mincore(b.as_ptr() as *mut libc::c_void, b.len(), vec.as_mut_ptr()) },
+            0
+        );
         vec.iter().filter(|&&v| v & 1 == 1).count()
     }
 
@@ -428,7 +454,11 @@ mod tests {
         assert_eq!(resident(&b), 25);
         let lazy = SegBuf::zeroed(2 * MMAP_MIN);
         assert!(matches!(lazy, SegBuf::Mapped { .. }));
-        assert_eq!(resident(&lazy), 0, "an untouched segment tail costs no memory");
+        assert_eq!(
+            resident(&lazy),
+            0,
+            "an untouched segment tail costs no memory"
+        );
     }
 
     /// The VmFlags line of the mapping that holds `addr` (/proc/self/smaps).
@@ -436,9 +466,15 @@ mod tests {
         let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
         let mut inside = false;
         for line in smaps.lines() {
-            if let Some((range, _)) = line.split_once(' ').filter(|(r, _)| r.contains('-') && !r.ends_with(':')) {
+            if let Some((range, _)) = line
+                .split_once(' ')
+                .filter(|(r, _)| r.contains('-') && !r.ends_with(':'))
+            {
                 let (a, b) = range.split_once('-').unwrap();
-                let (a, b) = (usize::from_str_radix(a, 16).unwrap(), usize::from_str_radix(b, 16).unwrap());
+                let (a, b) = (
+                    usize::from_str_radix(a, 16).unwrap(),
+                    usize::from_str_radix(b, 16).unwrap(),
+                );
                 inside = (a..b).contains(&addr);
             } else if inside && line.starts_with("VmFlags:") {
                 return line.to_string();
@@ -457,7 +493,11 @@ mod tests {
         let addr = a.as_ptr() as usize;
         a[0] = 1;
         a[5000] = 2;
-        assert_eq!(resident(&a), 2, "an unwritten tail of an active segment costs no memory");
+        assert_eq!(
+            resident(&a),
+            2,
+            "an unwritten tail of an active segment costs no memory"
+        );
         assert!(vm_flags(addr).contains(" nh"), "{}", vm_flags(addr));
         a.sealed();
         let flags = vm_flags(addr);

@@ -233,37 +233,86 @@ mod tests {
 
     #[test]
     fn geometry_scales_segments_with_memory() {
-        let g = Geometry::new(&StoreConfig { shards: DEFAULT_SHARDS, ..Default::default() });
+        let g = Geometry::new(&StoreConfig {
+            shards: DEFAULT_SHARDS,
+            ..Default::default()
+        });
         assert_eq!(g.shards, 16);
         assert_eq!(g.seg_size, 512 << 10);
-        let g = Geometry::new(&StoreConfig { mem_limit: 1 << 30, ..Default::default() });
+        let g = Geometry::new(&StoreConfig {
+            mem_limit: 1 << 30,
+            ..Default::default()
+        });
         assert_eq!(g.seg_size, MAX_SEGMENT_SIZE);
-        let g = Geometry::new(&StoreConfig { mem_limit: 1 << 20, shards: DEFAULT_SHARDS, ..Default::default() });
+        let g = Geometry::new(&StoreConfig {
+            mem_limit: 1 << 20,
+            shards: DEFAULT_SHARDS,
+            ..Default::default()
+        });
         assert_eq!(g.seg_size, 8 << 10);
-        let g = Geometry::new(&StoreConfig { mem_limit: 1000, shards: 3, ..Default::default() });
-        assert_eq!((g.seg_size, g.shards, g.shard_bits), (MIN_SEGMENT_SIZE, 4, 2));
+        let g = Geometry::new(&StoreConfig {
+            mem_limit: 1000,
+            shards: 3,
+            ..Default::default()
+        });
+        assert_eq!(
+            (g.seg_size, g.shards, g.shard_bits),
+            (MIN_SEGMENT_SIZE, 4, 2)
+        );
         assert!(g.shard_of(u64::MAX) == 3 && g.shard_of(0) == 0);
     }
 
     #[test]
     fn default_shard_count_leaves_each_shard_its_minimum() {
-        let shards = |mib: usize| Geometry::new(&StoreConfig { mem_limit: mib << 20, ..Default::default() }).shards;
-        assert_eq!((shards(1), shards(31), shards(32), shards(45), shards(64)), (1, 1, 2, 2, 4));
+        let shards = |mib: usize| {
+            Geometry::new(&StoreConfig {
+                mem_limit: mib << 20,
+                ..Default::default()
+            })
+            .shards
+        };
+        assert_eq!(
+            (shards(1), shards(31), shards(32), shards(45), shards(64)),
+            (1, 1, 2, 2, 4)
+        );
         assert_eq!((shards(255), shards(256), shards(4096)), (8, 16, 16));
         // Segments of limit / 256, whatever the count ...
-        let g = Geometry::new(&StoreConfig { mem_limit: 64 << 20, ..Default::default() });
+        let g = Geometry::new(&StoreConfig {
+            mem_limit: 64 << 20,
+            ..Default::default()
+        });
         assert_eq!((g.fair_share, g.seg_size), (16 << 20, 256 << 10));
-        let g = Geometry::new(&StoreConfig { mem_limit: 25 << 20, ..Default::default() });
+        let g = Geometry::new(&StoreConfig {
+            mem_limit: 25 << 20,
+            ..Default::default()
+        });
         assert_eq!((g.shards, g.seg_size, g.ttl_groups), (1, 64 << 10, 100));
         // ... but at least 64 KiB under 16 MiB, and at most a shard's share / 8.
-        let seg = |limit: usize| Geometry::new(&StoreConfig { mem_limit: limit, ..Default::default() }).seg_size;
-        assert_eq!((seg(7 << 20), seg(1 << 20), seg(256 << 10)), (64 << 10, 64 << 10, 32 << 10));
+        let seg = |limit: usize| {
+            Geometry::new(&StoreConfig {
+                mem_limit: limit,
+                ..Default::default()
+            })
+            .seg_size
+        };
+        assert_eq!(
+            (seg(7 << 20), seg(1 << 20), seg(256 << 10)),
+            (64 << 10, 64 << 10, 32 << 10)
+        );
         assert_eq!((seg(32 << 20), seg(4 << 30)), (128 << 10, MAX_SEGMENT_SIZE));
         // An explicit count is kept, however small the limit.
-        let g = Geometry::new(&StoreConfig { mem_limit: 1 << 20, shards: 8, ..Default::default() });
+        let g = Geometry::new(&StoreConfig {
+            mem_limit: 1 << 20,
+            shards: 8,
+            ..Default::default()
+        });
         assert_eq!(g.shards, 8);
         // ... and its segments are a shard's share / 8.
-        let g = Geometry::new(&StoreConfig { mem_limit: 25 << 20, shards: 1, ..Default::default() });
+        let g = Geometry::new(&StoreConfig {
+            mem_limit: 25 << 20,
+            shards: 1,
+            ..Default::default()
+        });
         assert_eq!(g.seg_size, MAX_SEGMENT_SIZE);
     }
 }

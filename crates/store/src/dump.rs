@@ -194,16 +194,26 @@ impl Store {
     /// The flashed items of a step, read and verified with no lock held (module doc): each
     /// one whose record's head passes joins the step's items.
     fn read_flashed(&self, cur: &mut DumpCursor, now: Time) {
-        let Some(fl) = self.flash.as_deref() else { return };
+        let Some(fl) = self.flash.as_deref() else {
+            return;
+        };
         if cur.flashed.is_empty() {
             return;
         }
         let locs: Vec<Loc> = cur.flashed.iter().map(|f| f.loc).collect();
-        cur.heads.resize_with(locs.len().max(cur.heads.len()), Vec::new);
+        cur.heads
+            .resize_with(locs.len().max(cur.heads.len()), Vec::new);
         let got = fl.read_heads(&locs, &mut cur.heads[..locs.len()]);
         for ((f, head), read) in cur.flashed.iter().zip(&cur.heads).zip(got) {
             let Ok(gen) = read else { continue };
-            let Ok(h) = record::verify_head(head, Place { page: f.loc.page, gen }, f.loc.len as usize) else {
+            let Ok(h) = record::verify_head(
+                head,
+                Place {
+                    page: f.loc.page,
+                    gen,
+                },
+                f.loc.len as usize,
+            ) else {
                 continue;
             };
             let hash = Self::hash(h.key);
@@ -233,9 +243,20 @@ type Out<'a> = (&'a mut Vec<u8>, &'a mut Vec<Copied>, &'a mut Vec<Flashed>);
 
 /// Copies the live items of start bucket `b` and of every bucket split off it since; for a
 /// flashed item, where its record is.
-fn copy_family(s: &Shard, env: &Env<'_>, (level0, split0): (u32, usize), b: usize, now: Time, out: Out<'_>) {
+fn copy_family(
+    s: &Shard,
+    env: &Env<'_>,
+    (level0, split0): (u32, usize),
+    b: usize,
+    now: Time,
+    out: Out<'_>,
+) {
     let (keys, items, flashed) = out;
-    let bits = if b < split0 || b >= 1 << level0 { level0 + 1 } else { level0 };
+    let bits = if b < split0 || b >= 1 << level0 {
+        level0 + 1
+    } else {
+        level0
+    };
     let n = s.index.buckets();
     let mut c = b;
     while c < n {
@@ -243,7 +264,12 @@ fn copy_family(s: &Shard, env: &Env<'_>, (level0, split0): (u32, usize), b: usiz
             // A flashed item's key is on flash only: its record is read after the lock.
             if slot::is_flash(e) {
                 if let Some((check, loc)) = s.flash.get(slot::flash_entry(e)) {
-                    flashed.push(Flashed { check, tag: slot::tag(e), loc, fetched: slot::fetched(e) });
+                    flashed.push(Flashed {
+                        check,
+                        tag: slot::tag(e),
+                        loc,
+                        fetched: slot::fetched(e),
+                    });
                 }
                 return;
             }
@@ -294,8 +320,18 @@ mod tests {
     fn collect(store: &Store, now: Time) -> HashMap<Vec<u8>, Seen> {
         let mut out = HashMap::new();
         store.dump(now, |it| {
-            let seen = Seen { exp: it.exp, cas: it.cas, size: it.size, fetched: it.fetched, written: it.written };
-            assert!(out.insert(it.key.to_vec(), seen).is_none(), "{:?} twice", it.key);
+            let seen = Seen {
+                exp: it.exp,
+                cas: it.cas,
+                size: it.size,
+                fetched: it.fetched,
+                written: it.written,
+            };
+            assert!(
+                out.insert(it.key.to_vec(), seen).is_none(),
+                "{:?} twice",
+                it.key
+            );
         });
         out
     }
@@ -324,7 +360,10 @@ mod tests {
         keys.sort();
         assert_eq!(keys, vec![b"forever".to_vec(), b"later".to_vec()]);
         let f = &got[&b"forever".to_vec()];
-        assert_eq!((f.exp, f.cas, f.fetched, f.written), (0, cas_forever, false, now));
+        assert_eq!(
+            (f.exp, f.cas, f.fetched, f.written),
+            (0, cas_forever, false, now)
+        );
         assert!(f.size >= b"forever".len() + b"value".len());
         let l = &got[&b"later".to_vec()];
         assert_eq!((l.exp, l.cas, l.fetched), (now + 1000, cas_later, true));
@@ -348,7 +387,10 @@ mod tests {
 
     #[test]
     fn batches_are_bounded_and_cover_everything() {
-        let store = Store::new(StoreConfig { shards: 4, ..Default::default() });
+        let store = Store::new(StoreConfig {
+            shards: 4,
+            ..Default::default()
+        });
         let n = 5000;
         for i in 0..n {
             set(&store, format!("key:{i}").as_bytes(), 0, 100);
@@ -363,7 +405,10 @@ mod tests {
                 *seen.entry(it.key.to_vec()).or_insert(0) += 1;
             });
             // Whole buckets: a batch ends within one bucket family past the bound.
-            assert!(in_step < DUMP_BATCH + 64, "{in_step} items in one lock hold");
+            assert!(
+                in_step < DUMP_BATCH + 64,
+                "{in_step} items in one lock hold"
+            );
             steps += 1;
             if !more {
                 break;
@@ -385,7 +430,13 @@ mod tests {
             recache_rate: 0,
             ..crate::FlashConfig::new(&t.0, flash_mb << 20)
         };
-        Store::new(StoreConfig { mem_limit: 1 << 20, shards: 2, huge_pages: false, flash: Some(fc), ..Default::default() })
+        Store::new(StoreConfig {
+            mem_limit: 1 << 20,
+            shards: 2,
+            huge_pages: false,
+            flash: Some(fc),
+            ..Default::default()
+        })
     }
 
     /// Keys of every length a key may have, binary bytes included.
@@ -400,12 +451,17 @@ mod tests {
     /// writer left behind turns demotions into evictions); returns the keys a get serves.
     fn fill_flash(store: &Store, n: u32) -> std::collections::HashSet<Vec<u8>> {
         for i in 0..n {
-            store.store(Mode::Set, &flash_key(i), i, 0, &[b'v'; 1000], 1).unwrap();
+            store
+                .store(Mode::Set, &flash_key(i), i, 0, &[b'v'; 1000], 1)
+                .unwrap();
             if i % 100 == 99 {
                 store.flash_sync();
             }
         }
-        (0..n).map(flash_key).filter(|k| store.peek(k, 1, |_| ()).is_hit()).collect()
+        (0..n)
+            .map(flash_key)
+            .filter(|k| store.peek(k, 1, |_| ()).is_hit())
+            .collect()
     }
 
     /// memcached's metadump lists items whose value is on flash (extstore); so does mnemo's,
@@ -420,7 +476,13 @@ mod tests {
         assert!(served.len() >= 5900, "{} served", served.len());
         let got = collect(&store, 1);
         let listed: std::collections::HashSet<Vec<u8>> = got.keys().cloned().collect();
-        assert_eq!(listed.len(), served.len(), "listed {} of {} served", listed.len(), served.len());
+        assert_eq!(
+            listed.len(),
+            served.len(),
+            "listed {} of {} served",
+            listed.len(),
+            served.len()
+        );
         assert!(listed == served);
         for (k, seen) in &got {
             assert!(seen.size > k.len() + 1000, "{seen:?}");
@@ -446,8 +508,16 @@ mod tests {
         let set: std::collections::HashSet<Vec<u8>> = (0..n).map(flash_key).collect();
         let listed: std::collections::HashSet<Vec<u8>> = collect(&store, 1).into_keys().collect();
         assert!(listed.is_subset(&set), "a key never stored was listed");
-        let served: std::collections::HashSet<Vec<u8>> = set.iter().filter(|k| store.peek(k, 1, |_| ()).is_hit()).cloned().collect();
-        assert!(served.is_subset(&listed), "{} served but not listed", served.difference(&listed).count());
+        let served: std::collections::HashSet<Vec<u8>> = set
+            .iter()
+            .filter(|k| store.peek(k, 1, |_| ()).is_hit())
+            .cloned()
+            .collect();
+        assert!(
+            served.is_subset(&listed),
+            "{} served but not listed",
+            served.difference(&listed).count()
+        );
         assert!(served.len() > 1000, "{}", served.len());
     }
 
@@ -455,7 +525,10 @@ mod tests {
     /// that was there before the dump and stays is still reported exactly once.
     #[test]
     fn growth_during_the_dump_neither_repeats_nor_loses() {
-        let store = Store::new(StoreConfig { shards: 2, ..Default::default() });
+        let store = Store::new(StoreConfig {
+            shards: 2,
+            ..Default::default()
+        });
         let old = 2000;
         for i in 0..old {
             set(&store, format!("old:{i}").as_bytes(), 0, 100);
@@ -464,7 +537,9 @@ mod tests {
         let mut seen: HashMap<Vec<u8>, u32> = HashMap::new();
         let mut added = 0;
         loop {
-            let more = store.dump_step(&mut cur, 100, |it| *seen.entry(it.key.to_vec()).or_insert(0) += 1);
+            let more = store.dump_step(&mut cur, 100, |it| {
+                *seen.entry(it.key.to_vec()).or_insert(0) += 1
+            });
             // Quadruple the table over the course of the dump.
             for _ in 0..300 {
                 set(&store, format!("new:{added}").as_bytes(), 0, 100);
@@ -476,7 +551,11 @@ mod tests {
         }
         assert!(seen.values().all(|&c| c == 1), "an item was reported twice");
         for i in 0..old {
-            assert_eq!(seen.get(format!("old:{i}").as_bytes()), Some(&1), "old:{i} missing");
+            assert_eq!(
+                seen.get(format!("old:{i}").as_bytes()),
+                Some(&1),
+                "old:{i} missing"
+            );
         }
     }
 }

@@ -235,7 +235,9 @@ impl Shard {
         }
         let mut cursor = 0;
         loop {
-            cursor = self.index.sweep(cursor, self.index.buckets(), slot::is_flash);
+            cursor = self
+                .index
+                .sweep(cursor, self.index.buckets(), slot::is_flash);
             if cursor == 0 {
                 break;
             }
@@ -299,10 +301,16 @@ impl Shard {
         while off < end {
             let hdr = self.header_at(id, off);
             if !hdr.is_dead() {
-                let h = xxhash_rust::xxh3::xxh3_64(&self.segs.metas[id as usize].data[off..][hdr.key_range()]);
-                let read = self.index.find_exact(h, id, off as u32).is_some_and(|pos| slot::fetched(self.index.get(pos)));
+                let h = xxhash_rust::xxh3::xxh3_64(
+                    &self.segs.metas[id as usize].data[off..][hdr.key_range()],
+                );
+                let read = self
+                    .index
+                    .find_exact(h, id, off as u32)
+                    .is_some_and(|pos| slot::fetched(self.index.get(pos)));
                 if read {
-                    self.ghost.insert(h, self.stats.curr_items as usize, Left::Expired);
+                    self.ghost
+                        .insert(h, self.stats.curr_items as usize, Left::Expired);
                 }
             }
             off += hdr.total_len();
@@ -315,7 +323,10 @@ impl Shard {
         // Flash pages recycled since the last pass left entries naming them; they are swept
         // only once they hold enough memory (flash/mod.rs `sweep_due`).
         let flash_due = env.flash.is_some_and(|f| f.sweep_due(env.budget.limit()));
-        let recycled = env.flash.filter(|_| flash_due).map_or(self.flash_swept, |f| f.recycled());
+        let recycled = env
+            .flash
+            .filter(|_| flash_due)
+            .map_or(self.flash_swept, |f| f.recycled());
         if self.segs.dead_refs == 0 && self.sweep_cursor == 0 && recycled == self.flash_swept {
             return false;
         }
@@ -328,7 +339,9 @@ impl Shard {
         self.sweep_cursor = self.index.sweep(self.sweep_cursor, SWEEP_SLICE, |e| {
             if slot::is_flash(e) {
                 let i = slot::flash_entry(e);
-                let Some((_, loc)) = flash.get(i) else { return true };
+                let Some((_, loc)) = flash.get(i) else {
+                    return true;
+                };
                 let stale = env.flash.is_some_and(|f| !f.current(&loc));
                 if stale && flash_due {
                     flash.free(i);
@@ -423,7 +436,13 @@ impl Shard {
     /// in (`old_seg`), else, under S3-FIFO, Main if the ghost remembers the key (it was evicted
     /// unread and came back) or the item is small beside the shard's others (`MAIN_DIRECT`),
     /// and Small otherwise. Consults (and clears) the ghost: call once per write.
-    pub(crate) fn admit(&mut self, geo: &Geometry, h: u64, old_seg: Option<u32>, len: usize) -> Queue {
+    pub(crate) fn admit(
+        &mut self,
+        geo: &Geometry,
+        h: u64,
+        old_seg: Option<u32>,
+        len: usize,
+    ) -> Queue {
         if let Some(seg) = old_seg {
             return self.segs.metas[seg as usize].queue;
         }
@@ -436,7 +455,8 @@ impl Shard {
             // (An empty shard has no mean: max(1) sends nothing to main there.)
             Eviction::S3Fifo
                 if self.stats.evictions > 0
-                    && len as u64 * MAIN_DIRECT * self.stats.curr_items.max(1) <= self.stats.bytes =>
+                    && len as u64 * MAIN_DIRECT * self.stats.curr_items.max(1)
+                        <= self.stats.bytes =>
             {
                 Queue::Main
             }
@@ -449,7 +469,8 @@ impl Shard {
     pub fn victim(&self) -> u32 {
         let small = self.segs.head_of(Queue::Small);
         let main = self.segs.head_of(Queue::Main);
-        let over = self.segs.small_bytes as u64 * SPLIT_ONE > self.segs.buffer_bytes as u64 * self.ghost.split();
+        let over = self.segs.small_bytes as u64 * SPLIT_ONE
+            > self.segs.buffer_bytes as u64 * self.ghost.split();
         if small != 0 && (main == 0 || over) {
             small
         } else {
@@ -459,7 +480,9 @@ impl Shard {
 
     /// Evicts the next victim. Returns false if the shard has no segment.
     pub fn evict_head(&mut self, env: &Env<'_>, now: Time, dest: Option<Dest>) -> bool {
-        if env.geo.eviction == Eviction::S3Fifo && self.segs.large_bytes * LARGE_SHARE > self.segs.buffer_bytes {
+        if env.geo.eviction == Eviction::S3Fifo
+            && self.segs.large_bytes * LARGE_SHARE > self.segs.buffer_bytes
+        {
             // Large items over their share: the oldest one goes (read ones get a second
             // chance first, a bounded number of them, as in `make_room_large`; then the
             // oldest goes regardless).
@@ -486,7 +509,11 @@ impl Shard {
             0 => Queue::Small,
             v => self.segs.metas[v as usize].queue,
         };
-        let other = if first == Queue::Small { Queue::Main } else { Queue::Small };
+        let other = if first == Queue::Small {
+            Queue::Main
+        } else {
+            Queue::Small
+        };
         for q in [first, other] {
             let mut id = self.segs.head_of(q);
             while id != 0 && self.segs.metas[id as usize].queue == q {
@@ -514,7 +541,14 @@ impl Shard {
     /// `v`'s), else of the writer's, and at most one new segment is opened for them; when the
     /// writer writes to that same segment, they leave it `dest.1` bytes. If no segment was
     /// opened, `v`'s buffer becomes the writer's new segment.
-    fn relocate(&mut self, env: &Env<'_>, now: Time, v: u32, dest: Option<Dest>, keep_all: bool) -> bool {
+    fn relocate(
+        &mut self,
+        env: &Env<'_>,
+        now: Time,
+        v: u32,
+        dest: Option<Dest>,
+        keep_all: bool,
+    ) -> bool {
         if v == 0 {
             return false;
         }
@@ -545,8 +579,8 @@ impl Shard {
         // A victim in main that is mostly dead space (overwritten or deleted items) is
         // compacted: all its live items move forward, so churn on a few keys never evicts live
         // data. (In small, only what was read moves on: that is what small is for.)
-        let mostly_dead =
-            keep_all || (vq == Queue::Main && self.segs.metas[v as usize].live_bytes * 2 <= geo.seg_size);
+        let mostly_dead = keep_all
+            || (vq == Queue::Main && self.segs.metas[v as usize].live_bytes * 2 <= geo.seg_size);
         let sized = geo.eviction == Eviction::S3Fifo;
         let reinsert_cap = if sized { REINSERT_CAP } else { u32::MAX };
         let mut off = 0;
@@ -569,7 +603,13 @@ impl Shard {
             let s = self.index.get(pos);
             let expired = hdr.exp != 0 && hdr.exp <= now;
             let cas = geo.use_cas.then(|| self.cas_of(geo, v, off, &hdr));
-            let nh = NewHeader { key_len: hdr.key_len, value_len: hdr.value_len, flags: hdr.flags, exp: hdr.exp, cas };
+            let nh = NewHeader {
+                key_len: hdr.key_len,
+                value_len: hdr.value_len,
+                flags: hdr.flags,
+                exp: hdr.exp,
+                cas,
+            };
             let nlen = nh.total_len();
             let bar = if sized { size_bar(nlen) } else { 0 };
             if !expired && dest.is_some() && (mostly_dead || slot::freq(s) > bar) {
@@ -577,7 +617,11 @@ impl Shard {
                 // in the writer's, an item without a TTL would keep a TTL segment from
                 // expiring whole, and one with a TTL would sit expired in a segment that never
                 // does. The writer's group only when its own is full and a segment was opened.
-                let own = if keep_all { kg } else { geo.ttl_group(ttl_bucket(hdr.exp, now)) };
+                let own = if keep_all {
+                    kg
+                } else {
+                    geo.ttl_group(ttl_bucket(hdr.exp, now))
+                };
                 let fits = |sh: &Shard, g: u8| {
                     let t = sh.active[kq as usize][g as usize];
                     let need = nlen + if g == kg { writer_room } else { 0 };
@@ -602,10 +646,22 @@ impl Shard {
                         at,
                         w,
                         &nh,
-                        Part::Old { seg: v, start: off + kr.start, len: kr.len() },
-                        &[Part::Old { seg: v, start: off + vr.start, len: vr.len() }],
+                        Part::Old {
+                            seg: v,
+                            start: off + kr.start,
+                            len: kr.len(),
+                        },
+                        &[Part::Old {
+                            seg: v,
+                            start: off + vr.start,
+                            len: vr.len(),
+                        }],
                     );
-                    let s = if keep_all { s } else { slot::decayed(s, reinsert_cap) };
+                    let s = if keep_all {
+                        s
+                    } else {
+                        slot::decayed(s, reinsert_cap)
+                    };
                     self.index.set(pos, slot::moved(s, at, w as u32));
                     self.drop_from_victim(v, off, len);
                     self.stats.relocated += 1;
@@ -622,8 +678,18 @@ impl Shard {
                     continue;
                 }
             }
-            let left = if vq == Queue::Small { Left::Small } else { Left::Main };
-            self.forget(pos, s, h, expired, (sized && !keep_all && nlen <= GHOST_MAX_LEN).then_some(left));
+            let left = if vq == Queue::Small {
+                Left::Small
+            } else {
+                Left::Main
+            };
+            self.forget(
+                pos,
+                s,
+                h,
+                expired,
+                (sized && !keep_all && nlen <= GHOST_MAX_LEN).then_some(left),
+            );
             self.drop_from_victim(v, off, len);
             off += len;
         }
@@ -671,7 +737,8 @@ impl Shard {
         if env.geo.evict && self.used() >= env.geo.fair_share / 2 {
             for _ in 0..LARGE_SECOND_CHANCES {
                 let v = self.victim();
-                if v == 0 || !self.segs.metas[v as usize].large || !self.second_chance(env, now, v) {
+                if v == 0 || !self.segs.metas[v as usize].large || !self.second_chance(env, now, v)
+                {
                     break;
                 }
             }
@@ -696,7 +763,11 @@ impl Shard {
         };
         let s = self.index.get(pos);
         let in_main = self.segs.metas[v as usize].queue == Queue::Main;
-        let bar = if env.geo.eviction == Eviction::S3Fifo && in_main { LARGE_BAR } else { 0 };
+        let bar = if env.geo.eviction == Eviction::S3Fifo && in_main {
+            LARGE_BAR
+        } else {
+            0
+        };
         if slot::freq(s) <= bar || (hdr.exp != 0 && hdr.exp <= now) {
             return false;
         }
@@ -742,7 +813,10 @@ impl Shard {
             if let Some(pos) = self.index.find_exact(h, v, 0) {
                 let s = self.index.get(pos);
                 let expired = hdr.exp != 0 && hdr.exp <= now;
-                if let Some(i) = (!expired).then(|| self.demote(env, v, 0, &hdr, h, now)).flatten() {
+                if let Some(i) = (!expired)
+                    .then(|| self.demote(env, v, 0, &hdr, h, now))
+                    .flatten()
+                {
                     // The value goes to flash; the slot stays, naming the flash entry.
                     self.index.set(pos, slot::to_flash(slot::cleared(s), i));
                 } else {
@@ -750,7 +824,8 @@ impl Shard {
                         Queue::Small => Left::Small,
                         Queue::Main => Left::Main,
                     };
-                    let remember = env.geo.eviction == Eviction::S3Fifo && hdr.total_len() <= GHOST_MAX_LEN;
+                    let remember =
+                        env.geo.eviction == Eviction::S3Fifo && hdr.total_len() <= GHOST_MAX_LEN;
                     self.forget(pos, s, h, expired, remember.then_some(left));
                 }
                 self.drop_from_victim(v, 0, hdr.total_len());

@@ -6,12 +6,19 @@ use crate::{Eviction, Mode, Store, StoreConfig};
 
 /// One shard of 1 MiB: segments of 128 KiB, 8 of them.
 fn store(eviction: Eviction) -> Store {
-    Store::new(StoreConfig { mem_limit: 1 << 20, shards: 1, eviction, huge_pages: false, ..Default::default() })
+    Store::new(StoreConfig {
+        mem_limit: 1 << 20,
+        shards: 1,
+        eviction,
+        huge_pages: false,
+        ..Default::default()
+    })
 }
 
 /// Sets `key` to `len` bytes.
 fn put(s: &Store, key: &str, len: usize) {
-    s.store(Mode::Set, key.as_bytes(), 0, 0, &vec![b'v'; len], 1).unwrap();
+    s.store(Mode::Set, key.as_bytes(), 0, 0, &vec![b'v'; len], 1)
+        .unwrap();
 }
 
 /// Whether `key` is stored (a peek: not a read, so no eviction decision changes).
@@ -248,7 +255,10 @@ fn the_split_follows_where_returning_keys_left() {
         }
     }
     let grown = split();
-    assert!(grown >= SPLIT_ONE / 5, "returns from small's ghost grow small: {grown} of {SPLIT_ONE}");
+    assert!(
+        grown >= SPLIT_ONE / 5,
+        "returns from small's ghost grow small: {grown} of {SPLIT_ONE}"
+    );
     // A cycle of sets over 4,800 keys (1.1 times the cache), never read: each key back from
     // the ghost goes to main, leaves it unread, and comes back within the ghost's memory.
     for _ in 0..10 {
@@ -257,7 +267,10 @@ fn the_split_follows_where_returning_keys_left() {
         }
     }
     let shrunk = split();
-    assert!(shrunk < grown / 2 && shrunk <= SPLIT_ONE / 10, "returns from main's ghost shrink small: {grown} -> {shrunk}");
+    assert!(
+        shrunk < grown / 2 && shrunk <= SPLIT_ONE / 10,
+        "returns from main's ghost shrink small: {grown} -> {shrunk}"
+    );
     let st = s.stats();
     assert!(st.mem_used <= st.limit_maxbytes, "{st:?}");
 }
@@ -280,7 +293,8 @@ fn kept_items_stay_in_their_ttl_group() {
         for i in 0..100 {
             let key = format!("new:{round}:{i}");
             let exp = if i % 2 == 0 { 1000 } else { 0 };
-            s.store(Mode::Set, key.as_bytes(), 0, exp, &[b'v'; 200], 1).unwrap();
+            s.store(Mode::Set, key.as_bytes(), 0, exp, &[b'v'; 200], 1)
+                .unwrap();
         }
     }
     assert!(s.stats().evictions > 10_000);
@@ -300,7 +314,10 @@ fn kept_items_stay_in_their_ttl_group() {
     }
     drop(sh);
     assert!((0..300).all(|k| holds(&s, &hot(k))), "the read keys stay");
-    assert!(away * 20 < home, "{away} items without a TTL in TTL segments, {home} in their own");
+    assert!(
+        away * 20 < home,
+        "{away} items without a TTL in TTL segments, {home} in their own"
+    );
 }
 
 /// Under S3-FIFO a key whose item expired after being read goes to main when it is set
@@ -312,8 +329,14 @@ fn a_key_read_before_it_expired_skips_probation_when_set_again() {
     for k in 0..6000 {
         set(&s, k);
     }
-    assert!(s.stats().evictions > 0, "the ghost is used once the shard evicts");
-    let with_ttl = |key: &str, now| s.store(Mode::Set, key.as_bytes(), 0, 5, &[b'v'; 200], now).unwrap();
+    assert!(
+        s.stats().evictions > 0,
+        "the ghost is used once the shard evicts"
+    );
+    let with_ttl = |key: &str, now| {
+        s.store(Mode::Set, key.as_bytes(), 0, 5, &[b'v'; 200], now)
+            .unwrap()
+    };
     let split = || s.shards[0].lock().ghost.split();
     for key in ["read:1", "unread:1", "read:2", "unread:2"] {
         with_ttl(key, 1);
@@ -336,5 +359,9 @@ fn a_key_read_before_it_expired_skips_probation_when_set_again() {
     assert_eq!(queue_of(&s, b"read:2"), Queue::Main);
     assert_eq!(queue_of(&s, b"unread:1"), Queue::Small);
     assert_eq!(queue_of(&s, b"unread:2"), Queue::Small);
-    assert_eq!(split(), before, "an expiry says nothing about small's share");
+    assert_eq!(
+        split(),
+        before,
+        "an expiry says nothing about small's share"
+    );
 }

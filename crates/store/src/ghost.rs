@@ -98,7 +98,6 @@ pub(crate) enum Left {
     Expired,
 }
 
-
 pub(crate) struct Ghost {
     /// Small's target share of the segment bytes, in 1/`SPLIT_ONE`.
     split: u64,
@@ -116,7 +115,12 @@ fn fingerprint(h: u64) -> u32 {
 
 impl Ghost {
     pub fn new() -> Ghost {
-        Ghost { split: SPLIT_MIN, table: Vec::new(), epoch: 0, inserts: 0 }
+        Ghost {
+            split: SPLIT_MIN,
+            table: Vec::new(),
+            epoch: 0,
+            inserts: 0,
+        }
     }
 
     /// Small's target share of the segment bytes, in 1/`SPLIT_ONE`.
@@ -130,7 +134,10 @@ impl Ghost {
         let step = (len as u64 * SPLIT_ONE / bytes.max(1)).max(1);
         self.split = match left {
             Left::Small => (self.split + step).min(SPLIT_MAX),
-            Left::Main => self.split.saturating_sub(step * MAIN_RETURN_WEIGHT).max(SPLIT_MIN),
+            Left::Main => self
+                .split
+                .saturating_sub(step * MAIN_RETURN_WEIGHT)
+                .max(SPLIT_MIN),
             Left::Expired => self.split,
         };
     }
@@ -155,7 +162,9 @@ impl Ghost {
     /// sizes the table.
     pub fn insert(&mut self, h: u64, items: usize, left: Left) {
         let (num, den) = ENTRIES_PER_ITEM;
-        let want = (items * num / den).max(MIN_ENTRIES).next_multiple_of(BUCKET);
+        let want = (items * num / den)
+            .max(MIN_ENTRIES)
+            .next_multiple_of(BUCKET);
         if self.table.len() * 4 < want * 3 {
             // Grown empty: what it remembered was about a smaller cache.
             self.table = vec![0; want];
@@ -260,7 +269,10 @@ mod tests {
         // 6144 inserts are 12 epochs of 512: all but the first epoch's are remembered (but
         // for buckets that filled up and gave their oldest entries away).
         let recent = (512..6144).filter(|&i| g.take(h(i)).is_some()).count();
-        assert!(recent > 5000, "{recent} of the last 5632 inserts remembered");
+        assert!(
+            recent > 5000,
+            "{recent} of the last 5632 inserts remembered"
+        );
         let first = (0..512).filter(|&i| g.take(h(i)).is_some()).count();
         assert!(first < 10, "{first} of the oldest epoch remembered");
         for i in 10_000..30_000 {
@@ -268,7 +280,9 @@ mod tests {
         }
         let old = (10_000..14_000).filter(|&i| g.take(h(i)).is_some()).count();
         assert!(old < 40, "{old} of 4000 old inserts still remembered");
-        let never = (100_000..110_000).filter(|&i| g.take(h(i)).is_some()).count();
+        let never = (100_000..110_000)
+            .filter(|&i| g.take(h(i)).is_some())
+            .count();
         assert!(never < 20, "{never} false positives in 10000");
     }
 

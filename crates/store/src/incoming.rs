@@ -66,7 +66,13 @@ impl Store {
         if !Self::valid_key(key) || key.len() + len > self.geo.item_size_max {
             return None;
         }
-        let nh = NewHeader { key_len: key.len() as u8, value_len: u32::try_from(len).ok()?, flags, exp, cas: None };
+        let nh = NewHeader {
+            key_len: key.len() as u8,
+            value_len: u32::try_from(len).ok()?,
+            flags,
+            exp,
+            cas: None,
+        };
         let total = nh.total_len();
         if total <= self.geo.large_min || crate::budget::large_len(total) > self.budget.limit() {
             return None;
@@ -74,12 +80,25 @@ impl Store {
         let mut buf = self.budget.take_large(total);
         let at = nh.encode(&mut buf[..total]);
         buf[at..at + key.len()].copy_from_slice(key);
-        Some(Incoming { buf, h: Self::hash(key), key_len: key.len(), value_at: at + key.len(), len, total, exp })
+        Some(Incoming {
+            buf,
+            h: Self::hash(key),
+            key_len: key.len(),
+            value_at: at + key.len(),
+            len,
+            total,
+            exp,
+        })
     }
 
     /// Links a received item in, by `mode`'s rules (set, add, replace or cas; the others are
     /// refused with `NotStored`): the same outcomes `store` gives the same value.
-    pub fn finish_value(&self, inc: Incoming, mode: Mode, now: Time) -> Result<StoreOutcome, StoreError> {
+    pub fn finish_value(
+        &self,
+        inc: Incoming,
+        mode: Mode,
+        now: Time,
+    ) -> Result<StoreOutcome, StoreError> {
         if matches!(mode, Mode::Append | Mode::Prepend) {
             self.abandon(inc);
             return Ok(StoreOutcome::NotStored);
@@ -142,7 +161,9 @@ impl Shard {
                 (Mode::Add, Some(_)) | (Mode::Replace, None) => Some(StoreOutcome::NotStored),
                 (Mode::Cas(_), None) => Some(StoreOutcome::NotFound),
                 // As in store: with CAS disabled every CAS is 0 and cas always succeeds.
-                (Mode::Cas(c), Some((_, seg, off, hdr))) if geo.use_cas && self.cas_of(geo, *seg, *off, hdr) != c => {
+                (Mode::Cas(c), Some((_, seg, off, hdr)))
+                    if geo.use_cas && self.cas_of(geo, *seg, *off, hdr) != c =>
+                {
                     Some(StoreOutcome::Exists)
                 }
                 _ => None,
@@ -166,7 +187,9 @@ impl Shard {
             let ttl = env.geo.ttl_group(ttl_bucket(inc.exp, now));
             let q = match &old {
                 Some((_, oseg, _, _)) => self.admit(geo, inc.h, Some(*oseg), inc.total),
-                None => *new_key_queue.get_or_insert_with(|| self.admit(geo, inc.h, None, inc.total)),
+                None => {
+                    *new_key_queue.get_or_insert_with(|| self.admit(geo, inc.h, None, inc.total))
+                }
             };
             self.segs.open(id, inc.buf, true, ttl, q, now);
             let m = &mut self.segs.metas[id as usize];
@@ -185,7 +208,11 @@ impl Shard {
                 None => self.index_insert(inc.h, new_slot),
             }
             self.stats.total_items += 1;
-            let cas = if geo.use_cas { self.derived_cas(id, 0) } else { 0 };
+            let cas = if geo.use_cas {
+                self.derived_cas(id, 0)
+            } else {
+                0
+            };
             return Ok(StoreOutcome::Stored { cas });
         }
         env.budget.give_large(inc.buf);
@@ -202,12 +229,18 @@ mod tests {
     }
 
     fn store_with(mem_mb: usize, eviction: Eviction) -> Store {
-        Store::new(StoreConfig { mem_limit: mem_mb << 20, shards: 4, eviction, ..Default::default() })
+        Store::new(StoreConfig {
+            mem_limit: mem_mb << 20,
+            shards: 4,
+            eviction,
+            ..Default::default()
+        })
     }
 
     /// The received item, as `get` sees it.
     fn read(s: &Store, key: &[u8]) -> Option<(u32, Vec<u8>, u64, u32)> {
-        s.get(key, 1, |it| (it.flags, it.value.to_vec(), it.cas, it.exp)).hit()
+        s.get(key, 1, |it| (it.flags, it.value.to_vec(), it.cas, it.exp))
+            .hit()
     }
 
     fn receive(s: &Store, key: &[u8], fill: u8, len: usize, mode: Mode) -> StoreOutcome {
@@ -222,7 +255,10 @@ mod tests {
         let s = store(64);
         assert!(s.begin_value(b"k", 0, 0, 100).is_none());
         assert!(s.begin_value(b"", 0, 0, 100_000).is_none());
-        assert!(s.begin_value(b"k", 0, 0, 2 << 20).is_none(), "past item_size_max");
+        assert!(
+            s.begin_value(b"k", 0, 0, 2 << 20).is_none(),
+            "past item_size_max"
+        );
         assert!(s.begin_value(b"k", 0, 0, 100_000).is_some());
     }
 
@@ -230,11 +266,16 @@ mod tests {
     fn a_received_item_is_what_store_would_have_made() {
         let (a, b) = (store(64), store(64));
         let value = vec![b'x'; 100_000];
-        let StoreOutcome::Stored { cas } = receive(&a, b"key", b'x', value.len(), Mode::Set) else { panic!() };
+        let StoreOutcome::Stored { cas } = receive(&a, b"key", b'x', value.len(), Mode::Set) else {
+            panic!()
+        };
         b.store(Mode::Set, b"key", 7, 500, &value, 1).unwrap();
         assert_eq!(read(&a, b"key"), Some((7, value.clone(), cas, 500)));
         let (sa, sb) = (a.stats(), b.stats());
-        assert_eq!((sa.curr_items, sa.bytes, sa.large_items, sa.mem_used), (sb.curr_items, sb.bytes, sb.large_items, sb.mem_used));
+        assert_eq!(
+            (sa.curr_items, sa.bytes, sa.large_items, sa.mem_used),
+            (sb.curr_items, sb.bytes, sb.large_items, sb.mem_used)
+        );
     }
 
     #[test]
@@ -258,17 +299,40 @@ mod tests {
     fn add_replace_cas_and_concat_follow_store() {
         let s = store(64);
         let n = 40_000;
-        assert_eq!(receive(&s, b"k", b'a', n, Mode::Replace), StoreOutcome::NotStored);
-        assert_eq!(receive(&s, b"k", b'a', n, Mode::Cas(1)), StoreOutcome::NotFound);
-        assert!(matches!(receive(&s, b"k", b'a', n, Mode::Add), StoreOutcome::Stored { .. }));
-        assert_eq!(receive(&s, b"k", b'b', n, Mode::Add), StoreOutcome::NotStored);
+        assert_eq!(
+            receive(&s, b"k", b'a', n, Mode::Replace),
+            StoreOutcome::NotStored
+        );
+        assert_eq!(
+            receive(&s, b"k", b'a', n, Mode::Cas(1)),
+            StoreOutcome::NotFound
+        );
+        assert!(matches!(
+            receive(&s, b"k", b'a', n, Mode::Add),
+            StoreOutcome::Stored { .. }
+        ));
+        assert_eq!(
+            receive(&s, b"k", b'b', n, Mode::Add),
+            StoreOutcome::NotStored
+        );
         let cas = read(&s, b"k").unwrap().2;
-        assert_eq!(receive(&s, b"k", b'c', n, Mode::Cas(cas + 1)), StoreOutcome::Exists);
+        assert_eq!(
+            receive(&s, b"k", b'c', n, Mode::Cas(cas + 1)),
+            StoreOutcome::Exists
+        );
         assert_eq!(read(&s, b"k").unwrap().1[0], b'a');
-        let StoreOutcome::Stored { cas: new } = receive(&s, b"k", b'd', n, Mode::Cas(cas)) else { panic!() };
+        let StoreOutcome::Stored { cas: new } = receive(&s, b"k", b'd', n, Mode::Cas(cas)) else {
+            panic!()
+        };
         assert_ne!(new, cas);
-        assert!(matches!(receive(&s, b"k", b'e', n, Mode::Replace), StoreOutcome::Stored { .. }));
-        assert_eq!(receive(&s, b"k", b'f', n, Mode::Append), StoreOutcome::NotStored);
+        assert!(matches!(
+            receive(&s, b"k", b'e', n, Mode::Replace),
+            StoreOutcome::Stored { .. }
+        ));
+        assert_eq!(
+            receive(&s, b"k", b'f', n, Mode::Append),
+            StoreOutcome::NotStored
+        );
         assert_eq!(read(&s, b"k").unwrap().1, vec![b'e'; n]);
         assert_eq!(s.stats().curr_items, 1);
     }
@@ -279,7 +343,13 @@ mod tests {
         let limit = s.stats().limit_maxbytes;
         for i in 0..2000u32 {
             let key = format!("key{}", i % 300);
-            let r = receive(&s, key.as_bytes(), i as u8, 60_000 + (i as usize % 7) * 1000, Mode::Set);
+            let r = receive(
+                &s,
+                key.as_bytes(),
+                i as u8,
+                60_000 + (i as usize % 7) * 1000,
+                Mode::Set,
+            );
             assert!(matches!(r, StoreOutcome::Stored { .. }), "{i}: {r:?}");
             assert!(s.stats().mem_used <= limit, "{i}: over the limit");
             assert_eq!(read(&s, key.as_bytes()).unwrap().1[0], i as u8);
@@ -302,7 +372,10 @@ mod tests {
         for i in 100..200 {
             receive(&s, key(i).as_bytes(), 1, 100_000, Mode::Set);
         }
-        let alive = |r: core::ops::Range<u32>| r.filter(|&i| s.peek(key(i).as_bytes(), 1, |_| ()).is_hit()).count();
+        let alive = |r: core::ops::Range<u32>| {
+            r.filter(|&i| s.peek(key(i).as_bytes(), 1, |_| ()).is_hit())
+                .count()
+        };
         let (read_ones, unread) = (alive(0..10), alive(10..20));
         assert!(read_ones > unread, "read {read_ones} vs unread {unread}");
         assert!(s.stats().evictions > 0);
@@ -326,7 +399,9 @@ mod tests {
             receive(&s, key(i).as_bytes(), 1, 100_000, Mode::Set);
             // Two reads of items this phase set among its last 60 (well under the ~150 that fit).
             for _ in 0..2 {
-                rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                rng = rng
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
                 let back = (rng >> 33) as u32 % 60.min(i - 99);
                 let hit = read(&s, key(i - back).as_bytes()).is_some();
                 if i >= 300 {
@@ -344,7 +419,10 @@ mod tests {
         // fifo, measured: 13 of 600 (a read item's spare sends the scan past the unread ones
         // faster than LRU would reach them); 50 of 600 when a spare only took one off a count of 7.
         let (misses, counted) = earlier_phase_gives_way(Eviction::Fifo);
-        assert!(misses * 20 <= counted, "fifo: {misses} of {counted} reads missed");
+        assert!(
+            misses * 20 <= counted,
+            "fifo: {misses} of {counted} reads missed"
+        );
         // s3fifo, measured: 354 of 600 (236 while Small's share was a fixed tenth; its floor
         // is now a twentieth, ghost.rs). The earlier phase's items give way at once (nothing
         // promotes them), but this run's own items must be read within Small's window (a
@@ -353,6 +431,9 @@ mod tests {
         // cannot bring them back. S3-FIFO's known cost (evict.rs); look-aside workloads set
         // after a miss and do not pay it.
         let (misses, counted) = earlier_phase_gives_way(Eviction::S3Fifo);
-        assert!(misses * 5 <= counted * 3, "s3fifo: {misses} of {counted} reads missed");
+        assert!(
+            misses * 5 <= counted * 3,
+            "s3fifo: {misses} of {counted} reads missed"
+        );
     }
 }

@@ -134,7 +134,9 @@ pub(crate) mod slot {
     #[inline]
     pub fn moved(s: u64, seg: u32, off: u32) -> u64 {
         debug_assert!(seg != 0 && seg <= SEG_MAX && off <= OFF_MAX);
-        (s & !((SEG_MAX as u64) << SEG_SHIFT | OFF_MAX as u64)) | ((seg as u64) << SEG_SHIFT) | off as u64
+        (s & !((SEG_MAX as u64) << SEG_SHIFT | OFF_MAX as u64))
+            | ((seg as u64) << SEG_SHIFT)
+            | off as u64
     }
 }
 
@@ -208,7 +210,11 @@ struct Hint {
 /// `Hint::at`'s slot when the chain has no empty slot.
 const FULL: u8 = u8::MAX;
 /// No hint (`Hint::at`).
-const NO_HINT: Pos = Pos { bucket: NONE, prev: NONE, slot: FULL };
+const NO_HINT: Pos = Pos {
+    bucket: NONE,
+    prev: NONE,
+    slot: FULL,
+};
 
 impl Index {
     /// `initial_buckets` is rounded up to a power of two.
@@ -234,7 +240,9 @@ impl Index {
 
     /// Bytes of memory owned (capacities, not lengths: that is what the allocator holds).
     pub fn bytes(&self) -> usize {
-        self.primary.capacity() * BUCKET_BYTES + self.overflow.capacity() * OVF_BYTES + self.scratch.capacity() * 8
+        self.primary.capacity() * BUCKET_BYTES
+            + self.overflow.capacity() * OVF_BYTES
+            + self.scratch.capacity() * 8
     }
     /// Occupied item slots (live plus not-yet-purged dead ones).
     pub fn items(&self) -> usize {
@@ -294,16 +302,43 @@ impl Index {
         loop {
             // Each bucket size gets its own fixed-length scan: over a slice of either length
             // a get hit took 22 more instructions (bench/instructions.sh), with no chain at all.
-            let here = Pos { bucket: handle, prev, slot: FULL };
+            let here = Pos {
+                bucket: handle,
+                prev,
+                slot: FULL,
+            };
             let found = if handle & OVF != 0 {
-                scan(&mut self.overflow[(handle & !OVF) as usize].0, tag, &mut self.items, &mut visit, here, &mut free)
+                scan(
+                    &mut self.overflow[(handle & !OVF) as usize].0,
+                    tag,
+                    &mut self.items,
+                    &mut visit,
+                    here,
+                    &mut free,
+                )
             } else {
-                scan(&mut self.primary[handle as usize], tag, &mut self.items, &mut visit, here, &mut free)
+                scan(
+                    &mut self.primary[handle as usize],
+                    tag,
+                    &mut self.items,
+                    &mut visit,
+                    here,
+                    &mut free,
+                )
             };
             match found {
-                Ok(i) => return Some(Pos { bucket: handle, prev, slot: i as u8 }),
+                Ok(i) => {
+                    return Some(Pos {
+                        bucket: handle,
+                        prev,
+                        slot: i as u8,
+                    })
+                }
                 Err(NONE) => {
-                    self.hint = Hint { h, at: if free.slot == FULL { here } else { free } };
+                    self.hint = Hint {
+                        h,
+                        at: if free.slot == FULL { here } else { free },
+                    };
                     return None;
                 }
                 Err(next) => {
@@ -363,7 +398,12 @@ impl Index {
 
     /// `candidates`' visit of one bucket (fixed length per bucket size, as in `scan`).
     #[inline(always)]
-    fn pick<const N: usize>(&self, b: &[u64; N], tag: u64, f: &mut impl FnMut(u64)) -> Option<*const u8> {
+    fn pick<const N: usize>(
+        &self,
+        b: &[u64; N],
+        tag: u64,
+        f: &mut impl FnMut(u64),
+    ) -> Option<*const u8> {
         let mut next = None;
         for &s in b {
             if s & slot::LINK != 0 {
@@ -390,7 +430,10 @@ impl Index {
                     return self.extend(at.bucket, v);
                 }
                 b[j] = v;
-                return Pos { slot: j as u8, ..at };
+                return Pos {
+                    slot: j as u8,
+                    ..at
+                };
             }
             debug_assert_eq!(self.get(at), 0);
             self.bucket_mut(at.bucket)[at.slot as usize] = v;
@@ -409,7 +452,11 @@ impl Index {
         loop {
             if let Some(i) = self.bucket(handle).iter().position(|&s| s == 0) {
                 self.bucket_mut(handle)[i] = v;
-                return Pos { bucket: handle, prev, slot: i as u8 };
+                return Pos {
+                    bucket: handle,
+                    prev,
+                    slot: i as u8,
+                };
             }
             let last = self.last(handle);
             if last & slot::LINK != 0 {
@@ -432,7 +479,11 @@ impl Index {
         let nb = self.bucket_mut(n);
         nb[0] = last;
         nb[1] = v;
-        Pos { bucket: n, prev: handle, slot: 1 }
+        Pos {
+            bucket: n,
+            prev: handle,
+            slot: 1,
+        }
     }
 
     /// Clears a slot. The chain stays compact: the last entry of the chain moves into the hole,
@@ -659,7 +710,10 @@ fn scan<const N: usize>(
         let s = *e;
         if s == 0 {
             if free.slot == FULL {
-                *free = Pos { slot: i as u8, ..here };
+                *free = Pos {
+                    slot: i as u8,
+                    ..here
+                };
             }
             continue;
         }
@@ -676,7 +730,10 @@ fn scan<const N: usize>(
                 *e = 0;
                 *items -= 1;
                 if free.slot == FULL {
-                    *free = Pos { slot: i as u8, ..here };
+                    *free = Pos {
+                        slot: i as u8,
+                        ..here
+                    };
                 }
             }
         }

@@ -188,7 +188,10 @@ pub(crate) fn decode(buf: &[u8]) -> Header {
     let key_len = buf[1];
     let (value_len, mut p) = match code {
         VLEN_U8 => (VLEN_U8_BASE + buf[2] as u32, 3),
-        VLEN_U16 => (VLEN_U16_BASE + u16::from_le_bytes([buf[2], buf[3]]) as u32, 4),
+        VLEN_U16 => (
+            VLEN_U16_BASE + u16::from_le_bytes([buf[2], buf[3]]) as u32,
+            4,
+        ),
         VLEN_U32 => (u32::from_le_bytes(buf[2..6].try_into().unwrap()), 6),
         inline => (inline as u32, 2),
     };
@@ -208,7 +211,15 @@ pub(crate) fn decode(buf: &[u8]) -> Header {
         cas = u64::from_le_bytes(buf[p..p + 8].try_into().unwrap());
         p += 8;
     }
-    Header { bits, key_len, value_len, flags, exp, cas, header_len: p as u8 }
+    Header {
+        bits,
+        key_len,
+        value_len,
+        flags,
+        exp,
+        cas,
+        header_len: p as u8,
+    }
 }
 
 /// Where the key of the item at `buf[0]` lies: `decode(buf).key_range()` without reading the
@@ -311,14 +322,40 @@ mod tests {
 
     #[test]
     fn small_item_header_is_two_bytes() {
-        let h = NewHeader { key_len: 8, value_len: 8, flags: 0, exp: 0, cas: None };
+        let h = NewHeader {
+            key_len: 8,
+            value_len: 8,
+            flags: 0,
+            exp: 0,
+            cas: None,
+        };
         assert_eq!(h.header_len(), 2);
         roundtrip(h);
-        let h = NewHeader { key_len: 8, value_len: 100, flags: 0, exp: 0, cas: None };
+        let h = NewHeader {
+            key_len: 8,
+            value_len: 100,
+            flags: 0,
+            exp: 0,
+            cas: None,
+        };
         assert_eq!(h.header_len(), 3);
         // Every length at a code boundary takes the bytes the format says.
-        for (vl, len) in [(12, 2), (13, 3), (268, 3), (269, 4), (65_804, 4), (65_805, 6), (u32::MAX, 6)] {
-            let h = NewHeader { key_len: 8, value_len: vl, flags: 0, exp: 0, cas: None };
+        for (vl, len) in [
+            (12, 2),
+            (13, 3),
+            (268, 3),
+            (269, 4),
+            (65_804, 4),
+            (65_805, 6),
+            (u32::MAX, 6),
+        ] {
+            let h = NewHeader {
+                key_len: 8,
+                value_len: vl,
+                flags: 0,
+                exp: 0,
+                cas: None,
+            };
             assert_eq!(h.header_len(), len, "value length {vl}");
             roundtrip(h);
         }
@@ -326,11 +363,36 @@ mod tests {
 
     #[test]
     fn all_fields_roundtrip() {
-        for &vl in &[0u32, 1, 12, 13, 14, 15, 127, 128, 268, 269, 270, 16383, 16384, 65_804, 65_805, 1 << 21, 1 << 28, 1 << 30] {
+        for &vl in &[
+            0u32,
+            1,
+            12,
+            13,
+            14,
+            15,
+            127,
+            128,
+            268,
+            269,
+            270,
+            16383,
+            16384,
+            65_804,
+            65_805,
+            1 << 21,
+            1 << 28,
+            1 << 30,
+        ] {
             for &flags in &[0u32, 1, 127, 128, u32::MAX] {
                 for &exp in &[0u32, 1, u32::MAX] {
                     for cas in [None, Some(0), Some(u64::MAX), Some(0x1234_5678_9abc)] {
-                        roundtrip(NewHeader { key_len: 250, value_len: vl, flags, exp, cas });
+                        roundtrip(NewHeader {
+                            key_len: 250,
+                            value_len: vl,
+                            flags,
+                            exp,
+                            cas,
+                        });
                     }
                 }
             }
@@ -340,7 +402,14 @@ mod tests {
     #[test]
     fn dead_bit_survives_decode() {
         let mut buf = [0u8; 32];
-        NewHeader { key_len: 1, value_len: 3, flags: 7, exp: 9, cas: None }.encode(&mut buf);
+        NewHeader {
+            key_len: 1,
+            value_len: 3,
+            flags: 7,
+            exp: 9,
+            cas: None,
+        }
+        .encode(&mut buf);
         mark_dead(&mut buf);
         let d = decode(&buf);
         assert!(d.is_dead());
@@ -349,7 +418,18 @@ mod tests {
 
     #[test]
     fn varint_lengths_match_encoding() {
-        for v in [0u32, 0x7f, 0x80, 0x3fff, 0x4000, 0x1f_ffff, 0x20_0000, 0xfff_ffff, 0x1000_0000, u32::MAX] {
+        for v in [
+            0u32,
+            0x7f,
+            0x80,
+            0x3fff,
+            0x4000,
+            0x1f_ffff,
+            0x20_0000,
+            0xfff_ffff,
+            0x1000_0000,
+            u32::MAX,
+        ] {
             let mut b = [0u8; 5];
             assert_eq!(write_varint(&mut b, v), varint_len(v));
             assert_eq!(read_varint(&b), (v, varint_len(v)));

@@ -60,12 +60,15 @@ use core::sync::atomic::{AtomicU32, Ordering};
 
 use parking_lot::Mutex;
 
-pub use config::{Eviction, StoreConfig, DEFAULT_SHARDS, MAX_SEGMENT_SIZE, MAX_SHARDS, MIN_SEGMENT_SIZE};
 pub use buf::Pages;
+pub use config::{
+    Eviction, StoreConfig, DEFAULT_SHARDS, MAX_SEGMENT_SIZE, MAX_SHARDS, MIN_SEGMENT_SIZE,
+};
 pub use dump::{DumpCursor, DumpItem, DUMP_BATCH};
 pub use flash::{
-    FlashConfig, FlashError, FlashRef, FlashRestore, FlashSetting, FlashStats, FlashValue, PageStat, Reject as FlashReject, DEFAULT_ITEM_SIZE,
-    DEFAULT_ITEM_AGE, DEFAULT_LOW_TTL, DEFAULT_MAX_FRAG_PERMILLE, DEFAULT_PAGE_SIZE, DEFAULT_RECACHE_RATE, DEFAULT_WBUF_SIZE,
+    FlashConfig, FlashError, FlashRef, FlashRestore, FlashSetting, FlashStats, FlashValue,
+    PageStat, Reject as FlashReject, DEFAULT_ITEM_AGE, DEFAULT_ITEM_SIZE, DEFAULT_LOW_TTL,
+    DEFAULT_MAX_FRAG_PERMILLE, DEFAULT_PAGE_SIZE, DEFAULT_RECACHE_RATE, DEFAULT_WBUF_SIZE,
     MAX_PAGE_SIZE,
 };
 pub use incoming::Incoming;
@@ -105,17 +108,35 @@ impl Store {
 
     /// A store as configured; the error says why the flash file could not be used.
     pub fn open(cfg: StoreConfig) -> Result<Store, FlashError> {
-        let flash = cfg.flash.as_ref().map(Flash::open).transpose()?.map(Box::new);
+        let flash = cfg
+            .flash
+            .as_ref()
+            .map(Flash::open)
+            .transpose()?
+            .map(Box::new);
         let geo = Geometry::new(&cfg);
         let budget = Budget::new(geo.limit, geo.seg_size, geo.huge_pages);
-        let shards: Box<[Mutex<Shard>]> =
-            (0..geo.shards).map(|i| Mutex::new(Shard::new(i as u64, &geo, &budget))).collect();
-        Ok(Store { shards, geo, budget, seen: AtomicU32::new(0), flash })
+        let shards: Box<[Mutex<Shard>]> = (0..geo.shards)
+            .map(|i| Mutex::new(Shard::new(i as u64, &geo, &budget)))
+            .collect();
+        Ok(Store {
+            shards,
+            geo,
+            budget,
+            seen: AtomicU32::new(0),
+            flash,
+        })
     }
 
     #[inline]
     fn env(&self, me: usize) -> Env<'_> {
-        Env { geo: &self.geo, budget: &self.budget, shards: &self.shards, me, flash: self.flash.as_deref() }
+        Env {
+            geo: &self.geo,
+            budget: &self.budget,
+            shards: &self.shards,
+            me,
+            flash: self.flash.as_deref(),
+        }
     }
 
     #[inline]
@@ -214,7 +235,12 @@ impl Store {
     /// [`Store::read_flash`] (no lock, may block on the disk), then finish with
     /// [`Store::finish_get`].
     #[inline(always)]
-    pub fn get_located<R, F: FnOnce(Item<'_>) -> R>(&self, key: &[u8], now: Time, f: F) -> Located<R, F> {
+    pub fn get_located<R, F: FnOnce(Item<'_>) -> R>(
+        &self,
+        key: &[u8],
+        now: Time,
+        f: F,
+    ) -> Located<R, F> {
         if !Self::valid_key(key) {
             return Located::Done(Lookup::Miss);
         }
@@ -238,7 +264,8 @@ impl Store {
         now: Time,
         f: F,
     ) -> Lookup<R> {
-        self.complete_flash(key, fref, fetched, read, now, true, f).unwrap_or(Lookup::Miss)
+        self.complete_flash(key, fref, fetched, read, now, true, f)
+            .unwrap_or(Lookup::Miss)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -272,7 +299,10 @@ impl Store {
             pages: None,
         };
         let r = f(it);
-        let fl = self.flash.as_deref().expect("a FlashRef comes from the flash tier");
+        let fl = self
+            .flash
+            .as_deref()
+            .expect("a FlashRef comes from the flash tier");
         if recache && fl.recache_due() {
             let back = self.with_shard(fref.h, now, |s, env| {
                 let ok = s.recache(env, key, &fref, &v, now);
@@ -281,7 +311,9 @@ impl Store {
                 ok
             });
             if back {
-                fl.counters().recache_from_extstore.fetch_add(1, Ordering::Relaxed);
+                fl.counters()
+                    .recache_from_extstore
+                    .fetch_add(1, Ordering::Relaxed);
             }
         }
         Ok(Lookup::Hit(r))
@@ -301,7 +333,11 @@ impl Store {
     /// [`Store::read_flash`] if it needs no disk I/O (the record in a write buffer or in the
     /// page cache): an event loop may call it. None: the record must be read from the disk,
     /// with `read_flash` where waiting is fine (nothing is counted then).
-    pub fn read_flash_cached(&self, fref: &FlashRef, key: &[u8]) -> Option<Result<FlashValue, FlashReject>> {
+    pub fn read_flash_cached(
+        &self,
+        fref: &FlashRef,
+        key: &[u8],
+    ) -> Option<Result<FlashValue, FlashReject>> {
         let fl = self.flash.as_deref()?;
         let mut rec = Vec::new();
         let read = match fl.read_cached(&fref.loc, &mut rec) {
@@ -329,7 +365,11 @@ impl Store {
         match r {
             Ok((meta, value)) => Ok(FlashValue { rec, meta, value }),
             Err(e) => {
-                let n = if e == FlashReject::BadCrc { &c.badcrc_from_extstore } else { &c.miss_from_extstore };
+                let n = if e == FlashReject::BadCrc {
+                    &c.badcrc_from_extstore
+                } else {
+                    &c.miss_from_extstore
+                };
                 n.fetch_add(1, Ordering::Relaxed);
                 Err(e)
             }
@@ -411,7 +451,9 @@ impl Store {
                         it.fetched = index::slot::fetched(s.index.get(pos));
                         Lookup::Hit(f(it))
                     }
-                    Found::Flash { pos, fref } => return Err((fref, index::slot::fetched(s.index.get(pos)), f)),
+                    Found::Flash { pos, fref } => {
+                        return Err((fref, index::slot::fetched(s.index.get(pos)), f))
+                    }
                     Found::Dead(segment::DeadReason::Expired) => Lookup::Expired,
                     Found::Dead(segment::DeadReason::Flushed) => Lookup::Flushed,
                     Found::Absent => Lookup::Miss,
@@ -419,10 +461,12 @@ impl Store {
             });
             match r {
                 Ok(l) => return l,
-                Err((fref, fetched, g)) => match self.finish_flash(key, fref, fetched, now, false, g) {
-                    Ok(l) => return l,
-                    Err(g) => f = g,
-                },
+                Err((fref, fetched, g)) => {
+                    match self.finish_flash(key, fref, fetched, now, false, g) {
+                        Ok(l) => return l,
+                        Err(g) => f = g,
+                    }
+                }
             }
         }
         Lookup::Miss
@@ -523,7 +567,9 @@ impl Store {
             // These need the old value (or to know it exists): bring a flashed one back.
             self.promote(h, key, now);
         }
-        self.with_shard(h, now, |s, env| s.store(env, h, mode, key, flags, exp, value, now, cas_in))
+        self.with_shard(h, now, |s, env| {
+            s.store(env, h, mode, key, flags, exp, value, now, cas_in)
+        })
     }
 
     pub fn delete(&self, key: &[u8], now: Time) -> bool {
@@ -548,7 +594,8 @@ impl Store {
                     Ok(deleted) => return deleted,
                     Err(fref) => fref,
                 };
-                let live = matches!(self.read_flash(&fref, key), Ok(v) if v.exp() == 0 || v.exp() > now);
+                let live =
+                    matches!(self.read_flash(&fref, key), Ok(v) if v.exp() == 0 || v.exp() > now);
                 let gone = self.with_shard(h, now, |s, env| {
                     let pos = s.refind_flash(env, key, &fref, now)?;
                     s.remove_flash(env, pos, &fref);
@@ -611,7 +658,9 @@ impl Store {
         }
         let h = Self::hash(key);
         self.promote(h, key, now);
-        self.with_shard(h, now, |s, env| s.delta(env, h, key, incr, delta, now, parse, pad))
+        self.with_shard(h, now, |s, env| {
+            s.delta(env, h, key, incr, delta, now, parse, pad)
+        })
     }
 
     /// Invalidates everything written before the store first sees `now >= at`. O(shards) here;
@@ -643,7 +692,11 @@ impl Store {
         st.segments_free =
             (self.budget.limit().saturating_sub(self.budget.used()) / self.geo.seg_size) as u64;
         st.flash = self.flash.as_ref().map(|f| {
-            let mut fs = FlashStats { entries: st.flash_items, entry_bytes: st.flash_entry_bytes, ..Default::default() };
+            let mut fs = FlashStats {
+                entries: st.flash_items,
+                entry_bytes: st.flash_entry_bytes,
+                ..Default::default()
+            };
             f.add_stats(&mut fs);
             fs
         });

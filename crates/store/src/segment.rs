@@ -42,7 +42,11 @@ pub(crate) fn ttl_bucket(exp: Time, now: Time) -> u8 {
     }
     let ttl = exp - now;
     let l = 31 - ttl.leading_zeros();
-    let sub = if l >= 2 { (ttl >> (l - 2)) & 3 } else { ttl & 3 };
+    let sub = if l >= 2 {
+        (ttl >> (l - 2)) & 3
+    } else {
+        ttl & 3
+    };
     (2 + l * 4 + sub) as u8
 }
 
@@ -272,7 +276,16 @@ impl SegTable {
         }
         let m = &mut self.metas[id as usize];
         debug_assert_eq!(m.state, SegState::Free);
-        *m = SegMeta { data, seq, ttl, large, queue: q, opened: now, state: SegState::Live, ..SegMeta::empty() };
+        *m = SegMeta {
+            data,
+            seq,
+            ttl,
+            large,
+            queue: q,
+            opened: now,
+            state: SegState::Live,
+            ..SegMeta::empty()
+        };
         self.push_tail(id);
     }
 
@@ -439,7 +452,10 @@ mod tests {
         // retire with references left -> Dead, id reserved
         t.metas[ids[1] as usize].items = 2;
         assert_eq!(t.retire(ids[1], DeadReason::Expired).len(), 64);
-        assert_eq!(t.metas[ids[1] as usize].state, SegState::Dead(DeadReason::Expired));
+        assert_eq!(
+            t.metas[ids[1] as usize].state,
+            SegState::Dead(DeadReason::Expired)
+        );
         assert_eq!(t.dead_refs, 2);
         let fresh = t.alloc_id().unwrap();
         assert!(!ids.contains(&fresh));
@@ -479,12 +495,22 @@ mod tests {
         let mut t = SegTable::new();
         let ids: Vec<u32> = (0..4).map(|_| t.alloc_id().unwrap()).collect();
         t.open(ids[0], SegBuf::zeroed(64), false, 0, Queue::Small, 0);
-        assert_eq!((t.head(), t.head_of(Queue::Main), t.small_bytes), (ids[0], 0, 64));
+        assert_eq!(
+            (t.head(), t.head_of(Queue::Main), t.small_bytes),
+            (ids[0], 0, 64)
+        );
         t.open(ids[1], SegBuf::zeroed(64), false, 0, Queue::Main, 0);
         t.open(ids[2], SegBuf::zeroed(64), false, 0, Queue::Small, 0);
         t.open(ids[3], SegBuf::zeroed(64), false, 0, Queue::Main, 0);
         assert_eq!(t.live_ids(), vec![ids[1], ids[3], ids[0], ids[2]]);
-        assert_eq!((t.head_of(Queue::Small), t.head_of(Queue::Main), t.small_bytes), (ids[0], ids[1], 128));
+        assert_eq!(
+            (
+                t.head_of(Queue::Small),
+                t.head_of(Queue::Main),
+                t.small_bytes
+            ),
+            (ids[0], ids[1], 128)
+        );
         // Promotion: the Small head moves to Main's tail.
         t.move_to_tail(ids[0], Queue::Main);
         assert_eq!(t.live_ids(), vec![ids[1], ids[3], ids[0], ids[2]]);

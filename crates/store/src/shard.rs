@@ -15,9 +15,9 @@ pub(crate) use write::Reserve;
 use parking_lot::Mutex;
 
 use crate::budget::Budget;
+use crate::config::{Eviction, Geometry};
 use crate::flash::entries::{self, Entries};
 use crate::flash::{Flash, FlashRef};
-use crate::config::{Eviction, Geometry};
 use crate::ghost::{Ghost, Left};
 use crate::index::{slot, Index, Pos, Visit};
 use crate::item::{self, Header, NewHeader};
@@ -64,9 +64,17 @@ pub(crate) struct Shard {
 }
 
 pub(crate) enum Found {
-    Live { pos: Pos, seg: u32, off: usize, hdr: Header },
+    Live {
+        pos: Pos,
+        seg: u32,
+        off: usize,
+        hdr: Header,
+    },
     /// The key's value is on flash (by its 55 hash bits; the read checks the key).
-    Flash { pos: Pos, fref: FlashRef },
+    Flash {
+        pos: Pos,
+        fref: FlashRef,
+    },
     Dead(DeadReason),
     Absent,
 }
@@ -75,7 +83,11 @@ pub(crate) enum Found {
 pub(crate) enum Part<'a> {
     Bytes(&'a [u8]),
     /// Bytes already in a segment (append/prepend, touch and eviction moves).
-    Old { seg: u32, start: usize, len: usize },
+    Old {
+        seg: u32,
+        start: usize,
+        len: usize,
+    },
     /// memcached's decr pads with spaces.
     Spaces(usize),
 }
@@ -188,7 +200,8 @@ impl Shard {
 
     /// Charges (or refunds) index and metadata growth.
     pub fn sync_overhead(&mut self, env: &Env<'_>) {
-        let cur = self.index.bytes() + self.segs.meta_bytes() + self.ghost.bytes() + self.flash.bytes();
+        let cur =
+            self.index.bytes() + self.segs.meta_bytes() + self.ghost.bytes() + self.flash.bytes();
         if cur > self.overhead {
             env.budget.force_add(cur - self.overhead);
         } else if cur < self.overhead {
@@ -230,7 +243,8 @@ impl Shard {
         if !geo.use_cas {
             return 0;
         }
-        hdr.explicit_cas().unwrap_or_else(|| self.derived_cas(seg, off))
+        hdr.explicit_cas()
+            .unwrap_or_else(|| self.derived_cas(seg, off))
     }
 
     /// Looks a key up. Slots with the key's tag that point at dead segments are dropped on the
@@ -264,7 +278,14 @@ impl Shard {
     /// was recycled. `dead`: what the first walk dropped.
     #[cold]
     #[inline(never)]
-    fn find_flashed(&mut self, env: &Env<'_>, h: u64, key: &[u8], now: Time, dead: Option<DeadReason>) -> Found {
+    fn find_flashed(
+        &mut self,
+        env: &Env<'_>,
+        h: u64,
+        key: &[u8],
+        now: Time,
+        dead: Option<DeadReason>,
+    ) -> Found {
         let segs = &mut self.segs;
         let stats = &mut self.stats;
         let flash = &mut self.flash;
@@ -281,8 +302,14 @@ impl Shard {
             Some(hdr) => self.live(env, pos, h, hdr, now),
             None => {
                 let entry = slot::flash_entry(self.index.get(pos));
-                let (_, loc) = self.flash.get(entry).expect("visit_flash matched a live entry");
-                Found::Flash { pos, fref: FlashRef { h, entry, loc } }
+                let (_, loc) = self
+                    .flash
+                    .get(entry)
+                    .expect("visit_flash matched a live entry");
+                Found::Flash {
+                    pos,
+                    fref: FlashRef { h, entry, loc },
+                }
             }
         }
     }
@@ -292,7 +319,8 @@ impl Shard {
     /// probation again: a key read before its TTL ran out is likely read again after.
     fn expired_read(&mut self, env: &Env<'_>, h: u64) {
         if env.geo.eviction == Eviction::S3Fifo && self.stats.evictions > 0 {
-            self.ghost.insert(h, self.stats.curr_items as usize, Left::Expired);
+            self.ghost
+                .insert(h, self.stats.curr_items as usize, Left::Expired);
         }
     }
 
@@ -372,7 +400,8 @@ impl Shard {
         self.stats.curr_items -= 1;
         self.stats.bytes -= len as u64;
         if m.items == 0 && !m.active {
-            env.budget.release(self.segs.retire(seg, DeadReason::Expired));
+            env.budget
+                .release(self.segs.retire(seg, DeadReason::Expired));
         }
     }
 

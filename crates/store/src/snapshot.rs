@@ -83,8 +83,22 @@ struct Format {
     salt: u64,
 }
 
-const V1: Format = Format { version: 1, header_len: 40, block_magic: b"BLK1", block_header_len: 20, end_magic: b"END1", salt: 0 };
-const V2: Format = Format { version: 2, header_len: 48, block_magic: b"BLK2", block_header_len: 24, end_magic: b"END2", salt: 0 };
+const V1: Format = Format {
+    version: 1,
+    header_len: 40,
+    block_magic: b"BLK1",
+    block_header_len: 20,
+    end_magic: b"END1",
+    salt: 0,
+};
+const V2: Format = Format {
+    version: 2,
+    header_len: 48,
+    block_magic: b"BLK2",
+    block_header_len: 24,
+    end_magic: b"END2",
+    salt: 0,
+};
 
 impl Format {
     fn of(version: u32) -> Option<Format> {
@@ -124,13 +138,18 @@ impl Format {
     }
 
     fn payload_sum(&self, lens: &[u8], payload: &[u8]) -> u64 {
-        xxh3_64_with_seed(payload, self.salt ^ u64::from_le_bytes(lens.try_into().unwrap()))
+        xxh3_64_with_seed(
+            payload,
+            self.salt ^ u64::from_le_bytes(lens.try_into().unwrap()),
+        )
     }
 
     /// Whether a block header (its full length) can be trusted for its length. Version 1
     /// headers carry no sum of their own: only the magic says anything.
     fn header_ok(&self, h: &[u8]) -> bool {
-        &h[0..4] == self.block_magic && (self.version == 1 || u32::from_le_bytes(h[12..16].try_into().unwrap()) == self.head_sum(&h[..12]))
+        &h[0..4] == self.block_magic
+            && (self.version == 1
+                || u32::from_le_bytes(h[12..16].try_into().unwrap()) == self.head_sum(&h[..12]))
     }
 
     fn payload_ok(&self, h: &[u8], payload: &[u8]) -> bool {
@@ -158,15 +177,18 @@ impl Format {
 
     /// The block count of a sound end record.
     fn end_ok(&self, end: &[u8]) -> Option<u32> {
-        (&end[0..4] == self.end_magic && u64::from_le_bytes(end[16..24].try_into().unwrap()) == self.end_sum(&end[..16]))
-            .then(|| u32::from_le_bytes(end[4..8].try_into().unwrap()))
+        (&end[0..4] == self.end_magic
+            && u64::from_le_bytes(end[16..24].try_into().unwrap()) == self.end_sum(&end[..16]))
+        .then(|| u32::from_le_bytes(end[4..8].try_into().unwrap()))
     }
 }
 
 /// A salt no client can predict: std's RandomState is keyed from the OS's random source.
 fn fresh_salt() -> u64 {
     use std::hash::BuildHasher;
-    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
     std::collections::hash_map::RandomState::new().hash_one(t)
 }
 
@@ -273,16 +295,29 @@ pub struct Frozen<'a> {
 impl Store {
     /// Locks every shard (in order; nothing else ever waits for a second shard's lock).
     pub fn freeze(&self) -> Frozen<'_> {
-        Frozen { store: self, shards: self.shards.iter().map(|s| s.lock()).collect() }
+        Frozen {
+            store: self,
+            shards: self.shards.iter().map(|s| s.lock()).collect(),
+        }
     }
 
     /// `freeze().write_snapshot(...)`, unfrozen after.
-    pub fn write_snapshot(&self, out: impl Write, now: Time, origin: u64) -> io::Result<SnapshotStats> {
+    pub fn write_snapshot(
+        &self,
+        out: impl Write,
+        now: Time,
+        origin: u64,
+    ) -> io::Result<SnapshotStats> {
         self.freeze().write_snapshot(out, now, origin)
     }
 
     /// `freeze().write_snapshot_file(...)`, unfrozen after.
-    pub fn write_snapshot_file(&self, path: &Path, now: Time, origin: u64) -> io::Result<SnapshotStats> {
+    pub fn write_snapshot_file(
+        &self,
+        path: &Path,
+        now: Time,
+        origin: u64,
+    ) -> io::Result<SnapshotStats> {
         self.freeze().write_snapshot_file(path, now, origin)
     }
 }
@@ -290,12 +325,31 @@ impl Store {
 impl Frozen<'_> {
     /// Writes every live item to `out` (format above). `now` is the store's clock and `origin`
     /// the unix time of its 0.
-    pub fn write_snapshot(&mut self, out: impl Write, now: Time, origin: u64) -> io::Result<SnapshotStats> {
-        let fmt = Format { salt: fresh_salt(), ..V2 };
-        let mut w = BlockWriter { out, fmt, payload: Vec::with_capacity(2 * BLOCK_TARGET), items: 0, stats: SnapshotStats::default() };
+    pub fn write_snapshot(
+        &mut self,
+        out: impl Write,
+        now: Time,
+        origin: u64,
+    ) -> io::Result<SnapshotStats> {
+        let fmt = Format {
+            salt: fresh_salt(),
+            ..V2
+        };
+        let mut w = BlockWriter {
+            out,
+            fmt,
+            payload: Vec::with_capacity(2 * BLOCK_TARGET),
+            items: 0,
+            stats: SnapshotStats::default(),
+        };
         // A bound on every CAS handed out so far: every derived CAS is below (next segment
         // sequence << 28), and explicit ones are copies of derived ones.
-        let floor = self.shards.iter().map(|s| s.segs.next_seq() << 28).max().unwrap_or(0);
+        let floor = self
+            .shards
+            .iter()
+            .map(|s| s.segs.next_seq() << 28)
+            .max()
+            .unwrap_or(0);
         let mut head = vec![0u8; fmt.header_len];
         head[0..8].copy_from_slice(MAGIC);
         head[8..12].copy_from_slice(&VERSION.to_le_bytes());
@@ -324,8 +378,12 @@ impl Frozen<'_> {
                 let mut locs = Vec::new();
                 s.flash.each(|_, loc| locs.push(loc));
                 for loc in locs {
-                    let Ok(gen) = f.read(&loc, &mut rec) else { continue };
-                    let Ok((key, v)) = f.verify_any(&rec, loc.page, gen) else { continue };
+                    let Ok(gen) = f.read(&loc, &mut rec) else {
+                        continue;
+                    };
+                    let Ok((key, v)) = f.verify_any(&rec, loc.page, gen) else {
+                        continue;
+                    };
                     if v.meta.exp != 0 && v.meta.exp <= now {
                         continue;
                     }
@@ -344,7 +402,12 @@ impl Frozen<'_> {
                         if hdr.is_dead() || (hdr.exp != 0 && hdr.exp <= now) {
                             continue;
                         }
-                        w.item(&d[hdr.key_range()], hdr.flags, to_unix(exp(hdr.exp), origin), &d[hdr.value_range()])?;
+                        w.item(
+                            &d[hdr.key_range()],
+                            hdr.flags,
+                            to_unix(exp(hdr.exp), origin),
+                            &d[hdr.value_range()],
+                        )?;
                     }
                 }
                 id = s.segs.next_of(id);
@@ -361,7 +424,12 @@ impl Frozen<'_> {
     /// Writes the snapshot to `path` safely: to `path.tmp` first, synced, then renamed over
     /// `path`, so a crash mid-write leaves the previous snapshot (or none), never half of one.
     /// A write that fails removes `path.tmp`.
-    pub fn write_snapshot_file(&mut self, path: &Path, now: Time, origin: u64) -> io::Result<SnapshotStats> {
+    pub fn write_snapshot_file(
+        &mut self,
+        path: &Path,
+        now: Time,
+        origin: u64,
+    ) -> io::Result<SnapshotStats> {
         let mut tmp = path.as_os_str().to_owned();
         tmp.push(".tmp");
         let tmp = std::path::PathBuf::from(tmp);
@@ -452,7 +520,10 @@ impl<R: Read> Window<R> {
                 }
             }
             let a = self.avail();
-            let Some(i) = a.windows(4).position(|m| m == fmt.block_magic || m == fmt.end_magic) else {
+            let Some(i) = a
+                .windows(4)
+                .position(|m| m == fmt.block_magic || m == fmt.end_magic)
+            else {
                 self.advance(a.len() - 3);
                 continue;
             };
@@ -473,8 +544,20 @@ impl Store {
     /// Reads a snapshot written by `write_snapshot` into this store (meant for an empty store
     /// at start; items set meanwhile are overwritten by the file's). `len` is the input's
     /// length in bytes (a block claiming more is damage, not a reason to allocate).
-    pub fn restore_snapshot(&self, input: impl Read, len: u64, now: Time, origin: u64) -> Result<RestoreReport, SnapshotError> {
-        let mut w = Window { input, buf: Vec::new(), at: 0, end: 0, pos: 0 };
+    pub fn restore_snapshot(
+        &self,
+        input: impl Read,
+        len: u64,
+        now: Time,
+        origin: u64,
+    ) -> Result<RestoreReport, SnapshotError> {
+        let mut w = Window {
+            input,
+            buf: Vec::new(),
+            at: 0,
+            end: 0,
+            pos: 0,
+        };
         if !w.fill(12)? || &w.avail()[0..8] != MAGIC {
             return Err(SnapshotError::BadMagic);
         }
@@ -496,7 +579,10 @@ impl Store {
         w.advance(fmt.header_len);
         let now_unix = origin + u64::from(now);
         let bh = fmt.block_header_len;
-        let mut report = RestoreReport { written_unix, ..RestoreReport::default() };
+        let mut report = RestoreReport {
+            written_unix,
+            ..RestoreReport::default()
+        };
         let (mut good, mut damaged) = (0u32, 0u32);
         // Items the restore pushes out of RAM wait for a flash write buffer rather than being
         // evicted for want of one; what is evicted anyway (the file larger than RAM and flash
@@ -508,7 +594,9 @@ impl Store {
             let pos = w.pos;
             let ended = |e: io::Result<bool>| match e {
                 Ok(true) => None,
-                Ok(false) => Some(format!("the file ends at byte {pos}, inside what begins there")),
+                Ok(false) => Some(format!(
+                    "the file ends at byte {pos}, inside what begins there"
+                )),
                 Err(e) => Some(format!("reading byte {pos}: {e}")),
             };
             if let Some(why) = ended(w.fill(4)) {
@@ -537,7 +625,9 @@ impl Store {
                 if !fmt.header_ok(h) {
                     format!("the block header at byte {pos} is damaged")
                 } else if pos + (bh + plen) as u64 > len {
-                    report.stopped = Some(format!("the block at byte {pos} runs past the end of the file"));
+                    report.stopped = Some(format!(
+                        "the block at byte {pos} runs past the end of the file"
+                    ));
                     break;
                 } else {
                     if let Some(why) = ended(w.fill(bh + plen)) {
@@ -599,7 +689,14 @@ impl Store {
         st.evictions + st.flash.map_or(0, |f| f.objects_evicted)
     }
 
-    fn restore_block(&self, mut p: &[u8], now: Time, now_unix: u64, origin: u64, report: &mut RestoreReport) {
+    fn restore_block(
+        &self,
+        mut p: &[u8],
+        now: Time,
+        now_unix: u64,
+        origin: u64,
+        report: &mut RestoreReport,
+    ) {
         while p.len() >= ITEM_HEADER_LEN {
             let klen = p[0] as usize;
             let flags = u32::from_le_bytes(p[1..5].try_into().unwrap());

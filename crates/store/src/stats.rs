@@ -22,7 +22,11 @@ pub(crate) struct Counters {
 impl Counters {
     /// `stats reset` keeps the gauges (curr_items, bytes) and zeroes the rest.
     pub fn reset(&mut self) {
-        *self = Counters { curr_items: self.curr_items, bytes: self.bytes, ..Default::default() };
+        *self = Counters {
+            curr_items: self.curr_items,
+            bytes: self.bytes,
+            ..Default::default()
+        };
     }
 }
 

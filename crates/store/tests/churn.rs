@@ -8,7 +8,11 @@ use mnemo_store::{Lookup, Mode, Store, StoreConfig};
 
 #[test]
 fn churn_on_few_keys_with_many_ttls_never_evicts() {
-    let store = Store::new(StoreConfig { mem_limit: 64 << 20, item_size_max: 1024, ..StoreConfig::default() });
+    let store = Store::new(StoreConfig {
+        mem_limit: 64 << 20,
+        item_size_max: 1024,
+        ..StoreConfig::default()
+    });
     let mut now = 100;
     let mut x: u64 = 1;
     let mut want: HashMap<String, String> = HashMap::new();
@@ -22,7 +26,9 @@ fn churn_on_few_keys_with_many_ttls_never_evicts() {
             store.touch(key.as_bytes(), now + 100 + (x % 1000) as u32, now);
         } else {
             let v = format!("{i}");
-            assert!(store.store(Mode::Set, key.as_bytes(), 0, 0, v.as_bytes(), now).is_ok());
+            assert!(store
+                .store(Mode::Set, key.as_bytes(), 0, 0, v.as_bytes(), now)
+                .is_ok());
             want.insert(key, v);
         }
         if i % 10_000 == 0 {
@@ -41,23 +47,37 @@ fn churn_on_few_keys_with_many_ttls_never_evicts() {
 
 #[test]
 fn lowering_the_limit_trims_memory_and_raising_it_lets_more_in() {
-    let store = Store::new(StoreConfig { mem_limit: 64 << 20, item_size_max: 1 << 20, ..StoreConfig::default() });
+    let store = Store::new(StoreConfig {
+        mem_limit: 64 << 20,
+        item_size_max: 1 << 20,
+        ..StoreConfig::default()
+    });
     let v = vec![b'v'; 1000];
     for i in 0..40_000u32 {
-        store.store(Mode::Set, format!("a{i}").as_bytes(), 0, 0, &v, 100).unwrap();
+        store
+            .store(Mode::Set, format!("a{i}").as_bytes(), 0, 0, &v, 100)
+            .unwrap();
     }
     assert!(store.stats().mem_used > 32 << 20);
     store.set_mem_limit(16 << 20);
     // Each shard trims on its next operation.
     for i in 0..4_000u32 {
-        store.store(Mode::Set, format!("b{i}").as_bytes(), 0, 0, &v, 100).unwrap();
+        store
+            .store(Mode::Set, format!("b{i}").as_bytes(), 0, 0, &v, 100)
+            .unwrap();
     }
     let st = store.stats();
     assert_eq!(st.limit_maxbytes, 16 << 20);
-    assert!(st.mem_used <= 16 << 20, "{} bytes used over a 16 MiB limit", st.mem_used);
+    assert!(
+        st.mem_used <= 16 << 20,
+        "{} bytes used over a 16 MiB limit",
+        st.mem_used
+    );
     store.set_mem_limit(64 << 20);
     for i in 0..40_000u32 {
-        store.store(Mode::Set, format!("c{i}").as_bytes(), 0, 0, &v, 100).unwrap();
+        store
+            .store(Mode::Set, format!("c{i}").as_bytes(), 0, 0, &v, 100)
+            .unwrap();
     }
     assert!(store.stats().mem_used > 32 << 20);
 }

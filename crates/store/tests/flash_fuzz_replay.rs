@@ -12,7 +12,10 @@ mod rng;
 use rng::Rng;
 
 fn cases() -> u64 {
-    std::env::var("FUZZ_REPLAY_CASES").ok().and_then(|s| s.parse().ok()).unwrap_or(40)
+    std::env::var("FUZZ_REPLAY_CASES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(40)
 }
 
 #[test]
@@ -24,7 +27,10 @@ fn seeded_damage() {
         if std::panic::catch_unwind(|| flash_check::check(&data)).is_err() {
             let path = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("flash_replay_{i}.bin"));
             std::fs::write(&path, &data).expect("write failing input");
-            panic!("case {i} failed (panic above); input saved to {}", path.display());
+            panic!(
+                "case {i} failed (panic above); input saved to {}",
+                path.display()
+            );
         }
     }
 }
@@ -38,7 +44,9 @@ fn undamaged() {
 #[test]
 fn saved_regressions() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/regressions/flash_read");
-    let Ok(entries) = std::fs::read_dir(&dir) else { return };
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return;
+    };
     for e in entries {
         let path = e.unwrap().path();
         if path.extension().is_some_and(|x| x == "md") {

@@ -17,7 +17,10 @@ mod rng;
 use rng::Rng;
 
 fn cases() -> u64 {
-    std::env::var("FUZZ_REPLAY_CASES").ok().and_then(|s| s.parse().ok()).unwrap_or(2000)
+    std::env::var("FUZZ_REPLAY_CASES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(2000)
 }
 
 fn replay_seeded(regime: Regime, salt: u64, share: u64) {
@@ -62,8 +65,12 @@ fn seeded_flash_regime() {
 
 /// Replays the inputs saved in `dir` (its files; folders are other regimes') in `regime`.
 fn replay_saved(dir: &str, regime: Option<Regime>) {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/regressions").join(dir);
-    let Ok(entries) = std::fs::read_dir(&dir) else { return };
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fuzz/regressions")
+        .join(dir);
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return;
+    };
     for e in entries {
         let path = e.expect("dir entry").path();
         if path.is_dir() {
@@ -93,11 +100,19 @@ fn saved_fuzz_inputs_flash() {
 #[test]
 fn flash_seeds_reach_their_paths() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/seeds/store_model_flash");
-    let run = |name: &str| model_check::check(&std::fs::read(dir.join(name)).expect("seed"), Some(Regime::Flash));
+    let run = |name: &str| {
+        model_check::check(
+            &std::fs::read(dir.join(name)).expect("seed"),
+            Some(Regime::Flash),
+        )
+    };
     let r = run("low-ttl-pages-expire");
     assert!(r.pages_expired > 0 && r.vanished == 0, "{r:?}");
     let r = run("drop-unread-compaction");
-    assert!(r.drops > 0 && r.rescues > 0 && r.vanished == r.drops, "{r:?}");
+    assert!(
+        r.drops > 0 && r.rescues > 0 && r.vanished == r.drops,
+        "{r:?}"
+    );
     let r = run("one-page-recycled");
     // One page: each new page evicts it, so items are lost (counted, or the check fails).
     assert!(r.flash_hits > 0 && r.vanished > 0, "{r:?}");

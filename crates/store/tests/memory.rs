@@ -20,12 +20,18 @@ fn value_for(i: u64, ver: u64, len: usize) -> Vec<u8> {
 fn eviction_keeps_serving_a_tiny_store() {
     // Single-threaded with evict=true the budget holds exactly after every operation.
     let limit = 1 << 20;
-    let s = Store::new(StoreConfig { mem_limit: limit, ..Default::default() });
+    let s = Store::new(StoreConfig {
+        mem_limit: limit,
+        ..Default::default()
+    });
     let n = 1_000_000u64;
     for i in 0..n {
         let v = value_for(i, 0, 8 + (i % 90) as usize);
         let r = s.store(Mode::Set, &key(i), 0, 0, &v, 1);
-        assert!(matches!(r, Ok(StoreOutcome::Stored { .. })), "set {i}: {r:?}");
+        assert!(
+            matches!(r, Ok(StoreOutcome::Stored { .. })),
+            "set {i}: {r:?}"
+        );
         if i % 10_000 == 0 {
             assert!(s.stats().mem_used <= limit as u64, "{:?}", s.stats());
         }
@@ -47,7 +53,11 @@ fn eviction_keeps_serving_a_tiny_store() {
 #[test]
 fn no_evict_returns_out_of_memory_once_full() {
     let limit = 1 << 20;
-    let s = Store::new(StoreConfig { mem_limit: limit, evict: false, ..Default::default() });
+    let s = Store::new(StoreConfig {
+        mem_limit: limit,
+        evict: false,
+        ..Default::default()
+    });
     let mut stored = 0u64;
     let mut first_err = None;
     for i in 0..200_000u64 {
@@ -68,27 +78,46 @@ fn no_evict_returns_out_of_memory_once_full() {
     assert!(st.mem_used <= limit as u64 + 16 * 1024, "{st:?}");
     // Everything stored is still there.
     for i in 0..stored {
-        assert_eq!(s.get(&key(i), 1, |it| it.value.to_vec()).hit(), Some(value_for(i, 0, 50)));
+        assert_eq!(
+            s.get(&key(i), 1, |it| it.value.to_vec()).hit(),
+            Some(value_for(i, 0, 50))
+        );
     }
     // Deleting makes room again (empty segments are given back).
     for i in 0..stored {
         s.delete(&key(i), 1);
     }
-    assert!(matches!(s.store(Mode::Set, b"again", 0, 0, b"v", 1), Ok(StoreOutcome::Stored { .. })));
+    assert!(matches!(
+        s.store(Mode::Set, b"again", 0, 0, b"v", 1),
+        Ok(StoreOutcome::Stored { .. })
+    ));
 }
 
 #[test]
 fn expired_memory_is_given_back_without_reads() {
     // 16 shards: the 10 items that live on keep one active segment per shard, which the
     // ratio below was set for (with the 4 shards 64 MiB gets by default they hold 4 of 17 MiB).
-    let s = Store::new(StoreConfig { mem_limit: 64 << 20, shards: DEFAULT_SHARDS, ..Default::default() });
+    let s = Store::new(StoreConfig {
+        mem_limit: 64 << 20,
+        shards: DEFAULT_SHARDS,
+        ..Default::default()
+    });
     let base = s.stats().mem_used;
     for i in 0..100_000u64 {
-        s.store(Mode::Set, &key(i), 0, 10 + (i % 3) as Time, &value_for(i, 0, 100), 1).unwrap();
+        s.store(
+            Mode::Set,
+            &key(i),
+            0,
+            10 + (i % 3) as Time,
+            &value_for(i, 0, 100),
+            1,
+        )
+        .unwrap();
     }
     // A few that live on.
     for i in 0..10u64 {
-        s.store(Mode::Set, &key(1_000_000 + i), 0, 0, b"forever", 1).unwrap();
+        s.store(Mode::Set, &key(1_000_000 + i), 0, 0, b"forever", 1)
+            .unwrap();
     }
     let full = s.stats();
     assert_eq!(full.curr_items, 100_010);
@@ -103,7 +132,10 @@ fn expired_memory_is_given_back_without_reads() {
     // The sweep dropped the index slots too, and the buffers are gone from the budget.
     assert_eq!(st.index_entries, 10, "{st:?}");
     assert!(st.mem_used < full.mem_used / 4, "{st:?} vs {full:?}");
-    assert!(st.mem_used < base + (st.index_bytes + 8 * st.segment_size), "{st:?}");
+    assert!(
+        st.mem_used < base + (st.index_bytes + 8 * st.segment_size),
+        "{st:?}"
+    );
     for i in 0..10u64 {
         assert!(s.get(&key(1_000_000 + i), 13, |_| ()).is_hit());
     }
@@ -112,7 +144,11 @@ fn expired_memory_is_given_back_without_reads() {
 #[test]
 fn writing_twice_the_limit_stays_within_it() {
     let limit = 8 << 20;
-    let s = Store::new(StoreConfig { mem_limit: limit, item_size_max: 2 << 20, ..Default::default() });
+    let s = Store::new(StoreConfig {
+        mem_limit: limit,
+        item_size_max: 2 << 20,
+        ..Default::default()
+    });
     let mut written = 0usize;
     let mut i = 0u64;
     while written < 2 * limit {
@@ -122,7 +158,8 @@ fn writing_twice_the_limit_stays_within_it() {
             1..=9 => 5_000,
             _ => 200,
         };
-        s.store(Mode::Set, &key(i % 50_000), 0, 0, &value_for(i, 0, len), 1).unwrap();
+        s.store(Mode::Set, &key(i % 50_000), 0, 0, &value_for(i, 0, len), 1)
+            .unwrap();
         written += len;
         i += 1;
         if i.is_multiple_of(1000) {
@@ -137,10 +174,14 @@ fn writing_twice_the_limit_stays_within_it() {
 
 #[test]
 fn read_items_survive_eviction() {
-    let s = Store::new(StoreConfig { mem_limit: 4 << 20, ..Default::default() });
+    let s = Store::new(StoreConfig {
+        mem_limit: 4 << 20,
+        ..Default::default()
+    });
     let hot: Vec<u64> = (0..2000).collect();
     for &i in &hot {
-        s.store(Mode::Set, &key(i), 7, 0, &value_for(i, 0, 100), 1).unwrap();
+        s.store(Mode::Set, &key(i), 7, 0, &value_for(i, 0, 100), 1)
+            .unwrap();
     }
     let mut cas_before = Vec::new();
     for &i in &hot {
@@ -148,17 +189,31 @@ fn read_items_survive_eviction() {
     }
     // Stream of one-hit wonders, several times the memory; hot keys read now and then.
     for j in 0..200_000u64 {
-        s.store(Mode::Set, &key(1_000_000 + j), 0, 0, &value_for(j, 1, 100), 1).unwrap();
+        s.store(
+            Mode::Set,
+            &key(1_000_000 + j),
+            0,
+            0,
+            &value_for(j, 1, 100),
+            1,
+        )
+        .unwrap();
         if j % 5 == 0 {
             let i = hot[(j / 5) as usize % hot.len()];
             s.get(&key(i), 1, |_| ());
         }
     }
     let st = s.stats();
-    assert!(st.evictions > 100_000 && st.evictions_relocated > 0, "{st:?}");
+    assert!(
+        st.evictions > 100_000 && st.evictions_relocated > 0,
+        "{st:?}"
+    );
     let mut kept = 0;
     for (n, &i) in hot.iter().enumerate() {
-        if let Some((v, f, c)) = s.get(&key(i), 1, |it| (it.value.to_vec(), it.flags, it.cas)).hit() {
+        if let Some((v, f, c)) = s
+            .get(&key(i), 1, |it| (it.value.to_vec(), it.flags, it.cas))
+            .hit()
+        {
             assert_eq!((v, f), (value_for(i, 0, 100), 7));
             // Moving an item must not change its CAS.
             assert_eq!(c, cas_before[n]);
@@ -167,13 +222,21 @@ fn read_items_survive_eviction() {
     }
     // 1,767 of 2,000 with the ghost at 1.5 entries per item (evict4; >= 1,800 at 1 entry):
     // its table counts against the limit, 1.3% of these 4 MiB, and a scan brings no key back.
-    assert!(kept > hot.len() * 85 / 100, "only {kept} of {} hot keys kept: {st:?}", hot.len());
+    assert!(
+        kept > hot.len() * 85 / 100,
+        "only {kept} of {} hot keys kept: {st:?}",
+        hot.len()
+    );
 }
 
 #[test]
 fn concurrent_writers_and_readers_never_see_wrong_values() {
     let limit = 2 << 20;
-    let s = Arc::new(Store::new(StoreConfig { mem_limit: limit, shards: 4, ..Default::default() }));
+    let s = Arc::new(Store::new(StoreConfig {
+        mem_limit: limit,
+        shards: 4,
+        ..Default::default()
+    }));
     let threads: Vec<_> = (0..4u64)
         .map(|t| {
             let s = s.clone();
@@ -187,13 +250,23 @@ fn concurrent_writers_and_readers_never_see_wrong_values() {
                     let len = 20 + (x >> 40) as usize % 3000;
                     match n % 4 {
                         0 | 1 => {
-                            let r = s.store(Mode::Set, &key(i), i as u32, 0, &value_for(i, x % 1000, len), 1);
+                            let r = s.store(
+                                Mode::Set,
+                                &key(i),
+                                i as u32,
+                                0,
+                                &value_for(i, x % 1000, len),
+                                1,
+                            );
                             assert!(matches!(r, Ok(StoreOutcome::Stored { .. })), "{r:?}");
                         }
                         2 => {
                             s.get(&key(i), 1, |it| {
                                 let want = format!("{i}:");
-                                assert!(it.value.starts_with(want.as_bytes()), "wrong value for {i}");
+                                assert!(
+                                    it.value.starts_with(want.as_bytes()),
+                                    "wrong value for {i}"
+                                );
                                 assert_eq!(it.flags, i as u32);
                             });
                         }
@@ -251,19 +324,26 @@ fn concurrent_writers_and_readers_never_see_wrong_values() {
 #[ignore]
 fn overhead_per_item() {
     let n = 1_000_000u64;
-    let s = Store::new(StoreConfig { mem_limit: 1 << 30, ..Default::default() });
+    let s = Store::new(StoreConfig {
+        mem_limit: 1 << 30,
+        ..Default::default()
+    });
     let base = s.stats();
     let t = std::time::Instant::now();
     for i in 0..n {
         let k = format!("{i:08}");
-        s.store(Mode::Set, k.as_bytes(), 0, 0, &i.to_le_bytes(), 1).unwrap();
+        s.store(Mode::Set, k.as_bytes(), 0, 0, &i.to_le_bytes(), 1)
+            .unwrap();
     }
     let set_ns = t.elapsed().as_nanos() as f64 / n as f64;
     let t = std::time::Instant::now();
     let mut hits = 0u64;
     for i in 0..n {
         let k = format!("{i:08}");
-        hits += s.get(k.as_bytes(), 1, |it| it.value.len() as u64).hit().unwrap_or(0);
+        hits += s
+            .get(k.as_bytes(), 1, |it| it.value.len() as u64)
+            .hit()
+            .unwrap_or(0);
     }
     let get_ns = t.elapsed().as_nanos() as f64 / n as f64;
     assert_eq!(hits, 8 * n);
@@ -277,12 +357,28 @@ fn overhead_per_item() {
     // zero-allocated, so unwritten pages never become resident).
     let touched = held - st.unwritten_bytes;
     let per = |b: u64| (b as f64 - payload as f64) / n as f64;
-    println!("items {n}, key 8 B, value 8 B, segment {} B, shards {}", st.segment_size, st.shards);
-    println!("item bytes (headers incl.) {:.2} B/item", st.bytes as f64 / n as f64);
-    println!("index {} B = {:.2} B/item (slots {}, entries {}, overflow buckets {})",
-        st.index_bytes, st.index_bytes as f64 / n as f64, st.index_slots, st.index_entries, st.index_overflow_buckets);
+    println!(
+        "items {n}, key 8 B, value 8 B, segment {} B, shards {}",
+        st.segment_size, st.shards
+    );
+    println!(
+        "item bytes (headers incl.) {:.2} B/item",
+        st.bytes as f64 / n as f64
+    );
+    println!(
+        "index {} B = {:.2} B/item (slots {}, entries {}, overflow buckets {})",
+        st.index_bytes,
+        st.index_bytes as f64 / n as f64,
+        st.index_slots,
+        st.index_entries,
+        st.index_overflow_buckets
+    );
     println!("overhead, resident view: {:.2} B/item", per(touched));
-    println!("overhead, allocated view: {:.2} B/item (unwritten segment tails {} B)", per(held), st.unwritten_bytes);
+    println!(
+        "overhead, allocated view: {:.2} B/item (unwritten segment tails {} B)",
+        per(held),
+        st.unwritten_bytes
+    );
 }
 
 fn rss_bytes() -> u64 {
@@ -300,7 +396,11 @@ fn rss_bytes() -> u64 {
 fn rss_after_writing_twice_the_limit() {
     let limit = 256usize << 20;
     let before = rss_bytes();
-    let s = Store::new(StoreConfig { mem_limit: limit, item_size_max: 4 << 20, ..Default::default() });
+    let s = Store::new(StoreConfig {
+        mem_limit: limit,
+        item_size_max: 4 << 20,
+        ..Default::default()
+    });
     let empty = rss_bytes();
     let mut written = 0usize;
     let mut i = 0u64;
@@ -329,9 +429,21 @@ fn rss_after_writing_twice_the_limit() {
     }
     let st = s.stats();
     let after = rss_bytes();
-    println!("limit {} MiB; RSS before store {} MiB, empty store {} MiB, after writing {} MiB: {} MiB",
-        limit >> 20, before >> 20, empty >> 20, written >> 20, after >> 20);
-    println!("mem_used {} MiB, items {}, evictions {}, index {} KiB", st.mem_used >> 20, st.curr_items, st.evictions, st.index_bytes >> 10);
+    println!(
+        "limit {} MiB; RSS before store {} MiB, empty store {} MiB, after writing {} MiB: {} MiB",
+        limit >> 20,
+        before >> 20,
+        empty >> 20,
+        written >> 20,
+        after >> 20
+    );
+    println!(
+        "mem_used {} MiB, items {}, evictions {}, index {} KiB",
+        st.mem_used >> 20,
+        st.curr_items,
+        st.evictions,
+        st.index_bytes >> 10
+    );
 }
 
 #[test]

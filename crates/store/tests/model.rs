@@ -149,9 +149,17 @@ proptest! {
 #[test]
 fn eviction_regime_flash_low_ttl_and_drop_unread() {
     const CASES: u32 = 64;
-    let ttl = prop_oneof![2 => Just(0i8), 6 => 1i8..5, 1 => -3i8..=0].prop_map(i32::from).boxed();
-    let strategy = (proptest::collection::vec(op_mix(200, value_strategy_kb(), false, ttl, 1, 3), 300..900), 1u64..12);
-    let mut runner = TestRunner::new(ProptestConfig { cases: CASES, ..ProptestConfig::default() });
+    let ttl = prop_oneof![2 => Just(0i8), 6 => 1i8..5, 1 => -3i8..=0]
+        .prop_map(i32::from)
+        .boxed();
+    let strategy = (
+        proptest::collection::vec(op_mix(200, value_strategy_kb(), false, ttl, 1, 3), 300..900),
+        1u64..12,
+    );
+    let mut runner = TestRunner::new(ProptestConfig {
+        cases: CASES,
+        ..ProptestConfig::default()
+    });
     // The sums, and how many cases reclaimed, dropped, rescued.
     let total = std::sync::Mutex::new((Reached::default(), [0u32; 3]));
     let result = runner.run(&strategy, |(ops, pages)| {
@@ -169,7 +177,12 @@ fn eviction_regime_flash_low_ttl_and_drop_unread() {
             size: pages * (16 << 10),
             ..f.config(pages)
         };
-        let cfg = StoreConfig { mem_limit: 64 << 10, shards: 2, flash: Some(fc), ..Default::default() };
+        let cfg = StoreConfig {
+            mem_limit: 64 << 10,
+            shards: 2,
+            flash: Some(fc),
+            ..Default::default()
+        };
         let r = run(cfg, &ops, true);
         let mut t = total.lock().unwrap();
         t.0 += r;
@@ -182,8 +195,13 @@ fn eviction_regime_flash_low_ttl_and_drop_unread() {
         panic!("{e}");
     }
     let (t, cases) = total.into_inner().unwrap();
-    eprintln!("reached over {CASES} cases: {t:?}; cases that reclaimed, dropped, rescued: {cases:?}");
-    assert!(t.pages_expired > 0, "no expired low-TTL page reclaimed in any case: {t:?}");
+    eprintln!(
+        "reached over {CASES} cases: {t:?}; cases that reclaimed, dropped, rescued: {cases:?}"
+    );
+    assert!(
+        t.pages_expired > 0,
+        "no expired low-TTL page reclaimed in any case: {t:?}"
+    );
     assert!(t.drops > 0, "no unread record dropped in any case: {t:?}");
     assert!(t.rescues > 0, "no read record rescued in any case: {t:?}");
 }
@@ -196,7 +214,13 @@ fn kb(i: u16) -> Vec<u8> {
 }
 
 fn set(key: u16, ttl: i32) -> Op {
-    Op::Store { mode: 0, key, value: kb(key), flags: u32::from(key), ttl }
+    Op::Store {
+        mode: 0,
+        key,
+        value: kb(key),
+        flags: u32::from(key),
+        ttl,
+    }
 }
 
 /// An expired low-TTL page is reclaimed whole, and exactly its items are gone: 80 items of
@@ -208,8 +232,17 @@ fn set(key: u16, ttl: i32) -> Op {
 #[test]
 fn flash_expired_low_ttl_page_is_reclaimed_and_nothing_else_vanishes() {
     let f = FlashFile::new();
-    let fc = FlashConfig { low_ttl: 4, recache_rate: 0, ..f.config(12) };
-    let cfg = StoreConfig { mem_limit: 64 << 10, shards: 1, flash: Some(fc), ..Default::default() };
+    let fc = FlashConfig {
+        low_ttl: 4,
+        recache_rate: 0,
+        ..f.config(12)
+    };
+    let cfg = StoreConfig {
+        mem_limit: 64 << 10,
+        shards: 1,
+        flash: Some(fc),
+        ..Default::default()
+    };
     let mut ops = Vec::new();
     for k in 0..80 {
         ops.extend([set(k, 3), Op::Sync]);
@@ -236,7 +269,12 @@ fn drop_unread_store(f: &FlashFile) -> StoreConfig {
         recache_rate: 0,
         ..f.config(12)
     };
-    StoreConfig { mem_limit: 64 << 10, shards: 1, flash: Some(fc), ..Default::default() }
+    StoreConfig {
+        mem_limit: 64 << 10,
+        shards: 1,
+        flash: Some(fc),
+        ..Default::default()
+    }
 }
 
 /// ext_drop_unread drops exactly the unread records of the page it compacts, items and all,
@@ -275,7 +313,13 @@ fn flash_compaction_counts_no_expired_record() {
         ops.extend([set(k, if k % 2 == 0 { 3 } else { 0 }), Op::Sync]);
     }
     ops.extend((1..200).step_by(2).map(Op::Get));
-    ops.extend([Op::Advance(4), Op::Maintain, Op::Sync, Op::Maintain, Op::Sync]);
+    ops.extend([
+        Op::Advance(4),
+        Op::Maintain,
+        Op::Sync,
+        Op::Maintain,
+        Op::Sync,
+    ]);
     ops.extend((0..200).map(Op::Get));
     let r = run(cfg, &ops, true);
     assert!(r.rescues > 0, "{r:?}");

@@ -3,13 +3,17 @@
 use mnemo_store::*;
 
 fn store() -> Store {
-    Store::new(StoreConfig { mem_limit: 64 << 20, ..Default::default() })
+    Store::new(StoreConfig {
+        mem_limit: 64 << 20,
+        ..Default::default()
+    })
 }
 
 type Got = (Vec<u8>, u32, u64, Time);
 
 fn get(s: &Store, k: &[u8], now: Time) -> Option<Got> {
-    s.get(k, now, |it| (it.value.to_vec(), it.flags, it.cas, it.exp)).hit()
+    s.get(k, now, |it| (it.value.to_vec(), it.flags, it.cas, it.exp))
+        .hit()
 }
 
 fn set(s: &Store, k: &[u8], v: &[u8], now: Time) -> u64 {
@@ -51,8 +55,14 @@ fn set_get_flags_and_odd_keys() {
     set(&s, b"empty", b"", now);
     assert_eq!(get(&s, b"empty", now).unwrap().0, b"");
     // keys out of range
-    assert_eq!(s.store(Mode::Set, &[b'k'; 251], 0, 0, b"v", now), Err(StoreError::TooLarge));
-    assert_eq!(s.store(Mode::Set, b"", 0, 0, b"v", now), Err(StoreError::TooLarge));
+    assert_eq!(
+        s.store(Mode::Set, &[b'k'; 251], 0, 0, b"v", now),
+        Err(StoreError::TooLarge)
+    );
+    assert_eq!(
+        s.store(Mode::Set, b"", 0, 0, b"v", now),
+        Err(StoreError::TooLarge)
+    );
     let st = s.stats();
     assert_eq!(st.curr_items, 5);
     assert_eq!(st.total_items, 5);
@@ -60,69 +70,130 @@ fn set_get_flags_and_odd_keys() {
 
 #[test]
 fn too_large_set_removes_old_value() {
-    let s = Store::new(StoreConfig { mem_limit: 8 << 20, item_size_max: 1000, ..Default::default() });
+    let s = Store::new(StoreConfig {
+        mem_limit: 8 << 20,
+        item_size_max: 1000,
+        ..Default::default()
+    });
     set(&s, b"k", b"old", 1);
-    assert_eq!(s.store(Mode::Set, b"k", 0, 0, &[0u8; 1000], 1), Err(StoreError::TooLarge));
+    assert_eq!(
+        s.store(Mode::Set, b"k", 0, 0, &[0u8; 1000], 1),
+        Err(StoreError::TooLarge)
+    );
     assert_eq!(get(&s, b"k", 1), None);
     // add of a too large value does not touch the old one
     set(&s, b"k", b"old", 1);
-    assert_eq!(s.store(Mode::Add, b"k", 0, 0, &[0u8; 1000], 1), Err(StoreError::TooLarge));
+    assert_eq!(
+        s.store(Mode::Add, b"k", 0, 0, &[0u8; 1000], 1),
+        Err(StoreError::TooLarge)
+    );
     assert!(get(&s, b"k", 1).is_some());
 }
 
 #[test]
 fn add_replace_semantics() {
     let s = store();
-    assert_eq!(s.store(Mode::Replace, b"k", 0, 0, b"x", 1), Ok(StoreOutcome::NotStored));
-    assert!(matches!(s.store(Mode::Add, b"k", 1, 0, b"a", 1), Ok(StoreOutcome::Stored { .. })));
-    assert_eq!(s.store(Mode::Add, b"k", 2, 0, b"b", 1), Ok(StoreOutcome::NotStored));
-    assert_eq!(get(&s, b"k", 1).map(|g| (g.0, g.1)), Some((b"a".to_vec(), 1)));
-    assert!(matches!(s.store(Mode::Replace, b"k", 3, 0, b"c", 1), Ok(StoreOutcome::Stored { .. })));
-    assert_eq!(get(&s, b"k", 1).map(|g| (g.0, g.1)), Some((b"c".to_vec(), 3)));
+    assert_eq!(
+        s.store(Mode::Replace, b"k", 0, 0, b"x", 1),
+        Ok(StoreOutcome::NotStored)
+    );
+    assert!(matches!(
+        s.store(Mode::Add, b"k", 1, 0, b"a", 1),
+        Ok(StoreOutcome::Stored { .. })
+    ));
+    assert_eq!(
+        s.store(Mode::Add, b"k", 2, 0, b"b", 1),
+        Ok(StoreOutcome::NotStored)
+    );
+    assert_eq!(
+        get(&s, b"k", 1).map(|g| (g.0, g.1)),
+        Some((b"a".to_vec(), 1))
+    );
+    assert!(matches!(
+        s.store(Mode::Replace, b"k", 3, 0, b"c", 1),
+        Ok(StoreOutcome::Stored { .. })
+    ));
+    assert_eq!(
+        get(&s, b"k", 1).map(|g| (g.0, g.1)),
+        Some((b"c".to_vec(), 3))
+    );
     // add succeeds over an expired item
     s.store(Mode::Set, b"t", 0, 5, b"v", 1).unwrap();
-    assert_eq!(s.store(Mode::Add, b"t", 0, 0, b"w", 4), Ok(StoreOutcome::NotStored));
-    assert!(matches!(s.store(Mode::Add, b"t", 0, 0, b"w", 5), Ok(StoreOutcome::Stored { .. })));
+    assert_eq!(
+        s.store(Mode::Add, b"t", 0, 0, b"w", 4),
+        Ok(StoreOutcome::NotStored)
+    );
+    assert!(matches!(
+        s.store(Mode::Add, b"t", 0, 0, b"w", 5),
+        Ok(StoreOutcome::Stored { .. })
+    ));
     assert_eq!(get(&s, b"t", 5).unwrap().0, b"w");
 }
 
 #[test]
 fn append_prepend_keep_flags_and_exp() {
     let s = store();
-    assert_eq!(s.store(Mode::Append, b"k", 0, 0, b"x", 1), Ok(StoreOutcome::NotStored));
-    assert_eq!(s.store(Mode::Prepend, b"k", 0, 0, b"x", 1), Ok(StoreOutcome::NotStored));
+    assert_eq!(
+        s.store(Mode::Append, b"k", 0, 0, b"x", 1),
+        Ok(StoreOutcome::NotStored)
+    );
+    assert_eq!(
+        s.store(Mode::Prepend, b"k", 0, 0, b"x", 1),
+        Ok(StoreOutcome::NotStored)
+    );
     s.store(Mode::Set, b"k", 42, 100, b"mid", 1).unwrap();
     let c0 = get(&s, b"k", 1).unwrap().2;
-    assert!(matches!(s.store(Mode::Append, b"k", 7, 0, b">>", 1), Ok(StoreOutcome::Stored { .. })));
-    assert!(matches!(s.store(Mode::Prepend, b"k", 7, 0, b"<<", 1), Ok(StoreOutcome::Stored { .. })));
+    assert!(matches!(
+        s.store(Mode::Append, b"k", 7, 0, b">>", 1),
+        Ok(StoreOutcome::Stored { .. })
+    ));
+    assert!(matches!(
+        s.store(Mode::Prepend, b"k", 7, 0, b"<<", 1),
+        Ok(StoreOutcome::Stored { .. })
+    ));
     let (v, f, c, e) = get(&s, b"k", 1).unwrap();
     assert_eq!((v.as_slice(), f, e), (&b"<<mid>>"[..], 42, 100));
     assert_ne!(c, c0);
     // the kept exp still applies
     assert_eq!(s.get(b"k", 100, |_| ()), Lookup::Expired);
     // append beyond item_size_max: NOT_STORED, old value intact
-    let s = Store::new(StoreConfig { item_size_max: 100, ..Default::default() });
+    let s = Store::new(StoreConfig {
+        item_size_max: 100,
+        ..Default::default()
+    });
     set(&s, b"k", &[1u8; 90], 1);
-    assert_eq!(s.store(Mode::Append, b"k", 0, 0, &[2u8; 20], 1), Ok(StoreOutcome::NotStored));
+    assert_eq!(
+        s.store(Mode::Append, b"k", 0, 0, &[2u8; 20], 1),
+        Ok(StoreOutcome::NotStored)
+    );
     assert_eq!(get(&s, b"k", 1).unwrap().0.len(), 90);
 }
 
 #[test]
 fn cas_semantics_and_uniqueness() {
     let s = store();
-    assert_eq!(s.store(Mode::Cas(1), b"k", 0, 0, b"x", 1), Ok(StoreOutcome::NotFound));
+    assert_eq!(
+        s.store(Mode::Cas(1), b"k", 0, 0, b"x", 1),
+        Ok(StoreOutcome::NotFound)
+    );
     let mut seen = std::collections::HashSet::new();
     let c1 = set(&s, b"k", b"a", 1);
     assert!(c1 != 0 && seen.insert(c1));
     assert_eq!(get(&s, b"k", 1).unwrap().2, c1);
-    assert_eq!(s.store(Mode::Cas(c1 + 1), b"k", 0, 0, b"b", 1), Ok(StoreOutcome::Exists));
+    assert_eq!(
+        s.store(Mode::Cas(c1 + 1), b"k", 0, 0, b"b", 1),
+        Ok(StoreOutcome::Exists)
+    );
     let c2 = match s.store(Mode::Cas(c1), b"k", 5, 0, b"b", 1).unwrap() {
         StoreOutcome::Stored { cas } => cas,
         o => panic!("{o:?}"),
     };
     assert!(seen.insert(c2));
     assert_eq!(get(&s, b"k", 1).unwrap(), (b"b".to_vec(), 5, c2, 0));
-    assert_eq!(s.store(Mode::Cas(c1), b"k", 0, 0, b"c", 1), Ok(StoreOutcome::Exists));
+    assert_eq!(
+        s.store(Mode::Cas(c1), b"k", 0, 0, b"c", 1),
+        Ok(StoreOutcome::Exists)
+    );
     for i in 0..1000u32 {
         let c = set(&s, b"k", &i.to_le_bytes(), 1);
         assert!(seen.insert(c), "cas {c} repeated");
@@ -130,16 +201,31 @@ fn cas_semantics_and_uniqueness() {
     // cas on an expired item: NotFound
     s.store(Mode::Set, b"e", 0, 3, b"v", 1).unwrap();
     let ce = get(&s, b"e", 1).unwrap().2;
-    assert_eq!(s.store(Mode::Cas(ce), b"e", 0, 0, b"w", 3), Ok(StoreOutcome::NotFound));
+    assert_eq!(
+        s.store(Mode::Cas(ce), b"e", 0, 0, b"w", 3),
+        Ok(StoreOutcome::NotFound)
+    );
 }
 
 #[test]
 fn cas_disabled_reports_zero_and_cas_always_matches() {
-    let s = Store::new(StoreConfig { use_cas: false, ..Default::default() });
-    assert_eq!(s.store(Mode::Set, b"k", 0, 0, b"a", 1), Ok(StoreOutcome::Stored { cas: 0 }));
+    let s = Store::new(StoreConfig {
+        use_cas: false,
+        ..Default::default()
+    });
+    assert_eq!(
+        s.store(Mode::Set, b"k", 0, 0, b"a", 1),
+        Ok(StoreOutcome::Stored { cas: 0 })
+    );
     assert_eq!(get(&s, b"k", 1).unwrap().2, 0);
-    assert_eq!(s.store(Mode::Cas(12345), b"k", 0, 0, b"b", 1), Ok(StoreOutcome::Stored { cas: 0 }));
-    assert_eq!(s.store(Mode::Cas(1), b"zz", 0, 0, b"b", 1), Ok(StoreOutcome::NotFound));
+    assert_eq!(
+        s.store(Mode::Cas(12345), b"k", 0, 0, b"b", 1),
+        Ok(StoreOutcome::Stored { cas: 0 })
+    );
+    assert_eq!(
+        s.store(Mode::Cas(1), b"zz", 0, 0, b"b", 1),
+        Ok(StoreOutcome::NotFound)
+    );
     assert_eq!(s.delta(b"n", true, 1, 1, parse), Err(DeltaError::NotFound));
     set(&s, b"n", b"5", 1);
     assert_eq!(s.delta(b"n", true, 1, 1, parse), Ok((6, 0)));
@@ -168,12 +254,21 @@ fn incr_decr_and_the_padding_quirk() {
     // incr wraps
     set(&s, b"m", u64::MAX.to_string().as_bytes(), 1);
     assert_eq!(s.delta(b"m", true, 2, 1, parse).unwrap().0, 1);
-    assert_eq!(get(&s, b"m", 1).unwrap().0, format!("1{}", " ".repeat(19)).as_bytes());
+    assert_eq!(
+        get(&s, b"m", 1).unwrap().0,
+        format!("1{}", " ".repeat(19)).as_bytes()
+    );
     // non-numeric and empty
     set(&s, b"x", b"abc", 1);
-    assert_eq!(s.delta(b"x", true, 1, 1, parse), Err(DeltaError::NonNumeric));
+    assert_eq!(
+        s.delta(b"x", true, 1, 1, parse),
+        Err(DeltaError::NonNumeric)
+    );
     set(&s, b"e", b"", 1);
-    assert_eq!(s.delta(b"e", true, 1, 1, |_| Some(0)), Err(DeltaError::NonNumeric));
+    assert_eq!(
+        s.delta(b"e", true, 1, 1, |_| Some(0)),
+        Err(DeltaError::NonNumeric)
+    );
     // expired -> NotFound
     s.store(Mode::Set, b"t", 0, 5, b"1", 1).unwrap();
     assert_eq!(s.delta(b"t", true, 1, 5, parse), Err(DeltaError::NotFound));
@@ -205,7 +300,10 @@ fn touch_and_gat_keep_cas() {
     s.store(Mode::Set, b"j", 0, 0, b"v", 1).unwrap();
     let cj = get(&s, b"j", 1).unwrap().2;
     assert!(s.touch(b"j", 100, 2));
-    assert!(matches!(s.store(Mode::Cas(cj), b"j", 0, 0, b"w", 2), Ok(StoreOutcome::Stored { .. })));
+    assert!(matches!(
+        s.store(Mode::Cas(cj), b"j", 0, 0, b"w", 2),
+        Ok(StoreOutcome::Stored { .. })
+    ));
     // touch with a past time kills the item
     assert!(s.touch(b"j", 1, 2));
     assert_eq!(s.get(b"j", 2, |_| ()), Lookup::Expired);
@@ -221,7 +319,10 @@ fn expiry_boundaries() {
     assert_eq!(s.get(b"k", 11, |_| ()), Lookup::Miss);
     // an exp already in the past: stored, immediately dead, the old value is gone
     set(&s, b"p", b"old", 10);
-    assert!(matches!(s.store(Mode::Set, b"p", 0, 9, b"new", 10), Ok(StoreOutcome::Stored { .. })));
+    assert!(matches!(
+        s.store(Mode::Set, b"p", 0, 9, b"new", 10),
+        Ok(StoreOutcome::Stored { .. })
+    ));
     assert_eq!(s.get(b"p", 10, |_| ()), Lookup::Expired);
     s.store(Mode::Set, b"q", 0, 10, b"new", 10).unwrap();
     assert!(get(&s, b"q", 10).is_none());
@@ -282,7 +383,11 @@ fn flush_all_now_and_delayed() {
 
 #[test]
 fn large_items_bigger_than_a_segment() {
-    let s = Store::new(StoreConfig { mem_limit: 64 << 20, item_size_max: 8 << 20, ..Default::default() });
+    let s = Store::new(StoreConfig {
+        mem_limit: 64 << 20,
+        item_size_max: 8 << 20,
+        ..Default::default()
+    });
     assert!(s.stats().segment_size <= 1 << 20);
     let big: Vec<u8> = (0..5 << 20).map(|i| (i * 7 + 3) as u8).collect();
     let c = set(&s, b"big", &big, 1);
@@ -290,12 +395,19 @@ fn large_items_bigger_than_a_segment() {
     assert!(v == big && c2 == c);
     assert!(s.stats().mem_used >= 5 << 20);
     // append onto a large item, touch it, replace it
-    assert!(matches!(s.store(Mode::Append, b"big", 0, 0, b"tail", 1), Ok(StoreOutcome::Stored { .. })));
+    assert!(matches!(
+        s.store(Mode::Append, b"big", 0, 0, b"tail", 1),
+        Ok(StoreOutcome::Stored { .. })
+    ));
     assert_eq!(get(&s, b"big", 1).unwrap().0.len(), (5 << 20) + 4);
     assert!(s.touch(b"big", 100, 1));
     set(&s, b"big", b"small", 1);
     assert_eq!(get(&s, b"big", 1).unwrap().0, b"small");
-    assert!(s.stats().mem_used < 4 << 20, "large buffer not given back: {:?}", s.stats());
+    assert!(
+        s.stats().mem_used < 4 << 20,
+        "large buffer not given back: {:?}",
+        s.stats()
+    );
 }
 
 #[test]

@@ -17,7 +17,11 @@ fn key(i: u64) -> Vec<u8> {
 fn value(i: u64, ver: u64) -> Vec<u8> {
     let mut v = format!("{i}/{ver}/").into_bytes();
     // Sizes from 0 to ~3 KB, and a few large items that get segments of their own.
-    let len = if i.is_multiple_of(997) { 300_000 } else { (i * 37 % 3000) as usize };
+    let len = if i.is_multiple_of(997) {
+        300_000
+    } else {
+        (i * 37 % 3000) as usize
+    };
     v.resize(len.max(v.len()), (i % 251) as u8);
     v
 }
@@ -44,15 +48,30 @@ fn write_one(n: u64, cfg: StoreConfig) -> Written {
             3 => 10_000,
             _ => now + 20,
         };
-        let r = s.store(Mode::Set, &key(i), i as u32 * 3, exp, &value(i, 0), now).unwrap();
-        let StoreOutcome::Stored { cas } = r else { panic!("{r:?}") };
+        let r = s
+            .store(Mode::Set, &key(i), i as u32 * 3, exp, &value(i, 0), now)
+            .unwrap();
+        let StoreOutcome::Stored { cas } = r else {
+            panic!("{r:?}")
+        };
         max_cas = max_cas.max(cas);
-        live.insert(key(i), (i as u32 * 3, if exp == 0 { 0 } else { ORIGIN + u64::from(exp) }, value(i, 0)));
+        live.insert(
+            key(i),
+            (
+                i as u32 * 3,
+                if exp == 0 { 0 } else { ORIGIN + u64::from(exp) },
+                value(i, 0),
+            ),
+        );
     }
     // Overwrites (the old copies are dead in their segments) and deletes.
     for i in (0..n).step_by(7) {
-        let r = s.store(Mode::Set, &key(i), 1, 0, &value(i, 1), now).unwrap();
-        let StoreOutcome::Stored { cas } = r else { panic!("{r:?}") };
+        let r = s
+            .store(Mode::Set, &key(i), 1, 0, &value(i, 1), now)
+            .unwrap();
+        let StoreOutcome::Stored { cas } = r else {
+            panic!("{r:?}")
+        };
         max_cas = max_cas.max(cas);
         live.insert(key(i), (1, 0, value(i, 1)));
     }
@@ -65,7 +84,12 @@ fn write_one(n: u64, cfg: StoreConfig) -> Written {
     let st = s.write_snapshot(&mut bytes, now, ORIGIN).unwrap();
     assert_eq!(st.items as usize, live.len());
     assert_eq!(st.bytes as usize, bytes.len());
-    Written { live, gone, max_cas, bytes }
+    Written {
+        live,
+        gone,
+        max_cas,
+        bytes,
+    }
 }
 
 fn restore(bytes: &[u8], cfg: StoreConfig) -> (Store, Result<RestoreReport, SnapshotError>) {
@@ -85,9 +109,16 @@ fn new_origin() -> u64 {
 fn check_no_wrong_value(s: &Store, w: &Written) -> usize {
     let mut found = 0;
     for (k, (flags, exp_unix, v)) in &w.live {
-        if let Some((f, e, val)) = s.get(k, 1, |it| (it.flags, it.exp, it.value.to_vec())).hit() {
+        if let Some((f, e, val)) = s
+            .get(k, 1, |it| (it.flags, it.exp, it.value.to_vec()))
+            .hit()
+        {
             assert_eq!((&f, &val), (flags, v), "{}", String::from_utf8_lossy(k));
-            let e_unix = if e == 0 { 0 } else { new_origin() + u64::from(e) };
+            let e_unix = if e == 0 {
+                0
+            } else {
+                new_origin() + u64::from(e)
+            };
             assert_eq!(e_unix, *exp_unix);
             found += 1;
         }
@@ -99,18 +130,32 @@ fn check_no_wrong_value(s: &Store, w: &Written) -> usize {
 }
 
 fn small() -> StoreConfig {
-    StoreConfig { mem_limit: 256 << 20, ..Default::default() }
+    StoreConfig {
+        mem_limit: 256 << 20,
+        ..Default::default()
+    }
 }
 
 #[test]
 fn every_live_item_comes_back_into_another_geometry() {
     let w = write_one(20_000, small());
     // Fewer shards and a different -m: items, not memory, are restored.
-    let (s, r) = restore(&w.bytes, StoreConfig { mem_limit: 512 << 20, shards: 4, ..Default::default() });
+    let (s, r) = restore(
+        &w.bytes,
+        StoreConfig {
+            mem_limit: 512 << 20,
+            shards: 4,
+            ..Default::default()
+        },
+    );
     let r = r.unwrap();
     assert!(r.complete, "{r:?}");
     // Items that expired during the downtime are dropped and counted.
-    let expiring = w.live.values().filter(|(_, e, _)| *e != 0 && *e <= new_origin() + 1).count();
+    let expiring = w
+        .live
+        .values()
+        .filter(|(_, e, _)| *e != 0 && *e <= new_origin() + 1)
+        .count();
     assert!(expiring > 1000);
     assert_eq!(r.expired as usize, expiring, "{r:?}");
     assert_eq!(r.items as usize, w.live.len() - expiring, "{r:?}");
@@ -128,7 +173,9 @@ fn cas_values_after_a_restore_are_above_every_earlier_one() {
             assert!(cas > w.max_cas, "{cas} <= {}", w.max_cas);
         }
     }
-    let StoreOutcome::Stored { cas } = s.store(Mode::Set, b"new", 0, 0, b"x", 1).unwrap() else { panic!() };
+    let StoreOutcome::Stored { cas } = s.store(Mode::Set, b"new", 0, 0, b"x", 1).unwrap() else {
+        panic!()
+    };
     assert!(cas > w.max_cas);
 }
 
@@ -136,7 +183,11 @@ fn cas_values_after_a_restore_are_above_every_earlier_one() {
 fn a_damaged_block_is_dropped_whole_and_nothing_else_changes() {
     let w = write_one(20_000, small());
     let len = w.bytes.len();
-    let expiring = w.live.values().filter(|(_, e, _)| *e != 0 && *e <= new_origin() + 1).count();
+    let expiring = w
+        .live
+        .values()
+        .filter(|(_, e, _)| *e != 0 && *e <= new_origin() + 1)
+        .count();
     // Flip one byte at several places past the header: in a block header (its length field
     // among them) or a payload. Each loses one block at most (~256 KiB of a ~30 MB file).
     for at in [50, 52, 60, len / 3, len / 2, len - 100] {
@@ -148,7 +199,10 @@ fn a_damaged_block_is_dropped_whole_and_nothing_else_changes() {
         assert_eq!(r.bad_blocks, 1, "flip at {at}: {r:?}");
         let found = check_no_wrong_value(&s, &w);
         let lost = w.live.len() - expiring - found;
-        assert!(lost > 0 && lost < w.live.len() / 50, "flip at {at}: {lost} items lost: {r:?}");
+        assert!(
+            lost > 0 && lost < w.live.len() / 50,
+            "flip at {at}: {lost} items lost: {r:?}"
+        );
     }
 }
 
@@ -186,11 +240,21 @@ fn a_bad_header_is_refused() {
 fn items_that_no_longer_fit_are_counted_not_wrong() {
     let w = write_one(20_000, small());
     // A smaller -I drops the large items; a small -m evicts some of the rest.
-    let (s, r) = restore(&w.bytes, StoreConfig { mem_limit: 8 << 20, item_size_max: 100_000, ..Default::default() });
+    let (s, r) = restore(
+        &w.bytes,
+        StoreConfig {
+            mem_limit: 8 << 20,
+            item_size_max: 100_000,
+            ..Default::default()
+        },
+    );
     let r = r.unwrap();
     // The whole file was read, and the report says what did not come back (issue 47: a
     // restore that left items out must not say "complete").
-    assert!(!r.complete && r.stopped.is_none() && r.bad_blocks == 0, "{r:?}");
+    assert!(
+        !r.complete && r.stopped.is_none() && r.bad_blocks == 0,
+        "{r:?}"
+    );
     assert!(r.dropped > 0 && r.evicted > 0, "{r:?}");
     assert_eq!(s.stats().curr_items, r.items - r.evicted, "{r:?}");
     check_no_wrong_value(&s, &w);
@@ -209,9 +273,14 @@ fn writing_to_a_file_replaces_the_previous_snapshot_atomically() {
     assert!(!dir.join("cache.snap.tmp").exists());
     let bytes = std::fs::read(&path).unwrap();
     let t = Store::new(small());
-    let r = t.restore_snapshot(&bytes[..], bytes.len() as u64, 1, ORIGIN).unwrap();
+    let r = t
+        .restore_snapshot(&bytes[..], bytes.len() as u64, 1, ORIGIN)
+        .unwrap();
     assert_eq!(r.items, 1);
-    assert_eq!(t.get(b"a", 1, |it| it.value.to_vec()).hit().unwrap(), b"two");
+    assert_eq!(
+        t.get(b"a", 1, |it| it.value.to_vec()).hit().unwrap(),
+        b"two"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -232,7 +301,10 @@ fn a_frozen_store_takes_no_write_until_released() {
     // The write waits for the shard; the snapshot taken meanwhile does not have it.
     assert!(rx.recv_timeout(Duration::from_millis(300)).is_err());
     let mut bytes = Vec::new();
-    assert_eq!(frozen.write_snapshot(&mut bytes, 1, ORIGIN).unwrap().items, 0);
+    assert_eq!(
+        frozen.write_snapshot(&mut bytes, 1, ORIGIN).unwrap().items,
+        0
+    );
     drop(frozen);
     rx.recv().unwrap();
     writer.join().unwrap();

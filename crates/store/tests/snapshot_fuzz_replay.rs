@@ -13,7 +13,10 @@ mod rng;
 use rng::Rng;
 
 fn cases() -> u64 {
-    std::env::var("FUZZ_REPLAY_CASES").ok().and_then(|s| s.parse().ok()).unwrap_or(300)
+    std::env::var("FUZZ_REPLAY_CASES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(300)
 }
 
 #[test]
@@ -23,9 +26,13 @@ fn seeded_damage_and_random_files() {
         let len = 1 + rng.next() as usize % 64;
         let data = rng.bytes(len);
         if std::panic::catch_unwind(|| snapshot_check::check(&data)).is_err() {
-            let path = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("snapshot_replay_{i}.bin"));
+            let path =
+                Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("snapshot_replay_{i}.bin"));
             std::fs::write(&path, &data).expect("write failing input");
-            panic!("case {i} failed (panic above); input saved to {}", path.display());
+            panic!(
+                "case {i} failed (panic above); input saved to {}",
+                path.display()
+            );
         }
     }
 }
@@ -33,7 +40,9 @@ fn seeded_damage_and_random_files() {
 #[test]
 fn saved_regressions() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/regressions/snapshot_restore");
-    let Ok(entries) = std::fs::read_dir(&dir) else { return };
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return;
+    };
     for e in entries {
         let path = e.unwrap().path();
         let data = std::fs::read(&path).unwrap();

@@ -397,7 +397,10 @@ impl<'a> Loop<'a> {
             if large && skip >= TRUNC_MIN && c.rstart == c.rend {
                 match drop_bytes(&c.sock, skip) {
                     Ok(0) => {
-                        return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "server closed the connection"))
+                        return Err(io::Error::new(
+                            io::ErrorKind::UnexpectedEof,
+                            "server closed the connection",
+                        ))
                     }
                     Ok(n) => {
                         c.scanner.skipped(n);
@@ -412,7 +415,11 @@ impl<'a> Loop<'a> {
                     Err(e) => return Err(e),
                 }
             }
-            let end = if large { c.rbuf.len().min(c.rend + HEAD_READ) } else { c.rbuf.len() };
+            let end = if large {
+                c.rbuf.len().min(c.rend + HEAD_READ)
+            } else {
+                c.rbuf.len()
+            };
             let space = end - c.rend;
             let got = match c.sock.read(&mut c.rbuf[c.rend..end]) {
                 Ok(0) => {
@@ -652,7 +659,12 @@ fn drop_bytes(sock: &TcpStream, len: usize) -> io::Result<usize> {
     use std::os::fd::AsRawFd;
     // SAFETY: with MSG_TRUNC a TCP socket discards the bytes and writes nothing to the buffer.
     let n = unsafe {
-        libc::recv(sock.as_raw_fd(), std::ptr::null_mut(), len, libc::MSG_TRUNC | libc::MSG_DONTWAIT)
+        libc::recv(
+            sock.as_raw_fd(),
+            std::ptr::null_mut(),
+            len,
+            libc::MSG_TRUNC | libc::MSG_DONTWAIT,
+        )
     };
     if n < 0 {
         Err(io::Error::last_os_error())

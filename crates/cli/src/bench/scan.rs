@@ -228,7 +228,13 @@ VALUE k1 0 11\r\nEND\r\nEND\r\nx\r\nVALUE k2 7 0 99\r\n\r\nEND\r\nNOT_STORED\r\n
         stream.extend_from_slice(&body);
         stream.extend_from_slice(b"\r\nEND\r\n");
         let chunks: Vec<&[u8]> = stream.chunks(4096).collect();
-        assert_eq!(scan_all(&chunks).unwrap(), vec![Reply::Get { hits: 1, bytes: 100_000 }]);
+        assert_eq!(
+            scan_all(&chunks).unwrap(),
+            vec![Reply::Get {
+                hits: 1,
+                bytes: 100_000
+            }]
+        );
     }
 
     #[test]

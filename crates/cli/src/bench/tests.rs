@@ -61,18 +61,24 @@ fn serve(
                 let mut data = vec![0u8; len + 2];
                 r.read_exact(&mut data).unwrap();
                 store.lock().unwrap().insert(words[1].to_vec(), len);
-                log.lock().unwrap().push((conn, "set", words[1].to_vec(), false));
+                log.lock()
+                    .unwrap()
+                    .push((conn, "set", words[1].to_vec(), false));
                 reply.extend_from_slice(b"STORED\r\n");
             }
             b"get" => {
                 let store = store.lock().unwrap();
                 if words.len() == 2 {
                     let hit = store.contains_key(words[1]);
-                    log.lock().unwrap().push((conn, "get", words[1].to_vec(), hit));
+                    log.lock()
+                        .unwrap()
+                        .push((conn, "get", words[1].to_vec(), hit));
                 }
                 for k in &words[1..] {
                     if let Some(&len) = store.get(*k) {
-                        reply.extend_from_slice(format!("VALUE {} 0 {len}\r\n", String::from_utf8_lossy(k)).as_bytes());
+                        reply.extend_from_slice(
+                            format!("VALUE {} 0 {len}\r\n", String::from_utf8_lossy(k)).as_bytes(),
+                        );
                         reply.resize(reply.len() + len, b'v');
                         reply.extend_from_slice(b"\r\n");
                     }
@@ -118,7 +124,15 @@ fn mixed(cfg: &Config) -> Stats {
 /// Sets every key once, `depth` requests in flight per connection.
 fn prefill(cfg: &Config, depth: usize) -> Stats {
     let stride = cfg.connections as u64;
-    run_phase(cfg, |_| Plan::Prefill { next: 0, stride }, depth, true, |_| None, None).unwrap()
+    run_phase(
+        cfg,
+        |_| Plan::Prefill { next: 0, stride },
+        depth,
+        true,
+        |_| None,
+        None,
+    )
+    .unwrap()
 }
 
 #[test]
@@ -153,7 +167,9 @@ fn prefill_then_mix(args: &[&str], depth: usize) -> (Stats, Stats) {
 #[test]
 fn prefill_sets_every_key_then_gets_hit() {
     let (pre, s) = prefill_then_mix(
-        &["-c", "3", "-k", "100", "-n", "200", "-r", "0:1", "-m", "5", "--refill", "-p", "3"],
+        &[
+            "-c", "3", "-k", "100", "-n", "200", "-r", "0:1", "-m", "5", "--refill", "-p", "3",
+        ],
         8,
     );
     assert_eq!(pre.ops, 100);
@@ -173,7 +189,19 @@ fn look_aside_sets_each_missed_key_next() {
     let (addr, log) = fake_server_logged();
     let cfg = config(
         addr,
-        &["-c", "3", "-k", "40", "-n", "600", "-r", "1:4", "--look-aside", "--value-size", "10-20"],
+        &[
+            "-c",
+            "3",
+            "-k",
+            "40",
+            "-n",
+            "600",
+            "-r",
+            "1:4",
+            "--look-aside",
+            "--value-size",
+            "10-20",
+        ],
     );
     let s = mixed(&cfg);
     assert_eq!(s.ops, 600);
@@ -184,15 +212,27 @@ fn look_aside_sets_each_missed_key_next() {
     let misses = s.gets - s.hits;
     assert!(misses > 0 && s.hits > 0, "{misses} misses, {} hits", s.hits);
     // A connection's last request may be a miss whose set the budget no longer allowed.
-    assert!(s.refills <= misses && misses - s.refills <= 3, "{} refills, {misses} misses", s.refills);
-    assert!(s.refills < s.sets, "the 1:4 ratio's random sets come on top");
+    assert!(
+        s.refills <= misses && misses - s.refills <= 3,
+        "{} refills, {misses} misses",
+        s.refills
+    );
+    assert!(
+        s.refills < s.sets,
+        "the 1:4 ratio's random sets come on top"
+    );
     let mut followed = 0;
     for conn in 0..3 {
         let reqs: Vec<_> = log.iter().filter(|r| r.0 == conn).collect();
         for (i, r) in reqs.iter().enumerate() {
             if r.1 == "get" && !r.3 {
                 if let Some(next) = reqs.get(i + 1) {
-                    assert_eq!((next.1, &next.2), ("set", &r.2), "after the miss of {:?}", r.2);
+                    assert_eq!(
+                        (next.1, &next.2),
+                        ("set", &r.2),
+                        "after the miss of {:?}",
+                        r.2
+                    );
                     followed += 1;
                 }
             }
@@ -200,7 +240,11 @@ fn look_aside_sets_each_missed_key_next() {
     }
     assert_eq!(followed, s.refills);
     // Value bytes are what the hits carried: 10-20 bytes each.
-    assert!((10 * s.hits..=20 * s.hits).contains(&s.value_bytes), "{}", s.value_bytes);
+    assert!(
+        (10 * s.hits..=20 * s.hits).contains(&s.value_bytes),
+        "{}",
+        s.value_bytes
+    );
 }
 
 #[test]
@@ -220,7 +264,23 @@ fn look_aside_refuses_multiget() {
 #[test]
 fn large_values_dropped_unread_are_counted_like_any_other() {
     let (pre, s) = prefill_then_mix(
-        &["-c", "3", "-k", "20", "-n", "150", "-r", "0:1", "-m", "3", "--refill", "-p", "2", "--value-size", "100k"],
+        &[
+            "-c",
+            "3",
+            "-k",
+            "20",
+            "-n",
+            "150",
+            "-r",
+            "0:1",
+            "-m",
+            "3",
+            "--refill",
+            "-p",
+            "2",
+            "--value-size",
+            "100k",
+        ],
         4,
     );
     assert_eq!(pre.sets, 20);

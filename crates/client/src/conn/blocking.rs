@@ -302,6 +302,9 @@ mod tests {
         // The server closing shows as 0, spinning or not.
         drop(writer.join().unwrap());
         assert_eq!(recv(&ours, &mut rbuf, 64, &mut spin).unwrap(), 0);
-        assert_eq!(recv(&ours, &mut rbuf, 64, &mut Spin::new(Duration::ZERO)).unwrap(), 0);
+        assert_eq!(
+            recv(&ours, &mut rbuf, 64, &mut Spin::new(Duration::ZERO)).unwrap(),
+            0
+        );
     }
 }

@@ -39,7 +39,11 @@ pub fn random_values(rng: &mut Rng, keys: usize, max_records: u64, spread: u64) 
             }
             let n = rng.below(max_records + 1);
             let recs: Vec<Record> = (0..n)
-                .map(|_| Record { user: rng.below(spread), article: rng.below(spread), ts: rng.below(spread * 4) })
+                .map(|_| Record {
+                    user: rng.below(spread),
+                    article: rng.below(spread),
+                    ts: rng.below(spread * 4),
+                })
                 .collect();
             let mut bytes = records::encode_all(&recs);
             if rng.below(3) == 0 {
@@ -51,14 +55,20 @@ pub fn random_values(rng: &mut Rng, keys: usize, max_records: u64, spread: u64) 
 }
 
 pub fn input(args: &[u8], values: &Values) -> Vec<u8> {
-    let borrowed: Vec<Option<(u32, &[u8])>> =
-        values.iter().map(|v| v.as_ref().map(|(f, b)| (*f, b.as_slice()))).collect();
+    let borrowed: Vec<Option<(u32, &[u8])>> = values
+        .iter()
+        .map(|v| v.as_ref().map(|(f, b)| (*f, b.as_slice())))
+        .collect();
     encode_input(args, &borrowed)
 }
 
 /// Every whole record of every present value, in key order then record order.
 pub fn all_records(values: &Values) -> Vec<Record> {
-    values.iter().flatten().flat_map(|(_, b)| records::iter(b)).collect()
+    values
+        .iter()
+        .flatten()
+        .flat_map(|(_, b)| records::iter(b))
+        .collect()
 }
 
 /// Top-k the obvious way: sort everything, keep k.
@@ -90,9 +100,23 @@ pub type VersionFn = extern "C" fn() -> u32;
 /// Call a native filter with an output buffer of `cap` bytes (pre-filled with junk).
 pub fn call(filter: FilterFn, input: &[u8], cap: usize) -> Call {
     let mut buf = vec![0xA5u8; cap];
-    let mut out = MnemoOutput { data: buf.as_mut_ptr(), cap, len: usize::MAX, flags: u32::MAX };
+    let mut out = MnemoOutput {
+        data: buf.as_mut_ptr(),
+        cap,
+        len: usize::MAX,
+        flags: u32::MAX,
+    };
     // SAFETY: `input` and `buf` are valid for their lengths and live through the call.
     let rc = unsafe { filter(input.as_ptr(), input.len(), &mut out) };
-    let data = if out.len <= cap { buf[..out.len].to_vec() } else { Vec::new() };
-    Call { rc, data, len: out.len, flags: out.flags }
+    let data = if out.len <= cap {
+        buf[..out.len].to_vec()
+    } else {
+        Vec::new()
+    };
+    Call {
+        rc,
+        data,
+        len: out.len,
+        flags: out.flags,
+    }
 }

@@ -33,10 +33,19 @@ const GROWN_PAGES: usize = 16;
 fn host() -> &'static FilterHost {
     static HOST: OnceLock<FilterHost> = OnceLock::new();
     HOST.get_or_init(|| {
-        let path = std::env::temp_dir().join(format!("mnemo-result-check-{}.wat", std::process::id()));
+        let path =
+            std::env::temp_dir().join(format!("mnemo-result-check-{}.wat", std::process::id()));
         std::fs::write(&path, GUEST).expect("write the guest module");
-        let limits = Limits { deadline: Duration::from_secs(5), output_max: OUTPUT_MAX, ..Limits::default() };
-        let spec = FilterSpec { name: "g".into(), path: path.clone(), kind: FilterKind::Wasm };
+        let limits = Limits {
+            deadline: Duration::from_secs(5),
+            output_max: OUTPUT_MAX,
+            ..Limits::default()
+        };
+        let spec = FilterSpec {
+            name: "g".into(),
+            path: path.clone(),
+            kind: FilterKind::Wasm,
+        };
         let host = FilterHost::new(limits, vec![spec]).expect("load the guest module");
         let _ = std::fs::remove_file(&path);
         host
@@ -44,7 +53,8 @@ fn host() -> &'static FilterHost {
 }
 
 fn word(mem: &[u8], at: usize) -> Option<u32> {
-    mem.get(at..at.checked_add(4)?).map(|b| u32::from_le_bytes(b.try_into().unwrap()))
+    mem.get(at..at.checked_add(4)?)
+        .map(|b| u32::from_le_bytes(b.try_into().unwrap()))
 }
 
 /// What the host must answer for these arguments.
@@ -61,14 +71,31 @@ fn model(args: &[u8]) -> Result<(u32, Vec<u8>), FilterError> {
     let n = args.len() - 4;
     mem.copy_within(base + 8..base + 8 + n, 0);
     let rec = word(args, 0).unwrap() as usize;
-    let field = |i: usize| rec.checked_add(4 * i).and_then(|at| word(&mem, at)).ok_or(FilterError::BadResult);
+    let field = |i: usize| {
+        rec.checked_add(4 * i)
+            .and_then(|at| word(&mem, at))
+            .ok_or(FilterError::BadResult)
+    };
     let (status, flags, ptr, len) = (field(0)?, field(1)?, field(2)? as usize, field(3)? as usize);
-    let bytes = ptr.checked_add(len).and_then(|end| mem.get(ptr..end)).ok_or(FilterError::BadResult)?;
+    let bytes = ptr
+        .checked_add(len)
+        .and_then(|end| mem.get(ptr..end))
+        .ok_or(FilterError::BadResult)?;
     match status {
         0 if len > OUTPUT_MAX => Err(FilterError::OutputTooLarge),
         0 => Ok((flags, bytes.to_vec())),
         1 => Err(FilterError::Failed(
-            bytes.iter().take(200).map(|&b| if (0x20..0x7f).contains(&b) { b as char } else { '?' }).collect(),
+            bytes
+                .iter()
+                .take(200)
+                .map(|&b| {
+                    if (0x20..0x7f).contains(&b) {
+                        b as char
+                    } else {
+                        '?'
+                    }
+                })
+                .collect(),
         )),
         _ => Err(FilterError::BadResult),
     }
@@ -86,8 +113,13 @@ fn same(a: &Result<(u32, Vec<u8>), FilterError>, b: &Result<(u32, Vec<u8>), Filt
 fn call(args: &[u8]) -> Result<(u32, Vec<u8>), FilterError> {
     let f = host().get(b"g").expect("installed");
     let mut out = b"before".to_vec();
-    let got = f.call(args, 0, &mut |_| {}, &mut out).map(|flags| (flags, out[6..].to_vec()));
-    assert!(out.starts_with(b"before"), "the host changed output it did not own");
+    let got = f
+        .call(args, 0, &mut |_| {}, &mut out)
+        .map(|flags| (flags, out[6..].to_vec()));
+    assert!(
+        out.starts_with(b"before"),
+        "the host changed output it did not own"
+    );
     if got.is_err() {
         assert_eq!(out, b"before", "a failed call appended output");
     }
@@ -104,12 +136,26 @@ pub fn check(data: &[u8]) {
     let got = call(args);
     let want = model(args);
     let brief = |r: &Result<(u32, Vec<u8>), FilterError>| match r {
-        Ok((flags, out)) => format!("Ok(flags {flags}, {} bytes {:02x?}...)", out.len(), &out[..out.len().min(16)]),
+        Ok((flags, out)) => format!(
+            "Ok(flags {flags}, {} bytes {:02x?}...)",
+            out.len(),
+            &out[..out.len().min(16)]
+        ),
         Err(e) => format!("Err({e:?})"),
     };
-    assert!(same(&got, &want), "host {}, model {}", brief(&got), brief(&want));
+    assert!(
+        same(&got, &want),
+        "host {}, model {}",
+        brief(&got),
+        brief(&want)
+    );
     // The same input again: on the instance the first call left (reused after a success) the
     // memory it sees is the same, so the answer is too.
     let again = call(args);
-    assert!(same(&again, &want), "second call: host {}, model {}", brief(&again), brief(&want));
+    assert!(
+        same(&again, &want),
+        "second call: host {}, model {}",
+        brief(&again),
+        brief(&want)
+    );
 }

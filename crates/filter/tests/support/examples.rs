@@ -39,16 +39,30 @@ pub fn examples() -> &'static Examples {
 
 fn build() -> Examples {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root.join("target"));
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target"));
     let dir = target.join("filter-examples");
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     for extra in [&["--target", "wasm32-unknown-unknown"][..], &[]] {
         let status = Command::new(&cargo)
             .current_dir(&root)
-            .args(["build", "--quiet", "--release", "-p", "mnemo-filter-examples", "--examples"])
+            .args([
+                "build",
+                "--quiet",
+                "--release",
+                "-p",
+                "mnemo-filter-examples",
+                "--examples",
+            ])
             // Optimized, but without the workspace release profile's thin LTO and debug info:
             // seven cdylibs each linked with LTO took 31 s of CPU, 1.5 s without.
-            .args(["--config", "profile.release.lto=false", "--config", "profile.release.debug=0"])
+            .args([
+                "--config",
+                "profile.release.lto=false",
+                "--config",
+                "profile.release.debug=0",
+            ])
             .arg("--target-dir")
             .arg(&dir)
             .args(extra)
@@ -57,7 +71,11 @@ fn build() -> Examples {
         assert!(
             status.success(),
             "building the example filters failed{}",
-            if extra.is_empty() { "" } else { " (is the target installed? rustup target add wasm32-unknown-unknown)" }
+            if extra.is_empty() {
+                ""
+            } else {
+                " (is the target installed? rustup target add wasm32-unknown-unknown)"
+            }
         );
     }
     Examples {

@@ -48,12 +48,16 @@ pub fn configured_db() -> Result<Option<PathBuf>, String> {
     let text = match std::fs::read_to_string(&conf) {
         Ok(t) => t,
         // memcached starts without a config file too: Cyrus then uses its defaults.
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Some(DEFAULT_SASLDB.into())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Ok(Some(DEFAULT_SASLDB.into()))
+        }
         Err(e) => return Err(format!("cannot read {}: {e}", conf.display())),
     };
     let mut db = PathBuf::from(DEFAULT_SASLDB);
     for line in text.lines() {
-        let Some((key, value)) = line.split_once(':') else { continue };
+        let Some((key, value)) = line.split_once(':') else {
+            continue;
+        };
         let value = value.trim();
         match key.trim() {
             "sasldb_path" => db = value.into(),
@@ -65,7 +69,10 @@ pub fn configured_db() -> Result<Option<PathBuf>, String> {
                 ));
             }
             "auxprop_plugin" if !value.split_whitespace().all(|m| m == "sasldb") => {
-                return Err(format!("{}: auxprop_plugin {value} is not supported (only sasldb)", conf.display()));
+                return Err(format!(
+                    "{}: auxprop_plugin {value} is not supported (only sasldb)",
+                    conf.display()
+                ));
             }
             _ => {}
         }
@@ -80,10 +87,15 @@ pub fn read_users(path: &Path) -> Result<Vec<Record>, String> {
 }
 
 fn parse(data: &[u8]) -> Result<Vec<Record>, String> {
-    let not_bdb = || "not a Berkeley DB hash file (a gdbm or LMDB sasldb cannot be read)".to_string();
+    let not_bdb =
+        || "not a Berkeley DB hash file (a gdbm or LMDB sasldb cannot be read)".to_string();
     let word = |at: usize, swap: bool| -> Option<u32> {
         let b: [u8; 4] = data.get(at..at + 4)?.try_into().ok()?;
-        Some(if swap { u32::from_be_bytes(b) } else { u32::from_le_bytes(b) })
+        Some(if swap {
+            u32::from_be_bytes(b)
+        } else {
+            u32::from_le_bytes(b)
+        })
     };
     let swap = match (word(12, false), word(12, true)) {
         (Some(HASH_MAGIC), _) => false,
@@ -104,14 +116,19 @@ fn parse(data: &[u8]) -> Result<Vec<Record>, String> {
             continue;
         }
         let entries = half_in(page, 20, swap);
-        let offsets: Vec<usize> = (0..entries).filter_map(|i| half_in_opt(page, PAGE_HEADER + 2 * i, swap)).collect();
+        let offsets: Vec<usize> = (0..entries)
+            .filter_map(|i| half_in_opt(page, PAGE_HEADER + 2 * i, swap))
+            .collect();
         if offsets.len() != entries || !entries.is_multiple_of(2) {
             return Err("a damaged hash page".into());
         }
         let item = |i: usize| -> Result<&[u8], String> {
             let end = if i == 0 { page_size } else { offsets[i - 1] };
             let start = offsets[i];
-            let bytes = page.get(start..end).filter(|b| !b.is_empty()).ok_or("a damaged hash page")?;
+            let bytes = page
+                .get(start..end)
+                .filter(|b| !b.is_empty())
+                .ok_or("a damaged hash page")?;
             match bytes[0] {
                 H_KEYDATA => Ok(&bytes[1..]),
                 _ => Err("records stored on overflow or duplicate pages are not supported".into()),
@@ -120,7 +137,9 @@ fn parse(data: &[u8]) -> Result<Vec<Record>, String> {
         for pair in 0..entries / 2 {
             let (key, value) = (item(2 * pair)?, item(2 * pair + 1)?);
             let mut parts = key.split(|&b| b == 0);
-            if let (Some(user), Some(realm), Some(prop), None) = (parts.next(), parts.next(), parts.next(), parts.next()) {
+            if let (Some(user), Some(realm), Some(prop), None) =
+                (parts.next(), parts.next(), parts.next(), parts.next())
+            {
                 if prop == PASSWORD_PROPERTY {
                     users.push((user.to_vec(), realm.to_vec(), value.to_vec()));
                 }
@@ -132,7 +151,11 @@ fn parse(data: &[u8]) -> Result<Vec<Record>, String> {
 
 fn half_in_opt(page: &[u8], at: usize, swap: bool) -> Option<usize> {
     let b: [u8; 2] = page.get(at..at + 2)?.try_into().ok()?;
-    Some(usize::from(if swap { u16::from_be_bytes(b) } else { u16::from_le_bytes(b) }))
+    Some(usize::from(if swap {
+        u16::from_be_bytes(b)
+    } else {
+        u16::from_le_bytes(b)
+    }))
 }
 
 fn half_in(page: &[u8], at: usize, swap: bool) -> usize {
@@ -146,9 +169,15 @@ pub fn users_for_this_host(all: Vec<Record>) -> Vec<(Vec<u8>, Vec<u8>)> {
     let mut realms: Vec<&[u8]> = all.iter().map(|(_, r, _)| r.as_slice()).collect();
     realms.sort();
     realms.dedup();
-    let only = if realms.len() == 1 { Some(realms[0].to_vec()) } else { None };
+    let only = if realms.len() == 1 {
+        Some(realms[0].to_vec())
+    } else {
+        None
+    };
     all.iter()
-        .filter(|(_, realm, _)| Some(realm) == only.as_ref() || host.as_deref() == Some(realm.as_slice()))
+        .filter(|(_, realm, _)| {
+            Some(realm) == only.as_ref() || host.as_deref() == Some(realm.as_slice())
+        })
         .map(|(u, _, p)| (u.clone(), p.clone()))
         .collect()
 }
@@ -193,8 +222,14 @@ mod tests {
 
     #[test]
     fn reads_user_passwords() {
-        let f = file(&[(b"alice\0vm\0userPassword", b"secret"), (b"bob\0vm\0cmusaslsecretPLAIN", b"x")]);
-        assert_eq!(parse(&f).unwrap(), vec![(b"alice".to_vec(), b"vm".to_vec(), b"secret".to_vec())]);
+        let f = file(&[
+            (b"alice\0vm\0userPassword", b"secret"),
+            (b"bob\0vm\0cmusaslsecretPLAIN", b"x"),
+        ]);
+        assert_eq!(
+            parse(&f).unwrap(),
+            vec![(b"alice".to_vec(), b"vm".to_vec(), b"secret".to_vec())]
+        );
         assert!(parse(b"GDBM nonsense that is long enough to have a header").is_err());
     }
 
@@ -202,6 +237,9 @@ mod tests {
     fn one_realm_or_the_host_s() {
         let u = |n: &str, r: &str| (n.as_bytes().to_vec(), r.as_bytes().to_vec(), b"p".to_vec());
         assert_eq!(users_for_this_host(vec![u("a", "elsewhere")]).len(), 1);
-        assert_eq!(users_for_this_host(vec![u("a", "one"), u("b", "two")]).len(), 0);
+        assert_eq!(
+            users_for_this_host(vec![u("a", "one"), u("b", "two")]).len(),
+            0
+        );
     }
 }

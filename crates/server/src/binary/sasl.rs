@@ -14,7 +14,14 @@ use crate::Shared;
 /// What SASL_LIST_MECHS answers.
 pub(super) const MECHANISMS: &[u8] = b"PLAIN";
 
-pub(super) fn auth(session: &mut BinSession, step: bool, mech: &[u8], data: &[u8], sh: &Shared, r: &mut Reply<'_>) {
+pub(super) fn auth(
+    session: &mut BinSession,
+    step: bool,
+    mech: &[u8],
+    data: &[u8],
+    sh: &Shared,
+    r: &mut Reply<'_>,
+) {
     session.authenticated = false;
     let pending = std::mem::take(&mut session.sasl_pending);
     if step && !pending {
@@ -43,7 +50,8 @@ pub(super) fn auth(session: &mut BinSession, step: bool, mech: &[u8], data: &[u8
 
 fn check_plain(data: &[u8], sh: &Shared) -> bool {
     let mut parts = data.split(|&b| b == 0);
-    let (Some(authzid), Some(user), Some(password), None) = (parts.next(), parts.next(), parts.next(), parts.next())
+    let (Some(authzid), Some(user), Some(password), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
     else {
         return false;
     };

@@ -54,7 +54,9 @@ pub(super) fn stat(key: &[u8], sh: &Shared, r: &mut Reply<'_>) {
     }
     for line in text.split(|&b| b == b'\n') {
         let line = line.strip_suffix(b"\r").unwrap_or(line);
-        let Some(rest) = line.strip_prefix(b"STAT ") else { continue };
+        let Some(rest) = line.strip_prefix(b"STAT ") else {
+            continue;
+        };
         let (name, value) = match rest.iter().position(|&b| b == b' ') {
             Some(sp) => (&rest[..sp], &rest[sp + 1..]),
             None => (rest, &[][..]),

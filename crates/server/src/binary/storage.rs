@@ -27,7 +27,16 @@ struct BinHit<'k> {
 impl read::Hit for BinHit<'_> {
     fn head(&mut self, it: &Item<'_>, out: &mut Vec<u8>) -> Option<&'static [u8]> {
         let k = self.key;
-        mnemo_proto::binary::response_header(out, self.op, Status::Ok, self.opaque, it.cas, 4, k.len() as u16, it.value.len());
+        mnemo_proto::binary::response_header(
+            out,
+            self.op,
+            Status::Ok,
+            self.opaque,
+            it.cas,
+            4,
+            k.len() as u16,
+            it.value.len(),
+        );
         out.extend_from_slice(&it.flags.to_be_bytes());
         out.extend_from_slice(k);
         Some(b"")
@@ -48,12 +57,26 @@ pub(super) fn get(
         None => Read::Get,
         Some(e) => Read::Touch(expiry(sh, e)),
     };
-    let mut hit = BinHit { key: if with_key { key } else { &[] }, op: r.opcode, opaque: r.opaque };
+    let mut hit = BinHit {
+        key: if with_key { key } else { &[] },
+        op: r.opcode,
+        opaque: r.opaque,
+    };
     let sent = match read::get(key, how, &mut hit, sh, c, r.out, r.direct.as_deref_mut()) {
         Answer::Now(sent) => sent,
         Answer::Later(first) => {
-            let get = BinGet { key: key.into(), with_key, quiet, opcode: r.opcode, opaque: r.opaque };
-            let g = FlashGet { get, first, rest: Vec::new() };
+            let get = BinGet {
+                key: key.into(),
+                with_key,
+                quiet,
+                opcode: r.opcode,
+                opaque: r.opaque,
+            };
+            let g = FlashGet {
+                get,
+                first,
+                rest: Vec::new(),
+            };
             return After::Later(Pending::FlashRead(crate::flashio::Read::Binary(g)));
         }
     };
@@ -84,13 +107,26 @@ pub(crate) struct BinGet {
 
 impl BinGet {
     fn hit(&self) -> BinHit<'_> {
-        BinHit { key: if self.with_key { &self.key } else { &[] }, op: self.opcode, opaque: self.opaque }
+        BinHit {
+            key: if self.with_key { &self.key } else { &[] },
+            op: self.opcode,
+            opaque: self.opaque,
+        }
     }
 
     /// A miss's reply, if the request wants one.
     fn missed(&self, out: &mut Vec<u8>) {
         if !self.quiet {
-            get_missed(&self.key, self.with_key, &mut Reply { opcode: self.opcode, opaque: self.opaque, out, direct: None });
+            get_missed(
+                &self.key,
+                self.with_key,
+                &mut Reply {
+                    opcode: self.opcode,
+                    opaque: self.opaque,
+                    out,
+                    direct: None,
+                },
+            );
         }
     }
 }
@@ -121,23 +157,37 @@ impl FlashGet {
         let mut out = Vec::new();
         let mut batch = crate::flashio::Batch::new(&self.first);
         let mut answered = Answered::All;
-        let mut holes = vec![read::Hole { at: 0, key: &self.get.key[..], req: &self.get, flashed: self.first }];
+        let mut holes = vec![read::Hole {
+            at: 0,
+            key: &self.get.key[..],
+            req: &self.get,
+            flashed: self.first,
+        }];
         for (i, f) in self.rest.iter().enumerate() {
             match f {
-                Follow::Noop { opcode, opaque } => bin::response(&mut out, *opcode, Status::Ok, *opaque, 0, &[], &[], &[]),
+                Follow::Noop { opcode, opaque } => {
+                    bin::response(&mut out, *opcode, Status::Ok, *opaque, 0, &[], &[], &[])
+                }
                 Follow::Get(_) if batch.full(&out) => {
                     // The deferred GET and the `i` gathered before this one.
                     answered = Answered::Requests(1 + i);
                     break;
                 }
-                Follow::Get(g) => match read::locate(&g.key, Read::Get, &mut g.hit(), sh, c, &mut out) {
-                    Answer::Now(found) if found.is_hit() => {}
-                    Answer::Now(_) => g.missed(&mut out),
-                    Answer::Later(flashed) => {
-                        batch.add(&flashed);
-                        holes.push(read::Hole { at: out.len(), key: &g.key, req: g, flashed });
+                Follow::Get(g) => {
+                    match read::locate(&g.key, Read::Get, &mut g.hit(), sh, c, &mut out) {
+                        Answer::Now(found) if found.is_hit() => {}
+                        Answer::Now(_) => g.missed(&mut out),
+                        Answer::Later(flashed) => {
+                            batch.add(&flashed);
+                            holes.push(read::Hole {
+                                at: out.len(),
+                                key: &g.key,
+                                req: g,
+                                flashed,
+                            });
+                        }
                     }
-                },
+                }
             }
         }
         let reply = read::fill_holes(out, holes, sh, |key, g, at, v, reply| {
@@ -157,20 +207,51 @@ impl FlashGet {
 /// pushed on `taken` (the connection rewinds over those the job leaves unanswered). No
 /// SASL check is needed: the deferred GET passed it, and only SASL requests (which stop the
 /// gathering) change it.
-pub(crate) fn gather(g: &mut FlashGet, input: &[u8], sh: &Shared, budget: &mut usize, taken: &mut Vec<usize>) {
-    let limits = mnemo_proto::text::Limits { item_size_max: sh.config.item_size_max, use_cas: sh.config.use_cas };
+pub(crate) fn gather(
+    g: &mut FlashGet,
+    input: &[u8],
+    sh: &Shared,
+    budget: &mut usize,
+    taken: &mut Vec<usize>,
+) {
+    let limits = mnemo_proto::text::Limits {
+        item_size_max: sh.config.item_size_max,
+        use_cas: sh.config.use_cas,
+    };
     let mut used = 0;
-    let mut keys = 1 + g.rest.iter().filter(|f| matches!(f, Follow::Get(_))).count();
+    let mut keys = 1 + g
+        .rest
+        .iter()
+        .filter(|f| matches!(f, Follow::Get(_)))
+        .count();
     while *budget > 0 && keys < crate::flashio::GATHER_KEYS {
         let rest = &input[used..];
-        let bin::Frame::Ready(h) = bin::frame(rest) else { break };
-        let bin::Parsed::Request(req, n) = bin::request(&h, rest, &limits) else { break };
+        let bin::Frame::Ready(h) = bin::frame(rest) else {
+            break;
+        };
+        let bin::Parsed::Request(req, n) = bin::request(&h, rest, &limits) else {
+            break;
+        };
         match req {
-            bin::Request::Get { key, with_key, quiet, touch: None } => {
-                g.rest.push(Follow::Get(BinGet { key: key.into(), with_key, quiet, opcode: h.opcode, opaque: h.opaque }));
+            bin::Request::Get {
+                key,
+                with_key,
+                quiet,
+                touch: None,
+            } => {
+                g.rest.push(Follow::Get(BinGet {
+                    key: key.into(),
+                    with_key,
+                    quiet,
+                    opcode: h.opcode,
+                    opaque: h.opaque,
+                }));
                 keys += 1;
             }
-            bin::Request::Noop => g.rest.push(Follow::Noop { opcode: h.opcode, opaque: h.opaque }),
+            bin::Request::Noop => g.rest.push(Follow::Noop {
+                opcode: h.opcode,
+                opaque: h.opaque,
+            }),
             _ => break,
         }
         used += n;
@@ -184,10 +265,25 @@ fn bin_response(r: &mut Reply<'_>, status: Status, key: &[u8]) {
 }
 
 /// TOUCH: a hit answers with the item's flags and CAS but no value.
-pub(super) fn touch(key: &[u8], exptime: u32, sh: &Shared, c: &Counters, r: &mut Reply<'_>) -> After {
+pub(super) fn touch(
+    key: &[u8],
+    exptime: u32,
+    sh: &Shared,
+    c: &Counters,
+    r: &mut Reply<'_>,
+) -> After {
     let (op, opaque) = (r.opcode, r.opaque);
     let head = |it: &Item<'_>, out: &mut Vec<u8>| {
-        mnemo_proto::binary::response(out, op, Status::Ok, opaque, it.cas, &it.flags.to_be_bytes(), &[], &[]);
+        mnemo_proto::binary::response(
+            out,
+            op,
+            Status::Ok,
+            opaque,
+            it.cas,
+            &it.flags.to_be_bytes(),
+            &[],
+            &[],
+        );
     };
     if !read::touch_head(key, expiry(sh, exptime), head, sh, c, r.out).is_hit() {
         r.error(Status::KeyNotFound);
@@ -220,7 +316,15 @@ pub(super) fn store(
     // memcached drops the old value of a failed SET carrying a CAS too (the store drops a
     // plain set's itself).
     let drop_on_failure = guarded && op == StoreOp::Set;
-    let s = write::Store { mode, key, flags, exp: expiry(sh, exptime), data: value, stale_if_older: false, drop_on_failure };
+    let s = write::Store {
+        mode,
+        key,
+        flags,
+        exp: expiry(sh, exptime),
+        data: value,
+        stale_if_older: false,
+        drop_on_failure,
+    };
     let answer = match write::store(&s, Proto::Binary, sh, c) {
         Answer::Now(a) => a,
         Answer::Later(p) => match p {},
@@ -257,7 +361,12 @@ pub(super) fn concat(
     r: &mut Reply<'_>,
 ) -> After {
     // With -C the CAS field is ignored, as for SET.
-    let j = concat::Concat { append, key, data: value, cas: (cas != 0 && sh.config.use_cas).then_some(cas) };
+    let j = concat::Concat {
+        append,
+        key,
+        data: value,
+        cas: (cas != 0 && sh.config.use_cas).then_some(cas),
+    };
     match concat::concat(&j, Proto::Binary, sh, c) {
         Answer::Now(Stored::Stored { cas }) => {
             if !quiet {
@@ -272,8 +381,19 @@ pub(super) fn concat(
 }
 
 /// DELETE, with the compare of a CAS when one is given (command/delete.rs).
-pub(super) fn delete(key: &[u8], cas: u64, quiet: bool, sh: &Shared, c: &Counters, r: &mut Reply<'_>) -> After {
-    let d = delete::Delete { key, cas: (cas != 0).then_some(cas), invalidate: None };
+pub(super) fn delete(
+    key: &[u8],
+    cas: u64,
+    quiet: bool,
+    sh: &Shared,
+    c: &Counters,
+    r: &mut Reply<'_>,
+) -> After {
+    let d = delete::Delete {
+        key,
+        cas: (cas != 0).then_some(cas),
+        invalidate: None,
+    };
     match delete::delete(&d, Proto::Binary, sh, c) {
         Answer::Now(Deleted::Exists) => r.error(Status::KeyExists),
         Answer::Now(Deleted::Deleted) => {

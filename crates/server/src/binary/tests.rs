@@ -8,7 +8,11 @@ use crate::stats::Counters;
 use crate::{Config, Shared};
 
 fn shared(config: Config) -> Shared {
-    Shared::new(Config { memory_limit: 8 << 20, threads: 1, ..config })
+    Shared::new(Config {
+        memory_limit: 8 << 20,
+        threads: 1,
+        ..config
+    })
 }
 
 fn req(op: u8, extras: &[u8], key: &[u8], value: &[u8]) -> Vec<u8> {
@@ -64,28 +68,44 @@ fn partial_input_waits() {
     let r = set(b"k", b"value");
     for cut in 0..r.len() {
         let got = step(&r[..cut], &mut s, &sh, &c, &mut out);
-        assert!(matches!(got, BinNext::Incomplete(n) if n > cut && n <= r.len()), "{cut}: {got:?}");
+        assert!(
+            matches!(got, BinNext::Incomplete(n) if n > cut && n <= r.len()),
+            "{cut}: {got:?}"
+        );
         assert!(out.is_empty());
     }
-    assert_eq!(step(&r, &mut s, &sh, &c, &mut out), BinNext::Consumed(r.len()));
+    assert_eq!(
+        step(&r, &mut s, &sh, &c, &mut out),
+        BinNext::Consumed(r.len())
+    );
 }
 
 #[test]
 fn too_large_value_is_skipped_in_pieces() {
-    let sh = shared(Config { item_size_max: 1024, ..Config::default() });
+    let sh = shared(Config {
+        item_size_max: 1024,
+        ..Config::default()
+    });
     let mut s = BinSession::default();
     let c = Counters::default();
     let mut out = Vec::new();
     let big = set(b"k", &[b'x'; 5000]);
     // Only the header, extras and key are needed to refuse it.
-    assert_eq!(step(&big[..33], &mut s, &sh, &c, &mut out), BinNext::Consumed(33));
-    let ParsedResponse::Response(r, _) = parse_response(&out) else { panic!() };
+    assert_eq!(
+        step(&big[..33], &mut s, &sh, &c, &mut out),
+        BinNext::Consumed(33)
+    );
+    let ParsedResponse::Response(r, _) = parse_response(&out) else {
+        panic!()
+    };
     assert_eq!(r.status(), Status::TooLarge as u16);
     // The value is then discarded as it arrives, whatever the chunking.
     let mut rest = &big[33..];
     while !rest.is_empty() {
         let chunk = &rest[..rest.len().min(700)];
-        let BinNext::Consumed(n) = step(chunk, &mut s, &sh, &c, &mut out) else { panic!() };
+        let BinNext::Consumed(n) = step(chunk, &mut s, &sh, &c, &mut out) else {
+            panic!()
+        };
         rest = &rest[n..];
     }
     let (replies, _, closed) = run(&sh, &mut s, &req(opcode::NOOP, &[], b"", b""));
@@ -97,7 +117,13 @@ fn too_large_value_is_skipped_in_pieces() {
 fn huge_declared_bodies_never_ask_for_the_body() {
     let sh = shared(Config::default());
     let limit = 24 + 255 + 65535 + sh.config.item_size_max;
-    for op in [opcode::SET, opcode::APPEND, opcode::GET, opcode::SASL_AUTH, 0x77] {
+    for op in [
+        opcode::SET,
+        opcode::APPEND,
+        opcode::GET,
+        opcode::SASL_AUTH,
+        0x77,
+    ] {
         let extras: &[u8] = if op == opcode::SET { &[0; 8] } else { &[] };
         let mut r = req(op, extras, b"key", b"");
         r[8..12].copy_from_slice(&u32::MAX.to_be_bytes());
@@ -106,7 +132,9 @@ fn huge_declared_bodies_never_ask_for_the_body() {
         let mut out = Vec::new();
         match step(&r, &mut s, &sh, &c, &mut out) {
             BinNext::Incomplete(n) => assert!(n <= limit, "{op:#x} asked for {n}"),
-            BinNext::Consumed(_) | BinNext::Close => assert!(!out.is_empty(), "{op:#x} closed silently"),
+            BinNext::Consumed(_) | BinNext::Close => {
+                assert!(!out.is_empty(), "{op:#x} closed silently")
+            }
             BinNext::Later(_) => panic!("no Direct, so a read never answers later"),
         }
     }
@@ -145,7 +173,15 @@ fn sasl_shared() -> Shared {
     std::fs::write(&path, "alice:secret\n").unwrap();
     let creds = crate::auth::Credentials::load(&path).unwrap();
     let _ = std::fs::remove_file(&path);
-    Shared::with_credentials(Config { sasl: true, memory_limit: 8 << 20, threads: 1, ..Config::default() }, creds)
+    Shared::with_credentials(
+        Config {
+            sasl: true,
+            memory_limit: 8 << 20,
+            threads: 1,
+            ..Config::default()
+        },
+        creds,
+    )
 }
 
 #[test]
@@ -155,13 +191,24 @@ fn sasl_gates_everything_but_version_and_sasl() {
     let (replies, _, closed) = run(&sh, &mut s, &req(opcode::VERSION, &[], b"", b""));
     assert_eq!((replies, closed), (vec![(opcode::VERSION, 0)], false));
     let (replies, _, closed) = run(&sh, &mut s, &req(opcode::GET, &[], b"k", b""));
-    assert_eq!((replies, closed), (vec![(opcode::GET, Status::AuthError as u16)], true));
+    assert_eq!(
+        (replies, closed),
+        (vec![(opcode::GET, Status::AuthError as u16)], true)
+    );
 
     let mut s = BinSession::default();
-    let (replies, _, _) = run(&sh, &mut s, &req(opcode::SASL_AUTH, &[], b"PLAIN", &plain("alice", "nope")));
+    let (replies, _, _) = run(
+        &sh,
+        &mut s,
+        &req(opcode::SASL_AUTH, &[], b"PLAIN", &plain("alice", "nope")),
+    );
     assert_eq!(replies, vec![(opcode::SASL_AUTH, Status::AuthError as u16)]);
     assert!(!s.authenticated);
-    let (replies, _, _) = run(&sh, &mut s, &req(opcode::SASL_AUTH, &[], b"PLAIN", &plain("alice", "secret")));
+    let (replies, _, _) = run(
+        &sh,
+        &mut s,
+        &req(opcode::SASL_AUTH, &[], b"PLAIN", &plain("alice", "secret")),
+    );
     assert_eq!(replies, vec![(opcode::SASL_AUTH, 0)]);
     assert!(s.authenticated);
     let (replies, _, closed) = run(&sh, &mut s, &set(b"k", b"v"));
@@ -170,8 +217,15 @@ fn sasl_gates_everything_but_version_and_sasl() {
     // Continue + step.
     let mut s = BinSession::default();
     let (replies, _, _) = run(&sh, &mut s, &req(opcode::SASL_AUTH, &[], b"PLAIN", b""));
-    assert_eq!(replies, vec![(opcode::SASL_AUTH, Status::AuthContinue as u16)]);
-    let (replies, _, _) = run(&sh, &mut s, &req(opcode::SASL_STEP, &[], b"PLAIN", &plain("alice", "secret")));
+    assert_eq!(
+        replies,
+        vec![(opcode::SASL_AUTH, Status::AuthContinue as u16)]
+    );
+    let (replies, _, _) = run(
+        &sh,
+        &mut s,
+        &req(opcode::SASL_STEP, &[], b"PLAIN", &plain("alice", "secret")),
+    );
     assert_eq!(replies, vec![(opcode::SASL_STEP, 0)]);
     assert!(s.authenticated);
 }
@@ -181,18 +235,33 @@ fn sasl_commands_are_unknown_without_sasl() {
     let sh = shared(Config::default());
     let mut s = BinSession::default();
     let mut input = req(opcode::SASL_LIST_MECHS, &[], b"", b"");
-    input.extend(req(opcode::SASL_AUTH, &[], b"PLAIN", &plain("alice", "secret")));
+    input.extend(req(
+        opcode::SASL_AUTH,
+        &[],
+        b"PLAIN",
+        &plain("alice", "secret"),
+    ));
     input.extend(req(opcode::NOOP, &[], b"", b""));
     let (replies, used, closed) = run(&sh, &mut s, &input);
     let unknown = Status::UnknownCommand as u16;
-    assert_eq!(replies, vec![(opcode::SASL_LIST_MECHS, unknown), (opcode::SASL_AUTH, unknown), (opcode::NOOP, 0)]);
+    assert_eq!(
+        replies,
+        vec![
+            (opcode::SASL_LIST_MECHS, unknown),
+            (opcode::SASL_AUTH, unknown),
+            (opcode::NOOP, 0)
+        ]
+    );
     assert_eq!((used, closed), (input.len(), false));
 }
 
 #[test]
 fn a_set_with_a_cas_that_finds_no_memory_drops_the_old_value() {
     // -M: no eviction, so the store runs out of memory.
-    let sh = shared(Config { evict: false, ..Config::default() });
+    let sh = shared(Config {
+        evict: false,
+        ..Config::default()
+    });
     let mut s = BinSession::default();
     let (r, ..) = run(&sh, &mut s, &set(b"k", b"small"));
     assert_eq!(r, [(opcode::SET, Status::Ok as u16)]);
@@ -207,11 +276,19 @@ fn a_set_with_a_cas_that_finds_no_memory_drops_the_old_value() {
     }
     assert!(full, "the store never ran out of memory");
     // The item's own CAS: a compare that matches, then a store that finds no memory.
-    let cas = sh.store.get(b"k", sh.clock.now(), |it| it.cas).hit().expect("k is stored");
+    let cas = sh
+        .store
+        .get(b"k", sh.clock.now(), |it| it.cas)
+        .hit()
+        .expect("k is stored");
     let mut with_cas = Vec::new();
     encode_request(&mut with_cas, opcode::SET, 7, cas, &[0; 8], b"k", &value);
     let (r, ..) = run(&sh, &mut s, &with_cas);
     assert_eq!(r, [(opcode::SET, Status::OutOfMemory as u16)]);
     let (r, ..) = run(&sh, &mut s, &req(opcode::GET, &[], b"k", &[]));
-    assert_eq!(r, [(opcode::GET, Status::KeyNotFound as u16)], "memcached drops the old value");
+    assert_eq!(
+        r,
+        [(opcode::GET, Status::KeyNotFound as u16)],
+        "memcached drops the old value"
+    );
 }

@@ -43,9 +43,17 @@ pub(crate) struct Delta<'a> {
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) enum Counted {
     /// The new number and CAS; `exp`: the item's expiry, if `read_exp` asked and it is there.
-    Value { n: u64, cas: u64, exp: Option<Time> },
+    Value {
+        n: u64,
+        cas: u64,
+        exp: Option<Time>,
+    },
     /// The item was missing and is created with the initial value.
-    Created { n: u64, cas: u64, exp: Option<Time> },
+    Created {
+        n: u64,
+        cas: u64,
+        exp: Option<Time>,
+    },
     NotFound,
     NonNumeric,
     /// The item has another CAS than the one given.
@@ -63,16 +71,35 @@ pub(crate) fn delta(d: &Delta<'_>, proto: Proto, sh: &Shared, c: &Counters) -> A
 }
 
 /// [`delta`] whose changed or created item takes the CAS `cas_in` (ma E).
-pub(crate) fn delta_with(d: &Delta<'_>, cas_in: Option<u64>, proto: Proto, sh: &Shared, c: &Counters) -> Answer<Counted> {
-    let (hits, misses) = if d.incr { (&c.incr_hits, &c.incr_misses) } else { (&c.decr_hits, &c.decr_misses) };
+pub(crate) fn delta_with(
+    d: &Delta<'_>,
+    cas_in: Option<u64>,
+    proto: Proto,
+    sh: &Shared,
+    c: &Counters,
+) -> Answer<Counted> {
+    let (hits, misses) = if d.incr {
+        (&c.incr_hits, &c.incr_misses)
+    } else {
+        (&c.decr_hits, &c.decr_misses)
+    };
     let mut answer = apply(d, cas_in, proto, sh, c);
     if let (Counted::Value { cas, .. }, Some(e)) = (&mut answer, cas_in) {
         // The store's delta chooses the CAS: the new number is written again under E,
         // guarded by the CAS the delta gave it (a write in between keeps its own).
         let now = sh.clock.now();
-        let mine = sh.store.peek(d.key, now, |it| (it.cas == *cas).then(|| (it.flags, it.exp, it.value.to_vec()))).hit().flatten();
+        let mine = sh
+            .store
+            .peek(d.key, now, |it| {
+                (it.cas == *cas).then(|| (it.flags, it.exp, it.value.to_vec()))
+            })
+            .hit()
+            .flatten();
         if let Some((flags, exp, value)) = mine {
-            if let Ok(StoreOutcome::Stored { cas: new }) = sh.store.store_cas(Mode::Cas(*cas), d.key, flags, exp, &value, now, Some(e)) {
+            if let Ok(StoreOutcome::Stored { cas: new }) =
+                sh.store
+                    .store_cas(Mode::Cas(*cas), d.key, flags, exp, &value, now, Some(e))
+            {
                 sh.marks.set(d.key, new, crate::marks::Mark::default());
                 *cas = new;
             }
@@ -107,7 +134,11 @@ fn apply(d: &Delta<'_>, cas_in: Option<u64>, proto: Proto, sh: &Shared, c: &Coun
             }
         }
     }
-    let attempts = if proto == Proto::Meta { 2 } else { DELTA_ATTEMPTS };
+    let attempts = if proto == Proto::Meta {
+        2
+    } else {
+        DELTA_ATTEMPTS
+    };
     for _ in 0..attempts {
         let res = match (d.cas, proto) {
             (Some(cas), Proto::Binary) => guarded(d, cas, sh, now),
@@ -117,8 +148,22 @@ fn apply(d: &Delta<'_>, cas_in: Option<u64>, proto: Proto, sh: &Shared, c: &Coun
             return res;
         };
         let mut digits = [0; 20];
-        match sh.store.store_cas(Mode::Add, d.key, 0, exp, decimal(initial, &mut digits), now, cas_in) {
-            Ok(StoreOutcome::Stored { cas }) => return Counted::Created { n: initial, cas, exp: None },
+        match sh.store.store_cas(
+            Mode::Add,
+            d.key,
+            0,
+            exp,
+            decimal(initial, &mut digits),
+            now,
+            cas_in,
+        ) {
+            Ok(StoreOutcome::Stored { cas }) => {
+                return Counted::Created {
+                    n: initial,
+                    cas,
+                    exp: None,
+                }
+            }
             // Someone else created it first: apply the delta to theirs.
             Ok(_) => continue,
             // Meta: whatever kept the add out, the delta is tried once more.
@@ -139,7 +184,10 @@ fn apply(d: &Delta<'_>, cas_in: Option<u64>, proto: Proto, sh: &Shared, c: &Coun
 }
 
 fn plain(d: &Delta<'_>, sh: &Shared, now: Time) -> Counted {
-    match sh.store.delta_padded(d.key, d.incr, d.by, now, parse_u64, d.pad) {
+    match sh
+        .store
+        .delta_padded(d.key, d.incr, d.by, now, parse_u64, d.pad)
+    {
         Ok((n, cas)) => Counted::Value { n, cas, exp: None },
         Err(DeltaError::NotFound) => Counted::NotFound,
         Err(DeltaError::NonNumeric) => Counted::NonNumeric,
@@ -158,7 +206,11 @@ fn guarded(d: &Delta<'_>, want: u64, sh: &Shared, now: Time) -> Counted {
             Some(v) if !it.value.is_empty() => v,
             _ => return Err(Counted::NonNumeric),
         };
-        let n = if d.incr { n.wrapping_add(d.by) } else { n.saturating_sub(d.by) };
+        let n = if d.incr {
+            n.wrapping_add(d.by)
+        } else {
+            n.saturating_sub(d.by)
+        };
         Ok((n, it.flags, it.exp, it.value.len()))
     });
     let (n, flags, exp, old_len) = match found.hit() {
@@ -171,7 +223,10 @@ fn guarded(d: &Delta<'_>, want: u64, sh: &Shared, now: Time) -> Counted {
     if text.len() < old_len {
         text.resize(old_len, b' ');
     }
-    match sh.store.store(Mode::Cas(want), d.key, flags, exp, &text, now) {
+    match sh
+        .store
+        .store(Mode::Cas(want), d.key, flags, exp, &text, now)
+    {
         Ok(StoreOutcome::Stored { cas }) => Counted::Value { n, cas, exp: None },
         Ok(StoreOutcome::Exists) => Counted::Exists,
         Ok(_) => Counted::NotFound,

@@ -33,10 +33,16 @@ pub(crate) fn concat(j: &Concat<'_>, proto: Proto, sh: &Shared, c: &Counters) ->
         Some(cas) => guarded(j, cas, sh),
         None if !joined_fits(j.key, j.data.len(), sh) => StoreOutcome::NotStored,
         None => {
-            let mode = if j.append { Mode::Append } else { Mode::Prepend };
+            let mode = if j.append {
+                Mode::Append
+            } else {
+                Mode::Prepend
+            };
             // The store answers NotStored itself when the result would be too large or finds
             // no memory, as memcached does for append/prepend.
-            sh.store.store(mode, j.key, 0, 0, j.data, sh.clock.now()).unwrap_or(StoreOutcome::NotStored)
+            sh.store
+                .store(mode, j.key, 0, 0, j.data, sh.clock.now())
+                .unwrap_or(StoreOutcome::NotStored)
         }
     };
     Answer::Now(match outcome {
@@ -47,14 +53,21 @@ pub(crate) fn concat(j: &Concat<'_>, proto: Proto, sh: &Shared, c: &Counters) ->
 }
 
 fn limits(sh: &Shared) -> Limits {
-    Limits { item_size_max: sh.config.item_size_max, use_cas: sh.config.use_cas }
+    Limits {
+        item_size_max: sh.config.item_size_max,
+        use_cas: sh.config.use_cas,
+    }
 }
 
 /// Whether appending `extra` bytes keeps the item within memcached's exact size rule (the
 /// store's own bound is a little looser). An append racing in between can only be caught by
 /// the store's bound, which still holds.
 fn joined_fits(key: &[u8], extra: usize, sh: &Shared) -> bool {
-    match sh.store.get(key, sh.clock.now(), |it| (it.flags, it.value.len())).hit() {
+    match sh
+        .store
+        .get(key, sh.clock.now(), |it| (it.flags, it.value.len()))
+        .hit()
+    {
         Some((flags, len)) => limits(sh).item_fits(key.len(), flags, len + extra),
         // Missing: the store answers NotStored.
         None => true,
@@ -69,13 +82,21 @@ fn guarded(j: &Concat<'_>, cas: u64, sh: &Shared) -> StoreOutcome {
             return None;
         }
         let mut v = Vec::with_capacity(it.value.len() + j.data.len());
-        let (first, second) = if j.append { (it.value, j.data) } else { (j.data, it.value) };
+        let (first, second) = if j.append {
+            (it.value, j.data)
+        } else {
+            (j.data, it.value)
+        };
         v.extend_from_slice(first);
         v.extend_from_slice(second);
         Some((it.flags, it.exp, v))
     });
-    let Some(found) = joined.hit() else { return StoreOutcome::NotStored };
-    let Some((flags, exp, v)) = found else { return StoreOutcome::Exists };
+    let Some(found) = joined.hit() else {
+        return StoreOutcome::NotStored;
+    };
+    let Some((flags, exp, v)) = found else {
+        return StoreOutcome::Exists;
+    };
     if !limits(sh).item_fits(j.key.len(), flags, v.len()) {
         return StoreOutcome::NotStored;
     }

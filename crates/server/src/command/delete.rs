@@ -31,6 +31,8 @@ pub(crate) struct Delete<'a> {
     pub invalidate: Option<Option<Time>>,
 }
 
+// The variants are the protocol's replies (DELETED, NOT_FOUND, EXISTS).
+#[allow(clippy::enum_variant_names)]
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) enum Deleted {
     Deleted,
@@ -57,7 +59,13 @@ pub(crate) fn delete(d: &Delete<'_>, proto: Proto, sh: &Shared, c: &Counters) ->
 
 /// [`delete`] with md's x and E; None: x found no memory for the emptied item (memcached's
 /// "SERVER_ERROR out of memory"), the item unchanged.
-pub(crate) fn meta_delete(d: &Delete<'_>, m: MetaDelete, proto: Proto, sh: &Shared, c: &Counters) -> Answer<Option<Deleted>> {
+pub(crate) fn meta_delete(
+    d: &Delete<'_>,
+    m: MetaDelete,
+    proto: Proto,
+    sh: &Shared,
+    c: &Counters,
+) -> Answer<Option<Deleted>> {
     if sh.watch.flags() != 0 {
         return watched(d, m, proto, sh, c);
     }
@@ -69,20 +77,37 @@ pub(crate) fn meta_delete(d: &Delete<'_>, m: MetaDelete, proto: Proto, sh: &Shar
 /// is not).
 #[cold]
 #[inline(never)]
-fn watched(d: &Delete<'_>, m: MetaDelete, proto: Proto, sh: &Shared, c: &Counters) -> Answer<Option<Deleted>> {
+fn watched(
+    d: &Delete<'_>,
+    m: MetaDelete,
+    proto: Proto,
+    sh: &Shared,
+    c: &Counters,
+) -> Answer<Option<Deleted>> {
     crate::watch::looked_up(sh, d.key);
-    let size = sh.store.peek(d.key, sh.clock.now(), |it| it.value.len()).hit();
+    let size = sh
+        .store
+        .peek(d.key, sh.clock.now(), |it| it.value.len())
+        .hit();
     let answer = delete_now(d, m, proto, sh, c);
-    let logged = proto != Proto::Binary && d.invalidate.is_none() && sh.watch.wants(crate::watch::DELETIONS);
+    let logged =
+        proto != Proto::Binary && d.invalidate.is_none() && sh.watch.wants(crate::watch::DELETIONS);
     if let (Answer::Now(Some(Deleted::Deleted)), Some(size), true) = (&answer, size, logged) {
         crate::watch::deleted(sh, d.key, proto == Proto::Meta, size);
     }
     answer
 }
 
-fn delete_now(d: &Delete<'_>, m: MetaDelete, proto: Proto, sh: &Shared, c: &Counters) -> Answer<Option<Deleted>> {
+fn delete_now(
+    d: &Delete<'_>,
+    m: MetaDelete,
+    proto: Proto,
+    sh: &Shared,
+    c: &Counters,
+) -> Answer<Option<Deleted>> {
     if proto != Proto::Meta {
-        sh.detail.record(d.key, sh.config.prefix_delimiter, Event::Delete);
+        sh.detail
+            .record(d.key, sh.config.prefix_delimiter, Event::Delete);
     }
     let now = sh.clock.now();
     if let Some(want) = d.cas {
@@ -112,18 +137,37 @@ fn delete_now(d: &Delete<'_>, m: MetaDelete, proto: Proto, sh: &Shared, c: &Coun
 /// C given, compared again here so that a write in between cannot slip under it). The new
 /// item is memcached's new item: unfetched, not stale, no win token sent, unless `stale`
 /// (I) marks it. Its CAS is E, else the old one's (x) or a new one (x with I).
-fn remove_value(d: &Delete<'_>, (flags, exp): (u32, Time), stale: bool, cas_in: Option<u64>, sh: &Shared, now: Time) -> Result<bool, ()> {
+fn remove_value(
+    d: &Delete<'_>,
+    (flags, exp): (u32, Time),
+    stale: bool,
+    cas_in: Option<u64>,
+    sh: &Shared,
+    now: Time,
+) -> Result<bool, ()> {
     for _ in 0..INVALIDATE_ATTEMPTS {
-        let Some(have) = current_cas(d.key, sh, now) else { return Ok(false) };
+        let Some(have) = current_cas(d.key, sh, now) else {
+            return Ok(false);
+        };
         if d.cas.is_some_and(|want| want != have) {
             // Changed since the compare: as memcached, holding the item lock, would have
             // found it, this is a CAS that no longer matches: nothing is changed.
             return Ok(false);
         }
         let new_cas = cas_in.or((!stale).then_some(have));
-        match sh.store.store_cas(Mode::Cas(have), d.key, flags, exp, b"", now, new_cas) {
+        match sh
+            .store
+            .store_cas(Mode::Cas(have), d.key, flags, exp, b"", now, new_cas)
+        {
             Ok(StoreOutcome::Stored { cas }) => {
-                sh.marks.set(d.key, cas, crate::marks::Mark { stale, win_sent: false });
+                sh.marks.set(
+                    d.key,
+                    cas,
+                    crate::marks::Mark {
+                        stale,
+                        win_sent: false,
+                    },
+                );
                 return Ok(true);
             }
             // Rewritten or deleted in between: look again.
@@ -147,16 +191,32 @@ const INVALIDATE_ATTEMPTS: usize = 4;
 /// and with the win token offered again. The store makes a new CAS only by writing a new
 /// copy, so the item is rewritten, guarded by its CAS against a write in between (and read
 /// without counting as a read: its fetched state carries over).
-fn invalidate(key: &[u8], new_exp: Option<Time>, cas_in: Option<u64>, sh: &Shared, now: Time) -> bool {
+fn invalidate(
+    key: &[u8],
+    new_exp: Option<Time>,
+    cas_in: Option<u64>,
+    sh: &Shared,
+    now: Time,
+) -> bool {
     for _ in 0..INVALIDATE_ATTEMPTS {
         let read = |it: Item<'_>| (it.flags, it.value.to_vec(), it.exp, it.cas, it.fetched);
         let Some((flags, value, exp, cas, fetched)) = sh.store.peek(key, now, read).hit() else {
             return false;
         };
         let exp = new_exp.unwrap_or(exp);
-        match sh.store.store_cas(Mode::Cas(cas), key, flags, exp, &value, now, cas_in) {
+        match sh
+            .store
+            .store_cas(Mode::Cas(cas), key, flags, exp, &value, now, cas_in)
+        {
             Ok(StoreOutcome::Stored { cas }) => {
-                sh.marks.set(key, cas, crate::marks::Mark { stale: true, win_sent: false });
+                sh.marks.set(
+                    key,
+                    cas,
+                    crate::marks::Mark {
+                        stale: true,
+                        win_sent: false,
+                    },
+                );
                 if fetched {
                     // memcached keeps the item, so it stays fetched (a later h says h1); the
                     // copy is marked by reading it.
@@ -171,7 +231,14 @@ fn invalidate(key: &[u8], new_exp: Option<Time>, cas_in: Option<u64>, sh: &Share
                 if let Some(e) = new_exp {
                     sh.store.touch(key, e, now);
                 }
-                sh.marks.set(key, cas, crate::marks::Mark { stale: true, win_sent: false });
+                sh.marks.set(
+                    key,
+                    cas,
+                    crate::marks::Mark {
+                        stale: true,
+                        win_sent: false,
+                    },
+                );
                 return true;
             }
         }

@@ -15,7 +15,11 @@ pub(crate) fn flush_all(delay: i64, sh: &Shared, c: &Counters) -> Answer<bool> {
     let now = sh.clock.now();
     // memcached: items stored at or before realtime(delay) - 1 are invalid once that moment
     // arrives.
-    let at = if delay > 0 { sh.clock.realtime(delay).saturating_sub(1).max(now) } else { now };
+    let at = if delay > 0 {
+        sh.clock.realtime(delay).saturating_sub(1).max(now)
+    } else {
+        now
+    };
     sh.store.flush_all(at);
     Answer::Now(true)
 }

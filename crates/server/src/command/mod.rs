@@ -80,7 +80,9 @@ impl Pending {
     pub fn run(self, sh: &crate::Shared, watch: &crate::jobs::Watch<'_>) -> Vec<u8> {
         match self {
             Pending::Filter(call) => call.run(sh, watch),
-            Pending::FlashRead(_) => unreachable!("jobs.rs routes flash reads to the flash I/O pool"),
+            Pending::FlashRead(_) => {
+                unreachable!("jobs.rs routes flash reads to the flash I/O pool")
+            }
             Pending::Watch(_) => unreachable!("jobs.rs attaches a watcher, it runs nothing"),
         }
     }

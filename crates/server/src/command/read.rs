@@ -19,7 +19,9 @@
 //!   -> Answer::Now(Sent)
 //! ```
 
-use mnemo_store::{FlashReject, FlashRef, FlashValue, Item, Located, Lookup, Mode, Pages, StoreOutcome, Time};
+use mnemo_store::{
+    FlashRef, FlashReject, FlashValue, Item, Located, Lookup, Mode, Pages, StoreOutcome, Time,
+};
 
 use super::Answer;
 use crate::detail::Event;
@@ -49,7 +51,13 @@ pub trait Direct {
     ///
     /// `pages` (the item's, when it has pages of its own) may be lent to the kernel instead of
     /// copying `value` (splice.rs); `tail` is static so that its pages can be too.
-    fn send_value(&mut self, out: &mut Vec<u8>, value: &[u8], pages: Option<Pages<'_>>, tail: &'static [u8]) -> bool;
+    fn send_value(
+        &mut self,
+        out: &mut Vec<u8>,
+        value: &[u8],
+        pages: Option<Pages<'_>>,
+        tail: &'static [u8],
+    ) -> bool;
 }
 
 /// How a read looks the item up and what it counts.
@@ -77,7 +85,15 @@ impl Read {
     /// Whether [`get`] may answer this read `Later` when its value is on flash: a get, or an
     /// mg without T, u or N (those read synchronously, their lookup and change in one step).
     pub(crate) fn deferrable(self) -> bool {
-        matches!(self, Read::Get | Read::Meta { touch: None, peek: false, vivify: None })
+        matches!(
+            self,
+            Read::Get
+                | Read::Meta {
+                    touch: None,
+                    peek: false,
+                    vivify: None
+                }
+        )
     }
 }
 
@@ -135,7 +151,9 @@ pub(crate) fn get<H: Hit>(
     let mut write = {
         #[inline(always)]
         |it: Item<'_>, out: &mut Vec<u8>| {
-            let Some(tail) = hit.head(&it, out) else { return };
+            let Some(tail) = hit.head(&it, out) else {
+                return;
+            };
             match direct.as_deref_mut() {
                 Some(d) if it.value.len() >= DIRECT_MIN => {
                     flushed = d.send_value(out, it.value, it.pages, tail);
@@ -156,55 +174,114 @@ pub(crate) fn get<H: Hit>(
         Read::Get => {
             bump(&c.cmd_get, 1);
             if defer {
-                match sh.store.get_located(key, now, { #[inline(always)] |it| write(it, out) }) {
+                match sh.store.get_located(key, now, {
+                    #[inline(always)]
+                    |it| write(it, out)
+                }) {
                     Located::Done(l) => l,
-                    Located::Flash { fref, fetched, f } => match cached(key, fref, fetched, now, sh, f) {
-                        Some(l) => l,
-                        None => return Answer::Later(Flashed { fref, fetched }),
-                    },
+                    Located::Flash { fref, fetched, f } => {
+                        match cached(key, fref, fetched, now, sh, f) {
+                            Some(l) => l,
+                            None => return Answer::Later(Flashed { fref, fetched }),
+                        }
+                    }
                 }
             } else {
-                sh.store.get(key, now, { #[inline(always)] |it| write(it, out) })
+                sh.store.get(key, now, {
+                    #[inline(always)]
+                    |it| write(it, out)
+                })
             }
         }
         Read::Touch(exp) => {
             bump(&c.cmd_touch, 1);
-            sh.store.get_and_touch(key, exp, now, { #[inline(always)] |it| write(it, out) })
+            sh.store.get_and_touch(key, exp, now, {
+                #[inline(always)]
+                |it| write(it, out)
+            })
         }
-        Read::Meta { touch, peek, vivify } => {
+        Read::Meta {
+            touch,
+            peek,
+            vivify,
+        } => {
             bump(&c.cmd_get, 1);
             if touch.is_some() {
                 bump(&c.cmd_touch, 1);
             }
             let found = match (touch, peek) {
-                (Some(exp), false) => sh.store.get_and_touch(key, exp, now, { #[inline(always)] |it| write(it, out) }),
+                (Some(exp), false) => sh.store.get_and_touch(key, exp, now, {
+                    #[inline(always)]
+                    |it| write(it, out)
+                }),
                 (Some(exp), true) => {
                     sh.store.touch(key, exp, now);
-                    sh.store.peek(key, now, { #[inline(always)] |it| write(it, out) })
+                    sh.store.peek(key, now, {
+                        #[inline(always)]
+                        |it| write(it, out)
+                    })
                 }
-                (None, false) if defer && vivify.is_none() => match sh.store.get_located(key, now, { #[inline(always)] |it| write(it, out) }) {
-                    Located::Done(l) => l,
-                    Located::Flash { fref, fetched, f } => match cached(key, fref, fetched, now, sh, f) {
-                        Some(l) => l,
-                        None => return Answer::Later(Flashed { fref, fetched }),
-                    },
-                },
-                (None, false) => sh.store.get(key, now, { #[inline(always)] |it| write(it, out) }),
-                (None, true) => sh.store.peek(key, now, { #[inline(always)] |it| write(it, out) }),
+                (None, false) if defer && vivify.is_none() => {
+                    match sh.store.get_located(key, now, {
+                        #[inline(always)]
+                        |it| write(it, out)
+                    }) {
+                        Located::Done(l) => l,
+                        Located::Flash { fref, fetched, f } => {
+                            match cached(key, fref, fetched, now, sh, f) {
+                                Some(l) => l,
+                                None => return Answer::Later(Flashed { fref, fetched }),
+                            }
+                        }
+                    }
+                }
+                (None, false) => sh.store.get(key, now, {
+                    #[inline(always)]
+                    |it| write(it, out)
+                }),
+                (None, true) => sh.store.peek(key, now, {
+                    #[inline(always)]
+                    |it| write(it, out)
+                }),
             };
             match (found.is_hit(), vivify) {
                 (false, Some((exp, cas_in))) => {
                     // Vivify: an empty placeholder, and this client holds the win token;
                     // everyone else sees the placeholder with Z until the winner stores the
                     // real value. It counts as the miss it was.
-                    if let Ok(StoreOutcome::Stored { cas }) = sh.store.store_cas(Mode::Add, key, 0, exp, b"", now, cas_in) {
-                        sh.marks.set(key, cas, crate::marks::Mark { stale: false, win_sent: true });
-                        hit.vivified(&Item { flags: 0, value: b"", cas, exp, fetched: false, pages: None }, out);
+                    if let Ok(StoreOutcome::Stored { cas }) =
+                        sh.store.store_cas(Mode::Add, key, 0, exp, b"", now, cas_in)
+                    {
+                        sh.marks.set(
+                            key,
+                            cas,
+                            crate::marks::Mark {
+                                stale: false,
+                                win_sent: true,
+                            },
+                        );
+                        hit.vivified(
+                            &Item {
+                                flags: 0,
+                                value: b"",
+                                cas,
+                                exp,
+                                fetched: false,
+                                pages: None,
+                            },
+                            out,
+                        );
                         bump(&c.get_misses, 1);
-                        return Answer::Now(Sent { found: Lookup::Hit(()), flushed: false });
+                        return Answer::Now(Sent {
+                            found: Lookup::Hit(()),
+                            flushed: false,
+                        });
                     }
                     // Someone created it first: read theirs.
-                    sh.store.get(key, now, { #[inline(always)] |it| write(it, out) })
+                    sh.store.get(key, now, {
+                        #[inline(always)]
+                        |it| write(it, out)
+                    })
                 }
                 _ => found,
             }
@@ -226,7 +303,9 @@ pub(crate) fn touch_head(
     out: &mut Vec<u8>,
 ) -> Lookup<()> {
     bump(&c.cmd_touch, 1);
-    let found = sh.store.get_and_touch(key, exp, sh.clock.now(), |it| head(&it, out));
+    let found = sh
+        .store
+        .get_and_touch(key, exp, sh.clock.now(), |it| head(&it, out));
     count(key, Read::Touch(exp), found, sh, c);
     found
 }
@@ -236,7 +315,14 @@ pub(crate) fn touch_head(
 /// copy. None: the read would wait for the disk; it goes to the I/O pool.
 #[cold]
 #[inline(never)]
-fn cached<F: FnOnce(Item<'_>)>(key: &[u8], fref: FlashRef, fetched: bool, now: Time, sh: &Shared, f: F) -> Option<Lookup<()>> {
+fn cached<F: FnOnce(Item<'_>)>(
+    key: &[u8],
+    fref: FlashRef,
+    fetched: bool,
+    now: Time,
+    sh: &Shared,
+    f: F,
+) -> Option<Lookup<()>> {
     let v = sh.store.read_flash_cached(&fref, key)?;
     Some(sh.store.finish_get(key, fref, fetched, v, now, f))
 }
@@ -261,7 +347,13 @@ fn count(key: &[u8], read: Read, found: Lookup<()>, sh: &Shared, c: &Counters) {
         }
     }
     if !matches!(read, Read::Meta { .. }) {
-        sh.detail.record(key, sh.config.prefix_delimiter, Event::Get { hit: found.is_hit() });
+        sh.detail.record(
+            key,
+            sh.config.prefix_delimiter,
+            Event::Get {
+                hit: found.is_hit(),
+            },
+        );
     }
     // `watch fetchers`: one relaxed load and a branch while nobody watches (watch.rs).
     if sh.watch.wants(crate::watch::FETCHERS) {
@@ -282,7 +374,14 @@ pub(crate) struct Flashed {
 /// by `hit` and counted at once (`Now`); a flashed item's location is handed back (`Later`),
 /// for [`finish_read`] once its record is read (`cmd_get` is counted here either way). `read`
 /// is `Get` or a deferrable `Meta` (no T, u or N): what [`get`] would have answered `Later`.
-pub(crate) fn locate<H: Hit>(key: &[u8], read: Read, hit: &mut H, sh: &Shared, c: &Counters, out: &mut Vec<u8>) -> Answer<Lookup<()>, Flashed> {
+pub(crate) fn locate<H: Hit>(
+    key: &[u8],
+    read: Read,
+    hit: &mut H,
+    sh: &Shared,
+    c: &Counters,
+    out: &mut Vec<u8>,
+) -> Answer<Lookup<()>, Flashed> {
     debug_assert!(read.deferrable());
     bump(&c.cmd_get, 1);
     let write = |it: Item<'_>| {
@@ -316,12 +415,14 @@ pub(crate) fn finish_read<H: Hit>(
     c: &Counters,
     out: &mut Vec<u8>,
 ) -> Lookup<()> {
-    let found = sh.store.finish_get(key, at.fref, at.fetched, v, sh.clock.now(), |it| {
-        if let Some(tail) = hit.head(&it, out) {
-            out.extend_from_slice(it.value);
-            out.extend_from_slice(tail);
-        }
-    });
+    let found = sh
+        .store
+        .finish_get(key, at.fref, at.fetched, v, sh.clock.now(), |it| {
+            if let Some(tail) = hit.head(&it, out) {
+                out.extend_from_slice(it.value);
+                out.extend_from_slice(tail);
+            }
+        });
     count(key, read, found, sh, c);
     found
 }
@@ -345,8 +446,20 @@ pub(crate) fn fill_holes<T>(
     sh: &Shared,
     mut fill: impl FnMut(&[u8], T, Flashed, Result<FlashValue, FlashReject>, &mut Vec<u8>),
 ) -> Vec<u8> {
-    let reads = sh.store.read_flash_many(&holes.iter().map(|h| (&h.flashed.fref, h.key)).collect::<Vec<_>>());
-    let mut reply = Vec::with_capacity(out.len() + reads.iter().map(|r| r.as_ref().map_or(0, |v| v.value().len() + 64)).sum::<usize>() + 5);
+    let reads = sh.store.read_flash_many(
+        &holes
+            .iter()
+            .map(|h| (&h.flashed.fref, h.key))
+            .collect::<Vec<_>>(),
+    );
+    let mut reply = Vec::with_capacity(
+        out.len()
+            + reads
+                .iter()
+                .map(|r| r.as_ref().map_or(0, |v| v.value().len() + 64))
+                .sum::<usize>()
+            + 5,
+    );
     let mut done = 0;
     for (h, v) in holes.into_iter().zip(reads) {
         reply.extend_from_slice(&out[done..h.at]);

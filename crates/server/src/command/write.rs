@@ -39,9 +39,13 @@ pub(crate) struct Store<'a> {
 }
 
 /// A storage command's outcome, for the protocol to encode.
+// The variants are the protocol's replies (STORED, NOT_STORED, EXISTS, ...).
+#[allow(clippy::enum_variant_names)]
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) enum Stored {
-    Stored { cas: u64 },
+    Stored {
+        cas: u64,
+    },
     NotStored,
     /// A cas found the item under another CAS.
     Exists,
@@ -59,7 +63,13 @@ pub(crate) fn store(s: &Store<'_>, proto: Proto, sh: &Shared, c: &Counters) -> A
 
 /// [`store`] whose new version takes the CAS `cas_in` when given (ms E, memcached 1.6.27).
 #[inline]
-pub(crate) fn store_with(s: &Store<'_>, cas_in: Option<u64>, proto: Proto, sh: &Shared, c: &Counters) -> Answer<Stored> {
+pub(crate) fn store_with(
+    s: &Store<'_>,
+    cas_in: Option<u64>,
+    proto: Proto,
+    sh: &Shared,
+    c: &Counters,
+) -> Answer<Stored> {
     // `watch`: one relaxed load and a branch while nobody watches (watch.rs).
     if sh.watch.flags() != 0 {
         return watched(s, cas_in, proto, sh, c);
@@ -71,14 +81,36 @@ pub(crate) fn store_with(s: &Store<'_>, cas_in: Option<u64>, proto: Proto, sh: &
 /// (fetchers), then the outcome (mutations).
 #[cold]
 #[inline(never)]
-fn watched(s: &Store<'_>, cas_in: Option<u64>, proto: Proto, sh: &Shared, c: &Counters) -> Answer<Stored> {
+fn watched(
+    s: &Store<'_>,
+    cas_in: Option<u64>,
+    proto: Proto,
+    sh: &Shared,
+    c: &Counters,
+) -> Answer<Stored> {
     crate::watch::looked_up(sh, s.key);
     let answer = store_now(s, cas_in, proto, sh, c);
     if let Answer::Now(outcome) = &answer {
         // A joined value is logged at its new length (memcached logs the item it linked).
-        let joined = matches!((s.mode, outcome), (Mode::Append | Mode::Prepend, Stored::Stored { .. }));
-        let size = if joined { sh.store.peek(s.key, sh.clock.now(), |it| it.value.len()).hit() } else { None };
-        log_outcome(s.key, s.mode, *outcome, s.exp, size.unwrap_or(s.data.len()), sh);
+        let joined = matches!(
+            (s.mode, outcome),
+            (Mode::Append | Mode::Prepend, Stored::Stored { .. })
+        );
+        let size = if joined {
+            sh.store
+                .peek(s.key, sh.clock.now(), |it| it.value.len())
+                .hit()
+        } else {
+            None
+        };
+        log_outcome(
+            s.key,
+            s.mode,
+            *outcome,
+            s.exp,
+            size.unwrap_or(s.data.len()),
+            sh,
+        );
     }
     answer
 }
@@ -98,16 +130,28 @@ fn log_outcome(key: &[u8], mode: Mode, outcome: Stored, exp: Time, size: usize, 
     }
 }
 
-fn store_now(s: &Store<'_>, cas_in: Option<u64>, proto: Proto, sh: &Shared, c: &Counters) -> Answer<Stored> {
+fn store_now(
+    s: &Store<'_>,
+    cas_in: Option<u64>,
+    proto: Proto,
+    sh: &Shared,
+    c: &Counters,
+) -> Answer<Stored> {
     record(s.key, proto, sh);
     let now = sh.clock.now();
     let result = match s.mode {
         // memcached -C: items hold no CAS, so a text cas can match none: it fails on any
         // item there is. (Binary ignores a CAS under -C; it never asks for one.)
         Mode::Cas(_) if !sh.config.use_cas && proto == Proto::Text => {
-            Ok(if sh.store.get(s.key, now, |_| ()).is_hit() { StoreOutcome::Exists } else { StoreOutcome::NotFound })
+            Ok(if sh.store.get(s.key, now, |_| ()).is_hit() {
+                StoreOutcome::Exists
+            } else {
+                StoreOutcome::NotFound
+            })
         }
-        mode => sh.store.store_cas(mode, s.key, s.flags, s.exp, s.data, now, cas_in),
+        mode => sh
+            .store
+            .store_cas(mode, s.key, s.flags, s.exp, s.data, now, cas_in),
     };
     let result = match (result, s.mode, s.stale_if_older) {
         (Ok(StoreOutcome::Exists), Mode::Cas(want), true) => stale_write(s, want, cas_in, sh, now),
@@ -129,28 +173,53 @@ fn store_now(s: &Store<'_>, cas_in: Option<u64>, proto: Proto, sh: &Shared, c: &
 /// keeps the TTL and the "win token sent" state of the item it replaces (memcached), so
 /// readers go on seeing X and Z and nobody is handed a second W. A CAS that is not older
 /// stays EXISTS.
-fn stale_write(s: &Store<'_>, want: u64, cas_in: Option<u64>, sh: &Shared, now: Time) -> Result<StoreOutcome, StoreError> {
+fn stale_write(
+    s: &Store<'_>,
+    want: u64,
+    cas_in: Option<u64>,
+    sh: &Shared,
+    now: Time,
+) -> Result<StoreOutcome, StoreError> {
     let old = sh.store.peek(s.key, now, |it| (it.cas, it.exp)).hit();
     let Some((have, old_exp)) = old.filter(|&(have, _)| want < have) else {
         return Ok(StoreOutcome::Exists);
     };
     let win_sent = sh.marks.get(s.key, have).win_sent;
-    let result = sh.store.store_cas(Mode::Set, s.key, s.flags, old_exp, s.data, now, cas_in);
+    let result = sh
+        .store
+        .store_cas(Mode::Set, s.key, s.flags, old_exp, s.data, now, cas_in);
     if let Ok(StoreOutcome::Stored { cas }) = result {
-        sh.marks.set(s.key, cas, crate::marks::Mark { stale: true, win_sent });
+        sh.marks.set(
+            s.key,
+            cas,
+            crate::marks::Mark {
+                stale: true,
+                win_sent,
+            },
+        );
     }
     result
 }
 
 /// A text value received in place (exec/largeset.rs) was linked in with `result` (the store
 /// call is `finish_value`, the value being in its item already): count it as [`store`] would.
-pub(crate) fn received(key: &[u8], mode: Mode, result: Result<StoreOutcome, StoreError>, sh: &Shared, c: &Counters) -> Answer<Stored> {
+pub(crate) fn received(
+    key: &[u8],
+    mode: Mode,
+    result: Result<StoreOutcome, StoreError>,
+    sh: &Shared,
+    c: &Counters,
+) -> Answer<Stored> {
     record(key, Proto::Text, sh);
     let outcome = count(mode, result, Proto::Text, c);
     if sh.watch.wants(crate::watch::MUTATIONS) {
         // The value's length and expiry as stored (the lookup before it is not logged: it
         // happened as the value began to arrive).
-        if let Some((exp, size)) = sh.store.peek(key, sh.clock.now(), |it| (it.exp, it.value.len())).hit() {
+        if let Some((exp, size)) = sh
+            .store
+            .peek(key, sh.clock.now(), |it| (it.exp, it.value.len()))
+            .hit()
+        {
             log_outcome(key, mode, outcome, exp, size, sh);
         }
     }
@@ -158,7 +227,13 @@ pub(crate) fn received(key: &[u8], mode: Mode, result: Result<StoreOutcome, Stor
 }
 
 /// A storage command refused before its data was read: its value is over -I.
-pub(crate) fn refused_too_large(key: &[u8], mode: Mode, proto: Proto, sh: &Shared, c: &Counters) -> Answer<Stored> {
+pub(crate) fn refused_too_large(
+    key: &[u8],
+    mode: Mode,
+    proto: Proto,
+    sh: &Shared,
+    c: &Counters,
+) -> Answer<Stored> {
     if proto != Proto::Binary {
         bump(&c.store_too_large, 1);
     }
@@ -172,11 +247,17 @@ pub(crate) fn refused_too_large(key: &[u8], mode: Mode, proto: Proto, sh: &Share
 /// `stats detail` set: text and binary (meta records none, as memcached 1.6.18).
 pub(super) fn record(key: &[u8], proto: Proto, sh: &Shared) {
     if proto != Proto::Meta {
-        sh.detail.record(key, sh.config.prefix_delimiter, Event::Set);
+        sh.detail
+            .record(key, sh.config.prefix_delimiter, Event::Set);
     }
 }
 
-fn count(mode: Mode, result: Result<StoreOutcome, StoreError>, proto: Proto, c: &Counters) -> Stored {
+fn count(
+    mode: Mode,
+    result: Result<StoreOutcome, StoreError>,
+    proto: Proto,
+    c: &Counters,
+) -> Stored {
     if result.is_ok() || matches!(mode, Mode::Append | Mode::Prepend) {
         bump(&c.cmd_set, 1);
     }

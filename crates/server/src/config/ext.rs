@@ -126,10 +126,16 @@ impl SslOptions {
 
     /// One `ssl_*` option; None: not an ssl option. Errors are memcached's lines.
     fn apply(&mut self, name: &str, value: Option<&str>) -> Option<Result<(), String>> {
-        let text = |what: &str| value.map(str::to_string).ok_or_else(|| format!("Missing {what} argument"));
+        let text = |what: &str| {
+            value
+                .map(str::to_string)
+                .ok_or_else(|| format!("Missing {what} argument"))
+        };
         let int = |what: &str| -> Result<i64, String> {
             let v = value.ok_or_else(|| format!("Missing {what} argument"))?;
-            v.trim().parse::<i64>().map_err(|_| format!("could not parse argument to {what}"))
+            v.trim()
+                .parse::<i64>()
+                .map_err(|_| format!("could not parse argument to {what}"))
         };
         let invalid = |what: &str| format!("Invalid {what}. Use help to see valid options.");
         let set = |field: &mut u8, v: i64| match v {
@@ -149,7 +155,9 @@ impl SslOptions {
             // Any number is taken; tls.rs refuses the ones that are not PEM or DER at start.
             "ssl_keyformat" => int(name).map(|v| self.keyformat = v as i32),
             "ssl_wbuf_size" => int(name)
-                .and_then(|v| u32::try_from(v).map_err(|_| format!("could not parse argument to {name}")))
+                .and_then(|v| {
+                    u32::try_from(v).map_err(|_| format!("could not parse argument to {name}"))
+                })
                 .map(|kb| self.wbuf_size = kb.wrapping_mul(1024)),
             "ssl_session_cache" => {
                 self.session_cache = true;
@@ -224,7 +232,9 @@ impl Default for FlashOptions {
 impl FlashOptions {
     /// Pages of the files (0 without `ext_path`).
     pub fn pages(&self) -> u64 {
-        self.paths().map(|(_, size)| size / (u64::from(self.page_size_mb) << 20).max(1)).sum()
+        self.paths()
+            .map(|(_, size)| size / (u64::from(self.page_size_mb) << 20).max(1))
+            .sum()
     }
 
     /// Every `ext_path` file and its size, in the order given.
@@ -271,8 +281,16 @@ impl FlashOptions {
     /// memcached's lines; `effect` says whether the option changes what mnemo does.
     fn apply(&mut self, name: &str, value: Option<&str>) -> Option<Result<bool, String>> {
         let bad = || format!("could not parse argument to {name}");
-        let int = || value.and_then(|v| v.trim().parse::<u32>().ok()).ok_or_else(bad);
-        let float = || value.and_then(|v| v.trim().parse::<f64>().ok()).ok_or_else(bad);
+        let int = || {
+            value
+                .and_then(|v| v.trim().parse::<u32>().ok())
+                .ok_or_else(bad)
+        };
+        let float = || {
+            value
+                .and_then(|v| v.trim().parse::<f64>().ok())
+                .ok_or_else(bad)
+        };
         let r = match name {
             "ext_path" => return Some(self.set_path(value).map(|()| true)),
             // memcached 1.6.40 dropped the rule that it come before ext_path: the files are
@@ -289,7 +307,9 @@ impl FlashOptions {
             "ext_drop_under" => int().map(|v| self.drop_under = Some(v)).map(|()| true),
             "ext_max_sleep" => int().map(|v| self.max_sleep = v).map(|()| false),
             "ext_max_frag" => float().map(|v| self.max_frag = v).map(|()| true),
-            "slab_automove_freeratio" => float().map(|v| self.automove_freeratio = v).map(|()| false),
+            "slab_automove_freeratio" => {
+                float().map(|v| self.automove_freeratio = v).map(|()| false)
+            }
             "ext_drop_unread" => {
                 self.drop_unread = true;
                 Ok(true)
@@ -312,10 +332,16 @@ impl FlashOptions {
         };
         let mut pieces = v.split(':').filter(|p| !p.is_empty());
         let file = pieces.next().ok_or(FAILED)?;
-        let size = pieces
-            .next()
-            .ok_or_else(|| format!("must supply size to ext_path, ie: ext_path=/f/e:64m (M|G|T|P supported)\n{FAILED}"))?;
-        let bad_unit = || format!("must supply size to ext_path, ie: ext_path=/f/e:64m (m|g|t|p supported)\n{FAILED}");
+        let size = pieces.next().ok_or_else(|| {
+            format!(
+                "must supply size to ext_path, ie: ext_path=/f/e:64m (M|G|T|P supported)\n{FAILED}"
+            )
+        })?;
+        let bad_unit = || {
+            format!(
+                "must supply size to ext_path, ie: ext_path=/f/e:64m (m|g|t|p supported)\n{FAILED}"
+            )
+        };
         let unit = size.chars().last().ok_or_else(bad_unit)?;
         let shift = match unit.to_ascii_lowercase() {
             'm' => 20,
@@ -329,12 +355,18 @@ impl FlashOptions {
         // a negative count or digits past u64 are refused rather than wrapped.
         let n: u64 = match count.strip_prefix('+').unwrap_or(count) {
             c if c.starts_with('-') => return Err(FAILED.into()),
-            c => c[..c.find(|ch: char| !ch.is_ascii_digit()).unwrap_or(c.len())].parse().unwrap_or(0),
+            c => c[..c.find(|ch: char| !ch.is_ascii_digit()).unwrap_or(c.len())]
+                .parse()
+                .unwrap_or(0),
         };
-        let bytes = n.checked_shl(shift).filter(|b| b >> shift == n).ok_or(FAILED)?;
+        let bytes = n
+            .checked_shl(shift)
+            .filter(|b| b >> shift == n)
+            .ok_or(FAILED)?;
         let bucket = match pieces.next() {
             None => Bucket::Default,
-            Some(name) => Bucket::from_name(name).ok_or_else(|| format!("Unknown extstore bucket: {name}\n{FAILED}"))?,
+            Some(name) => Bucket::from_name(name)
+                .ok_or_else(|| format!("Unknown extstore bucket: {name}\n{FAILED}"))?,
         };
         if self.path.is_some() {
             self.more.push((file.to_string(), bytes));
@@ -427,10 +459,22 @@ impl Default for ExtOptions {
 /// Names memcached 1.6.18 (Debian's build: extstore and TLS compiled in) accepts that have no
 /// mechanism to act on in mnemo.
 const IGNORED: &[&str] = &[
-    "tail_repair_time", "hot_lru_pct", "warm_lru_pct", "hot_max_factor", "warm_max_factor",
-    "temporary_ttl", "watcher_logbuf_size", "worker_logbuf_size", "slab_sizes",
-    "no_inline_ascii_resp", "inline_ascii_resp", "no_hashexpand",
-    "drop_privileges", "no_drop_privileges", "resp_obj_mem_limit", "read_buf_mem_limit",
+    "tail_repair_time",
+    "hot_lru_pct",
+    "warm_lru_pct",
+    "hot_max_factor",
+    "warm_max_factor",
+    "temporary_ttl",
+    "watcher_logbuf_size",
+    "worker_logbuf_size",
+    "slab_sizes",
+    "no_inline_ascii_resp",
+    "inline_ascii_resp",
+    "no_hashexpand",
+    "drop_privileges",
+    "no_drop_privileges",
+    "resp_obj_mem_limit",
+    "read_buf_mem_limit",
     "sock_cookie_id",
 ];
 
@@ -481,7 +525,9 @@ impl ExtOptions {
             None => (opt, None),
         };
         let num = |what: &str| -> Result<u32, String> {
-            value.and_then(|v| v.parse::<u32>().ok()).ok_or_else(|| format!("Missing numeric argument for {what}"))
+            value
+                .and_then(|v| v.parse::<u32>().ok())
+                .ok_or_else(|| format!("Missing numeric argument for {what}"))
         };
         if let Some(r) = self.ssl.apply(name, value) {
             // Knobs of OpenSSL's that rustls has no counterpart for.
@@ -501,7 +547,10 @@ impl ExtOptions {
             "idle_timeout" => {
                 // memcached reads it with atoi: a non-number is 0, which means "off".
                 value.ok_or("Missing numeric argument for idle_timeout")?;
-                self.idle_timeout = value.and_then(|v| v.trim().parse::<i64>().ok()).unwrap_or(0).clamp(0, i64::from(u32::MAX)) as u32;
+                self.idle_timeout = value
+                    .and_then(|v| v.trim().parse::<i64>().ok())
+                    .unwrap_or(0)
+                    .clamp(0, i64::from(u32::MAX)) as u32;
             }
             "maxconns_fast" => self.maxconns_fast = true,
             "no_maxconns_fast" => self.maxconns_fast = false,
@@ -530,7 +579,9 @@ impl ExtOptions {
             "slab_automove_window" => {
                 value.ok_or("Missing slab_automove_window argument")?;
                 // atoi: a non-number is 0, refused by the range (1.6.45's bounds and words).
-                let n = value.and_then(|v| v.trim().parse::<i64>().ok()).unwrap_or(0);
+                let n = value
+                    .and_then(|v| v.trim().parse::<i64>().ok())
+                    .unwrap_or(0);
                 if !(3..=1800).contains(&n) {
                     return Err("slab_automove_window must be > 2 and < 1800".into());
                 }
@@ -539,7 +590,10 @@ impl ExtOptions {
             }
             "slab_chunk_max" => {
                 let v = value.ok_or("Missing slab_chunk_max argument")?;
-                let kb = v.trim().parse::<i64>().map_err(|_| "could not parse argument to slab_chunk_max")?;
+                let kb = v
+                    .trim()
+                    .parse::<i64>()
+                    .map_err(|_| "could not parse argument to slab_chunk_max")?;
                 if kb <= 0 {
                     return Err("slab_chunk_max must be >= 0".into());
                 }
@@ -587,8 +641,9 @@ impl ExtOptions {
                 self.ignored.push(opt.to_string());
             }
             "lru_crawler_tocrawl" => {
-                self.lru_crawler_tocrawl =
-                    value.and_then(|v| v.parse::<u32>().ok()).ok_or("lru_crawler_tocrawl takes a numeric 32bit value")?;
+                self.lru_crawler_tocrawl = value
+                    .and_then(|v| v.parse::<u32>().ok())
+                    .ok_or("lru_crawler_tocrawl takes a numeric 32bit value")?;
                 self.ignored.push(opt.to_string());
             }
             "hash_algorithm" => {
@@ -612,35 +667,85 @@ mod tests {
     #[test]
     fn memcached_names_and_errors() {
         let o = ExtOptions::parse(&["idle_timeout=5,no_lru_crawler", "track_sizes,ext_path=/x:1g,ext_max_frag=0.5,ext_item_age=9,ext_threads=2,ext_io_depth=3"]).unwrap();
-        assert_eq!((o.idle_timeout, o.lru_crawler, o.track_sizes), (5, false, true));
+        assert_eq!(
+            (o.idle_timeout, o.lru_crawler, o.track_sizes),
+            (5, false, true)
+        );
         assert_eq!(o.ignored, vec!["ext_io_depth=3"]);
         assert_eq!(o.flash.threads, 2);
         assert_eq!(o.flash.store_config().unwrap().item_age, 9);
         assert_eq!(o.flash.store_config().unwrap().max_frag_permille, 500);
         assert_eq!(o.flash.path, Some(("/x".to_string(), 1 << 30)));
-        assert_eq!(ExtOptions::parse(&["idle_timeout=abc"]).unwrap().idle_timeout, 0);
-        assert_eq!(ExtOptions::parse(&["bogus"]), Err("Illegal suboption \"bogus\"".into()));
-        assert_eq!(ExtOptions::parse(&["idle_timeout"]), Err("Missing numeric argument for idle_timeout".into()));
-        assert!(ExtOptions::parse(&["hashpower=10"]).unwrap_err().contains("too low"));
-        let fc = ExtOptions::parse(&["ext_page_size=8,ext_wbuf_size=2,ext_item_size=100,ext_path=/f:64M"]).unwrap();
-        assert_eq!((fc.flash.pages(), fc.flash.compact_under(), fc.flash.drop_under()), (8, 2, 2));
+        assert_eq!(
+            ExtOptions::parse(&["idle_timeout=abc"])
+                .unwrap()
+                .idle_timeout,
+            0
+        );
+        assert_eq!(
+            ExtOptions::parse(&["bogus"]),
+            Err("Illegal suboption \"bogus\"".into())
+        );
+        assert_eq!(
+            ExtOptions::parse(&["idle_timeout"]),
+            Err("Missing numeric argument for idle_timeout".into())
+        );
+        assert!(ExtOptions::parse(&["hashpower=10"])
+            .unwrap_err()
+            .contains("too low"));
+        let fc = ExtOptions::parse(&[
+            "ext_page_size=8,ext_wbuf_size=2,ext_item_size=100,ext_path=/f:64M",
+        ])
+        .unwrap();
+        assert_eq!(
+            (
+                fc.flash.pages(),
+                fc.flash.compact_under(),
+                fc.flash.drop_under()
+            ),
+            (8, 2, 2)
+        );
         let sc = fc.flash.store_config().unwrap();
-        assert_eq!((sc.page_size, sc.wbuf_size, sc.item_size, sc.size), (8 << 20, 2 << 20, 100, 64 << 20));
-        assert_eq!((sc.drop_unread, sc.drop_under, sc.low_ttl), (false, None, 0));
-        let dropping = ExtOptions::parse(&["ext_drop_unread,ext_drop_under=3,ext_low_ttl=60,ext_path=/f:64M"]).unwrap();
+        assert_eq!(
+            (sc.page_size, sc.wbuf_size, sc.item_size, sc.size),
+            (8 << 20, 2 << 20, 100, 64 << 20)
+        );
+        assert_eq!(
+            (sc.drop_unread, sc.drop_under, sc.low_ttl),
+            (false, None, 0)
+        );
+        let dropping =
+            ExtOptions::parse(&["ext_drop_unread,ext_drop_under=3,ext_low_ttl=60,ext_path=/f:64M"])
+                .unwrap();
         assert!(dropping.ignored.is_empty(), "{:?}", dropping.ignored);
         let sc = dropping.flash.store_config().unwrap();
-        assert_eq!((sc.drop_unread, sc.drop_under, sc.low_ttl), (true, Some(3), 60));
+        assert_eq!(
+            (sc.drop_unread, sc.drop_under, sc.low_ttl),
+            (true, Some(3), 60)
+        );
         let err = |o: &str| ExtOptions::parse(&[o]).unwrap_err();
         assert!(err("ext_path=/x").starts_with("must supply size to ext_path"));
-        assert_eq!(err("ext_item_size=abc"), "could not parse argument to ext_item_size");
-        assert_eq!(err("ext_max_frag=abc"), "could not parse argument to ext_max_frag");
+        assert_eq!(
+            err("ext_item_size=abc"),
+            "could not parse argument to ext_item_size"
+        );
+        assert_eq!(
+            err("ext_max_frag=abc"),
+            "could not parse argument to ext_max_frag"
+        );
         // Repeated: one page space over the files, in the order given (memcached's JBOD).
-        let two = ExtOptions::parse(&["ext_page_size=8,ext_path=/x:64m,ext_path=/y:96m"]).unwrap().flash;
+        let two = ExtOptions::parse(&["ext_page_size=8,ext_path=/x:64m,ext_path=/y:96m"])
+            .unwrap()
+            .flash;
         assert_eq!((two.pages(), two.compact_under()), (20, 5));
-        assert_eq!(two.store_config().unwrap().more, vec![("/y".into(), 96 << 20)]);
+        assert_eq!(
+            two.store_config().unwrap().more,
+            vec![("/y".into(), 96 << 20)]
+        );
         let old = ExtOptions::parse(&["no_modern"]).unwrap();
-        assert!(!old.maxconns_fast && !old.lru_crawler && !old.slab_reassign && old.slab_automove == 0);
+        assert!(
+            !old.maxconns_fast && !old.lru_crawler && !old.slab_reassign && old.slab_automove == 0
+        );
     }
 
     #[test]

@@ -61,7 +61,13 @@ pub fn begin(input: &[u8], limits: &text::Limits, sh: &Shared) -> Option<(Box<La
     let mut inc = sh.store.begin_value(h.key, h.flags, exp, h.len)?;
     // buffered < len + 2 - MISSING_MIN: all of it is value.
     inc.value_mut()[..buffered].copy_from_slice(&input[h.data_at..]);
-    let set = LargeSet { inc, kind: h.kind, cas: h.cas, noreply: h.noreply, got: buffered };
+    let set = LargeSet {
+        inc,
+        kind: h.kind,
+        cas: h.cas,
+        noreply: h.noreply,
+        got: buffered,
+    };
     Some((Box::new(set), input.len()))
 }
 

@@ -22,7 +22,13 @@ impl Epoll {
     pub fn new() -> std::io::Result<(Epoll, Waker)> {
         let poll = Poll::new()?;
         let waker = Waker::new(poll.registry(), WAKER)?;
-        Ok((Epoll { poll, events: Events::with_capacity(1024) }, waker))
+        Ok((
+            Epoll {
+                poll,
+                events: Events::with_capacity(1024),
+            },
+            waker,
+        ))
     }
 }
 
@@ -30,7 +36,11 @@ impl Transport for Epoll {
     type Io = Stream;
 
     fn attach(&mut self, mut sock: Stream, i: usize, _gen: u32) -> std::io::Result<Stream> {
-        self.poll.registry().register(sock.source(), Token(i), Interest::READABLE | Interest::WRITABLE)?;
+        self.poll.registry().register(
+            sock.source(),
+            Token(i),
+            Interest::READABLE | Interest::WRITABLE,
+        )?;
         Ok(sock)
     }
 

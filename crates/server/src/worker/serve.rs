@@ -124,7 +124,9 @@ impl<S: Io> Slots<S> {
     /// Slot `i` has work: take a turn (or, once closed, settle) in this iteration.
     #[inline]
     pub fn mark(&mut self, i: usize, readable: bool) {
-        let Some(slot) = self.slots.get_mut(i) else { return };
+        let Some(slot) = self.slots.get_mut(i) else {
+            return;
+        };
         slot.readable |= readable;
         if !slot.marked {
             slot.marked = true;
@@ -151,7 +153,9 @@ impl<S: Io> Slots<S> {
     #[inline]
     pub fn settle<T: Transport<Io = S>>(&mut self, io: &mut T, i: usize) {
         let slot = &mut self.slots[i];
-        let Some(conn) = slot.conn.as_mut() else { return };
+        let Some(conn) = slot.conn.as_mut() else {
+            return;
+        };
         if io.settle(i, slot.gen, &mut conn.stream, slot.closed) {
             // The descriptor closes here, with the connection.
             slot.conn = None;
@@ -165,7 +169,13 @@ impl<S: Io> Slots<S> {
         if let Some(i) = self.free.pop() {
             return i;
         }
-        self.slots.push(Slot { gen: 0, conn: None, closed: false, marked: false, readable: false });
+        self.slots.push(Slot {
+            gen: 0,
+            conn: None,
+            closed: false,
+            marked: false,
+            readable: false,
+        });
         sh.conn_structs.fetch_add(1, Relaxed);
         self.slots.len() - 1
     }
@@ -205,12 +215,22 @@ pub struct Worker<T: Transport> {
 }
 
 impl<T: Transport> Worker<T> {
-    pub fn new(io: T, sh: Arc<Shared>, counters: Arc<Counters>, incoming: Receiver<Stream>, mailbox: Arc<Mailbox>) -> Self {
+    pub fn new(
+        io: T,
+        sh: Arc<Shared>,
+        counters: Arc<Counters>,
+        incoming: Receiver<Stream>,
+        mailbox: Arc<Mailbox>,
+    ) -> Self {
         Worker {
             io,
             incoming,
             counters,
-            slots: Slots { slots: Vec::new(), free: Vec::new(), marked: Vec::new() },
+            slots: Slots {
+                slots: Vec::new(),
+                free: Vec::new(),
+                marked: Vec::new(),
+            },
             ready: Vec::new(),
             yielded: Vec::new(),
             ahead: ReadAhead::default(),
@@ -312,8 +332,13 @@ impl<T: Transport> Worker<T> {
             conn.sweep_due = Some(self.sweep_due.clone());
             conn.set_last_active(self.sh.clock.now());
             conn.account(&self.counters);
-            let (addr, listen_addr) = conn.stream.socket().addrs(self.sh.config.unix_socket.as_deref());
-            self.sh.conn_table.add(conn.fd, addr, listen_addr, conn.info.clone());
+            let (addr, listen_addr) = conn
+                .stream
+                .socket()
+                .addrs(self.sh.config.unix_socket.as_deref());
+            self.sh
+                .conn_table
+                .add(conn.fd, addr, listen_addr, conn.info.clone());
             if self.sh.verbosity.load(Relaxed) > 1 {
                 eprintln!("<{i} new client connection");
             }
@@ -330,7 +355,12 @@ impl<T: Transport> Worker<T> {
     /// closed meanwhile (its slot closed, or reused under a new generation) gets nothing.
     fn deliver(&mut self) {
         for (i, gen) in self.mailbox.take_nudged() {
-            if self.slots.slots.get(i).is_some_and(|s| s.gen == gen && !s.closed) {
+            if self
+                .slots
+                .slots
+                .get(i)
+                .is_some_and(|s| s.gen == gen && !s.closed)
+            {
                 self.slots.mark(i, false);
             }
         }
@@ -340,11 +370,15 @@ impl<T: Transport> Worker<T> {
         }
         let now = self.sh.clock.now();
         for d in done {
-            let Some(slot) = self.slots.slots.get_mut(d.slot) else { continue };
+            let Some(slot) = self.slots.slots.get_mut(d.slot) else {
+                continue;
+            };
             if slot.gen != d.gen || slot.closed {
                 continue;
             }
-            let Some(conn) = slot.conn.as_mut() else { continue };
+            let Some(conn) = slot.conn.as_mut() else {
+                continue;
+            };
             conn.complete(&d.reply, d.answered, now);
             self.slots.mark(d.slot, false);
         }
@@ -374,7 +408,9 @@ impl<T: Transport> Worker<T> {
             return;
         }
         let gen = slot.gen;
-        let Some(conn) = slot.conn.as_mut() else { return };
+        let Some(conn) = slot.conn.as_mut() else {
+            return;
+        };
         self.io.before_turn(&mut conn.stream);
         // Still open: its settling cannot free the slot (a direct call, nothing for epoll).
         match conn.turn(&self.sh, &self.counters) {
@@ -389,7 +425,15 @@ impl<T: Transport> Worker<T> {
             }
             Turn::Later => {
                 if let Some(work) = conn.take_job() {
-                    self.sh.jobs.submit(&self.sh, Job { work, to: self.mailbox.clone(), slot: i, gen });
+                    self.sh.jobs.submit(
+                        &self.sh,
+                        Job {
+                            work,
+                            to: self.mailbox.clone(),
+                            slot: i,
+                            gen,
+                        },
+                    );
                 } else if let Some(w) = conn.watcher() {
                     // `watch`: lines wake this slot from now on (watch.rs).
                     w.attach(self.mailbox.clone(), i, gen);
@@ -421,7 +465,9 @@ impl<T: Transport> Worker<T> {
         if slot.closed {
             return;
         }
-        let Some(conn) = slot.conn.as_mut() else { return };
+        let Some(conn) = slot.conn.as_mut() else {
+            return;
+        };
         slot.closed = true;
         if self.sh.watch.wants(crate::watch::CONNEVENTS) {
             crate::watch::conn_event(&self.sh, conn.stream.socket(), Some(reason));
@@ -456,22 +502,31 @@ impl<T: Transport> Worker<T> {
         }
         self.holding = 0;
         for slot in &mut self.slots.slots {
-            let Some(conn) = slot.conn.as_mut().filter(|_| !slot.closed) else { continue };
-            if now.saturating_sub(conn.last_active()) >= BUF_IDLE_SECS && conn.release_idle(&self.counters) {
+            let Some(conn) = slot.conn.as_mut().filter(|_| !slot.closed) else {
+                continue;
+            };
+            if now.saturating_sub(conn.last_active()) >= BUF_IDLE_SECS
+                && conn.release_idle(&self.counters)
+            {
                 self.freed += 1;
             }
             if conn.holds_buffers() {
                 self.holding += 1;
             }
         }
-        self.sweep_due.store(self.holding > 0 || self.touched, Relaxed);
+        self.sweep_due
+            .store(self.holding > 0 || self.touched, Relaxed);
         if self.freed < TRIM_AFTER {
             return;
         }
         self.freed = 0;
         let slots = &mut self.slots;
         // A free slot's transport holds nothing of its last connection: it may go.
-        while slots.slots.last().is_some_and(|s| s.conn.is_none() && !s.marked) {
+        while slots
+            .slots
+            .last()
+            .is_some_and(|s| s.conn.is_none() && !s.marked)
+        {
             slots.slots.pop();
             self.sh.conn_structs.fetch_sub(1, Relaxed);
         }
@@ -490,7 +545,9 @@ impl<T: Transport> Worker<T> {
     fn kick_idle(&mut self, now: mnemo_store::Time, timeout: u32) {
         for i in 0..self.slots.slots.len() {
             let slot = &self.slots.slots[i];
-            let Some(conn) = slot.conn.as_ref().filter(|_| !slot.closed) else { continue };
+            let Some(conn) = slot.conn.as_ref().filter(|_| !slot.closed) else {
+                continue;
+            };
             if now.saturating_sub(conn.last_active()) > timeout && conn.is_idle() {
                 bump(&self.counters.idle_kicks, 1);
                 if self.sh.verbosity.load(Relaxed) > 0 {
@@ -522,7 +579,9 @@ impl ReadAhead {
 
     /// A connection's read, and the prefetch of its key's bucket.
     fn read<S: Io>(&mut self, sh: &Shared, c: &Counters, conn: &mut Conn<S>) {
-        let Some(key) = conn.read_ahead(c) else { return };
+        let Some(key) = conn.read_ahead(c) else {
+            return;
+        };
         if let Some(h) = mnemo_store::Store::key_hash(&conn.input()[key]) {
             // The bucket's miss overlaps the next connections' reads: issued after all of
             // them, it had not arrived by the next pass, which then waited for it (perf: half

@@ -59,7 +59,11 @@ pub struct CoreShare {
 
 impl CoreShare {
     pub fn new(budget: Duration) -> CoreShare {
-        CoreShare { budget, since: Instant::now(), switches: switches() }
+        CoreShare {
+            budget,
+            since: Instant::now(),
+            switches: switches(),
+        }
     }
 
     /// After the loop's wait: offer the core if this thread has held it for the budget.
@@ -69,7 +73,12 @@ impl CoreShare {
         self.check_with(Instant::now(), switches, std::thread::yield_now)
     }
 
-    fn check_with(&mut self, now: Instant, switches: impl Fn() -> u64, yield_now: impl FnOnce()) -> bool {
+    fn check_with(
+        &mut self,
+        now: Instant,
+        switches: impl Fn() -> u64,
+        yield_now: impl FnOnce(),
+    ) -> bool {
         if now.saturating_duration_since(self.since) < self.budget {
             return false;
         }

@@ -153,7 +153,11 @@ impl EventFd {
         let one = 1u64.to_ne_bytes();
         // SAFETY: an 8-byte write from a live buffer to our own eventfd.
         let n = unsafe { libc::write(self.0.as_raw_fd(), one.as_ptr().cast(), 8) };
-        if n == 8 { Ok(()) } else { Err(std::io::Error::last_os_error()) }
+        if n == 8 {
+            Ok(())
+        } else {
+            Err(std::io::Error::last_os_error())
+        }
     }
 }
 
@@ -226,7 +230,11 @@ impl Ring {
         };
         match res {
             Ok(_) => {}
-            Err(e) if matches!(e.raw_os_error(), Some(libc::ETIME | libc::EINTR | libc::EBUSY)) => {}
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::ETIME | libc::EINTR | libc::EBUSY)
+                ) => {}
             Err(e) => {
                 eprintln!("mnemod: worker io_uring_enter failed: {e}");
                 std::process::exit(1);
@@ -246,9 +254,13 @@ impl Ring {
 
     fn arm_wake(&mut self) {
         use std::os::fd::AsRawFd;
-        let e = opcode::Read::new(types::Fd(self.wake_fd.0.as_raw_fd()), self.wake_buf.as_mut_ptr(), 8)
-            .build()
-            .user_data(tag(WAKE, 0, 0));
+        let e = opcode::Read::new(
+            types::Fd(self.wake_fd.0.as_raw_fd()),
+            self.wake_buf.as_mut_ptr(),
+            8,
+        )
+        .build()
+        .user_data(tag(WAKE, 0, 0));
         self.push(e);
     }
 
@@ -256,7 +268,11 @@ impl Ring {
     fn reap(&mut self, slots: &mut Slots<RingStream>) -> bool {
         let mut woken = false;
         let mut cqes = std::mem::take(&mut self.cqes);
-        cqes.extend(self.ring.completion().map(|c| (c.user_data(), c.result(), c.flags())));
+        cqes.extend(
+            self.ring
+                .completion()
+                .map(|c| (c.user_data(), c.result(), c.flags())),
+        );
         for &(ud, res, flags) in &cqes {
             let (kind, gen, i) = (ud >> 56, (ud >> 32) as u32 & GEN_MASK, ud as u32 as usize);
             match kind {
@@ -304,8 +320,14 @@ impl Ring {
     }
 
     fn on_send(&mut self, slots: &mut Slots<RingStream>, i: usize, gen: u32, res: i32) {
-        let Some(s) = slots.io(i, |g| g & GEN_MASK == gen) else { return };
-        s.send_done(if res >= 0 { Ok(res as usize) } else { Err(-res) });
+        let Some(s) = slots.io(i, |g| g & GEN_MASK == gen) else {
+            return;
+        };
+        s.send_done(if res >= 0 {
+            Ok(res as usize)
+        } else {
+            Err(-res)
+        });
         if std::mem::take(&mut s.blocked) || res < 0 {
             // The connection waits for room (or must meet the error): its turn.
             slots.mark(i, false);
@@ -368,7 +390,9 @@ impl Transport for Ring {
         // The ring takes nothing more from this socket before the next enter (deferred task
         // work runs only there): its receive is not being cancelled, and if armed, was
         // submitted by an earlier enter, whose completions are all reaped.
-        s.settled = !s.recv_cancelling && (!s.recv_armed || s.armed_epoch < self.epoch) && !self.submitted_mid_turn;
+        s.settled = !s.recv_cancelling
+            && (!s.recv_armed || s.armed_epoch < self.epoch)
+            && !self.submitted_mid_turn;
     }
 
     /// Recycle what was left unread, queue the replies, and keep the receive armed unless the
@@ -381,7 +405,11 @@ impl Transport for Ring {
         if closed {
             if s.recv_armed && !s.recv_cancelling {
                 s.recv_cancelling = true;
-                sqes[0] = Some(opcode::AsyncCancel::new(tag(RECV, gen, i)).build().user_data(tag(CANCEL, gen, i)));
+                sqes[0] = Some(
+                    opcode::AsyncCancel::new(tag(RECV, gen, i))
+                        .build()
+                        .user_data(tag(CANCEL, gen, i)),
+                );
             }
         } else if !s.recv_armed && !s.eof && s.err.is_none() && s.unread() < stream::SPILL_HIGH {
             s.recv_armed = true;
@@ -391,7 +419,11 @@ impl Transport for Ring {
         } else if s.recv_armed && !s.recv_cancelling && s.unread() >= stream::SPILL_HIGH {
             // Backpressure: stop receiving until the connection reads what it has.
             s.recv_cancelling = true;
-            sqes[0] = Some(opcode::AsyncCancel::new(tag(RECV, gen, i)).build().user_data(tag(CANCEL, gen, i)));
+            sqes[0] = Some(
+                opcode::AsyncCancel::new(tag(RECV, gen, i))
+                    .build()
+                    .user_data(tag(CANCEL, gen, i)),
+            );
         }
         if s.err.is_none() {
             if let Some((ptr, len)) = s.next_send() {
@@ -403,7 +435,8 @@ impl Transport for Ring {
                 );
             }
         }
-        let finished = closed && !s.recv_armed && !s.send_in_flight && (!s.sending() || s.err.is_some());
+        let finished =
+            closed && !s.recv_armed && !s.send_in_flight && (!s.sending() || s.err.is_some());
         for e in sqes.into_iter().flatten() {
             self.push(e);
         }

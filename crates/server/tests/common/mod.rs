@@ -2,8 +2,8 @@
 //! connecting (never by sleeping), killed when dropped.
 
 use std::net::{TcpListener, TcpStream};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 pub struct Server {
@@ -23,7 +23,9 @@ impl Server {
         for _ in 0..5 {
             let port = free_port();
             let mut cmd = Command::new(env!("CARGO_BIN_EXE_mnemod"));
-            cmd.args(["-p", &port.to_string(), "-l", "127.0.0.1", "-U", "0"]).args(extra).stdout(Stdio::null());
+            cmd.args(["-p", &port.to_string(), "-l", "127.0.0.1", "-U", "0"])
+                .args(extra)
+                .stdout(Stdio::null());
             adjust(&mut cmd);
             let mut child = cmd.spawn().expect("start mnemod");
             // Generous: a liveness check, not a timing. A debug mnemod compiles each WebAssembly
@@ -71,11 +73,21 @@ impl Server {
     #[allow(dead_code)] // not every test binary measures memory
     pub fn memory_report(&self) -> String {
         let pid = self.child.id();
-        let wanted = ["VmRSS:", "VmHWM:", "RssAnon:", "RssFile:", "AnonHugePages:", "Threads:"];
+        let wanted = [
+            "VmRSS:",
+            "VmHWM:",
+            "RssAnon:",
+            "RssFile:",
+            "AnonHugePages:",
+            "Threads:",
+        ];
         let mut out = Vec::new();
         for file in ["status", "smaps_rollup"] {
             let text = std::fs::read_to_string(format!("/proc/{pid}/{file}")).unwrap_or_default();
-            for line in text.lines().filter(|l| wanted.iter().any(|w| l.starts_with(w))) {
+            for line in text
+                .lines()
+                .filter(|l| wanted.iter().any(|w| l.starts_with(w)))
+            {
                 out.push(line.split_whitespace().collect::<Vec<_>>().join(" "));
             }
         }
@@ -117,7 +129,9 @@ fn listening(port: u16) -> bool {
 /// Whether process `pid` holds the IPv4 loopback listener on `port`: the listening socket's
 /// inode from /proc/net/tcp, looked for among the process's descriptors.
 fn holds_listener(pid: u32, port: u16) -> bool {
-    let Ok(table) = std::fs::read_to_string("/proc/net/tcp") else { return false };
+    let Ok(table) = std::fs::read_to_string("/proc/net/tcp") else {
+        return false;
+    };
     let local = format!("0100007F:{port:04X}");
     // Fields: sl, local_address, rem_address, st (0A = LISTEN), ..., inode (the 10th).
     let Some(inode) = table.lines().skip(1).find_map(|l| {
@@ -128,6 +142,7 @@ fn holds_listener(pid: u32, port: u16) -> bool {
     };
     let want = format!("socket:[{inode}]");
     std::fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|fds| {
-        fds.flatten().any(|fd| std::fs::read_link(fd.path()).is_ok_and(|l| l.as_os_str() == want.as_str()))
+        fds.flatten()
+            .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|l| l.as_os_str() == want.as_str()))
     })
 }

@@ -38,7 +38,11 @@ unsafe impl<T: Copy + Sync> Sync for Table<T> {}
 impl<T: Copy> Table<T> {
     pub fn new() -> Table<T> {
         assert!(core::mem::size_of::<T>() > 0 && core::mem::align_of::<T>() <= PAGE);
-        Table { ptr: NonNull::dangling(), len: 0, cap: 0 }
+        Table {
+            ptr: NonNull::dangling(),
+            len: 0,
+            cap: 0,
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -52,7 +56,11 @@ impl<T: Copy> Table<T> {
     /// Room for at least `additional` more elements, rounded up to whole pages.
     pub fn reserve_exact(&mut self, additional: usize) {
         let size = core::mem::size_of::<T>();
-        let want = self.len.checked_add(additional).and_then(|n| n.checked_mul(size)).expect("table size overflow");
+        let want = self
+            .len
+            .checked_add(additional)
+            .and_then(|n| n.checked_mul(size))
+            .expect("table size overflow");
         if want <= self.cap * size {
             return;
         }
@@ -78,7 +86,9 @@ impl<T: Copy> Table<T> {
         };
         if p == libc::MAP_FAILED {
             // As a Vec would on a failed allocation.
-            std::alloc::handle_alloc_error(std::alloc::Layout::from_size_align(bytes, PAGE).expect("layout"));
+            std::alloc::handle_alloc_error(
+                std::alloc::Layout::from_size_align(bytes, PAGE).expect("layout"),
+            );
         }
         self.ptr = NonNull::new(p.cast()).expect("mmap returned null");
         self.cap = bytes / size;
@@ -119,7 +129,12 @@ impl<T: Copy> Drop for Table<T> {
     fn drop(&mut self) {
         if self.cap != 0 {
             // SAFETY: (ptr, cap * size) is exactly this table's mapping, unmapped only here.
-            let rc = unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.cap * core::mem::size_of::<T>()) };
+            let rc = unsafe {
+                libc::munmap(
+                    self.ptr.as_ptr().cast(),
+                    self.cap * core::mem::size_of::<T>(),
+                )
+            };
             debug_assert_eq!(rc, 0);
         }
     }
@@ -143,7 +158,7 @@ mod tests {
             t.push([i; 8]);
         }
         assert_eq!(t.len(), 10_001);
-        assert!(t.capacity() >= t.len() && t.capacity() * 64 % PAGE == 0);
+        assert!(t.capacity() >= t.len() && (t.capacity() * 64).is_multiple_of(PAGE));
         assert_eq!(t[0], [1; 8]);
         assert!((0..10_000u64).all(|i| t[i as usize + 1] == [i; 8]));
         t[5][3] = 77;

@@ -44,7 +44,9 @@ impl Flash {
         {
             let w = sh.w.lock();
             for (i, loc) in locs.iter().enumerate() {
-                let Some(g) = sh.gens.get(loc.page as usize) else { continue };
+                let Some(g) = sh.gens.get(loc.page as usize) else {
+                    continue;
+                };
                 let gen = g.load(Relaxed);
                 if gen as u16 != loc.gen {
                     continue;
@@ -75,7 +77,13 @@ impl Flash {
                     Ok(n) => got[i] += n,
                     Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                     Err(e) => {
-                        sh.io_error(format_args!("reading {} bytes at page {} offset {}", loc.len, loc.page, loc.off), &e);
+                        sh.io_error(
+                            format_args!(
+                                "reading {} bytes at page {} offset {}",
+                                loc.len, loc.page, loc.off
+                            ),
+                            &e,
+                        );
                         break;
                     }
                 }
@@ -85,7 +93,11 @@ impl Flash {
             sh.c.objects_read.fetch_add(1, Relaxed);
             sh.c.bytes_read.fetch_add(got[i] as u64, Relaxed);
             // Recycled while we read: whatever came back is not this record.
-            res[i] = if sh.gens[loc.page as usize].load(Relaxed) == gen { Ok(gen) } else { Err(Reject::Gone) };
+            res[i] = if sh.gens[loc.page as usize].load(Relaxed) == gen {
+                Ok(gen)
+            } else {
+                Err(Reject::Gone)
+            };
         }
         res
     }
@@ -94,17 +106,34 @@ impl Flash {
     /// shorter one: header and key) into `outs`: [`Flash::read_many`]'s reads, cut short, for
     /// a reader that wants the keys, not the values (the dump's, dump.rs).
     pub fn read_heads(&self, locs: &[Loc], outs: &mut [Vec<u8>]) -> Vec<Result<u32, Reject>> {
-        let heads: Vec<Loc> = locs.iter().map(|l| Loc { len: l.len.min(record::HEAD_MAX as u32), ..*l }).collect();
+        let heads: Vec<Loc> = locs
+            .iter()
+            .map(|l| Loc {
+                len: l.len.min(record::HEAD_MAX as u32),
+                ..*l
+            })
+            .collect();
         self.read_many(&heads, outs)
     }
 
     /// The disk reads of `disk` (indexes into `locs`/`outs`) through this thread's ring,
     /// RING_ENTRIES at a time; `got[i]`: the bytes each one read (0 when it failed or the
     /// thread has no ring: the caller's pread finishes it).
-    fn ring_reads(&self, locs: &[Loc], outs: &mut [Vec<u8>], disk: &[(usize, u32)], got: &mut [usize]) {
+    fn ring_reads(
+        &self,
+        locs: &[Loc],
+        outs: &mut [Vec<u8>],
+        disk: &[(usize, u32)],
+        got: &mut [usize],
+    ) {
         RING.with(|cell| {
             let mut cell = cell.borrow_mut();
-            let Some(ring) = cell.get_or_insert_with(|| IoUring::new(RING_ENTRIES).ok()).as_mut() else { return };
+            let Some(ring) = cell
+                .get_or_insert_with(|| IoUring::new(RING_ENTRIES).ok())
+                .as_mut()
+            else {
+                return;
+            };
             for chunk in disk.chunks(RING_ENTRIES as usize) {
                 if !self.ring_chunk(ring, locs, outs, chunk, got) {
                     abandon(&mut cell, outs, chunk, got);
@@ -116,15 +145,26 @@ impl Flash {
 
     /// One submission of `chunk`'s reads, waiting for all of them. false: the ring failed
     /// with reads possibly in flight.
-    fn ring_chunk(&self, ring: &mut IoUring, locs: &[Loc], outs: &mut [Vec<u8>], chunk: &[(usize, u32)], got: &mut [usize]) -> bool {
+    fn ring_chunk(
+        &self,
+        ring: &mut IoUring,
+        locs: &[Loc],
+        outs: &mut [Vec<u8>],
+        chunk: &[(usize, u32)],
+        got: &mut [usize],
+    ) -> bool {
         // Every earlier chunk was reaped whole, so the submission queue is empty.
         for &(i, _) in chunk {
             let (file, at) = self.sh.at(locs[i].page, u64::from(locs[i].off));
             let out = &mut outs[i];
-            let e = opcode::Read::new(types::Fd(file.as_raw_fd()), out.as_mut_ptr(), out.len() as u32)
-                .offset(at)
-                .build()
-                .user_data(i as u64);
+            let e = opcode::Read::new(
+                types::Fd(file.as_raw_fd()),
+                out.as_mut_ptr(),
+                out.len() as u32,
+            )
+            .offset(at)
+            .build()
+            .user_data(i as u64);
             // SAFETY: the buffer is `outs[i]`, which is neither moved nor dropped before this
             // chunk's completions are all reaped below (or, should the ring fail with reads in
             // flight, ever: see `abandon`).
@@ -135,7 +175,11 @@ impl Flash {
             self.sh.c.io_submits.fetch_add(1, Relaxed);
             match ring.submit_and_wait(left) {
                 Ok(_) => {}
-                Err(e) if matches!(e.raw_os_error(), Some(libc::EINTR | libc::EAGAIN | libc::EBUSY)) => {}
+                Err(e)
+                    if matches!(
+                        e.raw_os_error(),
+                        Some(libc::EINTR | libc::EAGAIN | libc::EBUSY)
+                    ) => {}
                 Err(_) => return false,
             }
             for c in ring.completion() {
@@ -153,7 +197,12 @@ impl Flash {
 /// reads by pread from now on. Not seen in practice; memory is the price of never letting a
 /// late completion write into freed memory.
 #[cold]
-fn abandon(cell: &mut Option<Option<IoUring>>, outs: &mut [Vec<u8>], chunk: &[(usize, u32)], got: &mut [usize]) {
+fn abandon(
+    cell: &mut Option<Option<IoUring>>,
+    outs: &mut [Vec<u8>],
+    chunk: &[(usize, u32)],
+    got: &mut [usize],
+) {
     for &(i, _) in chunk {
         let len = outs[i].len();
         std::mem::forget(std::mem::replace(&mut outs[i], vec![0; len]));
@@ -167,12 +216,22 @@ fn abandon(cell: &mut Option<Option<IoUring>>, outs: &mut [Vec<u8>], chunk: &[(u
 impl crate::Store {
     /// [`crate::Store::read_flash`] for several records (a multi-get's flashed keys), their
     /// disk reads issued together; the results in the order asked.
-    pub fn read_flash_many(&self, reads: &[(&super::FlashRef, &[u8])]) -> Vec<Result<super::FlashValue, Reject>> {
-        let Some(fl) = self.flash.as_deref() else { return reads.iter().map(|_| Err(Reject::Gone)).collect() };
+    pub fn read_flash_many(
+        &self,
+        reads: &[(&super::FlashRef, &[u8])],
+    ) -> Vec<Result<super::FlashValue, Reject>> {
+        let Some(fl) = self.flash.as_deref() else {
+            return reads.iter().map(|_| Err(Reject::Gone)).collect();
+        };
         let locs: Vec<Loc> = reads.iter().map(|(f, _)| f.loc).collect();
         let mut recs = vec![Vec::new(); reads.len()];
         let got = fl.read_many(&locs, &mut recs);
-        reads.iter().zip(recs).zip(got).map(|(((fref, key), rec), read)| Self::verify_flash(fl, fref, key, rec, read)).collect()
+        reads
+            .iter()
+            .zip(recs)
+            .zip(got)
+            .map(|(((fref, key), rec), read)| Self::verify_flash(fl, fref, key, rec, read))
+            .collect()
     }
 }
 
@@ -187,9 +246,18 @@ mod tests {
     #[test]
     fn records_read_together_match_reads_alone() {
         let t = TempFile::new("batch");
-        let cfg = FlashConfig { page_size: 64 << 10, wbuf_size: 16 << 10, item_size: 64, ..FlashConfig::new(&t.0, 4 * (64 << 10)) };
+        let cfg = FlashConfig {
+            page_size: 64 << 10,
+            wbuf_size: 16 << 10,
+            item_size: 64,
+            ..FlashConfig::new(&t.0, 4 * (64 << 10))
+        };
         let f = Flash::open(&cfg).unwrap();
-        let meta = Meta { flags: 1, exp: 0, cas: 2 };
+        let meta = Meta {
+            flags: 1,
+            exp: 0,
+            cas: 2,
+        };
         let mut locs = Vec::new();
         for i in 0..400u32 {
             let v = vec![i as u8; 900 + i as usize % 300];
@@ -223,6 +291,13 @@ mod tests {
         let on_disk = together.iter().filter(|r| r.is_ok()).count() as u64;
         // One submission per 64 records with a ring; a pread each without one.
         let ring = IoUring::new(4).is_ok();
-        assert!(if ring { submits <= on_disk.div_ceil(u64::from(RING_ENTRIES)) + 1 } else { submits >= on_disk }, "{submits} submissions for {on_disk} reads");
+        assert!(
+            if ring {
+                submits <= on_disk.div_ceil(u64::from(RING_ENTRIES)) + 1
+            } else {
+                submits >= on_disk
+            },
+            "{submits} submissions for {on_disk} reads"
+        );
     }
 }

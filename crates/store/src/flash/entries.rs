@@ -36,7 +36,11 @@ pub(crate) fn hash_check(h: u64) -> u64 {
 
 impl Entries {
     pub fn new() -> Entries {
-        Entries { v: Vec::new(), free: NONE, live: 0 }
+        Entries {
+            v: Vec::new(),
+            free: NONE,
+            live: 0,
+        }
     }
 
     pub fn bytes(&self) -> usize {
@@ -64,7 +68,9 @@ impl Entries {
             self.v.push([0, 0]);
             (self.v.len() - 1) as u32
         };
-        debug_assert!(loc.off.is_multiple_of(8) && u64::from(loc.off / 8) <= F24 && u64::from(loc.len) <= F24);
+        debug_assert!(
+            loc.off.is_multiple_of(8) && u64::from(loc.off / 8) <= F24 && u64::from(loc.len) <= F24
+        );
         self.v[i as usize] = [
             hash_check(h) | (u64::from(loc.page) & F24) << 40,
             u64::from(loc.gen) << 48 | u64::from(loc.off / 8) << 24 | u64::from(loc.len),
@@ -129,9 +135,24 @@ mod tests {
     #[test]
     fn entries_round_trip_and_reuse() {
         let mut e = Entries::new();
-        let loc = Loc { page: (1 << 24) - 1, gen: 0xbeef, off: ((1 << 24) - 1) * 8, len: (1 << 24) - 1 };
+        let loc = Loc {
+            page: (1 << 24) - 1,
+            gen: 0xbeef,
+            off: ((1 << 24) - 1) * 8,
+            len: (1 << 24) - 1,
+        };
         let a = e.alloc(u64::MAX, loc).unwrap();
-        let b = e.alloc(0x1234_5678_9abc, Loc { page: 0, gen: 0, off: 8, len: 48 }).unwrap();
+        let b = e
+            .alloc(
+                0x1234_5678_9abc,
+                Loc {
+                    page: 0,
+                    gen: 0,
+                    off: 8,
+                    len: 48,
+                },
+            )
+            .unwrap();
         assert_eq!(e.get(a), Some((HASH_BITS, loc)));
         assert_eq!(e.get(b).unwrap().0, 0x1234_5678_9abc & HASH_BITS);
         assert_eq!(e.live(), 2);

@@ -106,7 +106,9 @@ impl Flash {
     /// The expiry `exp` of a record read from `page` (generation `gen`) in this process's
     /// clock: records of a page kept from an earlier process carry that process's.
     pub fn local_exp(&self, page: u32, gen: u32, exp: Time) -> Time {
-        let Some(e) = self.sh.epochs.get(page as usize).map(|e| e.load(Relaxed)) else { return exp };
+        let Some(e) = self.sh.epochs.get(page as usize).map(|e| e.load(Relaxed)) else {
+            return exp;
+        };
         let page_origin = e & u64::from(u32::MAX);
         // Origin 0: the page's records are this process's own.
         if exp == 0 || page_origin == 0 || (e >> 32) as u32 != gen {
@@ -118,14 +120,25 @@ impl Flash {
     }
 
     /// `record::verify`, with the expiry in this process's clock.
-    pub fn verify<'a>(&self, rec: &'a [u8], page: u32, gen: u32, key: &[u8]) -> Result<View<'a>, Reject> {
+    pub fn verify<'a>(
+        &self,
+        rec: &'a [u8],
+        page: u32,
+        gen: u32,
+        key: &[u8],
+    ) -> Result<View<'a>, Reject> {
         let mut v = record::verify(rec, Place { page, gen }, key)?;
         v.meta.exp = self.local_exp(page, gen, v.meta.exp);
         Ok(v)
     }
 
     /// `record::verify_any`, with the expiry in this process's clock.
-    pub fn verify_any<'a>(&self, rec: &'a [u8], page: u32, gen: u32) -> Result<(&'a [u8], View<'a>), Reject> {
+    pub fn verify_any<'a>(
+        &self,
+        rec: &'a [u8],
+        page: u32,
+        gen: u32,
+    ) -> Result<(&'a [u8], View<'a>), Reject> {
         let (k, mut v) = record::verify_any(rec, Place { page, gen })?;
         v.meta.exp = self.local_exp(page, gen, v.meta.exp);
         Ok((k, v))
@@ -195,9 +208,16 @@ impl Flash {
             return Err("the list's header is damaged".into());
         }
         if u32_at(b, 8) != VERSION {
-            return Err(format!("list format version {}, this mnemod reads {VERSION}", u32_at(b, 8)));
+            return Err(format!(
+                "list format version {}, this mnemod reads {VERSION}",
+                u32_at(b, 8)
+            ));
         }
-        let (page_size, pages, nfull) = (u32_at(b, 12) as usize, u32_at(b, 16) as usize, u32_at(b, 20) as usize);
+        let (page_size, pages, nfull) = (
+            u32_at(b, 12) as usize,
+            u32_at(b, 16) as usize,
+            u32_at(b, 20) as usize,
+        );
         if page_size != sh.page_size || pages != sh.gens.len() {
             return Err(format!(
                 "the list is of {pages} pages of {page_size} bytes, the file now {} of {}",
@@ -231,19 +251,30 @@ impl Flash {
     fn install(&self, t: &Table) {
         let sh = &*self.sh;
         let mut w = sh.w.lock();
-        assert!(w.open_pages().next().is_none() && w.in_ram().next().is_none(), "a list is installed before any write");
+        assert!(
+            w.open_pages().next().is_none() && w.in_ram().next().is_none(),
+            "a list is installed before any write"
+        );
         let is_full: std::collections::HashSet<u32> = t.full.iter().copied().collect();
         for p in 0..sh.gens.len() {
             sh.gens[p].store(t.gens[p], Relaxed);
             sh.versions[p].store(t.versions[p], Relaxed);
             // Only full pages keep records of the old clock: a free page is opened without a
             // new generation, and what is written to it then is this process's.
-            let kept = if is_full.contains(&(p as u32)) { epoch(t.gens[p], t.origins[p]) } else { 0 };
+            let kept = if is_full.contains(&(p as u32)) {
+                epoch(t.gens[p], t.origins[p])
+            } else {
+                0
+            };
             sh.epochs[p].store(kept, Relaxed);
         }
         w.full = t.full.iter().copied().collect();
-        w.free = (0..sh.gens.len() as u32).rev().filter(|p| !is_full.contains(p)).collect();
-        sh.opened_base.store(t.versions.iter().copied().max().unwrap_or(0), Relaxed);
+        w.free = (0..sh.gens.len() as u32)
+            .rev()
+            .filter(|p| !is_full.contains(p))
+            .collect();
+        sh.opened_base
+            .store(t.versions.iter().copied().max().unwrap_or(0), Relaxed);
     }
 
     /// A record linked again at the start: it counts as live on its page.
@@ -265,7 +296,10 @@ impl Flash {
                 Ok(k) => got += k,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => {
-                    self.sh.io_error(format_args!("reading {n} bytes at page {page} offset {off}"), &e);
+                    self.sh.io_error(
+                        format_args!("reading {n} bytes at page {page} offset {off}"),
+                        &e,
+                    );
                     break;
                 }
             }
@@ -312,7 +346,12 @@ fn decode_entries(b: &[u8], mut at: usize, t: &Table, page_size: usize) -> (Vec<
                 && (len as usize) <= super::MAX_RECORD
                 && off as usize + len as usize <= page_size;
             if sound {
-                locs.push(Loc { page, gen: gen as u16, off, len });
+                locs.push(Loc {
+                    page,
+                    gen: gen as u16,
+                    off,
+                    len,
+                });
             } else {
                 dropped += 1;
             }
@@ -328,7 +367,9 @@ impl Frozen<'_> {
     /// it. `origin`: the unix time of the store's Time 0. None without a flash tier; else
     /// the entries written.
     pub fn write_flash_list(&mut self, now: Time, origin: u64) -> io::Result<Option<u64>> {
-        let Some(f) = self.store.flash.as_deref() else { return Ok(None) };
+        let Some(f) = self.store.flash.as_deref() else {
+            return Ok(None);
+        };
         f.sync_files()?;
         let mut locs = Vec::new();
         let st = self.store;
@@ -378,7 +419,12 @@ impl Store {
         let f = self.flash.as_deref()?;
         f.sh.origin.store(origin, Relaxed);
         let path = list_path(&f.cfg.path);
-        let refused = |why: String| Some(FlashRestore { refused: Some(why), ..FlashRestore::default() });
+        let refused = |why: String| {
+            Some(FlashRestore {
+                refused: Some(why),
+                ..FlashRestore::default()
+            })
+        };
         let mut file = match std::fs::File::open(&path) {
             Ok(file) => file,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return None,
@@ -388,7 +434,9 @@ impl Store {
         // MIN_RECORD bytes.
         let pages = f.sh.gens.len();
         let most = pages as u64 * f.sh.page_size as u64 / MIN_RECORD as u64;
-        let cap = (HEAD + pages * (PAGE_ROW + 4) + 8) as u64 + most * ENTRY as u64 + most.div_ceil(BLOCK_ENTRIES as u64) * BLOCK_HEAD as u64;
+        let cap = (HEAD + pages * (PAGE_ROW + 4) + 8) as u64
+            + most * ENTRY as u64
+            + most.div_ceil(BLOCK_ENTRIES as u64) * BLOCK_HEAD as u64;
         let mut b = Vec::new();
         let read = (&mut file).take(cap + 1).read_to_end(&mut b);
         // Removed before anything is linked: a crash after this start must not find it again.
@@ -409,13 +457,21 @@ impl Store {
         let (mut locs, bad_blocks, mut dropped) = decode_entries(&b, at, &table, f.sh.page_size);
         drop(b);
         locs.sort_unstable_by_key(|l| (l.page, l.off));
-        let mut rep = FlashRestore { listed, bad_blocks, ..FlashRestore::default() };
+        let mut rep = FlashRestore {
+            listed,
+            bad_blocks,
+            ..FlashRestore::default()
+        };
         let (mut buf, mut span) = (Vec::new(), (NO_PAGE, 0u32));
         for loc in locs {
             let (s_page, s_off) = span;
-            let within = s_page == loc.page && s_off <= loc.off && (loc.off - s_off + loc.len) as usize <= buf.len();
+            let within = s_page == loc.page
+                && s_off <= loc.off
+                && (loc.off - s_off + loc.len) as usize <= buf.len();
             if !within {
-                let n = READ_CHUNK.max(loc.len as usize).min(f.sh.page_size - loc.off as usize);
+                let n = READ_CHUNK
+                    .max(loc.len as usize)
+                    .min(f.sh.page_size - loc.off as usize);
                 f.read_span(loc.page, loc.off, n, &mut buf);
                 span = (loc.page, loc.off);
             }
@@ -446,7 +502,9 @@ impl Store {
     /// Removes a list left beside the flash file without reading it (a start that restores
     /// from `-e`'s snapshot instead: both would bring the same keys back). True if there was one.
     pub fn discard_flash_list(&self) -> io::Result<bool> {
-        let Some(f) = self.flash.as_deref() else { return Ok(false) };
+        let Some(f) = self.flash.as_deref() else {
+            return Ok(false);
+        };
         match std::fs::remove_file(list_path(&f.cfg.path)) {
             Ok(()) => Ok(true),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),

@@ -165,7 +165,8 @@ impl FlashConfig {
 
     /// Each file and its size, the first one first.
     fn files(&self) -> impl Iterator<Item = (&std::path::Path, u64)> {
-        std::iter::once((self.path.as_path(), self.size)).chain(self.more.iter().map(|(p, s)| (p.as_path(), *s)))
+        std::iter::once((self.path.as_path(), self.size))
+            .chain(self.more.iter().map(|(p, s)| (p.as_path(), *s)))
     }
 
     /// Checks the settings and makes the file (its space reserved): what `Store::open` would
@@ -176,7 +177,10 @@ impl FlashConfig {
 
     /// The files, opened and their space reserved, each with its first page's number.
     fn open_files(&self) -> Result<Vec<(File, u32)>, FlashError> {
-        if self.page_size == 0 || self.page_size > MAX_PAGE_SIZE || !self.page_size.is_multiple_of(record::ALIGN) {
+        if self.page_size == 0
+            || self.page_size > MAX_PAGE_SIZE
+            || !self.page_size.is_multiple_of(record::ALIGN)
+        {
             return Err(FlashError::PageSize);
         }
         if self.wbuf_size == 0 || !self.page_size.is_multiple_of(self.wbuf_size) {
@@ -386,7 +390,10 @@ struct Writes {
 impl Writes {
     /// Records not on disk yet: the buffers being filled, then the queued ones.
     fn in_ram(&self) -> impl Iterator<Item = &Buf> {
-        self.open.iter().filter_map(|o| o.filling.as_ref()).chain(self.queue.iter().map(|b| &**b))
+        self.open
+            .iter()
+            .filter_map(|o| o.filling.as_ref())
+            .chain(self.queue.iter().map(|b| &**b))
     }
 
     /// The pages open for writing.
@@ -498,9 +505,15 @@ impl Flash {
             low: (0..pages).map(|_| AtomicBool::new(false)).collect(),
             expires: (0..pages).map(|_| AtomicU32::new(NEVER)).collect(),
             w: Mutex::new(Writes {
-                open: [(); STREAMS].map(|()| Open { filling: None, page: NO_PAGE, used: 0 }),
+                open: [(); STREAMS].map(|()| Open {
+                    filling: None,
+                    page: NO_PAGE,
+                    used: 0,
+                }),
                 queue: VecDeque::new(),
-                spare: (0..WBUFS).map(|_| Vec::with_capacity(cfg.wbuf_size)).collect(),
+                spare: (0..WBUFS)
+                    .map(|_| Vec::with_capacity(cfg.wbuf_size))
+                    .collect(),
                 full: VecDeque::new(),
                 // Lowest page first: pop from the end.
                 free: (0..pages as u32).rev().collect(),
@@ -522,7 +535,14 @@ impl Flash {
             .name("mnemo-flash-w".into())
             .spawn(move || writer::write_loop(&worker))
             .map_err(FlashError::Open)?;
-        Ok(Flash { sh, writer: Some(writer), cfg: cfg.clone(), tune: tune::Tune::new(cfg), hits: AtomicU64::new(0), patient: AtomicBool::new(false) })
+        Ok(Flash {
+            sh,
+            writer: Some(writer),
+            cfg: cfg.clone(),
+            tune: tune::Tune::new(cfg),
+            hits: AtomicU64::new(0),
+            patient: AtomicBool::new(false),
+        })
     }
 
     pub fn counters(&self) -> &Counters {
@@ -532,7 +552,8 @@ impl Flash {
     /// Whether an item of this value length may go to flash.
     #[inline]
     pub fn wants(&self, key_len: usize, value_len: usize) -> bool {
-        value_len >= self.tune.item_size() && record::len(key_len, value_len) <= self.cfg.wbuf_size.min(MAX_RECORD)
+        value_len >= self.tune.item_size()
+            && record::len(key_len, value_len) <= self.cfg.wbuf_size.min(MAX_RECORD)
     }
 
     /// The stream an item expiring at `exp` goes to now (memcached: less than ext_low_ttl
@@ -558,13 +579,20 @@ impl Flash {
     /// `miss_from_extstore`, as memcached's does, and drops it. The sweep comes once they hold
     /// more than 1/[`STALE_SHARE`] of `mem_limit` (entry and index slot, 24 bytes each).
     pub fn sweep_due(&self, mem_limit: usize) -> bool {
-        self.sh.stale.load(Relaxed).saturating_mul(STALE_ENTRY_BYTES) > (mem_limit / STALE_SHARE) as u64
+        self.sh
+            .stale
+            .load(Relaxed)
+            .saturating_mul(STALE_ENTRY_BYTES)
+            > (mem_limit / STALE_SHARE) as u64
     }
 
     /// Whether `loc`'s page is still the generation it was written in.
     #[inline]
     pub fn current(&self, loc: &Loc) -> bool {
-        self.sh.gens.get(loc.page as usize).is_some_and(|g| g.load(Relaxed) as u16 == loc.gen)
+        self.sh
+            .gens
+            .get(loc.page as usize)
+            .is_some_and(|g| g.load(Relaxed) as u16 == loc.gen)
     }
 
     /// Appends a record to the default stream's write buffer ([`Flash::append_to`]).
@@ -584,7 +612,10 @@ impl Flash {
         let mut w = sh.w.lock();
         let o = &w.open[k];
         let new_page = o.page == NO_PAGE || o.used + n > sh.page_size;
-        let new_buf = o.filling.as_ref().is_none_or(|b| b.data.len() + n > self.cfg.wbuf_size);
+        let new_buf = o
+            .filling
+            .as_ref()
+            .is_none_or(|b| b.data.len() + n > self.cfg.wbuf_size);
         if new_page || new_buf {
             while w.spare.is_empty() && self.patient.load(Relaxed) {
                 // The writer notifies `wake` after each buffer it writes.
@@ -604,7 +635,11 @@ impl Flash {
             let mut data = w.spare.pop().expect("checked");
             data.clear();
             let o = &mut w.open[k];
-            o.filling = Some(Buf { page: o.page, at: o.used, data });
+            o.filling = Some(Buf {
+                page: o.page,
+                at: o.used,
+                data,
+            });
         }
         let o = &mut w.open[k];
         let (page, off) = (o.page, o.used);
@@ -619,7 +654,12 @@ impl Flash {
         sh.live_bytes[page as usize].fetch_add(n as u64, Relaxed);
         sh.c.objects_written.fetch_add(1, Relaxed);
         sh.c.bytes_written.fetch_add(n as u64, Relaxed);
-        Some(Loc { page, gen: gen as u16, off: off as u32, len: n as u32 })
+        Some(Loc {
+            page,
+            gen: gen as u16,
+            off: off as u32,
+            len: n as u32,
+        })
     }
 
     /// `stats extstore`: each page's version and live bytes, in page order.
@@ -629,7 +669,11 @@ impl Flash {
             .map(|p| PageStat {
                 version: sh.versions[p].load(Relaxed),
                 bytes: sh.live_bytes[p].load(Relaxed),
-                bucket: if sh.low[p].load(Relaxed) { PAGE_BUCKET_LOW_TTL } else { 0 },
+                bucket: if sh.low[p].load(Relaxed) {
+                    PAGE_BUCKET_LOW_TTL
+                } else {
+                    0
+                },
             })
             .collect()
     }
@@ -657,7 +701,10 @@ impl Flash {
     pub(crate) fn drop_kept(&self, loc: &Loc) -> Loc {
         self.release(loc);
         self.sh.stale.fetch_add(1, Relaxed);
-        Loc { gen: loc.gen.wrapping_sub(1), ..*loc }
+        Loc {
+            gen: loc.gen.wrapping_sub(1),
+            ..*loc
+        }
     }
 
     /// Reads the record at `loc` into `out` (from a write buffer if it is not on disk yet).
@@ -681,7 +728,9 @@ impl Flash {
 
     fn read_as(&self, loc: &Loc, out: &mut Vec<u8>, nowait: bool) -> Result<Option<u32>, Reject> {
         let sh = &*self.sh;
-        let Some(g) = sh.gens.get(loc.page as usize) else { return Err(Reject::Gone) };
+        let Some(g) = sh.gens.get(loc.page as usize) else {
+            return Err(Reject::Gone);
+        };
         let gen = g.load(Relaxed);
         if gen as u16 != loc.gen {
             return Err(Reject::Gone);
@@ -724,7 +773,13 @@ impl Flash {
                 Ok(n) => got += n,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(e) => {
-                    sh.io_error(format_args!("reading {} bytes at page {} offset {}", want, loc.page, loc.off), &e);
+                    sh.io_error(
+                        format_args!(
+                            "reading {} bytes at page {} offset {}",
+                            want, loc.page, loc.off
+                        ),
+                        &e,
+                    );
                     break;
                 }
             }
@@ -773,7 +828,10 @@ impl Flash {
 
     /// I/O errors so far and the text of the latest ([`Shared::io_error`]).
     pub fn io_errors(&self) -> (u64, String) {
-        (self.sh.c.io_errors.load(Relaxed), self.sh.last_io_error.lock().clone())
+        (
+            self.sh.c.io_errors.load(Relaxed),
+            self.sh.last_io_error.lock().clone(),
+        )
     }
 
     pub fn add_stats(&self, st: &mut FlashStats) {
@@ -815,7 +873,12 @@ impl Flash {
     /// `stats reset`: memcached zeroes the get/recache/miss/badcrc counters.
     pub fn reset_stats(&self) {
         let c = &self.sh.c;
-        for a in [&c.get_extstore, &c.recache_from_extstore, &c.miss_from_extstore, &c.badcrc_from_extstore] {
+        for a in [
+            &c.get_extstore,
+            &c.recache_from_extstore,
+            &c.miss_from_extstore,
+            &c.badcrc_from_extstore,
+        ] {
             a.store(0, Relaxed);
         }
     }
@@ -860,17 +923,27 @@ fn reserve(file: &File, bytes: u64) -> std::io::Result<()> {
     }
 }
 
-
 /// One `preadv2(RWF_NOWAIT)` of `buf` at `at`: the bytes the page cache had, without waiting
 /// for the disk; None when it would have had to wait or the call is refused (an old kernel, a
 /// file system without it).
 /// `buf` may be uninitialised: the kernel only writes it, and the count says how much.
 fn cached_read(file: &File, buf: &mut [std::mem::MaybeUninit<u8>], at: u64) -> Option<usize> {
     use std::os::fd::AsRawFd;
-    let iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
+    let iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
     // SAFETY: one iovec over `buf`, live and writable for the call (the kernel writes, never
     // reads, the bytes); the descriptor is the open file's.
-    let n = unsafe { libc::preadv2(file.as_raw_fd(), &iov, 1, at as libc::off_t, libc::RWF_NOWAIT) };
+    let n = unsafe {
+        libc::preadv2(
+            file.as_raw_fd(),
+            &iov,
+            1,
+            at as libc::off_t,
+            libc::RWF_NOWAIT,
+        )
+    };
     usize::try_from(n).ok()
 }
 

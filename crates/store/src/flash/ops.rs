@@ -40,7 +40,13 @@ impl Shard {
 
     /// The slot of `fref` if it is still where a lookup left it (no write, delete, recache or
     /// page recycling since).
-    pub fn refind_flash(&mut self, env: &Env<'_>, key: &[u8], fref: &FlashRef, now: Time) -> Option<Pos> {
+    pub fn refind_flash(
+        &mut self,
+        env: &Env<'_>,
+        key: &[u8],
+        fref: &FlashRef,
+        now: Time,
+    ) -> Option<Pos> {
         match self.find(env, fref.h, key, now) {
             Found::Flash { pos, fref: now_ref } if now_ref == *fref => Some(pos),
             _ => None,
@@ -49,9 +55,18 @@ impl Shard {
 
     /// Brings a flashed item read back (`v`) into RAM, keeping its CAS, flags and expiry, and
     /// drops its flash entry. false if its slot changed since the lookup or no memory was had.
-    pub fn recache(&mut self, env: &Env<'_>, key: &[u8], fref: &FlashRef, v: &crate::FlashValue, now: Time) -> bool {
+    pub fn recache(
+        &mut self,
+        env: &Env<'_>,
+        key: &[u8],
+        fref: &FlashRef,
+        v: &crate::FlashValue,
+        now: Time,
+    ) -> bool {
         for _ in 0..MAX_ATTEMPTS {
-            let Some(pos) = self.refind_flash(env, key, fref, now) else { return false };
+            let Some(pos) = self.refind_flash(env, key, fref, now) else {
+                return false;
+            };
             let m = v.meta;
             let nh = NewHeader {
                 key_len: key.len() as u8,
@@ -61,7 +76,13 @@ impl Shard {
                 cas: env.geo.use_cas.then_some(m.cas),
             };
             // Read from flash: it has proved itself, as an item promoted out of Small has.
-            let (seg, off) = match self.reserve(env, nh.total_len(), ttl_bucket(m.exp, now), Queue::Main, now) {
+            let (seg, off) = match self.reserve(
+                env,
+                nh.total_len(),
+                ttl_bucket(m.exp, now),
+                Queue::Main,
+                now,
+            ) {
                 Ok(Reserve::At(a, b)) => (a, b),
                 Ok(Reserve::Retry) => continue,
                 Err(_) => return false,
@@ -81,11 +102,20 @@ impl Shard {
     /// Links `key` (hash `h`) to the record at `loc` again (the start, from the list a
     /// graceful stop left: flash/keep.rs), unless the key is already here. false: not linked
     /// (present, or the shard's entry space is full).
-    pub(crate) fn link_flashed(&mut self, env: &Env<'_>, h: u64, key: &[u8], loc: Loc, now: Time) -> bool {
+    pub(crate) fn link_flashed(
+        &mut self,
+        env: &Env<'_>,
+        h: u64,
+        key: &[u8],
+        loc: Loc,
+        now: Time,
+    ) -> bool {
         if !matches!(self.find(env, h, key, now), Found::Absent | Found::Dead(_)) {
             return false;
         }
-        let Some(i) = self.flash.alloc(h, loc) else { return false };
+        let Some(i) = self.flash.alloc(h, loc) else {
+            return false;
+        };
         // Any segment id will do: `to_flash` replaces it and keeps the tag.
         self.index_insert(h, slot::to_flash(slot::new(slot::tag_of_hash(h), 1, 0), i));
         self.sync_overhead(env);
@@ -95,15 +125,32 @@ impl Shard {
     /// Writes the live item at (seg, off) to flash if it qualifies (flash configured, value
     /// large enough, a write buffer free), on the low-TTL pages if it is about to expire.
     /// Returns its new entry; the caller repoints the slot and drops the RAM copy.
-    pub(crate) fn demote(&mut self, env: &Env<'_>, seg: u32, off: usize, hdr: &Header, h: u64, now: Time) -> Option<u32> {
+    pub(crate) fn demote(
+        &mut self,
+        env: &Env<'_>,
+        seg: u32,
+        off: usize,
+        hdr: &Header,
+        h: u64,
+        now: Time,
+    ) -> Option<u32> {
         let f = env.flash?;
         if !f.wants(hdr.key_len as usize, hdr.value_len as usize) {
             return None;
         }
         let cas = self.cas_of(env.geo, seg, off, hdr);
         let d = &self.segs.metas[seg as usize].data[off..];
-        let meta = Meta { flags: hdr.flags, exp: hdr.exp, cas };
-        let loc: Loc = f.append_to(&d[hdr.key_range()], &d[hdr.value_range()], meta, f.stream_for(hdr.exp, now))?;
+        let meta = Meta {
+            flags: hdr.flags,
+            exp: hdr.exp,
+            cas,
+        };
+        let loc: Loc = f.append_to(
+            &d[hdr.key_range()],
+            &d[hdr.value_range()],
+            meta,
+            f.stream_for(hdr.exp, now),
+        )?;
         let i = self.flash.alloc(h, loc);
         if i.is_none() {
             f.release(&loc);
@@ -127,7 +174,11 @@ impl Shard {
         while v != 0 {
             let next = self.segs.next_of(v);
             let m = &self.segs.metas[v as usize];
-            if !m.aged && m.items > 0 && m.opened.saturating_add(age) <= now && !self.age_segment(env, v, now) {
+            if !m.aged
+                && m.items > 0
+                && m.opened.saturating_add(age) <= now
+                && !self.age_segment(env, v, now)
+            {
                 return;
             }
             v = next;
@@ -147,7 +198,9 @@ impl Shard {
                 off += len;
                 continue;
             }
-            let h = xxhash_rust::xxh3::xxh3_64(&self.segs.metas[v as usize].data[off..][hdr.key_range()]);
+            let h = xxhash_rust::xxh3::xxh3_64(
+                &self.segs.metas[v as usize].data[off..][hdr.key_range()],
+            );
             let Some(pos) = self.index.find_exact(h, v, off as u32) else {
                 off += len;
                 continue;
@@ -241,7 +294,9 @@ impl crate::Store {
     pub(crate) fn compact_flash(&self, now: Time) {
         let Some(f) = &self.flash else { return };
         f.reclaim_expired(now);
-        let Some(victim) = f.compaction_victim() else { return };
+        let Some(victim) = f.compaction_victim() else {
+            return;
+        };
         let c = f.counters();
         let mut rec = Vec::new();
         for (me, shard) in self.shards.iter().enumerate() {
@@ -253,14 +308,20 @@ impl crate::Store {
                 }
             });
             for (i, loc) in victims {
-                let Ok(g) = f.read(&loc, &mut rec) else { continue };
-                let Ok((key, v)) = f.verify_any(&rec, victim.page, g) else { continue };
+                let Ok(g) = f.read(&loc, &mut rec) else {
+                    continue;
+                };
+                let Ok((key, v)) = f.verify_any(&rec, victim.page, g) else {
+                    continue;
+                };
                 let mut s = shard.lock();
                 if s.flash.get(i).map(|(_, l)| l) != Some(loc) {
                     continue;
                 }
                 let h = Self::hash(key);
-                let pos = s.index.find_exact(h, slot::FLASH_BASE + (i >> 20), i & slot::OFF_MAX);
+                let pos = s
+                    .index
+                    .find_exact(h, slot::FLASH_BASE + (i >> 20), i & slot::OFF_MAX);
                 if v.meta.exp != 0 && v.meta.exp <= now {
                     // Expired: dropped as its key's next lookup would drop it, so the page
                     // empties. Counted nowhere, as memcached's readback counts nothing for an

@@ -41,7 +41,10 @@ impl Flash {
             sh.c.page_allocs.fetch_add(1, Relaxed);
             p
         } else {
-            let empty = w.full.iter().position(|&p| sh.live_objects[p as usize].load(Relaxed) == 0);
+            let empty = w
+                .full
+                .iter()
+                .position(|&p| sh.live_objects[p as usize].load(Relaxed) == 0);
             let p = match empty {
                 Some(i) => {
                     sh.c.page_reclaims.fetch_add(1, Relaxed);
@@ -63,12 +66,19 @@ impl Flash {
             p
         };
         let c = &sh.c;
-        let opened: u64 = [&c.page_allocs, &c.page_reclaims, &c.page_evictions].iter().map(|a| a.load(Relaxed)).sum();
+        let opened: u64 = [&c.page_allocs, &c.page_reclaims, &c.page_evictions]
+            .iter()
+            .map(|a| a.load(Relaxed))
+            .sum();
         let opened = opened + sh.opened_base.load(Relaxed);
         sh.versions[p as usize].store(opened, Relaxed);
         sh.low[p as usize].store(stream == Stream::LowTtl, Relaxed);
         sh.expires[p as usize].store(0, Relaxed);
-        w.open[k] = Open { filling: None, page: p, used: 0 };
+        w.open[k] = Open {
+            filling: None,
+            page: p,
+            used: 0,
+        };
     }
 
     /// Reclaims every full page whose records have all expired (by the latest expiry written
@@ -114,15 +124,21 @@ impl Flash {
             return None;
         }
         // live < page × (permille / 1000) × (pages − free) / pages, in integers.
-        let limit = sh.page_size as u128 * u128::from(self.tune.max_frag_permille()) * (pages - free as u128);
-        let mut candidates = w
-            .full
-            .iter()
-            .copied()
-            .filter(|&p| !sh.low[p as usize].load(Relaxed) && sh.live_objects[p as usize].load(Relaxed) > 0);
-        let victim = |page: u32, drop_unread| Victim { page, gen: sh.gens[page as usize].load(Relaxed) as u16, drop_unread };
+        let limit = sh.page_size as u128
+            * u128::from(self.tune.max_frag_permille())
+            * (pages - free as u128);
+        let mut candidates = w.full.iter().copied().filter(|&p| {
+            !sh.low[p as usize].load(Relaxed) && sh.live_objects[p as usize].load(Relaxed) > 0
+        });
+        let victim = |page: u32, drop_unread| Victim {
+            page,
+            gen: sh.gens[page as usize].load(Relaxed) as u16,
+            drop_unread,
+        };
         let oldest = candidates.clone().next();
-        if let Some(p) = candidates.find(|&p| u128::from(sh.live_bytes[p as usize].load(Relaxed)) * 1000 * pages < limit) {
+        if let Some(p) = candidates
+            .find(|&p| u128::from(sh.live_bytes[p as usize].load(Relaxed)) * 1000 * pages < limit)
+        {
             return Some(victim(p, false));
         }
         if self.tune.drop_unread() && free <= self.tune.drop_under(sh.gens.len()) {
@@ -135,6 +151,10 @@ impl Flash {
     /// when its last object goes; here it waits in `full` until reused, first of all).
     pub(super) fn free_pages(&self, w: &Writes) -> usize {
         let sh = &*self.sh;
-        w.free.len() + w.full.iter().filter(|&&p| sh.live_objects[p as usize].load(Relaxed) == 0).count()
+        w.free.len()
+            + w.full
+                .iter()
+                .filter(|&&p| sh.live_objects[p as usize].load(Relaxed) == 0)
+                .count()
     }
 }

@@ -116,7 +116,11 @@ pub(crate) fn verify_any(rec: &[u8], at: Place) -> Result<(&[u8], View<'_>), Rej
     if len(klen, vlen) != rec.len() {
         // A length that disagrees with the index's is either another record or damage;
         // only the checksum can tell, and it cannot be computed over bytes not read.
-        return Err(if u32_at(4) == at.gen && u32_at(20) == at.page { Reject::BadCrc } else { Reject::Gone });
+        return Err(if u32_at(4) == at.gen && u32_at(20) == at.page {
+            Reject::BadCrc
+        } else {
+            Reject::Gone
+        });
     }
     let sum = u64::from_le_bytes(rec[32..40].try_into().unwrap());
     if checksum(rec) != sum {
@@ -125,8 +129,18 @@ pub(crate) fn verify_any(rec: &[u8], at: Place) -> Result<(&[u8], View<'_>), Rej
     if u32_at(4) != at.gen || u32_at(20) != at.page {
         return Err(Reject::Gone);
     }
-    let meta = Meta { flags: u32_at(12), exp: u32_at(16), cas: u64::from_le_bytes(rec[24..32].try_into().unwrap()) };
-    Ok((&rec[HEADER..HEADER + klen], View { meta, value: &rec[HEADER + klen..HEADER + klen + vlen] }))
+    let meta = Meta {
+        flags: u32_at(12),
+        exp: u32_at(16),
+        cas: u64::from_le_bytes(rec[24..32].try_into().unwrap()),
+    };
+    Ok((
+        &rec[HEADER..HEADER + klen],
+        View {
+            meta,
+            value: &rec[HEADER + klen..HEADER + klen + vlen],
+        },
+    ))
 }
 
 /// Bytes from a record's start that hold its key, whatever the key's length (its length is
@@ -153,11 +167,23 @@ pub(crate) fn verify_head(head: &[u8], at: Place, rec_len: usize) -> Result<Head
     let u32_at = |i: usize| u32::from_le_bytes(head[i..i + 4].try_into().unwrap());
     let klen = head[2] as usize;
     let vlen = u32_at(8) as usize;
-    if u32_at(4) != at.gen || u32_at(20) != at.page || len(klen, vlen) != rec_len || head.len() < HEADER + klen {
+    if u32_at(4) != at.gen
+        || u32_at(20) != at.page
+        || len(klen, vlen) != rec_len
+        || head.len() < HEADER + klen
+    {
         return Err(Reject::Gone);
     }
-    let meta = Meta { flags: u32_at(12), exp: u32_at(16), cas: u64::from_le_bytes(head[24..32].try_into().unwrap()) };
-    Ok(Head { key: &head[HEADER..HEADER + klen], meta, value_len: vlen })
+    let meta = Meta {
+        flags: u32_at(12),
+        exp: u32_at(16),
+        cas: u64::from_le_bytes(head[24..32].try_into().unwrap()),
+    };
+    Ok(Head {
+        key: &head[HEADER..HEADER + klen],
+        meta,
+        value_len: vlen,
+    })
 }
 
 /// xxh3 of a key, as the store hashes keys (for tests).
@@ -172,7 +198,17 @@ mod tests {
 
     fn rec(key: &[u8], value: &[u8], at: Place) -> Vec<u8> {
         let mut v = vec![0u8; len(key.len(), value.len())];
-        encode(&mut v, at, key, value, Meta { flags: 7, exp: 99, cas: 12345 });
+        encode(
+            &mut v,
+            at,
+            key,
+            value,
+            Meta {
+                flags: 7,
+                exp: 99,
+                cas: 12345,
+            },
+        );
         v
     }
 
@@ -184,7 +220,14 @@ mod tests {
         assert_eq!(r.len() % ALIGN, 0);
         let v = verify(&r, AT, b"key").unwrap();
         assert_eq!(v.value, b"hello world");
-        assert_eq!(v.meta, Meta { flags: 7, exp: 99, cas: 12345 });
+        assert_eq!(
+            v.meta,
+            Meta {
+                flags: 7,
+                exp: 99,
+                cas: 12345
+            }
+        );
         assert_eq!(verify_any(&r, AT).unwrap().0, b"key");
         assert_ne!(key_hash(b"key"), 0);
     }
@@ -192,8 +235,14 @@ mod tests {
     #[test]
     fn other_generation_page_or_key_is_a_miss() {
         let r = rec(b"key", b"v", AT);
-        assert_eq!(verify(&r, Place { gen: 10, ..AT }, b"key"), Err(Reject::Gone));
-        assert_eq!(verify(&r, Place { page: 4, ..AT }, b"key"), Err(Reject::Gone));
+        assert_eq!(
+            verify(&r, Place { gen: 10, ..AT }, b"key"),
+            Err(Reject::Gone)
+        );
+        assert_eq!(
+            verify(&r, Place { page: 4, ..AT }, b"key"),
+            Err(Reject::Gone)
+        );
         assert_eq!(verify(&r, AT, b"kez"), Err(Reject::OtherKey));
     }
 
@@ -204,7 +253,10 @@ mod tests {
             for bit in [0x01u8, 0x80] {
                 let mut d = r.clone();
                 d[i] ^= bit;
-                assert!(verify(&d, AT, b"some-key").is_err(), "byte {i} bit {bit:#x}");
+                assert!(
+                    verify(&d, AT, b"some-key").is_err(),
+                    "byte {i} bit {bit:#x}"
+                );
             }
         }
     }
@@ -214,13 +266,25 @@ mod tests {
         let r = rec(b"some-key", &[7u8; 900], AT);
         let head = &r[..HEAD_MAX.min(r.len())];
         let h = verify_head(head, AT, r.len()).unwrap();
-        assert_eq!((h.key, h.value_len, h.meta.cas), (&b"some-key"[..], 900, 12345));
+        assert_eq!(
+            (h.key, h.value_len, h.meta.cas),
+            (&b"some-key"[..], 900, 12345)
+        );
         // Another generation or page, a length the index does not expect, a head cut before
         // the key's end, zeroes: not this record.
-        assert_eq!(verify_head(head, Place { gen: 10, ..AT }, r.len()), Err(Reject::Gone));
-        assert_eq!(verify_head(head, Place { page: 4, ..AT }, r.len()), Err(Reject::Gone));
+        assert_eq!(
+            verify_head(head, Place { gen: 10, ..AT }, r.len()),
+            Err(Reject::Gone)
+        );
+        assert_eq!(
+            verify_head(head, Place { page: 4, ..AT }, r.len()),
+            Err(Reject::Gone)
+        );
         assert_eq!(verify_head(head, AT, r.len() + 8), Err(Reject::Gone));
-        assert_eq!(verify_head(&r[..HEADER + 3], AT, r.len()), Err(Reject::Gone));
+        assert_eq!(
+            verify_head(&r[..HEADER + 3], AT, r.len()),
+            Err(Reject::Gone)
+        );
         assert_eq!(verify_head(&[0u8; 64], AT, r.len()), Err(Reject::Gone));
     }
 

@@ -26,10 +26,19 @@ impl Drop for TempFile {
 }
 
 fn cfg(path: &TempFile, size: u64, page: usize, wbuf: usize) -> FlashConfig {
-    FlashConfig { page_size: page, wbuf_size: wbuf, item_size: 64, ..FlashConfig::new(&path.0, size) }
+    FlashConfig {
+        page_size: page,
+        wbuf_size: wbuf,
+        item_size: 64,
+        ..FlashConfig::new(&path.0, size)
+    }
 }
 
-const META: Meta = Meta { flags: 5, exp: 0, cas: 77 };
+const META: Meta = Meta {
+    flags: 5,
+    exp: 0,
+    cas: 77,
+};
 
 /// Appends, waiting for the writer when both buffers are busy (demotion would evict instead).
 fn append(f: &Flash, key: &[u8], value: &[u8]) -> Loc {
@@ -44,16 +53,37 @@ fn append(f: &Flash, key: &[u8], value: &[u8]) -> Loc {
 fn read(f: &Flash, loc: &Loc, key: &[u8]) -> Result<Vec<u8>, Reject> {
     let mut buf = Vec::new();
     let gen = f.read(loc, &mut buf)?;
-    record::verify(&buf, Place { page: loc.page, gen }, key).map(|v| v.value.to_vec())
+    record::verify(
+        &buf,
+        Place {
+            page: loc.page,
+            gen,
+        },
+        key,
+    )
+    .map(|v| v.value.to_vec())
 }
 
 #[test]
 fn settings_are_checked() {
     let t = TempFile::new("cfg");
-    assert!(matches!(Flash::open(&cfg(&t, 8 << 20, 1 << 20, 3 << 18)), Err(FlashError::WbufSize)));
-    assert!(matches!(Flash::open(&cfg(&t, 1 << 19, 1 << 20, 1 << 18)), Err(FlashError::TooSmall)));
-    assert!(matches!(Flash::open(&cfg(&t, 1 << 30, 256 << 20, 1 << 20)), Err(FlashError::PageSize)));
-    let missing = FlashConfig { page_size: 1 << 20, wbuf_size: 1 << 18, ..FlashConfig::new("/nonexistent-dir/flash", 8 << 20) };
+    assert!(matches!(
+        Flash::open(&cfg(&t, 8 << 20, 1 << 20, 3 << 18)),
+        Err(FlashError::WbufSize)
+    ));
+    assert!(matches!(
+        Flash::open(&cfg(&t, 1 << 19, 1 << 20, 1 << 18)),
+        Err(FlashError::TooSmall)
+    ));
+    assert!(matches!(
+        Flash::open(&cfg(&t, 1 << 30, 256 << 20, 1 << 20)),
+        Err(FlashError::PageSize)
+    ));
+    let missing = FlashConfig {
+        page_size: 1 << 20,
+        wbuf_size: 1 << 18,
+        ..FlashConfig::new("/nonexistent-dir/flash", 8 << 20)
+    };
     assert!(matches!(Flash::open(&missing), Err(FlashError::Open(_))));
 }
 
@@ -62,22 +92,45 @@ fn several_files_make_one_page_space() {
     let (t1, t2) = (TempFile::new("jbod1"), TempFile::new("jbod2"));
     // 2 pages in the first file, 3 in the second: 5 pages of 1 MiB, all used before any
     // is recycled.
-    let c = FlashConfig { more: vec![(t2.0.clone(), 3 << 20)], ..cfg(&t1, 2 << 20, 1 << 20, 256 << 10) };
+    let c = FlashConfig {
+        more: vec![(t2.0.clone(), 3 << 20)],
+        ..cfg(&t1, 2 << 20, 1 << 20, 256 << 10)
+    };
     assert_eq!(c.pages(), 5);
     let f = Flash::open(&c).unwrap();
-    assert_eq!((std::fs::metadata(&t1.0).unwrap().len(), std::fs::metadata(&t2.0).unwrap().len()), (2 << 20, 3 << 20));
+    assert_eq!(
+        (
+            std::fs::metadata(&t1.0).unwrap().len(),
+            std::fs::metadata(&t2.0).unwrap().len()
+        ),
+        (2 << 20, 3 << 20)
+    );
     // 1,400 records of 3 KB: 4.2 MB, into pages 0..=4.
-    let locs: Vec<Loc> = (0..1400u32).map(|i| append(&f, format!("k{i}").as_bytes(), &vec![i as u8; 3000])).collect();
+    let locs: Vec<Loc> = (0..1400u32)
+        .map(|i| append(&f, format!("k{i}").as_bytes(), &vec![i as u8; 3000]))
+        .collect();
     f.sync();
     assert_eq!(locs.iter().map(|l| l.page).max(), Some(4));
     for (i, loc) in locs.iter().enumerate() {
-        assert_eq!(read(&f, loc, format!("k{i}").as_bytes()).unwrap(), vec![i as u8; 3000], "record {i}");
+        assert_eq!(
+            read(&f, loc, format!("k{i}").as_bytes()).unwrap(),
+            vec![i as u8; 3000],
+            "record {i}"
+        );
     }
     // Page 2 is the second file's first page: its first record is at the start of that file.
     let first = locs.iter().find(|l| l.page == 2).unwrap();
     let mut head = vec![0u8; first.len as usize];
-    std::fs::File::open(&t2.0).unwrap().read_exact_at(&mut head, u64::from(first.off)).unwrap();
-    assert!(record::verify(&head, Place { page: 2, gen: 0 }, format!("k{}", locs.iter().position(|l| l == first).unwrap()).as_bytes()).is_ok());
+    std::fs::File::open(&t2.0)
+        .unwrap()
+        .read_exact_at(&mut head, u64::from(first.off))
+        .unwrap();
+    assert!(record::verify(
+        &head,
+        Place { page: 2, gen: 0 },
+        format!("k{}", locs.iter().position(|l| l == first).unwrap()).as_bytes()
+    )
+    .is_ok());
     assert_eq!(f.counters().page_evictions.load(Relaxed), 0);
 }
 
@@ -90,16 +143,25 @@ fn records_read_back_from_buffers_and_from_the_file() {
         .collect();
     // Some are still in the buffer being filled, some queued or written.
     for (i, loc) in locs.iter().enumerate() {
-        assert_eq!(read(&f, loc, format!("k{i}").as_bytes()).unwrap(), vec![i as u8; 3000]);
+        assert_eq!(
+            read(&f, loc, format!("k{i}").as_bytes()).unwrap(),
+            vec![i as u8; 3000]
+        );
     }
     f.sync();
     for (i, loc) in locs.iter().enumerate() {
-        assert_eq!(read(&f, loc, format!("k{i}").as_bytes()).unwrap(), vec![i as u8; 3000]);
+        assert_eq!(
+            read(&f, loc, format!("k{i}").as_bytes()).unwrap(),
+            vec![i as u8; 3000]
+        );
         assert_eq!(read(&f, loc, b"other"), Err(Reject::OtherKey));
     }
     let mut st = FlashStats::default();
     f.add_stats(&mut st);
-    assert_eq!((st.objects_written, st.objects_used, st.pages_used), (100, 100, 1));
+    assert_eq!(
+        (st.objects_written, st.objects_used, st.pages_used),
+        (100, 100, 1)
+    );
     assert_eq!(st.bytes_used, 100 * record::len(3, 3000) as u64);
 }
 
@@ -107,7 +169,9 @@ fn records_read_back_from_buffers_and_from_the_file() {
 fn flipped_torn_and_truncated_pages_are_misses() {
     let t = TempFile::new("damage");
     let f = Flash::open(&cfg(&t, 4 << 20, 1 << 20, 64 << 10)).unwrap();
-    let locs: Vec<Loc> = (0..40u32).map(|i| append(&f, format!("k{i}").as_bytes(), &[7u8; 2000])).collect();
+    let locs: Vec<Loc> = (0..40u32)
+        .map(|i| append(&f, format!("k{i}").as_bytes(), &[7u8; 2000]))
+        .collect();
     f.sync();
     let file = std::fs::OpenOptions::new().write(true).open(&t.0).unwrap();
     let at = |l: &Loc| l.page as u64 * (1 << 20) + u64::from(l.off);
@@ -124,7 +188,10 @@ fn flipped_torn_and_truncated_pages_are_misses() {
     file.set_len(at(&locs[20]) + 10).unwrap();
     assert_eq!(read(&f, &locs[19], b"k19").unwrap(), vec![7u8; 2000]);
     for (i, loc) in locs.iter().enumerate().skip(20) {
-        assert!(read(&f, loc, format!("k{i}").as_bytes()).is_err(), "record {i}");
+        assert!(
+            read(&f, loc, format!("k{i}").as_bytes()).is_err(),
+            "record {i}"
+        );
     }
 }
 
@@ -139,7 +206,10 @@ fn a_recycled_page_is_a_miss_never_another_items_bytes() {
     }
     f.sync();
     let first_page = locs[0].page;
-    let recycled = locs.iter().position(|l| l.page == first_page && l.gen != locs[0].gen).unwrap();
+    let recycled = locs
+        .iter()
+        .position(|l| l.page == first_page && l.gen != locs[0].gen)
+        .unwrap();
     // Same page and offset as record 0, new generation, another key: record 0 is gone.
     assert_eq!(locs[recycled].off, 0);
     assert!(!f.current(&locs[0]));
@@ -148,7 +218,17 @@ fn a_recycled_page_is_a_miss_never_another_items_bytes() {
     // record there names another key and generation.
     let mut buf = Vec::new();
     let gen = f.read(&locs[recycled], &mut buf).unwrap();
-    assert_eq!(record::verify(&buf, Place { page: first_page, gen }, b"k0"), Err(Reject::OtherKey));
+    assert_eq!(
+        record::verify(
+            &buf,
+            Place {
+                page: first_page,
+                gen
+            },
+            b"k0"
+        ),
+        Err(Reject::OtherKey)
+    );
     let mut st = FlashStats::default();
     f.add_stats(&mut st);
     assert!(st.page_evictions >= 1 && st.objects_evicted > 0, "{st:?}");
@@ -161,7 +241,10 @@ fn a_read_that_needs_no_disk_io_gives_the_same_bytes_or_declines() {
     let loc = append(&f, b"k", &[7; 3000]);
     let (mut a, mut b) = (Vec::new(), Vec::new());
     // Still in a write buffer: always served.
-    assert_eq!(f.read_cached(&loc, &mut a), Ok(Some(f.read(&loc, &mut b).unwrap())));
+    assert_eq!(
+        f.read_cached(&loc, &mut a),
+        Ok(Some(f.read(&loc, &mut b).unwrap()))
+    );
     assert_eq!(a, b);
     f.sync();
     // On the file: from the page cache, or declined (it would wait); never other bytes.
@@ -172,7 +255,10 @@ fn a_read_that_needs_no_disk_io_gives_the_same_bytes_or_declines() {
         Err(e) => panic!("{e}"),
     }
     // A location of another generation is gone, as for `read`.
-    let stale = Loc { gen: loc.gen.wrapping_add(1), ..loc };
+    let stale = Loc {
+        gen: loc.gen.wrapping_add(1),
+        ..loc
+    };
     assert_eq!(f.read_cached(&stale, &mut a), Err(Reject::Gone));
 }
 
@@ -183,11 +269,22 @@ fn store(t: &TempFile, item_size: usize) -> Store {
     let mut fc = cfg(t, 16 << 20, 1 << 20, 256 << 10);
     fc.item_size = item_size;
     fc.recache_rate = 0;
-    Store::new(StoreConfig { mem_limit: 1 << 20, shards: 1, huge_pages: false, flash: Some(fc), ..Default::default() })
+    Store::new(StoreConfig {
+        mem_limit: 1 << 20,
+        shards: 1,
+        huge_pages: false,
+        flash: Some(fc),
+        ..Default::default()
+    })
 }
 
 fn value(i: u32, len: usize) -> Vec<u8> {
-    format!("{i:08}").into_bytes().into_iter().cycle().take(len).collect()
+    format!("{i:08}")
+        .into_bytes()
+        .into_iter()
+        .cycle()
+        .take(len)
+        .collect()
 }
 
 fn get(s: &Store, key: &str) -> Option<Vec<u8>> {
@@ -198,7 +295,15 @@ fn get(s: &Store, key: &str) -> Option<Vec<u8>> {
 /// behind (its buffers all busy) and demotions would turn into evictions.
 fn fill(s: &Store, n: u32, len: usize) {
     for i in 0..n {
-        s.store(Mode::Set, format!("k{i}").as_bytes(), i, 0, &value(i, len), 1).unwrap();
+        s.store(
+            Mode::Set,
+            format!("k{i}").as_bytes(),
+            i,
+            0,
+            &value(i, len),
+            1,
+        )
+        .unwrap();
         if i % 100 == 99 {
             s.flash_sync();
         }
@@ -214,10 +319,18 @@ fn eviction_sends_large_values_to_flash_and_they_read_back() {
     let st = s.stats();
     let fs = st.flash.clone().unwrap();
     assert!(fs.objects_written > 2000, "{fs:?}");
-    assert!(st.flash_items > 2000 && st.curr_items >= st.flash_items, "{st:?}");
+    assert!(
+        st.flash_items > 2000 && st.curr_items >= st.flash_items,
+        "{st:?}"
+    );
     let mut served = 0;
     for i in 0..3000 {
-        if let Some(v) = s.get(format!("k{i}").as_bytes(), 1, |it| (it.flags, it.value.to_vec())).hit() {
+        if let Some(v) = s
+            .get(format!("k{i}").as_bytes(), 1, |it| {
+                (it.flags, it.value.to_vec())
+            })
+            .hit()
+        {
             assert_eq!(v, (i, value(i, 2000)), "key {i}");
             served += 1;
         }
@@ -248,11 +361,20 @@ fn overwrite_delete_and_flush_make_flashed_copies_unreachable() {
     // Overwrite: the new value, and after it too is pushed to flash, still the new value.
     s.store(Mode::Set, b"k10", 0, 0, b"fresh", 1).unwrap();
     assert_eq!(get(&s, "k10").unwrap(), b"fresh");
-    s.store(Mode::Set, b"k11", 0, 0, &value(999_999, 3000), 1).unwrap();
+    s.store(Mode::Set, b"k11", 0, 0, &value(999_999, 3000), 1)
+        .unwrap();
     s.delete(b"k12", 1);
     assert_eq!(get(&s, "k12"), None);
     for i in 3000..6000 {
-        s.store(Mode::Set, format!("k{i}").as_bytes(), 0, 0, &value(i, 2000), 1).unwrap();
+        s.store(
+            Mode::Set,
+            format!("k{i}").as_bytes(),
+            0,
+            0,
+            &value(i, 2000),
+            1,
+        )
+        .unwrap();
         // The writer keeps up (on a loaded machine it may not, and k11 would be evicted).
         if i % 100 == 0 {
             s.flash_sync();
@@ -267,7 +389,10 @@ fn overwrite_delete_and_flush_make_flashed_copies_unreachable() {
     assert!(before > 1000);
     s.flush_all(2);
     for i in 0..6000 {
-        assert!(!s.get(format!("k{i}").as_bytes(), 2, |_| ()).is_hit(), "key {i}");
+        assert!(
+            !s.get(format!("k{i}").as_bytes(), 2, |_| ()).is_hit(),
+            "key {i}"
+        );
     }
     let st = s.stats();
     assert_eq!((st.flash_items, st.flash.unwrap().objects_used), (0, 0));
@@ -279,7 +404,15 @@ fn commands_that_change_a_flashed_item_bring_it_back_first() {
     let s = store(&t, 8);
     // Numbers of 20 digits: flashed like the rest (item_size 8).
     for i in 0..100u64 {
-        s.store(Mode::Set, format!("n{i}").as_bytes(), 3, 0, format!("{:020}", i * 1000).as_bytes(), 1).unwrap();
+        s.store(
+            Mode::Set,
+            format!("n{i}").as_bytes(),
+            3,
+            0,
+            format!("{:020}", i * 1000).as_bytes(),
+            1,
+        )
+        .unwrap();
     }
     let cas_before = s.peek(b"n5", 1, |it| it.cas).hit().unwrap();
     fill(&s, 3000, 2000);
@@ -291,24 +424,46 @@ fn commands_that_change_a_flashed_item_bring_it_back_first() {
     let n = |i: u64| format!("n{i}").into_bytes();
     assert_eq!(s.delta(&n(1), true, 5, 1, parse).unwrap().0, 1005);
     assert_eq!(s.delta(&n(2), false, 1, 1, parse).unwrap().0, 1999);
-    assert_eq!(s.store(Mode::Append, &n(3), 0, 0, b"+a", 1), Ok(crate::StoreOutcome::Stored { cas: s.peek(&n(3), 1, |it| it.cas).hit().unwrap() }));
-    assert_eq!(get(&s, "n3").unwrap(), format!("{:020}+a", 3000).into_bytes());
+    assert_eq!(
+        s.store(Mode::Append, &n(3), 0, 0, b"+a", 1),
+        Ok(crate::StoreOutcome::Stored {
+            cas: s.peek(&n(3), 1, |it| it.cas).hit().unwrap()
+        })
+    );
+    assert_eq!(
+        get(&s, "n3").unwrap(),
+        format!("{:020}+a", 3000).into_bytes()
+    );
     s.store(Mode::Prepend, &n(4), 0, 0, b"p-", 1).unwrap();
-    assert_eq!(get(&s, "n4").unwrap(), format!("p-{:020}", 4000).into_bytes());
+    assert_eq!(
+        get(&s, "n4").unwrap(),
+        format!("p-{:020}", 4000).into_bytes()
+    );
     // add reads the record to know the item lives, but leaves it on flash (as memcached's add).
     let on_flash = s.stats().flash_items;
     assert!(on_flash > 0);
-    assert_eq!(s.store(Mode::Add, &n(6), 0, 0, b"x", 1), Ok(crate::StoreOutcome::NotStored));
+    assert_eq!(
+        s.store(Mode::Add, &n(6), 0, 0, b"x", 1),
+        Ok(crate::StoreOutcome::NotStored)
+    );
     assert_eq!(s.stats().flash_items, on_flash);
     assert_eq!(get(&s, "n6").unwrap(), format!("{:020}", 6000).into_bytes());
     assert!(s.touch(&n(7), 100, 1));
     assert_eq!(s.get_and_touch(&n(8), 100, 1, |it| it.exp).hit(), Some(100));
     let c = s.peek(&n(9), 1, |it| it.cas).hit().unwrap();
-    assert!(matches!(s.store(Mode::Cas(c), &n(9), 0, 0, b"swapped", 1), Ok(crate::StoreOutcome::Stored { .. })));
+    assert!(matches!(
+        s.store(Mode::Cas(c), &n(9), 0, 0, b"swapped", 1),
+        Ok(crate::StoreOutcome::Stored { .. })
+    ));
     assert_eq!(get(&s, "n9").unwrap(), b"swapped");
-    assert_eq!(s.store(Mode::Replace, &n(10), 0, 0, b"r", 1).map(|o| matches!(o, crate::StoreOutcome::Stored { .. })), Ok(true));
+    assert_eq!(
+        s.store(Mode::Replace, &n(10), 0, 0, b"r", 1)
+            .map(|o| matches!(o, crate::StoreOutcome::Stored { .. })),
+        Ok(true)
+    );
     // Expiry travels too: a flashed item past its exp is a miss.
-    s.store(Mode::Set, b"short", 0, 50, &value(1, 2000), 1).unwrap();
+    s.store(Mode::Set, b"short", 0, 50, &value(1, 2000), 1)
+        .unwrap();
     fill(&s, 3000, 2000);
     assert_eq!(s.get(b"short", 60, |_| ()), Lookup::Expired);
 }
@@ -333,7 +488,10 @@ fn a_damaged_file_yields_misses_and_counts_badcrc() {
         }
     }
     let fs = s.stats().flash.unwrap();
-    assert!(fs.miss_from_extstore + fs.badcrc_from_extstore > 0, "{fs:?}");
+    assert!(
+        fs.miss_from_extstore + fs.badcrc_from_extstore > 0,
+        "{fs:?}"
+    );
     assert!(served < 3000);
     // The damaged entries are gone: a second pass reads nothing from the damaged pages.
     let again = s.stats().flash.unwrap().get_extstore;
@@ -341,7 +499,10 @@ fn a_damaged_file_yields_misses_and_counts_badcrc() {
         let _ = get(&s, &format!("k{i}"));
     }
     let extra = s.stats().flash.unwrap().get_extstore - again;
-    assert!(extra <= served as u64, "{extra} reads of {served} still served");
+    assert!(
+        extra <= served as u64,
+        "{extra} reads of {served} still served"
+    );
 }
 
 /// RAM per flashed item: its index slot (the index's bytes per entry) and its 16-byte entry.
@@ -352,9 +513,23 @@ fn ram_per_flashed_item_is_index_slot_plus_sixteen_bytes() {
     let t = TempFile::new("ram");
     let mut fc = cfg(&t, 256 << 20, 1 << 20, 256 << 10);
     fc.recache_rate = 0;
-    let s = Store::new(StoreConfig { mem_limit: 4 << 20, shards: 1, huge_pages: false, flash: Some(fc), ..Default::default() });
+    let s = Store::new(StoreConfig {
+        mem_limit: 4 << 20,
+        shards: 1,
+        huge_pages: false,
+        flash: Some(fc),
+        ..Default::default()
+    });
     for i in 0..60_000u32 {
-        s.store(Mode::Set, format!("fk:{i:06}").as_bytes(), 0, 0, &value(i, 4000), 1).unwrap();
+        s.store(
+            Mode::Set,
+            format!("fk:{i:06}").as_bytes(),
+            0,
+            0,
+            &value(i, 4000),
+            1,
+        )
+        .unwrap();
         // The writer keeps up: with it behind, demotion turns into eviction.
         if i % 64 == 0 {
             s.flash_sync();
@@ -379,25 +554,37 @@ fn a_snapshot_keeps_flashed_items_across_a_restart() {
     fill(&s, 3000, 2000);
     s.delete(b"k5", 1);
     s.store(Mode::Set, b"k6", 0, 0, b"six", 1).unwrap();
-    let before: Vec<u32> = (0..3000).filter(|&i| get(&s, &format!("k{i}")).is_some()).collect();
+    let before: Vec<u32> = (0..3000)
+        .filter(|&i| get(&s, &format!("k{i}")).is_some())
+        .collect();
     assert!(s.stats().flash_items > 2000);
     let mut snap = Vec::new();
     s.write_snapshot(&mut snap, 1, 1_000_000).unwrap();
     drop(s);
     let t2 = TempFile::new("snap-b");
     let r = store(&t2, 1000);
-    let rep = r.restore_snapshot(&snap[..], snap.len() as u64, 1, 1_000_000).unwrap();
+    let rep = r
+        .restore_snapshot(&snap[..], snap.len() as u64, 1, 1_000_000)
+        .unwrap();
     assert!(rep.complete, "{rep:?}");
     let mut served = 0;
     for &i in &before {
         if let Some(v) = get(&r, &format!("k{i}")) {
-            let want = if i == 6 { b"six".to_vec() } else { value(i, 2000) };
+            let want = if i == 6 {
+                b"six".to_vec()
+            } else {
+                value(i, 2000)
+            };
             assert_eq!(v, want, "key {i}");
             served += 1;
         }
     }
     assert_eq!(get(&r, "k5"), None, "a deleted key came back");
-    assert!(served * 100 >= before.len() * 99, "{served} of {} served after the restart", before.len());
+    assert!(
+        served * 100 >= before.len() * 99,
+        "{served} of {} served after the restart",
+        before.len()
+    );
     assert!(r.stats().flash.unwrap().objects_written > 2000);
 }
 
@@ -412,7 +599,9 @@ fn a_restore_never_evicts_for_want_of_a_write_buffer() {
     let s = store(&t, 1000);
     fill(&s, 5000, 2000);
     s.flash_sync();
-    let before: Vec<u32> = (0..5000).filter(|&i| get(&s, &format!("k{i}")).is_some()).collect();
+    let before: Vec<u32> = (0..5000)
+        .filter(|&i| get(&s, &format!("k{i}")).is_some())
+        .collect();
     let mut snap = Vec::new();
     s.write_snapshot(&mut snap, 1, 1_000_000).unwrap();
     drop(s);
@@ -421,14 +610,30 @@ fn a_restore_never_evicts_for_want_of_a_write_buffer() {
     let mut fc = cfg(&t2, 16 << 20, 1 << 20, 64 << 10);
     fc.item_size = 1000;
     fc.recache_rate = 0;
-    let r = Store::new(StoreConfig { mem_limit: 1 << 20, shards: 1, huge_pages: false, flash: Some(fc), ..Default::default() });
+    let r = Store::new(StoreConfig {
+        mem_limit: 1 << 20,
+        shards: 1,
+        huge_pages: false,
+        flash: Some(fc),
+        ..Default::default()
+    });
     // A writer as slow as a loaded machine's: without the wait, the restore evicted hundreds.
-    r.flash.as_ref().unwrap().sh.writer_delay_us.store(5_000, Relaxed);
-    let rep = r.restore_snapshot(&snap[..], snap.len() as u64, 1, 1_000_000).unwrap();
+    r.flash
+        .as_ref()
+        .unwrap()
+        .sh
+        .writer_delay_us
+        .store(5_000, Relaxed);
+    let rep = r
+        .restore_snapshot(&snap[..], snap.len() as u64, 1, 1_000_000)
+        .unwrap();
     let fs = r.stats().flash.unwrap();
     assert_eq!((rep.evicted, fs.write_behind), (0, 0), "{rep:?} {fs:?}");
     assert!(rep.complete, "{rep:?}");
-    let served = before.iter().filter(|&&i| get(&r, &format!("k{i}")) == Some(value(i, 2000))).count();
+    let served = before
+        .iter()
+        .filter(|&&i| get(&r, &format!("k{i}")) == Some(value(i, 2000)))
+        .count();
     assert_eq!(served, before.len());
     // Patience ends with the restore: a demotion with no buffer free fails again at once.
     assert!(!r.flash.as_ref().unwrap().patient.load(Relaxed));
@@ -452,12 +657,21 @@ fn concurrent_readers_and_writers_never_see_another_keys_value() {
     }));
     // A value names its key and version in every 16-byte stripe.
     let make = |k: u32, v: u32, len: usize| -> Vec<u8> {
-        format!("{k:07}.{v:07}|").into_bytes().into_iter().cycle().take(len).collect()
+        format!("{k:07}.{v:07}|")
+            .into_bytes()
+            .into_iter()
+            .cycle()
+            .take(len)
+            .collect()
     };
     let check = |k: u32, val: &[u8]| {
         assert!(val.len() >= 16, "key {k}: short value {}", val.len());
         let head = &val[..16];
-        assert!(head.starts_with(format!("{k:07}.").as_bytes()), "key {k}: {:?}", String::from_utf8_lossy(head));
+        assert!(
+            head.starts_with(format!("{k:07}.").as_bytes()),
+            "key {k}: {:?}",
+            String::from_utf8_lossy(head)
+        );
         for c in val.chunks(16) {
             assert_eq!(c, &head[..c.len()], "key {k}: a torn value");
         }
@@ -476,7 +690,8 @@ fn concurrent_readers_and_writers_never_see_another_keys_value() {
                     match x % 10 {
                         0..=3 => {
                             let len = 512 + (x as usize >> 8) % 3000 / 16 * 16;
-                            s.store(Mode::Set, key.as_bytes(), 0, 0, &make(k, n, len), 1).unwrap();
+                            s.store(Mode::Set, key.as_bytes(), 0, 0, &make(k, n, len), 1)
+                                .unwrap();
                         }
                         4 => {
                             s.delete(key.as_bytes(), 1);
@@ -485,7 +700,8 @@ fn concurrent_readers_and_writers_never_see_another_keys_value() {
                             s.touch(key.as_bytes(), 0, 1);
                         }
                         _ => {
-                            if let Some(v) = s.get(key.as_bytes(), 1, |it| it.value.to_vec()).hit() {
+                            if let Some(v) = s.get(key.as_bytes(), 1, |it| it.value.to_vec()).hit()
+                            {
                                 check(k, &v);
                             }
                         }
@@ -515,12 +731,26 @@ fn compaction_rescues_the_live_records_of_fragmented_pages() {
         if !compact {
             fc.max_frag_permille = 0; // never (memcached: live bytes below 0)
         }
-        let s = Store::new(StoreConfig { mem_limit: 1 << 20, shards: 1, huge_pages: false, flash: Some(fc), ..Default::default() });
+        let s = Store::new(StoreConfig {
+            mem_limit: 1 << 20,
+            shards: 1,
+            huge_pages: false,
+            flash: Some(fc),
+            ..Default::default()
+        });
         // Synced every 64 stores (128 KB, half a write buffer), so that the writer never falls
         // behind, whatever the machine's load: an item it is behind on is evicted, not flashed
         // (a loaded run kept under 200 so).
         let store_synced = |n: u32| {
-            s.store(Mode::Set, format!("k{n}").as_bytes(), n, 0, &value(n, 2000), 1).unwrap();
+            s.store(
+                Mode::Set,
+                format!("k{n}").as_bytes(),
+                n,
+                0,
+                &value(n, 2000),
+                1,
+            )
+            .unwrap();
             if n % 64 == 63 {
                 s.flash_sync();
             }
@@ -530,7 +760,8 @@ fn compaction_rescues_the_live_records_of_fragmented_pages() {
         // Nine in ten overwritten (small values: they stay in RAM or are evicted): the pages
         // of the first fill are 90% dead.
         for i in (0..3000).filter(|i| i % 10 != 0) {
-            s.store(Mode::Set, format!("k{i}").as_bytes(), 0, 0, b"x", 1).unwrap();
+            s.store(Mode::Set, format!("k{i}").as_bytes(), 0, 0, b"x", 1)
+                .unwrap();
         }
         // New data fills the file and makes the first pages the oldest full ones.
         for round in 0..9u32 {
@@ -539,19 +770,24 @@ fn compaction_rescues_the_live_records_of_fragmented_pages() {
             s.maintain(1);
             s.flash_sync();
         }
-        let kept = (0..3000).step_by(10).filter(|&i| match get(&s, &format!("k{i}")) {
-            Some(v) => {
-                assert_eq!(v, value(i, 2000), "key {i}");
-                true
-            }
-            None => false,
-        });
+        let kept = (0..3000)
+            .step_by(10)
+            .filter(|&i| match get(&s, &format!("k{i}")) {
+                Some(v) => {
+                    assert_eq!(v, value(i, 2000), "key {i}");
+                    true
+                }
+                None => false,
+            });
         (kept.count(), s.stats().flash.unwrap())
     };
     let (with, st) = run(true);
     let (without, st0) = run(false);
     assert!(st.compact_rescues > 0 && st0.compact_rescues == 0, "{st:?}");
-    assert!(with >= 200 && without <= 50, "kept {with} with compaction, {without} without");
+    assert!(
+        with >= 200 && without <= 50,
+        "kept {with} with compaction, {without} without"
+    );
 }
 
 /// The two halves of a flash hit as an asynchronous caller would run them: the lookup under
@@ -572,8 +808,16 @@ fn a_get_in_two_halves() {
             }
             crate::Located::Flash { fref, fetched, f } => {
                 flash += 1;
-                let read = std::thread::scope(|sc| sc.spawn(|| s.read_flash(&fref, key.as_bytes())).join().unwrap());
-                assert_eq!(s.finish_get(key.as_bytes(), fref, fetched, read, 1, f).hit(), Some((i, value(i, 2000))));
+                let read = std::thread::scope(|sc| {
+                    sc.spawn(|| s.read_flash(&fref, key.as_bytes()))
+                        .join()
+                        .unwrap()
+                });
+                assert_eq!(
+                    s.finish_get(key.as_bytes(), fref, fetched, read, 1, f)
+                        .hit(),
+                    Some((i, value(i, 2000)))
+                );
             }
         }
     }
@@ -587,11 +831,25 @@ fn item_age_sends_idle_large_values_to_flash_before_memory_is_full() {
     let t = TempFile::new("age");
     let mut fc = cfg(&t, 16 << 20, 1 << 20, 256 << 10);
     (fc.item_size, fc.recache_rate, fc.item_age) = (1000, 0, 5);
-    let s = Store::new(StoreConfig { mem_limit: 4 << 20, shards: 1, huge_pages: false, flash: Some(fc), ..Default::default() });
+    let s = Store::new(StoreConfig {
+        mem_limit: 4 << 20,
+        shards: 1,
+        huge_pages: false,
+        flash: Some(fc),
+        ..Default::default()
+    });
     // About 200 KB of large values and a few small ones: far from the 4 MiB limit.
     fill(&s, 100, 2000);
     for i in 0..10u32 {
-        s.store(Mode::Set, format!("small{i}").as_bytes(), i, 0, &value(i, 100), 1).unwrap();
+        s.store(
+            Mode::Set,
+            format!("small{i}").as_bytes(),
+            i,
+            0,
+            &value(i, 100),
+            1,
+        )
+        .unwrap();
     }
     assert_eq!(s.flashable_in_ram(1).unwrap().0, 100);
     // Not old enough yet (written at 1, age 5): nothing moves.
@@ -602,17 +860,30 @@ fn item_age_sends_idle_large_values_to_flash_before_memory_is_full() {
     s.maintain(6);
     s.flash_sync();
     let st = s.stats();
-    assert_eq!((st.flash.clone().unwrap().objects_written, st.flash_items, st.evictions), (100, 100, 0), "{st:?}");
+    assert_eq!(
+        (
+            st.flash.clone().unwrap().objects_written,
+            st.flash_items,
+            st.evictions
+        ),
+        (100, 100, 0),
+        "{st:?}"
+    );
     assert_eq!(s.flashable_in_ram(6), Some((0, 0)));
     assert_eq!(st.curr_items, 110);
     for i in 0..100 {
         assert_eq!(get(&s, &format!("k{i}")), Some(value(i, 2000)), "key {i}");
     }
     for i in 0..10 {
-        assert_eq!(get(&s, &format!("small{i}")), Some(value(i, 100)), "key small{i}");
+        assert_eq!(
+            get(&s, &format!("small{i}")),
+            Some(value(i, 100)),
+            "key small{i}"
+        );
     }
     // What is written after the pass is young again: it stays until its own segment ages.
-    s.store(Mode::Set, b"late", 0, 0, &value(7, 2000), 6).unwrap();
+    s.store(Mode::Set, b"late", 0, 0, &value(7, 2000), 6)
+        .unwrap();
     s.maintain(7);
     assert_eq!(s.flashable_in_ram(7).unwrap().0, 1);
     s.maintain(11);
@@ -652,19 +923,44 @@ fn low_ttl_records_fill_pages_of_their_own_reclaimed_whole_when_expired() {
     let mut c = cfg(&t, 8 << 20, 1 << 20, 256 << 10);
     (c.compact_under, c.max_frag_permille) = (Some(8), 1000);
     let f = Flash::open(&c).unwrap();
-    let short = |i: u32| Meta { flags: i, exp: 90 + i % 10, cas: 1 };
+    let short = |i: u32| Meta {
+        flags: i,
+        exp: 90 + i % 10,
+        cas: 1,
+    };
     // Interleaved: 700 short-lived records of 3 KB (2.1 MB: two full pages and an open one)
     // and 100 that never expire.
     let (mut low, mut default) = (Vec::new(), Vec::new());
     for i in 0..700u32 {
-        low.push(append_to(&f, format!("s{i}").as_bytes(), &[1u8; 3000], short(i), Stream::LowTtl));
+        low.push(append_to(
+            &f,
+            format!("s{i}").as_bytes(),
+            &[1u8; 3000],
+            short(i),
+            Stream::LowTtl,
+        ));
         if i % 7 == 0 {
-            default.push(append_to(&f, format!("d{i}").as_bytes(), &[2u8; 3000], META, Stream::Default));
+            default.push(append_to(
+                &f,
+                format!("d{i}").as_bytes(),
+                &[2u8; 3000],
+                META,
+                Stream::Default,
+            ));
         }
     }
     f.sync();
-    let pages = |locs: &[Loc]| locs.iter().map(|l| l.page).collect::<std::collections::BTreeSet<_>>();
-    assert!(pages(&low).is_disjoint(&pages(&default)), "{:?} {:?}", pages(&low), pages(&default));
+    let pages = |locs: &[Loc]| {
+        locs.iter()
+            .map(|l| l.page)
+            .collect::<std::collections::BTreeSet<_>>()
+    };
+    assert!(
+        pages(&low).is_disjoint(&pages(&default)),
+        "{:?} {:?}",
+        pages(&low),
+        pages(&default)
+    );
     assert_eq!(pages(&low).len(), 3);
     // Two full low-TTL pages, nearly all fragmented by the rule: compaction still picks none.
     assert_eq!(f.compaction_victim(), None);
@@ -677,10 +973,18 @@ fn low_ttl_records_fill_pages_of_their_own_reclaimed_whole_when_expired() {
     for (i, loc) in low.iter().enumerate() {
         let r = read(&f, loc, format!("s{i}").as_bytes());
         // The open page is never reclaimed (memcached's active page neither).
-        assert_eq!(r.is_ok(), loc.page == open, "record s{i} on page {}", loc.page);
+        assert_eq!(
+            r.is_ok(),
+            loc.page == open,
+            "record s{i} on page {}",
+            loc.page
+        );
     }
     for (n, loc) in default.iter().enumerate() {
-        assert_eq!(read(&f, loc, format!("d{}", n * 7).as_bytes()).unwrap(), vec![2u8; 3000]);
+        assert_eq!(
+            read(&f, loc, format!("d{}", n * 7).as_bytes()).unwrap(),
+            vec![2u8; 3000]
+        );
     }
     let mut st = FlashStats::default();
     f.add_stats(&mut st);
@@ -688,7 +992,10 @@ fn low_ttl_records_fill_pages_of_their_own_reclaimed_whole_when_expired() {
     // The reclaimed pages are reused first, by either stream.
     let next = append_to(&f, b"again", &[3u8; 3000], META, Stream::Default);
     let l = append_to(&f, b"low", &[3u8; 3000], short(0), Stream::LowTtl);
-    assert!(pages(&low).contains(&next.page) || next.page == default[0].page, "{next:?}");
+    assert!(
+        pages(&low).contains(&next.page) || next.page == default[0].page,
+        "{next:?}"
+    );
     assert_eq!(read(&f, &l, b"low").unwrap(), vec![3u8; 3000]);
 }
 
@@ -698,9 +1005,23 @@ fn one_page_serves_both_streams() {
     let t = TempFile::new("onepage");
     let f = Flash::open(&cfg(&t, 1 << 20, 1 << 20, 256 << 10)).unwrap();
     for i in 0..600u32 {
-        let (meta, stream) = if i % 2 == 0 { (META, Stream::Default) } else { (Meta { exp: 5, ..META }, Stream::LowTtl) };
-        let l = append_to(&f, format!("k{i}").as_bytes(), &[i as u8; 3000], meta, stream);
-        assert_eq!(read(&f, &l, format!("k{i}").as_bytes()).unwrap(), vec![i as u8; 3000], "record {i}");
+        let (meta, stream) = if i % 2 == 0 {
+            (META, Stream::Default)
+        } else {
+            (Meta { exp: 5, ..META }, Stream::LowTtl)
+        };
+        let l = append_to(
+            &f,
+            format!("k{i}").as_bytes(),
+            &[i as u8; 3000],
+            meta,
+            stream,
+        );
+        assert_eq!(
+            read(&f, &l, format!("k{i}").as_bytes()).unwrap(),
+            vec![i as u8; 3000],
+            "record {i}"
+        );
     }
     assert!(f.counters().page_evictions.load(Relaxed) > 0);
 }
@@ -714,7 +1035,13 @@ fn drop_unread_compaction_keeps_only_the_records_read_since_written() {
     let mut fc = cfg(&t, 16 << 20, 1 << 20, 256 << 10);
     (fc.item_size, fc.recache_rate, fc.item_age) = (1000, 0, 5);
     (fc.compact_under, fc.drop_under, fc.max_frag_permille) = (Some(16), Some(16), 0);
-    let s = Store::new(StoreConfig { mem_limit: 8 << 20, shards: 1, huge_pages: false, flash: Some(fc), ..Default::default() });
+    let s = Store::new(StoreConfig {
+        mem_limit: 8 << 20,
+        shards: 1,
+        huge_pages: false,
+        flash: Some(fc),
+        ..Default::default()
+    });
     // 1,000 values of 2 KB (2 MB: pages 0 and 1 full, 2 open), all to flash by ext_item_age.
     fill(&s, 1000, 2000);
     // Until all are on flash (a pass stops when the writer is behind; the next goes on).
@@ -726,7 +1053,11 @@ fn drop_unread_compaction_keeps_only_the_records_read_since_written() {
         }
     }
     let st = s.stats();
-    assert_eq!((st.flash_items, st.flash.as_ref().unwrap().compact_skipped), (1000, 0), "{st:?}");
+    assert_eq!(
+        (st.flash_items, st.flash.as_ref().unwrap().compact_skipped),
+        (1000, 0),
+        "{st:?}"
+    );
     // Off (the default): no page qualifies, nothing happens.
     s.maintain(7);
     assert_eq!(s.stats().flash_items, 1000);
@@ -739,7 +1070,10 @@ fn drop_unread_compaction_keeps_only_the_records_read_since_written() {
     s.flash_sync();
     let fs = s.stats().flash.unwrap();
     // The oldest page, about 520 records: a third kept, two thirds dropped.
-    assert!(fs.compact_rescues > 150 && fs.compact_skipped > 300, "{fs:?}");
+    assert!(
+        fs.compact_rescues > 150 && fs.compact_skipped > 300,
+        "{fs:?}"
+    );
     // The dropped items stay (memcached keeps their headers) until a lookup finds them gone.
     assert_eq!(s.stats().flash_items, 1000);
     let mut served = 0;
@@ -755,12 +1089,19 @@ fn drop_unread_compaction_keeps_only_the_records_read_since_written() {
     assert_eq!(served, 1000 - fs.compact_skipped);
     let after = s.stats();
     let missed = after.flash.as_ref().unwrap().miss_from_extstore - fs.miss_from_extstore;
-    assert_eq!((missed, after.flash_items), (fs.compact_skipped, 1000 - fs.compact_skipped), "{after:?}");
+    assert_eq!(
+        (missed, after.flash_items),
+        (fs.compact_skipped, 1000 - fs.compact_skipped),
+        "{after:?}"
+    );
     // Too many pages free for drop_under: the pass stops.
     assert!(s.tune_flash(FlashSetting::DropUnder(Some(0))));
     let before = s.stats().flash.unwrap();
     s.maintain(9);
-    assert_eq!(s.stats().flash.unwrap().compact_skipped, before.compact_skipped);
+    assert_eq!(
+        s.stats().flash.unwrap().compact_skipped,
+        before.compact_skipped
+    );
 }
 
 /// Through the store: with ext_low_ttl, items about to expire go to flash (by ext_item_age)
@@ -771,11 +1112,25 @@ fn the_store_sends_short_lived_items_to_low_ttl_pages_and_reclaims_them() {
     let t = TempFile::new("storelow");
     let mut fc = cfg(&t, 16 << 20, 1 << 20, 256 << 10);
     (fc.item_size, fc.recache_rate, fc.item_age, fc.low_ttl) = (1000, 0, 2, 60);
-    let s = Store::new(StoreConfig { mem_limit: 16 << 20, shards: 1, huge_pages: false, flash: Some(fc), ..Default::default() });
+    let s = Store::new(StoreConfig {
+        mem_limit: 16 << 20,
+        shards: 1,
+        huge_pages: false,
+        flash: Some(fc),
+        ..Default::default()
+    });
     // 1,200 short-lived values of 2 KB (2.4 MB: two full low-TTL pages) expiring at 30, and
     // 100 without a TTL.
     for i in 0..1200u32 {
-        s.store(Mode::Set, format!("s{i}").as_bytes(), i, 30, &value(i, 2000), 1).unwrap();
+        s.store(
+            Mode::Set,
+            format!("s{i}").as_bytes(),
+            i,
+            30,
+            &value(i, 2000),
+            1,
+        )
+        .unwrap();
     }
     fill(&s, 100, 2000);
     // A pass stops when no write buffer is free (a loaded machine's writer falls behind);
@@ -789,7 +1144,12 @@ fn the_store_sends_short_lived_items_to_low_ttl_pages_and_reclaims_them() {
     }
     let st = s.stats();
     assert_eq!(st.flash_items, 1300, "{st:?}");
-    let low = s.flash_pages().unwrap().iter().filter(|p| p.bucket == PAGE_BUCKET_LOW_TTL).count();
+    let low = s
+        .flash_pages()
+        .unwrap()
+        .iter()
+        .filter(|p| p.bucket == PAGE_BUCKET_LOW_TTL)
+        .count();
     assert_eq!(low, 3);
     s.maintain(29);
     assert_eq!(s.stats().flash.unwrap().page_reclaims, 0);
@@ -799,5 +1159,8 @@ fn the_store_sends_short_lived_items_to_low_ttl_pages_and_reclaims_them() {
     for i in 0..100 {
         assert_eq!(get(&s, &format!("k{i}")), Some(value(i, 2000)), "key {i}");
     }
-    assert!((0..1200).all(|i| s.get(format!("s{i}").as_bytes(), 30, |_| ()).hit().is_none()));
+    assert!((0..1200).all(|i| s
+        .get(format!("s{i}").as_bytes(), 30, |_| ())
+        .hit()
+        .is_none()));
 }

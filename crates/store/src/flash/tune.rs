@@ -136,7 +136,10 @@ mod tests {
         let mut cfg = FlashConfig::new("/nonexistent", 1 << 30);
         cfg.item_size = 100;
         let t = Tune::new(&cfg);
-        assert_eq!((t.item_size(), t.compact_under(16), t.recache_rate()), (100, 4, super::super::DEFAULT_RECACHE_RATE));
+        assert_eq!(
+            (t.item_size(), t.compact_under(16), t.recache_rate()),
+            (100, 4, super::super::DEFAULT_RECACHE_RATE)
+        );
         t.set(FlashSetting::CompactUnder(Some(0)));
         t.set(FlashSetting::ItemSize(7));
         assert_eq!((t.item_size(), t.compact_under(16)), (7, 0));
@@ -146,7 +149,15 @@ mod tests {
         t.set(FlashSetting::RecacheRate(1));
         t.set(FlashSetting::LowTtl(5));
         t.set(FlashSetting::ItemAge(9));
-        assert_eq!((t.max_frag_permille(), t.recache_rate(), t.low_ttl(), t.item_age()), (0, 1, 5, 9));
+        assert_eq!(
+            (
+                t.max_frag_permille(),
+                t.recache_rate(),
+                t.low_ttl(),
+                t.item_age()
+            ),
+            (0, 1, 5, 9)
+        );
         assert_eq!((t.drop_unread(), t.drop_under(16)), (false, 4));
         t.set(FlashSetting::DropUnread(true));
         t.set(FlashSetting::DropUnder(Some(3)));

@@ -39,14 +39,25 @@ pub(super) fn write_loop(sh: &Shared) {
         if let Some(b) = w.queue.front().cloned() {
             drop(w);
             #[cfg(test)]
-            std::thread::sleep(Duration::from_micros(sh.writer_delay_us.load(std::sync::atomic::Ordering::Relaxed)));
+            std::thread::sleep(Duration::from_micros(
+                sh.writer_delay_us
+                    .load(std::sync::atomic::Ordering::Relaxed),
+            ));
             // A buffer lies within one page, so within one file.
             let (file, at) = sh.at(b.page, b.at as u64);
             let behind = || sh.w.lock().queue.len() > 1;
             if let Err(e) = write_paced(file, &b.data, at, WRITE_CHUNK, behind) {
                 // The records stay unreadable (verification rejects what is there): their
                 // items become misses. Counted and kept for the log (Shared::io_error).
-                sh.io_error(format_args!("writing {} bytes at page {} offset {}", b.data.len(), b.page, b.at), &e);
+                sh.io_error(
+                    format_args!(
+                        "writing {} bytes at page {} offset {}",
+                        b.data.len(),
+                        b.page,
+                        b.at
+                    ),
+                    &e,
+                );
             }
             w = sh.w.lock();
             let done = w.queue.pop_front().expect("only the writer pops");
@@ -66,7 +77,13 @@ pub(super) fn write_loop(sh: &Shared) {
 
 /// Writes `data` at `at` in pieces of `chunk` bytes, sleeping [`WRITE_PAUSE`] between two
 /// pieces unless `behind()` says more is waiting to be written.
-fn write_paced(file: &File, data: &[u8], at: u64, chunk: usize, behind: impl Fn() -> bool) -> std::io::Result<()> {
+fn write_paced(
+    file: &File,
+    data: &[u8],
+    at: u64,
+    chunk: usize,
+    behind: impl Fn() -> bool,
+) -> std::io::Result<()> {
     let mut done = 0;
     for piece in data.chunks(chunk.max(1)) {
         if done > 0 && !behind() {
@@ -88,7 +105,13 @@ mod tests {
     fn a_buffer_written_in_pieces_lands_whole_at_its_offset() {
         let tmp = super::super::tests::TempFile::new("paced");
         let path = tmp.0.clone();
-        let file = std::fs::OpenOptions::new().create(true).truncate(true).read(true).write(true).open(&path).unwrap();
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .read(true)
+            .write(true)
+            .open(&path)
+            .unwrap();
         file.write_all_at(&[0xee; 64], 0).unwrap();
         // Not a multiple of the piece size: the last piece is short.
         let data: Vec<u8> = (0..10_000u32).map(|i| (i * 7 % 251) as u8).collect();
@@ -101,8 +124,15 @@ mod tests {
         // Asked before each piece but the first: 3 pieces of 4096, 4096, 1808.
         assert_eq!(asked.get(), 2);
         let mut back = Vec::new();
-        std::fs::File::open(&path).unwrap().read_to_end(&mut back).unwrap();
-        assert_eq!(&back[..10], &[0xee; 10], "bytes before the offset untouched");
+        std::fs::File::open(&path)
+            .unwrap()
+            .read_to_end(&mut back)
+            .unwrap();
+        assert_eq!(
+            &back[..10],
+            &[0xee; 10],
+            "bytes before the offset untouched"
+        );
         assert_eq!(&back[10..], &data[..]);
     }
 }

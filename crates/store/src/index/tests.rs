@@ -24,7 +24,10 @@ fn slot_fields_roundtrip() {
     let d = slot::decayed(u, 3);
     assert_eq!((slot::freq(d), slot::fetched(d)), (2, true));
     let m = slot::moved(t, 77, 1234);
-    assert_eq!((slot::tag(m), slot::seg(m), slot::off(m), slot::freq(m)), (5, 77, 1234, 2));
+    assert_eq!(
+        (slot::tag(m), slot::seg(m), slot::off(m), slot::freq(m)),
+        (5, 77, 1234, 2)
+    );
 }
 
 fn h_of(k: u64) -> u64 {
@@ -33,7 +36,11 @@ fn h_of(k: u64) -> u64 {
 
 /// Entries encode the key id in (seg, off) so the test can rehash them.
 fn entry(k: u64) -> u64 {
-    slot::new(slot::tag_of_hash(h_of(k)), (k >> 20) as u32 + 1, (k & 0xfffff) as u32)
+    slot::new(
+        slot::tag_of_hash(h_of(k)),
+        (k >> 20) as u32 + 1,
+        (k & 0xfffff) as u32,
+    )
 }
 fn key_of(e: u64) -> u64 {
     ((slot::seg(e) as u64 - 1) << 20) | slot::off(e) as u64
@@ -41,7 +48,10 @@ fn key_of(e: u64) -> u64 {
 
 fn lookup(ix: &mut Index, k: u64) -> Option<Pos> {
     let want = entry(k);
-    ix.find(h_of(k), |s| if s == want { Visit::Match } else { Visit::Skip })
+    ix.find(
+        h_of(k),
+        |s| if s == want { Visit::Match } else { Visit::Skip },
+    )
 }
 
 /// Keys 0..n inserted, the table split as it grows.
@@ -69,7 +79,10 @@ fn prefetch_candidates_cover_the_home_bucket_and_its_first_overflow() {
             home += 1;
             continue;
         }
-        assert!(next.is_some(), "key {k} is not in its home bucket, so there is a chain");
+        assert!(
+            next.is_some(),
+            "key {k} is not in its home bucket, so there is a chain"
+        );
         ix.candidates(h_of(k), true, |s| seen |= s == want);
         if seen {
             chain += 1;
@@ -81,8 +94,14 @@ fn prefetch_candidates_cover_the_home_bucket_and_its_first_overflow() {
     // overflow buckets); the rest sit deeper in a chain, where the lookup finds at least
     // the next bucket prefetched.
     assert_eq!(home + chain + deeper, n);
-    assert!(home > n / 2 && chain > n / 8, "home {home} chain {chain} deeper {deeper}");
-    assert!(deeper < n * 3 / 10, "home {home} chain {chain} deeper {deeper}");
+    assert!(
+        home > n / 2 && chain > n / 8,
+        "home {home} chain {chain} deeper {deeper}"
+    );
+    assert!(
+        deeper < n * 3 / 10,
+        "home {home} chain {chain} deeper {deeper}"
+    );
 }
 
 /// What the index costs per item where bench/memory.sh's mixed workload puts each shard
@@ -93,7 +112,11 @@ fn bytes_per_item_at_the_benchmarks_loads() {
     for (n, most) in [(125_000u64, 10.6), (625_000, 10.6)] {
         let ix = grown(n);
         let per = ix.bytes() as f64 / n as f64;
-        eprintln!("{n} items: {per:.2} B per item, {} primary, {} overflow buckets", ix.buckets(), ix.overflow_buckets());
+        eprintln!(
+            "{n} items: {per:.2} B per item, {} primary, {} overflow buckets",
+            ix.buckets(),
+            ix.overflow_buckets()
+        );
         assert!(per <= most, "{n} items: {per:.2} B per item");
     }
 }
@@ -135,7 +158,10 @@ fn overflow_chains_never_fail_and_get_freed() {
     }
     assert_eq!(ix.items(), n as usize);
     // 7 in the primary bucket, 3 in each overflow bucket but the last.
-    assert_eq!(ix.overflow_buckets(), (n as usize - 7 - 1).div_ceil(OVF_SLOTS - 1));
+    assert_eq!(
+        ix.overflow_buckets(),
+        (n as usize - 7 - 1).div_ceil(OVF_SLOTS - 1)
+    );
     // Remove from the back so positions stay valid, and watch overflow buckets go away.
     for i in (0..n).rev() {
         let p = ix.find_exact(h, 1, i).unwrap();
@@ -161,7 +187,11 @@ fn random_operations_match_a_model() {
     // Key k's hash: few distinct homes, the tag and seg/off from the key id.
     let hash = |k: u64| (h_of(k) & !0xffff) | (h_of(k) & 0x3f);
     let ent = |k: u64, flash: bool| {
-        let e = slot::new(slot::tag_of_hash(hash(k)), (k >> 20) as u32 + 1, (k & 0xfffff) as u32);
+        let e = slot::new(
+            slot::tag_of_hash(hash(k)),
+            (k >> 20) as u32 + 1,
+            (k & 0xfffff) as u32,
+        );
         if flash {
             slot::to_flash(e, k as u32)
         } else {
@@ -179,7 +209,9 @@ fn random_operations_match_a_model() {
     let mut model: HashMap<u64, u64> = HashMap::new();
     for step in 0..60_000u32 {
         let k = next() % 3_000;
-        let find = |ix: &mut Index, k: u64, e: u64| ix.find(hash(k), |s| if s == e { Visit::Match } else { Visit::Skip });
+        let find = |ix: &mut Index, k: u64, e: u64| {
+            ix.find(hash(k), |s| if s == e { Visit::Match } else { Visit::Skip })
+        };
         match next() % 10 {
             0..=4 => {
                 if !model.contains_key(&k) {
@@ -213,7 +245,10 @@ fn random_operations_match_a_model() {
                     match next() % 6 {
                         0 => {
                             // One from the same chain (homes are the hash's low 6 bits).
-                            let other = model.keys().copied().find(|&o| hash(o) & 0x3f == hash(k) & 0x3f);
+                            let other = model
+                                .keys()
+                                .copied()
+                                .find(|&o| hash(o) & 0x3f == hash(k) & 0x3f);
                             if let Some(o) = other {
                                 let oe = model.remove(&o).unwrap();
                                 let p = find(&mut ix, o, oe).expect("present");
@@ -260,7 +295,8 @@ fn random_operations_match_a_model() {
                 let from = (next() % ix.buckets() as u64) as usize;
                 ix.sweep(from, 3, |e| key_of(e) % 97 == 0);
                 let swept = from..(from + 3).min(ix.buckets());
-                model.retain(|&k, _| !(k % 97 == 0 && swept.contains(&(ix.home(hash(k)) as usize))));
+                model
+                    .retain(|&k, _| !(k % 97 == 0 && swept.contains(&(ix.home(hash(k)) as usize))));
             }
         }
         if step % 1000 == 999 {
@@ -276,7 +312,11 @@ fn random_operations_match_a_model() {
             assert!(ix.slots() >= ix.items());
         }
     }
-    assert!(ix.overflow_buckets() > 50, "the test reached long chains: {}", ix.overflow_buckets());
+    assert!(
+        ix.overflow_buckets() > 50,
+        "the test reached long chains: {}",
+        ix.overflow_buckets()
+    );
 }
 
 #[test]
@@ -287,7 +327,13 @@ fn purge_and_sweep_drop_entries() {
     }
     // find purges tag matches the visitor says are dead
     let e5 = entry(5);
-    assert!(ix.find(h_of(5), |s| if s == e5 { Visit::Purge } else { Visit::Skip }).is_none());
+    assert!(ix
+        .find(h_of(5), |s| if s == e5 {
+            Visit::Purge
+        } else {
+            Visit::Skip
+        })
+        .is_none());
     assert!(lookup(&mut ix, 5).is_none());
     assert_eq!(ix.items(), 499);
     let mut cur = 0;

@@ -31,7 +31,8 @@ impl Shard {
             let m = &mut self.segs.metas[old as usize];
             m.active = false;
             if m.items == 0 && m.state == SegState::Live {
-                env.budget.release(self.segs.retire(old, DeadReason::Expired));
+                env.budget
+                    .release(self.segs.retire(old, DeadReason::Expired));
             } else {
                 // Full: its pages may become a huge page now (buf.rs).
                 m.data.sealed();
@@ -158,10 +159,18 @@ impl Shard {
                 self.segs.metas[seg as usize].data[at..at + b.len()].copy_from_slice(b)
             }
             Part::Spaces(n) => self.segs.metas[seg as usize].data[at..at + n].fill(b' '),
-            Part::Old { seg: src, start, len } if src == seg => {
-                self.segs.metas[seg as usize].data.copy_within(start..start + len, at)
-            }
-            Part::Old { seg: src, start, len } => {
+            Part::Old {
+                seg: src,
+                start,
+                len,
+            } if src == seg => self.segs.metas[seg as usize]
+                .data
+                .copy_within(start..start + len, at),
+            Part::Old {
+                seg: src,
+                start,
+                len,
+            } => {
                 let (from, to) = self.segs.pair_mut(src, seg);
                 to[at..at + len].copy_from_slice(&from[start..start + len]);
             }
@@ -218,7 +227,9 @@ impl Shard {
             self.index.split_one(|e| {
                 if slot::is_flash(e) {
                     // The entry keeps the hash bits below the tag: all a bucket is chosen by.
-                    return flash.get(slot::flash_entry(e)).map(|(check, _)| check | slot::tag(e) << 40);
+                    return flash
+                        .get(slot::flash_entry(e))
+                        .map(|(check, _)| check | slot::tag(e) << 40);
                 }
                 let sg = slot::seg(e);
                 match segs.metas[sg as usize].state {
@@ -330,7 +341,9 @@ impl Shard {
             let ttl = ttl_bucket(nexp, now);
             let q = match &old {
                 Some((_, oseg, _, _)) => self.admit(geo, h, Some(*oseg), nh.total_len()),
-                None => *new_key_queue.get_or_insert_with(|| self.admit(geo, h, None, nh.total_len())),
+                None => {
+                    *new_key_queue.get_or_insert_with(|| self.admit(geo, h, None, nh.total_len()))
+                }
             };
             let (seg, off) = match self.reserve(env, nh.total_len(), ttl, q, now) {
                 Ok(Reserve::At(seg, off)) => (seg, off),
@@ -340,7 +353,11 @@ impl Shard {
             };
             let old_value = old.as_ref().map(|(_, oseg, ooff, o)| {
                 let r = o.value_range();
-                Part::Old { seg: *oseg, start: ooff + r.start, len: r.len() }
+                Part::Old {
+                    seg: *oseg,
+                    start: ooff + r.start,
+                    len: r.len(),
+                }
             });
             match (mode, old_value) {
                 (Mode::Append, Some(ov)) => {
@@ -360,7 +377,11 @@ impl Shard {
                 None => self.index_insert(h, new_slot),
             }
             self.stats.total_items += 1;
-            let cas = if geo.use_cas { nh.cas.unwrap_or_else(|| self.derived_cas(seg, off)) } else { 0 };
+            let cas = if geo.use_cas {
+                nh.cas.unwrap_or_else(|| self.derived_cas(seg, off))
+            } else {
+                0
+            };
             return Ok(StoreOutcome::Stored { cas });
         }
         Err(StoreError::OutOfMemory)
@@ -402,10 +423,20 @@ impl Shard {
                 self.index.set(pos, slot::touched(s));
                 return Ok(Found::Live { pos, seg, off, hdr });
             }
-            let cas = env.geo.use_cas.then(|| self.cas_of(env.geo, seg, off, &hdr));
-            let nh = NewHeader { key_len: hdr.key_len, value_len: hdr.value_len, flags: hdr.flags, exp, cas };
+            let cas = env
+                .geo
+                .use_cas
+                .then(|| self.cas_of(env.geo, seg, off, &hdr));
+            let nh = NewHeader {
+                key_len: hdr.key_len,
+                value_len: hdr.value_len,
+                flags: hdr.flags,
+                exp,
+                cas,
+            };
             let q = self.admit(env.geo, h, Some(seg), 0);
-            let (nseg, noff) = match self.reserve(env, nh.total_len(), ttl_bucket(exp, now), q, now) {
+            let (nseg, noff) = match self.reserve(env, nh.total_len(), ttl_bucket(exp, now), q, now)
+            {
                 Ok(Reserve::At(a, b)) => (a, b),
                 Ok(Reserve::Retry) => continue,
                 Err(e) => return self.retime_failed(env, h, key, now, e),
@@ -415,13 +446,27 @@ impl Shard {
                 nseg,
                 noff,
                 &nh,
-                Part::Old { seg, start: off + kr.start, len: kr.len() },
-                &[Part::Old { seg, start: off + vr.start, len: vr.len() }],
+                Part::Old {
+                    seg,
+                    start: off + kr.start,
+                    len: kr.len(),
+                },
+                &[Part::Old {
+                    seg,
+                    start: off + vr.start,
+                    len: vr.len(),
+                }],
             );
-            self.index.set(pos, slot::moved(slot::touched(s), nseg, noff as u32));
+            self.index
+                .set(pos, slot::moved(slot::touched(s), nseg, noff as u32));
             self.item_gone(env, seg, off);
             let hdr = self.header_at(nseg, noff);
-            return Ok(Found::Live { pos, seg: nseg, off: noff, hdr });
+            return Ok(Found::Live {
+                pos,
+                seg: nseg,
+                off: noff,
+                hdr,
+            });
         }
         self.retime_failed(env, h, key, now, StoreError::OutOfMemory)
     }
@@ -538,7 +583,11 @@ impl Shard {
                 let d = &self.segs.metas[seg as usize].data[off..];
                 let parse = parse.take().expect("parse runs once");
                 let v = parse(&d[hdr.value_range()]).ok_or(DeltaError::NonNumeric)?;
-                let n = if incr { v.wrapping_add(delta) } else { v.saturating_sub(delta) };
+                let n = if incr {
+                    v.wrapping_add(delta)
+                } else {
+                    v.saturating_sub(delta)
+                };
                 let (digits, dl) = decimal(n);
                 result = Some((n, digits, dl));
             }
@@ -546,14 +595,21 @@ impl Shard {
             // memcached rewrites in place when the number got shorter, leaving the old length
             // padded with spaces ("10" decr 1 -> "9 "); we reproduce the bytes.
             let vlen = if pad { dl.max(old_len) } else { dl };
-            let nh = NewHeader { key_len: hdr.key_len, value_len: vlen as u32, flags: hdr.flags, exp: hdr.exp, cas: None };
-            let q = self.admit(env.geo, h, Some(seg), 0);
-            let (nseg, noff) = match self.reserve(env, nh.total_len(), ttl_bucket(hdr.exp, now), q, now) {
-                Ok(Reserve::At(a, b)) => (a, b),
-                Ok(Reserve::Retry) => continue,
-                // No variant for it in the API; only reachable with evict=false and full memory.
-                Err(_) => return Err(DeltaError::NotFound),
+            let nh = NewHeader {
+                key_len: hdr.key_len,
+                value_len: vlen as u32,
+                flags: hdr.flags,
+                exp: hdr.exp,
+                cas: None,
             };
+            let q = self.admit(env.geo, h, Some(seg), 0);
+            let (nseg, noff) =
+                match self.reserve(env, nh.total_len(), ttl_bucket(hdr.exp, now), q, now) {
+                    Ok(Reserve::At(a, b)) => (a, b),
+                    Ok(Reserve::Retry) => continue,
+                    // No variant for it in the API; only reachable with evict=false and full memory.
+                    Err(_) => return Err(DeltaError::NotFound),
+                };
             self.place(
                 nseg,
                 noff,
@@ -562,9 +618,14 @@ impl Shard {
                 &[Part::Bytes(&digits[..dl]), Part::Spaces(vlen - dl)],
             );
             let s = self.index.get(pos);
-            self.index.set(pos, slot::moved(slot::touched(s), nseg, noff as u32));
+            self.index
+                .set(pos, slot::moved(slot::touched(s), nseg, noff as u32));
             self.item_gone(env, seg, off);
-            let cas = if env.geo.use_cas { self.derived_cas(nseg, noff) } else { 0 };
+            let cas = if env.geo.use_cas {
+                self.derived_cas(nseg, noff)
+            } else {
+                0
+            };
             return Ok((n, cas));
         }
         Err(DeltaError::NotFound)

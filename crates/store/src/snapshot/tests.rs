@@ -11,7 +11,11 @@ use crate::StoreConfig;
 const ORIGIN: u64 = 1_700_000_000;
 
 fn store() -> Store {
-    Store::new(StoreConfig { mem_limit: 64 << 20, huge_pages: false, ..Default::default() })
+    Store::new(StoreConfig {
+        mem_limit: 64 << 20,
+        huge_pages: false,
+        ..Default::default()
+    })
 }
 
 type Items = HashMap<Vec<u8>, (u32, Vec<u8>)>;
@@ -49,7 +53,11 @@ fn sample_of(s: &Store, items: Items) -> Sample {
     }
     assert_eq!(&file[pos..pos + 4], b"END2");
     assert_eq!(pos + END_LEN, file.len());
-    Sample { file, items, blocks }
+    Sample {
+        file,
+        items,
+        blocks,
+    }
 }
 
 /// `n` items of 0..1500 bytes: several blocks.
@@ -74,11 +82,20 @@ fn present(s: &Store, items: &Items) -> Vec<Vec<u8>> {
     let mut found = Vec::new();
     for (k, (flags, v)) in items {
         if let Some((f, val)) = s.get(k, 1, |it| (it.flags, it.value.to_vec())).hit() {
-            assert_eq!((&f, &val), (flags, v), "wrong value for {}", String::from_utf8_lossy(k));
+            assert_eq!(
+                (&f, &val),
+                (flags, v),
+                "wrong value for {}",
+                String::from_utf8_lossy(k)
+            );
             found.push(k.clone());
         }
     }
-    assert_eq!(s.stats().curr_items as usize, found.len(), "a key that was never stored came back");
+    assert_eq!(
+        s.stats().curr_items as usize,
+        found.len(),
+        "a key that was never stored came back"
+    );
     found
 }
 
@@ -113,14 +130,21 @@ fn one_flipped_byte_costs_at_most_the_block_it_lands_in() {
         match smp.blocks.iter().find(|(range, _)| range.contains(&o)) {
             Some((range, lost)) => {
                 // Exactly that block's items are gone, every other block's are back.
-                assert_eq!(found.len(), smp.items.len() - lost.len(), "flip at {o} in block {range:?}: {r:?}");
+                assert_eq!(
+                    found.len(),
+                    smp.items.len() - lost.len(),
+                    "flip at {o} in block {range:?}: {r:?}"
+                );
                 assert!(lost.iter().all(|k| !found.contains(k)), "flip at {o}");
                 assert_eq!(r.bad_blocks, 1, "flip at {o}: {r:?}");
             }
             None => {
                 // The end record: every block is back, the report says the file was not whole.
                 assert_eq!(found.len(), smp.items.len(), "flip at {o}: {r:?}");
-                assert!(r.stopped.is_some() && r.bad_blocks == 0, "flip at {o}: {r:?}");
+                assert!(
+                    r.stopped.is_some() && r.bad_blocks == 0,
+                    "flip at {o}: {r:?}"
+                );
             }
         }
     }
@@ -140,17 +164,32 @@ fn several_flipped_bytes_cost_exactly_the_blocks_they_land_in() {
     };
     for case in 0..40 {
         let mut b = smp.file.clone();
-        let flips: Vec<usize> = (0..1 + next() % 4).map(|_| V2.header_len + (next() as usize) % (len - V2.header_len)).collect();
+        let flips: Vec<usize> = (0..1 + next() % 4)
+            .map(|_| V2.header_len + (next() as usize) % (len - V2.header_len))
+            .collect();
         for &o in &flips {
             b[o] ^= 1 << (next() % 8);
         }
         let (s, r) = restore(&b);
         let r = r.unwrap();
         let found = present(&s, &smp.items);
-        let hit: Vec<&Vec<Vec<u8>>> = smp.blocks.iter().filter(|(range, _)| flips.iter().any(|o| range.contains(o))).map(|(_, k)| k).collect();
+        let hit: Vec<&Vec<Vec<u8>>> = smp
+            .blocks
+            .iter()
+            .filter(|(range, _)| flips.iter().any(|o| range.contains(o)))
+            .map(|(_, k)| k)
+            .collect();
         let lost: usize = hit.iter().map(|k| k.len()).sum();
-        assert_eq!(found.len(), smp.items.len() - lost, "case {case}, flips {flips:?}: {r:?}");
-        assert_eq!(r.bad_blocks as usize, hit.len(), "case {case}, flips {flips:?}: {r:?}");
+        assert_eq!(
+            found.len(),
+            smp.items.len() - lost,
+            "case {case}, flips {flips:?}: {r:?}"
+        );
+        assert_eq!(
+            r.bad_blocks as usize,
+            hit.len(),
+            "case {case}, flips {flips:?}: {r:?}"
+        );
     }
 }
 
@@ -159,7 +198,10 @@ fn the_undamaged_file_reads_back_complete() {
     let smp = sample(2500);
     let (s, r) = restore(&smp.file);
     let r = r.unwrap();
-    assert!(r.complete && r.bad_blocks == 0 && r.stopped.is_none(), "{r:?}");
+    assert!(
+        r.complete && r.bad_blocks == 0 && r.stopped.is_none(),
+        "{r:?}"
+    );
     assert_eq!(present(&s, &smp.items).len(), smp.items.len());
 }
 
@@ -167,7 +209,13 @@ fn the_undamaged_file_reads_back_complete() {
 /// summed with a salt it guesses, holding a value for someone else's key.
 fn forged(salt: u64) -> Vec<u8> {
     let fmt = Format { salt, ..V2 };
-    let mut w = BlockWriter { out: Vec::new(), fmt, payload: Vec::new(), items: 0, stats: SnapshotStats::default() };
+    let mut w = BlockWriter {
+        out: Vec::new(),
+        fmt,
+        payload: Vec::new(),
+        items: 0,
+        stats: SnapshotStats::default(),
+    };
     w.item(b"victim", 7, 0, b"forged").unwrap();
     w.flush_block().unwrap();
     let mut v = w.out;
@@ -185,13 +233,23 @@ fn a_block_inside_a_value_is_never_taken_for_one() {
     }
     fill(&s, &mut items, b"attacker".to_vec(), 0, v);
     for i in 0..600u32 {
-        fill(&s, &mut items, format!("k{i}").into_bytes(), i, vec![i as u8; 1000]);
+        fill(
+            &s,
+            &mut items,
+            format!("k{i}").into_bytes(),
+            i,
+            vec![i as u8; 1000],
+        );
     }
     fill(&s, &mut items, b"victim".to_vec(), 1, b"real".to_vec());
     let smp = sample_of(&s, items);
     assert!(smp.blocks.len() >= 3);
     // Damage the header of the block that holds the forgeries: the resync scans across them.
-    let (range, keys) = smp.blocks.iter().find(|(_, keys)| keys.iter().any(|k| k == b"attacker")).unwrap();
+    let (range, keys) = smp
+        .blocks
+        .iter()
+        .find(|(_, keys)| keys.iter().any(|k| k == b"attacker"))
+        .unwrap();
     for o in [range.start + 5, range.start + 1] {
         let mut b = smp.file.clone();
         b[o] ^= 0x40;
@@ -200,7 +258,10 @@ fn a_block_inside_a_value_is_never_taken_for_one() {
         // present() fails on any value not stored under its key ("forged" for victim).
         let found = present(&t, &smp.items);
         assert_eq!(found.len(), smp.items.len() - keys.len());
-        assert_ne!(t.get(b"victim", 1, |it| it.value.to_vec()).hit().as_deref(), Some(&b"forged"[..]));
+        assert_ne!(
+            t.get(b"victim", 1, |it| it.value.to_vec()).hit().as_deref(),
+            Some(&b"forged"[..])
+        );
     }
 }
 
@@ -209,9 +270,20 @@ fn values_full_of_block_magic_do_not_stop_the_resync() {
     let s = store();
     let mut items = HashMap::new();
     // Every 4 bytes a candidate, each claiming a plausible length.
-    let v: Vec<u8> = b"BLK2\x10\0\0\0".iter().copied().cycle().take(200_000).collect();
+    let v: Vec<u8> = b"BLK2\x10\0\0\0"
+        .iter()
+        .copied()
+        .cycle()
+        .take(200_000)
+        .collect();
     for i in 0..40u32 {
-        fill(&s, &mut items, format!("magic{i}").into_bytes(), i, v.clone());
+        fill(
+            &s,
+            &mut items,
+            format!("magic{i}").into_bytes(),
+            i,
+            v.clone(),
+        );
     }
     let smp = sample_of(&s, items);
     let mut b = smp.file.clone();
@@ -219,14 +291,27 @@ fn values_full_of_block_magic_do_not_stop_the_resync() {
     let t = std::time::Instant::now();
     let (st, r) = restore(&b);
     r.unwrap();
-    assert_eq!(present(&st, &smp.items).len(), smp.items.len() - smp.blocks[0].1.len());
+    assert_eq!(
+        present(&st, &smp.items).len(),
+        smp.items.len() - smp.blocks[0].1.len()
+    );
     // Linear: a few MB scanned once (a quadratic scan takes minutes here).
-    assert!(t.elapsed() < std::time::Duration::from_secs(20), "{:?}", t.elapsed());
+    assert!(
+        t.elapsed() < std::time::Duration::from_secs(20),
+        "{:?}",
+        t.elapsed()
+    );
 }
 
 /// A version 1 file, as the previous mnemod wrote it.
 fn v1_file(items: &[(&[u8], u32, &[u8])], blocks_of: usize) -> Vec<u8> {
-    let mut w = BlockWriter { out: Vec::new(), fmt: V1, payload: Vec::new(), items: 0, stats: SnapshotStats::default() };
+    let mut w = BlockWriter {
+        out: Vec::new(),
+        fmt: V1,
+        payload: Vec::new(),
+        items: 0,
+        stats: SnapshotStats::default(),
+    };
     let mut head = vec![0u8; V1.header_len];
     head[0..8].copy_from_slice(MAGIC);
     head[8..12].copy_from_slice(&1u32.to_le_bytes());
@@ -247,13 +332,17 @@ fn v1_file(items: &[(&[u8], u32, &[u8])], blocks_of: usize) -> Vec<u8> {
 
 #[test]
 fn a_version_1_file_still_reads() {
-    let items: Vec<(&[u8], u32, &[u8])> = vec![(b"a", 1, b"one"), (b"b", 2, b"two"), (b"c", 3, b"three")];
+    let items: Vec<(&[u8], u32, &[u8])> =
+        vec![(b"a", 1, b"one"), (b"b", 2, b"two"), (b"c", 3, b"three")];
     let file = v1_file(&items, 2);
     let (s, r) = restore(&file);
     let r = r.unwrap();
     assert!(r.complete, "{r:?}");
     assert_eq!(r.items, 3);
-    assert_eq!(s.get(b"c", 1, |it| (it.flags, it.value.to_vec())).hit(), Some((3, b"three".to_vec())));
+    assert_eq!(
+        s.get(b"c", 1, |it| (it.flags, it.value.to_vec())).hit(),
+        Some((3, b"three".to_vec()))
+    );
     // Without a salt there is no resync: a bad second block header ends the read there.
     let second = V1.header_len + V1.block_header_len + 2 * (ITEM_HEADER_LEN + 1 + 3);
     let mut b = file.clone();
@@ -284,9 +373,15 @@ fn a_delayed_flush_outlives_the_restart_as_an_expiry() {
     let mut file = Vec::new();
     s.write_snapshot(&mut file, 2, ORIGIN).unwrap();
     // Restored in a process whose clock starts at the same unix second.
-    for (now, want) in [(60, vec!["later", "never"]), (99, vec!["later", "never"]), (100, vec![]), (400, vec![])] {
+    for (now, want) in [
+        (60, vec!["later", "never"]),
+        (99, vec!["later", "never"]),
+        (100, vec![]),
+        (400, vec![]),
+    ] {
         let r = store();
-        r.restore_snapshot(&file[..], file.len() as u64, now, ORIGIN).unwrap();
+        r.restore_snapshot(&file[..], file.len() as u64, now, ORIGIN)
+            .unwrap();
         let mut got: Vec<&str> = ["never", "later", "sooner"]
             .into_iter()
             .filter(|k| r.get(k.as_bytes(), now, |_| ()).hit().is_some())

@@ -41,7 +41,9 @@ impl Drop for TempPath {
 pub fn check(data: &[u8]) {
     static N: AtomicU32 = AtomicU32::new(0);
     let n = N.fetch_add(1, Ordering::Relaxed);
-    let path = TempPath(std::env::temp_dir().join(format!("mnemo-flash-check-{}-{n}", std::process::id())));
+    let path = TempPath(
+        std::env::temp_dir().join(format!("mnemo-flash-check-{}-{n}", std::process::id())),
+    );
     let flash = FlashConfig {
         page_size: PAGE,
         wbuf_size: 16 << 10,
@@ -49,13 +51,22 @@ pub fn check(data: &[u8]) {
         recache_rate: 5,
         ..FlashConfig::new(&path.0, PAGES * PAGE as u64)
     };
-    let s = Store::new(StoreConfig { mem_limit: 256 << 10, shards: 1, huge_pages: false, flash: Some(flash), ..Default::default() });
+    let s = Store::new(StoreConfig {
+        mem_limit: 256 << 10,
+        shards: 1,
+        huge_pages: false,
+        flash: Some(flash),
+        ..Default::default()
+    });
     for i in 0..ITEMS {
         s.store(Mode::Set, &key(i), i, 0, &value(i), 1).unwrap();
     }
     s.flash_sync();
     assert!(s.stats().flash_items > 0, "nothing went to flash");
-    let file = std::fs::OpenOptions::new().write(true).open(&path.0).unwrap();
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path.0)
+        .unwrap();
     let len = PAGES * PAGE as u64;
     let mut d = data;
     let mut take = |n: usize| -> Option<Vec<u8>> {
@@ -96,7 +107,9 @@ pub fn check(data: &[u8]) {
             } else {
                 match s.get_located(&k, 1, read) {
                     Located::Flash { fref, fetched, f } => {
-                        let v = s.read_flash_cached(&fref, &k).unwrap_or_else(|| s.read_flash(&fref, &k));
+                        let v = s
+                            .read_flash_cached(&fref, &k)
+                            .unwrap_or_else(|| s.read_flash(&fref, &k));
                         s.finish_get(&k, fref, fetched, v, 1, f)
                     }
                     Located::Done(l) => l,
@@ -125,9 +138,15 @@ pub fn check(data: &[u8]) {
         s.store(Mode::Set, &key(i), i, 0, &value(i), 1).unwrap();
     }
     // Nothing was stored after it: still in RAM.
-    assert!(s.get(&key(2 * ITEMS - 1), 1, |_| ()).is_hit(), "the newest item is gone");
+    assert!(
+        s.get(&key(2 * ITEMS - 1), 1, |_| ()).is_hit(),
+        "the newest item is gone"
+    );
     // The first demotion found the write buffers all free (synced above).
-    assert!(s.stats().flash.map_or(0, |f| f.objects_written) > written, "no new item went to flash");
+    assert!(
+        s.stats().flash.map_or(0, |f| f.objects_written) > written,
+        "no new item went to flash"
+    );
     for i in ITEMS..2 * ITEMS {
         if let Some(v) = s.get(&key(i), 1, |it| it.value.to_vec()).hit() {
             assert!(v == value(i), "key {i} after the damage: a wrong value");

@@ -93,7 +93,9 @@ impl FlashFile {
         use std::sync::atomic::{AtomicU32, Ordering};
         static N: AtomicU32 = AtomicU32::new(0);
         let n = N.fetch_add(1, Ordering::Relaxed);
-        FlashFile(std::env::temp_dir().join(format!("mnemo-model-flash-{}-{n}", std::process::id())))
+        FlashFile(
+            std::env::temp_dir().join(format!("mnemo-model-flash-{}-{n}", std::process::id())),
+        )
     }
 
     /// Small pages so that pages are recycled within a case (stale entries, generations), a
@@ -157,7 +159,10 @@ impl std::ops::AddAssign for Reached {
 /// With a flash tier every item the model sees vanish must be among them: nothing else may
 /// disappear (an expired item is not a vanished one; the model never expects it).
 fn losses(st: &StoreStats) -> u64 {
-    let f = st.flash.as_ref().map_or(0, |f| f.objects_evicted + f.unread_dropped);
+    let f = st
+        .flash
+        .as_ref()
+        .map_or(0, |f| f.objects_evicted + f.unread_dropped);
     st.evictions + f
 }
 
@@ -245,7 +250,10 @@ impl Model {
     }
     fn fresh_cas(&mut self, k: &[u8], cas: u64) {
         assert!(cas != 0);
-        assert!(self.cas_seen.entry(k.to_vec()).or_default().insert(cas), "cas {cas} reused");
+        assert!(
+            self.cas_seen.entry(k.to_vec()).or_default().insert(cas),
+            "cas {cas} reused"
+        );
     }
 }
 
@@ -260,7 +268,14 @@ fn expect_store(
     exp: Time,
 ) -> (StoreOutcome, Option<MItem>) {
     let stored = StoreOutcome::Stored { cas: 0 };
-    let new = |value: Vec<u8>, flags, exp| Some(MItem { value, flags, exp, cas: 0 });
+    let new = |value: Vec<u8>, flags, exp| {
+        Some(MItem {
+            value,
+            flags,
+            exp,
+            cas: 0,
+        })
+    };
     match (mode, cur) {
         (Mode::Set, _) | (Mode::Add, None) => (stored, new(value.to_vec(), flags, exp)),
         (Mode::Replace, Some(_)) => (stored, new(value.to_vec(), flags, exp)),
@@ -294,7 +309,12 @@ fn read_item(it: Item<'_>) -> MItem {
     if let Some(p) = it.pages {
         p.lend();
     }
-    MItem { value: it.value.to_vec(), flags: it.flags, exp: it.exp, cas: it.cas }
+    MItem {
+        value: it.value.to_vec(),
+        flags: it.flags,
+        exp: it.exp,
+        cas: it.cas,
+    }
 }
 
 /// Runs `ops` on a fresh store and the model; panics at the first disagreement. Returns what
@@ -319,12 +339,29 @@ pub fn run(cfg: StoreConfig, ops: &[Op], lenient: bool) -> Reached {
             m.tick();
         }
         match op {
-            Op::Store { mode, key, value, flags, ttl } => {
-                let mode = [Mode::Set, Mode::Add, Mode::Replace, Mode::Append, Mode::Prepend]
-                    [*mode as usize % 5];
+            Op::Store {
+                mode,
+                key,
+                value,
+                flags,
+                ttl,
+            } => {
+                let mode = [
+                    Mode::Set,
+                    Mode::Add,
+                    Mode::Replace,
+                    Mode::Append,
+                    Mode::Prepend,
+                ][*mode as usize % 5];
                 do_store(&store, &mut m, mode, &key_bytes(*key), value, *flags, *ttl);
             }
-            Op::Cas { key, value, flags, ttl, right } => {
+            Op::Cas {
+                key,
+                value,
+                flags,
+                ttl,
+                right,
+            } => {
                 let k = key_bytes(*key);
                 let c = match m.live(&k) {
                     Some(it) if *right => it.cas,
@@ -387,9 +424,11 @@ pub fn run(cfg: StoreConfig, ops: &[Op], lenient: bool) -> Reached {
                     Some(c) if c.value.is_empty() => Err(DeltaError::NonNumeric),
                     Some(c) => match parse(&c.value) {
                         None => Err(DeltaError::NonNumeric),
-                        Some(v) => {
-                            Ok(if *incr { v.wrapping_add(*by) } else { v.saturating_sub(*by) })
-                        }
+                        Some(v) => Ok(if *incr {
+                            v.wrapping_add(*by)
+                        } else {
+                            v.saturating_sub(*by)
+                        }),
                     },
                 };
                 match (want, got) {
@@ -413,7 +452,11 @@ pub fn run(cfg: StoreConfig, ops: &[Op], lenient: bool) -> Reached {
             Op::Flush(delay) => {
                 // The store applies a pending flush that is due by the last time it saw.
                 m.flush_due(m.seen);
-                let at = if *delay == 0 { 0 } else { m.now + *delay as Time };
+                let at = if *delay == 0 {
+                    0
+                } else {
+                    m.now + *delay as Time
+                };
                 store.flush_all(at);
                 m.pending = Some(at);
             }
@@ -422,7 +465,11 @@ pub fn run(cfg: StoreConfig, ops: &[Op], lenient: bool) -> Reached {
                 store.maintain(m.now);
                 let st = store.stats();
                 if !m.lenient {
-                    let live = m.items.values().filter(|it| it.exp == 0 || it.exp > m.now).count();
+                    let live = m
+                        .items
+                        .values()
+                        .filter(|it| it.exp == 0 || it.exp > m.now)
+                        .count();
                     // curr_items may still count expired items in segments not yet dropped.
                     assert!(st.curr_items >= live as u64, "{st:?} live {live}");
                     assert!(
@@ -444,12 +491,14 @@ pub fn run(cfg: StoreConfig, ops: &[Op], lenient: bool) -> Reached {
         } else {
             assert_eq!(st.evictions, 0, "exact regime must not evict");
         }
-        if flash {
-            if m.vanished > losses(&st) {
-                let mut op = format!("{op:?}");
-                op.truncate(120);
-                panic!("op {i} ({op}...): {} items vanished, {} lost by count: {st:?}", m.vanished, losses(&st));
-            }
+        if flash && m.vanished > losses(&st) {
+            let mut op = format!("{op:?}");
+            op.truncate(120);
+            panic!(
+                "op {i} ({op}...): {} items vanished, {} lost by count: {st:?}",
+                m.vanished,
+                losses(&st)
+            );
         }
     }
     let st = store.stats();
@@ -490,7 +539,10 @@ fn do_store(
     let got = match got {
         Ok(o) => o,
         Err(StoreError::TooLarge) => {
-            assert!(k.len() + value.len() > m.item_size_max, "{mode:?} {k:?}: TooLarge");
+            assert!(
+                k.len() + value.len() > m.item_size_max,
+                "{mode:?} {k:?}: TooLarge"
+            );
             if mode == Mode::Set {
                 // memcached: a set that fails must not leave the old value readable.
                 m.items.remove(k);
@@ -504,7 +556,10 @@ fn do_store(
         }
         Err(e) => panic!("{mode:?} {k:?}: {e:?}"),
     };
-    assert!(k.len() + value.len() <= m.item_size_max, "{mode:?} {k:?}: stored past item_size_max");
+    assert!(
+        k.len() + value.len() <= m.item_size_max,
+        "{mode:?} {k:?}: stored past item_size_max"
+    );
     let isz = m.item_size_max;
     let (mut want, mut new) = expect_store(mode, cur.as_ref(), k.len(), isz, value, flags, exp);
     if m.lenient && kind(&got) != want && cur.is_some() {
@@ -556,7 +611,11 @@ pub const MAX_OPS: usize = 3000;
 pub fn decode(data: &[u8], force: Option<Regime>) -> Case {
     let mut r = Input { data, pos: 0 };
     let c = r.u8();
-    let regime = force.unwrap_or(if c & 1 == 1 { Regime::Evict } else { Regime::Exact });
+    let regime = force.unwrap_or(if c & 1 == 1 {
+        Regime::Evict
+    } else {
+        Regime::Exact
+    });
     let lenient = regime != Regime::Exact;
     let shards = [1, 2, 4, 8][(c as usize >> 1) & 3];
     let mem_limit = if lenient {
@@ -565,7 +624,11 @@ pub fn decode(data: &[u8], force: Option<Regime>) -> Case {
         32 << 20
     };
     let item_size_max = if (c >> 5) & 3 == 0 { 2048 } else { 1 << 20 };
-    let eviction = if c >> 7 == 1 { Eviction::Fifo } else { Eviction::S3Fifo };
+    let eviction = if c >> 7 == 1 {
+        Eviction::Fifo
+    } else {
+        Eviction::S3Fifo
+    };
     let (file, flash) = match regime {
         Regime::Flash => {
             let file = FlashFile::new();
@@ -574,7 +637,14 @@ pub fn decode(data: &[u8], force: Option<Regime>) -> Case {
         }
         _ => (None, None),
     };
-    let cfg = StoreConfig { mem_limit, shards, item_size_max, eviction, flash, ..Default::default() };
+    let cfg = StoreConfig {
+        mem_limit,
+        shards,
+        item_size_max,
+        eviction,
+        flash,
+        ..Default::default()
+    };
     // The flash regime has one kind more: waiting for the writer.
     let kinds = if regime == Regime::Flash { 37 } else { 36 };
     // Few keys when nothing is evicted (so operations meet), many under pressure.
@@ -587,13 +657,25 @@ pub fn decode(data: &[u8], force: Option<Regime>) -> Case {
             0..=11 => {
                 let (mode, key) = (r.u8() % 5, r.u8() as u16 % keys);
                 let value = value(&mut r, lenient, &mut serial);
-                Op::Store { mode, key, value, flags: flags(&mut r), ttl: ttl(&mut r) }
+                Op::Store {
+                    mode,
+                    key,
+                    value,
+                    flags: flags(&mut r),
+                    ttl: ttl(&mut r),
+                }
             }
             12..=14 => {
                 let key = r.u8() as u16 % keys;
                 let value = value(&mut r, lenient, &mut serial);
                 let (flags, ttl, right) = (flags(&mut r), ttl(&mut r), r.u8() & 1 == 1);
-                Op::Cas { key, value, flags, ttl, right }
+                Op::Cas {
+                    key,
+                    value,
+                    flags,
+                    ttl,
+                    right,
+                }
             }
             15..=22 => Op::Get(r.u8() as u16 % keys),
             23..=24 => Op::Gat(r.u8() as u16 % keys, ttl(&mut r)),
@@ -601,8 +683,16 @@ pub fn decode(data: &[u8], force: Option<Regime>) -> Case {
             27..=28 => Op::Delete(r.u8() as u16 % keys),
             29..=30 => {
                 let (key, b) = (r.u8() as u16 % keys, r.u8());
-                let by = if b >= 250 { u64::MAX - u64::from(b & 3) } else { u64::from(b % 20) };
-                Op::Delta { key, incr: b & 0x80 == 0, by }
+                let by = if b >= 250 {
+                    u64::MAX - u64::from(b & 3)
+                } else {
+                    u64::from(b % 20)
+                };
+                Op::Delta {
+                    key,
+                    incr: b & 0x80 == 0,
+                    by,
+                }
             }
             31..=33 => {
                 let b = r.u8();
@@ -619,7 +709,12 @@ pub fn decode(data: &[u8], force: Option<Regime>) -> Case {
         };
         ops.push(op);
     }
-    Case { cfg, lenient, ops, file }
+    Case {
+        cfg,
+        lenient,
+        ops,
+        file,
+    }
 }
 
 /// The flash regime's settings from one byte: bits 0-2 the pages (1-8 of 64 KiB), bit 3
@@ -636,7 +731,11 @@ pub fn flash_config(file: &FlashFile, b: u8) -> FlashConfig {
         drop_unread: b & 16 != 0,
         compact_under: under,
         drop_under: under,
-        max_frag_permille: if b & 64 != 0 { 0 } else { base.max_frag_permille },
+        max_frag_permille: if b & 64 != 0 {
+            0
+        } else {
+            base.max_frag_permille
+        },
         recache_rate: if b & 128 != 0 { 0 } else { base.recache_rate },
         ..base
     }

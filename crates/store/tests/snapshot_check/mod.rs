@@ -19,7 +19,11 @@ use mnemo_store::{Mode, Store, StoreConfig};
 const ORIGIN: u64 = 1_700_000_000;
 
 fn store() -> Store {
-    Store::new(StoreConfig { mem_limit: 16 << 20, huge_pages: false, ..Default::default() })
+    Store::new(StoreConfig {
+        mem_limit: 16 << 20,
+        huge_pages: false,
+        ..Default::default()
+    })
 }
 
 /// What a snapshot must bring back: key -> (flags, value).
@@ -42,7 +46,9 @@ fn original() -> (Vec<u8>, Items) {
 }
 
 pub fn check(data: &[u8]) {
-    let Some((&mode, rest)) = data.split_first() else { return };
+    let Some((&mode, rest)) = data.split_first() else {
+        return;
+    };
     if mode % 2 == 1 {
         // A valid header in front of arbitrary bytes half the time, so blocks get parsed.
         let (mut file, _) = original();
@@ -70,7 +76,9 @@ pub fn check(data: &[u8]) {
         file.truncate(cut);
     }
     let s = store();
-    let Ok(report) = s.restore_snapshot(&file[..], file.len() as u64, 1, ORIGIN) else { return };
+    let Ok(report) = s.restore_snapshot(&file[..], file.len() as u64, 1, ORIGIN) else {
+        return;
+    };
     let mut found = 0u64;
     for (k, (flags, v)) in &want {
         if let Some((f, val)) = s.get(k, 1, |it| (it.flags, it.value.to_vec())).hit() {

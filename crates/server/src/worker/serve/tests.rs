@@ -38,7 +38,11 @@ impl Transport for Script {
 }
 
 fn worker(config: Config) -> (Worker<Script>, std::sync::mpsc::Sender<Stream>) {
-    let sh = Arc::new(Shared::new(Config { memory_limit: 8 << 20, threads: 1, ..config }));
+    let sh = Arc::new(Shared::new(Config {
+        memory_limit: 8 << 20,
+        threads: 1,
+        ..config
+    }));
     with_shared(sh).0
 }
 
@@ -50,12 +54,22 @@ fn with_shared(sh: Arc<Shared>) -> ((Worker<Script>, std::sync::mpsc::Sender<Str
     let poll = mio::Poll::new().unwrap();
     let waker = mio::Waker::new(poll.registry(), mio::Token(7)).unwrap();
     let mailbox = Arc::new(Mailbox::new(crate::worker::Wake::Epoll(Arc::new(waker))));
-    ((Worker::new(Script::default(), sh, counters, rx, mailbox), tx), poll)
+    (
+        (
+            Worker::new(Script::default(), sh, counters, rx, mailbox),
+            tx,
+        ),
+        poll,
+    )
 }
 
 /// A worker whose server has one WebAssembly filter, `echo`: its output is its arguments.
 fn echo_worker() -> ((Worker<Script>, std::sync::mpsc::Sender<Stream>), mio::Poll) {
-    let path = std::env::temp_dir().join(format!("mnemod-serve-echo-{}-{:?}.wat", std::process::id(), std::thread::current().id()));
+    let path = std::env::temp_dir().join(format!(
+        "mnemod-serve-echo-{}-{:?}.wat",
+        std::process::id(),
+        std::thread::current().id()
+    ));
     std::fs::write(
         &path,
         r#"(module (memory (export "memory") 1)
@@ -69,12 +83,25 @@ fn echo_worker() -> ((Worker<Script>, std::sync::mpsc::Sender<Stream>), mio::Pol
     )
     .unwrap();
     // A deadline no loaded machine reaches: these tests are about where replies go.
-    let mut config = Config { memory_limit: 8 << 20, threads: 1, job_threads: 1, ..Config::default() };
+    let mut config = Config {
+        memory_limit: 8 << 20,
+        threads: 1,
+        job_threads: 1,
+        ..Config::default()
+    };
     config.filter_limits.deadline = Duration::from_secs(5);
-    let spec = mnemo_filter::FilterSpec { name: "echo".into(), path: path.clone(), kind: mnemo_filter::FilterKind::Wasm };
+    let spec = mnemo_filter::FilterSpec {
+        name: "echo".into(),
+        path: path.clone(),
+        kind: mnemo_filter::FilterKind::Wasm,
+    };
     let filters = mnemo_filter::FilterHost::new(config.filter_limits, vec![spec]).unwrap();
     let _ = std::fs::remove_file(&path);
-    with_shared(Arc::new(Shared::build(config, crate::auth::Credentials::default(), filters)))
+    with_shared(Arc::new(Shared::build(
+        config,
+        crate::auth::Credentials::default(),
+        filters,
+    )))
 }
 
 /// Wait (as the event loop does) until the job pool wakes the worker.
@@ -82,8 +109,12 @@ fn wait_for_wake(poll: &mut mio::Poll) {
     let mut events = mio::Events::with_capacity(4);
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while events.is_empty() {
-        assert!(std::time::Instant::now() < deadline, "the job pool never woke the worker");
-        poll.poll(&mut events, Some(Duration::from_secs(1))).unwrap();
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the job pool never woke the worker"
+        );
+        poll.poll(&mut events, Some(Duration::from_secs(1)))
+            .unwrap();
     }
 }
 
@@ -106,9 +137,12 @@ fn read_now(c: &mut UnixStream) -> Vec<u8> {
 fn connect(w: &Worker<Script>, tx: &std::sync::mpsc::Sender<Stream>) -> UnixStream {
     let (client, server) = UnixStream::pair().unwrap();
     server.set_nonblocking(true).unwrap();
-    client.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    client
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
     w.sh.curr_conns.fetch_add(1, Relaxed);
-    tx.send(Stream::Unix(mio::net::UnixStream::from_std(server))).unwrap();
+    tx.send(Stream::Unix(mio::net::UnixStream::from_std(server)))
+        .unwrap();
     client
 }
 
@@ -146,7 +180,10 @@ fn a_slot_is_reused_only_once_its_transport_lets_go_and_with_a_new_generation() 
     c.write_all(b"quit\r\n").unwrap();
     round(&mut w, false, &[0]);
     assert_eq!(w.sh.curr_conns.load(Relaxed), 0, "closed at once");
-    assert!(w.slots.conn_mut(0).is_some(), "held while its transport is busy with it");
+    assert!(
+        w.slots.conn_mut(0).is_some(),
+        "held while its transport is busy with it"
+    );
     let _d = connect(&w, &tx);
     round(&mut w, true, &[]);
     assert_eq!(w.slots.slots.len(), 2, "the held slot is not reused");
@@ -163,7 +200,10 @@ fn a_slot_is_reused_only_once_its_transport_lets_go_and_with_a_new_generation() 
 
 #[test]
 fn a_connection_over_its_request_budget_yields_and_is_driven_next_round() {
-    let (mut w, tx) = worker(Config { reqs_per_event: 1, ..Config::default() });
+    let (mut w, tx) = worker(Config {
+        reqs_per_event: 1,
+        ..Config::default()
+    });
     let mut c = connect(&w, &tx);
     c.write_all(b"version\r\nversion\r\nversion\r\n").unwrap();
     round(&mut w, true, &[]);
@@ -184,20 +224,32 @@ fn a_job_holds_its_place_and_later_replies_queue_behind_it() {
     let mut c = connect(&w, &tx);
     // Adopted first: a round the accept thread woke also delivers finished jobs.
     round(&mut w, true, &[]);
-    c.write_all(b"set k 0 0 1\r\nv\r\nfget echo 2 k\r\nhi\r\nget k\r\nfget echo 1 k\r\nx\r\nversion\r\n").unwrap();
+    c.write_all(
+        b"set k 0 0 1\r\nv\r\nfget echo 2 k\r\nhi\r\nget k\r\nfget echo 1 k\r\nx\r\nversion\r\n",
+    )
+    .unwrap();
     round(&mut w, false, &[0]);
     // The reply before the job left; nothing after it was even parsed.
     assert_eq!(read_now(&mut c), b"STORED\r\n");
-    assert!(!w.slots.conn_mut(0).unwrap().is_idle(), "a job in flight is no idleness");
+    assert!(
+        !w.slots.conn_mut(0).unwrap().is_idle(),
+        "a job in flight is no idleness"
+    );
     // Turns while the job runs (an event for the connection) answer nothing more.
     round(&mut w, false, &[0]);
     assert_eq!(read_now(&mut c), b"");
     wait_for_wake(&mut poll);
     round(&mut w, true, &[]);
-    assert_eq!(read_now(&mut c), b"VALUE echo 0 2\r\nhi\r\nEND\r\nVALUE k 0 1\r\nv\r\nEND\r\n");
+    assert_eq!(
+        read_now(&mut c),
+        b"VALUE echo 0 2\r\nhi\r\nEND\r\nVALUE k 0 1\r\nv\r\nEND\r\n"
+    );
     wait_for_wake(&mut poll);
     round(&mut w, true, &[]);
-    assert_eq!(read_now(&mut c), b"VALUE echo 0 1\r\nx\r\nEND\r\nVERSION 1.6.45\r\n");
+    assert_eq!(
+        read_now(&mut c),
+        b"VALUE echo 0 1\r\nx\r\nEND\r\nVERSION 1.6.45\r\n"
+    );
     assert!(w.slots.conn_mut(0).unwrap().is_idle());
 }
 
@@ -213,10 +265,18 @@ fn a_reply_for_a_closed_connection_never_reaches_the_next_one_in_its_slot() {
     wait_for_wake(&mut poll);
     let mut d = connect(&w, &tx);
     round(&mut w, true, &[]);
-    assert_eq!((w.slots.slots.len(), w.slots.slots[0].gen), (1, 2), "the slot is reused");
+    assert_eq!(
+        (w.slots.slots.len(), w.slots.slots[0].gen),
+        (1, 2),
+        "the slot is reused"
+    );
     d.write_all(b"version\r\n").unwrap();
     round(&mut w, false, &[0]);
-    assert_eq!(read_some(&mut d), b"VERSION 1.6.45\r\n", "and the old reply was dropped");
+    assert_eq!(
+        read_some(&mut d),
+        b"VERSION 1.6.45\r\n",
+        "and the old reply was dropped"
+    );
 }
 
 #[test]
@@ -232,7 +292,11 @@ fn idle_kicks_close_only_connections_without_a_recent_command() {
     w.slots.conn_mut(2).unwrap().set_last_active(later);
     w.kick_idle(later, 5);
     assert_eq!(read_some(&mut idle), b"");
-    assert_eq!(read_some(&mut partial), b"", "a half-sent command is no activity");
+    assert_eq!(
+        read_some(&mut partial),
+        b"",
+        "a half-sent command is no activity"
+    );
     assert_eq!(w.counters.idle_kicks.load(Relaxed), 2);
     round(&mut w, false, &[2]);
     assert_eq!(read_some(&mut busy), b"VERSION 1.6.45\r\n");
@@ -246,7 +310,11 @@ fn buffers_are_taken_when_input_arrives_and_given_back_by_the_sweep_once_idle() 
     let mut busy = connect(&w, &tx);
     let mut partial = connect(&w, &tx);
     round(&mut w, true, &[]);
-    assert_eq!(bytes(&w), 0, "a connection that sent nothing holds no buffer");
+    assert_eq!(
+        bytes(&w),
+        0,
+        "a connection that sent nothing holds no buffer"
+    );
     idle.write_all(b"version\r\n").unwrap();
     busy.write_all(b"version\r\n").unwrap();
     partial.write_all(b"get som").unwrap();
@@ -258,8 +326,15 @@ fn buffers_are_taken_when_input_arrives_and_given_back_by_the_sweep_once_idle() 
     let later = w.sh.clock.now() + BUF_IDLE_SECS;
     w.slots.conn_mut(1).unwrap().set_last_active(later);
     w.sweep(later);
-    assert_eq!(bytes(&w), 2 * 16 * 1024, "only the idle connection's buffers went back");
-    assert_eq!(w.holding, 2, "the busy and the partial ones are swept again later");
+    assert_eq!(
+        bytes(&w),
+        2 * 16 * 1024,
+        "only the idle connection's buffers went back"
+    );
+    assert_eq!(
+        w.holding, 2,
+        "the busy and the partial ones are swept again later"
+    );
     assert!(w.sweep_due.load(Relaxed));
     // The swept connection takes buffers again with its next request; the partial one
     // kept its bytes.
@@ -277,19 +352,29 @@ fn after_many_closes_the_sweep_drops_the_free_slots_past_the_last_in_use() {
     let mut kept = connect(&w, &tx);
     let wave: Vec<_> = (0..TRIM_AFTER).map(|_| connect(&w, &tx)).collect();
     round(&mut w, true, &[]);
-    assert_eq!((w.slots.slots.len(), w.sh.conn_structs.load(Relaxed)), (TRIM_AFTER + 1, TRIM_AFTER as u64 + 1));
+    assert_eq!(
+        (w.slots.slots.len(), w.sh.conn_structs.load(Relaxed)),
+        (TRIM_AFTER + 1, TRIM_AFTER as u64 + 1)
+    );
     for i in 1..=TRIM_AFTER {
         w.close(i);
     }
     drop(wave);
     w.sweep(w.sh.clock.now());
-    assert_eq!((w.slots.slots.len(), w.slots.free.len()), (1, 0), "only the slot in use is left");
+    assert_eq!(
+        (w.slots.slots.len(), w.slots.free.len()),
+        (1, 0),
+        "only the slot in use is left"
+    );
     assert_eq!(w.sh.conn_structs.load(Relaxed), 1);
     // A new connection gets a slot made anew, under a generation never used before (a
     // job's reply for a closed connection names its slot by index and generation).
     let mut next = connect(&w, &tx);
     round(&mut w, true, &[]);
-    assert_eq!((w.slots.slots.len(), w.slots.slots[1].gen), (2, TRIM_AFTER as u32 + 2));
+    assert_eq!(
+        (w.slots.slots.len(), w.slots.slots[1].gen),
+        (2, TRIM_AFTER as u32 + 2)
+    );
     next.write_all(b"version\r\n").unwrap();
     kept.write_all(b"version\r\n").unwrap();
     round(&mut w, false, &[0, 1]);

@@ -47,7 +47,14 @@ unsafe impl Sync for BufRing {}
 fn map(len: usize) -> Result<*mut u8, UringError> {
     // SAFETY: an anonymous private mapping; the result is checked.
     let p = unsafe {
-        libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
     };
     if p == libc::MAP_FAILED {
         return Err(UringError::Buffers(std::io::Error::last_os_error()));
@@ -70,10 +77,21 @@ impl BufRing {
                 return Err(e);
             }
         };
-        let bufs = BufRing { entries, entries_len, data, data_len, count, size, tail: AtomicU16::new(0) };
+        let bufs = BufRing {
+            entries,
+            entries_len,
+            data,
+            data_len,
+            count,
+            size,
+            tail: AtomicU16::new(0),
+        };
         // SAFETY: both mappings live as long as `bufs`, which the worker drops after its ring.
-        unsafe { ring.submitter().register_buf_ring_with_flags(entries as u64, count, GROUP, 0) }
-            .map_err(UringError::Buffers)?;
+        unsafe {
+            ring.submitter()
+                .register_buf_ring_with_flags(entries as u64, count, GROUP, 0)
+        }
+        .map_err(UringError::Buffers)?;
         for bid in 0..count {
             bufs.push(bid);
         }
@@ -86,7 +104,9 @@ impl BufRing {
         debug_assert!(bid < self.count && len <= self.size as usize);
         // SAFETY: bid < count and len <= size (the kernel never reports more than the buffer's
         // length); the kernel does not write a buffer between reporting it and its recycle.
-        unsafe { std::slice::from_raw_parts(self.data.add(usize::from(bid) * self.size as usize), len) }
+        unsafe {
+            std::slice::from_raw_parts(self.data.add(usize::from(bid) * self.size as usize), len)
+        }
     }
 
     /// Give buffer `bid` back to the kernel.
@@ -121,7 +141,8 @@ impl BufRing {
         // acquire semantics, so a release store makes the entries written before it visible.
         unsafe {
             let tail = BufRingEntry::tail(self.entries).cast_mut();
-            (*(tail as *const AtomicU16)).store(self.tail.load(Ordering::Relaxed), Ordering::Release);
+            (*(tail as *const AtomicU16))
+                .store(self.tail.load(Ordering::Relaxed), Ordering::Release);
         }
     }
 }

@@ -94,7 +94,12 @@ impl RingStream {
 
     /// Input received and not yet read.
     pub(super) fn unread(&self) -> usize {
-        self.spill.len() - self.spill_pos + self.chunks.iter().map(|&(_, s, e)| (e - s) as usize).sum::<usize>()
+        self.spill.len() - self.spill_pos
+            + self
+                .chunks
+                .iter()
+                .map(|&(_, s, e)| (e - s) as usize)
+                .sum::<usize>()
     }
 
     /// Copy what the connection left unread out of the ring and recycle those buffers, so no
@@ -110,7 +115,8 @@ impl RingStream {
             self.spill_pos = 0;
         }
         while let Some((bid, s, e)) = self.chunks.pop_front() {
-            self.spill.extend_from_slice(&self.bufs.get(bid, e as usize)[s as usize..]);
+            self.spill
+                .extend_from_slice(&self.bufs.get(bid, e as usize)[s as usize..]);
             self.bufs.recycle(bid);
         }
     }
@@ -172,7 +178,10 @@ impl Io for RingStream {
     /// Nothing queued or in flight comes before a direct write, and no failure is waiting to
     /// be reported.
     fn direct(&self) -> bool {
-        !self.send_in_flight && self.sent == self.sending.len() && self.out.is_empty() && self.err.is_none()
+        !self.send_in_flight
+            && self.sent == self.sending.len()
+            && self.out.is_empty()
+            && self.err.is_none()
     }
 
     fn sending(&self) -> bool {
@@ -195,7 +204,11 @@ impl Io for RingStream {
 
     /// Nothing in flight or queued: the send buffers go; nothing unread: so does the spill.
     fn release_idle(&mut self) -> bool {
-        let held = self.out.capacity() + self.sending.capacity() + self.spill.capacity() + self.chunks.capacity() > 0;
+        let held = self.out.capacity()
+            + self.sending.capacity()
+            + self.spill.capacity()
+            + self.chunks.capacity()
+            > 0;
         if !self.send_in_flight && !self.sending() {
             (self.out, self.sending, self.sent) = (Vec::new(), Vec::new(), 0);
         }
@@ -250,7 +263,9 @@ impl io::Read for RingStream {
             match io::Read::read_vectored(&mut self.sock, &mut iov) {
                 Ok(0) => self.eof = true,
                 Ok(got) => n += got,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e)
+                    if e.kind() == io::ErrorKind::WouldBlock
+                        || e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => self.err = Some(e.raw_os_error().unwrap_or(libc::EIO)),
             }
         }
@@ -286,7 +301,9 @@ impl io::Read for RingStream {
         // Fill as much as there is room for: a short read then means "nothing left", which
         // is what the connection takes it to mean (it skips the next read).
         while n < buf.len() {
-            let Some((bid, s, e)) = self.chunks.front_mut() else { break };
+            let Some((bid, s, e)) = self.chunks.front_mut() else {
+                break;
+            };
             let src = &self.bufs.get(*bid, *e as usize)[*s as usize..];
             let k = src.len().min(buf.len() - n);
             buf[n..n + k].copy_from_slice(&src[..k]);

@@ -18,11 +18,22 @@ fn store(t: &TempFile) -> Store {
         recache_rate: 0,
         ..FlashConfig::new(&t.0, 16 << 20)
     };
-    Store::new(StoreConfig { mem_limit: 1 << 20, shards: 1, huge_pages: false, flash: Some(fc), ..Default::default() })
+    Store::new(StoreConfig {
+        mem_limit: 1 << 20,
+        shards: 1,
+        huge_pages: false,
+        flash: Some(fc),
+        ..Default::default()
+    })
 }
 
 fn value(i: u32) -> Vec<u8> {
-    format!("{i:08}").into_bytes().into_iter().cycle().take(2000).collect()
+    format!("{i:08}")
+        .into_bytes()
+        .into_iter()
+        .cycle()
+        .take(2000)
+        .collect()
 }
 
 fn key(i: u32) -> Vec<u8> {
@@ -45,7 +56,12 @@ fn filled(t: &TempFile, exp: Time) -> (Store, Vec<u32>) {
     s.delete(&key(5), 1);
     s.store(Mode::Set, &key(6), 0, 0, b"six", 1).unwrap();
     let flashed = (0..3000)
-        .filter(|&i| matches!(s.get_located(&key(i), 1, |_| ()), crate::Located::Flash { .. }))
+        .filter(|&i| {
+            matches!(
+                s.get_located(&key(i), 1, |_| ()),
+                crate::Located::Flash { .. }
+            )
+        })
         .collect::<Vec<_>>();
     assert!(flashed.len() > 2000, "{} on flash", flashed.len());
     (s, flashed)
@@ -61,13 +77,15 @@ fn stop(s: Store) -> u64 {
 /// Every hit of keys 0..3000 at `now`: each must be the value written for its key.
 fn served(s: &Store, now: Time) -> Vec<u32> {
     (0..3000)
-        .filter(|&i| match s.get(&key(i), now, |it| (it.flags, it.value.to_vec())) {
-            Lookup::Hit(v) => {
-                assert_eq!(v, (i, value(i)), "key {i}: a wrong value");
-                true
-            }
-            _ => false,
-        })
+        .filter(
+            |&i| match s.get(&key(i), now, |it| (it.flags, it.value.to_vec())) {
+                Lookup::Hit(v) => {
+                    assert_eq!(v, (i, value(i)), "key {i}: a wrong value");
+                    true
+                }
+                _ => false,
+            },
+        )
         .collect()
 }
 
@@ -81,8 +99,21 @@ fn a_graceful_stop_keeps_the_flashed_items_and_only_them() {
     let r = store(&t);
     let rep = r.restore_flash_list(1, ORIGIN + 30).unwrap();
     assert!(!path.exists(), "the list is removed before serving");
-    assert_eq!((rep.restored, rep.dropped, rep.bad_blocks, rep.refused.clone()), (flashed.len() as u64, 0, 0, None), "{rep:?}");
-    assert_eq!(served(&r, 1), flashed, "exactly what was on flash comes back");
+    assert_eq!(
+        (
+            rep.restored,
+            rep.dropped,
+            rep.bad_blocks,
+            rep.refused.clone()
+        ),
+        (flashed.len() as u64, 0, 0, None),
+        "{rep:?}"
+    );
+    assert_eq!(
+        served(&r, 1),
+        flashed,
+        "exactly what was on flash comes back"
+    );
     assert!(!flashed.contains(&5) && !flashed.contains(&6));
     let st = r.stats();
     assert_eq!(st.flash.clone().unwrap().objects_used, flashed.len() as u64);
@@ -152,7 +183,11 @@ fn a_damaged_list_costs_hits_never_a_wrong_value() {
     std::fs::write(&path, &bad).unwrap();
     let r = store(&t);
     let rep = r.restore_flash_list(1, ORIGIN).unwrap();
-    assert_eq!((rep.bad_blocks, rep.dropped), (1, BLOCK_ENTRIES as u64), "{rep:?}");
+    assert_eq!(
+        (rep.bad_blocks, rep.dropped),
+        (1, BLOCK_ENTRIES as u64),
+        "{rep:?}"
+    );
     let got = served(&r, 1);
     assert_eq!(got.len(), flashed.len() - BLOCK_ENTRIES);
     assert!(got.iter().all(|i| flashed.contains(i)));
@@ -185,7 +220,11 @@ fn a_damaged_list_costs_hits_never_a_wrong_value() {
     let rep = r.restore_flash_list(1, ORIGIN).unwrap();
     assert_eq!(rep.bad_blocks, 1, "{rep:?}");
     let got = served(&r, 1).len();
-    assert!(got < flashed.len() && got + BLOCK_ENTRIES >= flashed.len(), "{got} of {}", flashed.len());
+    assert!(
+        got < flashed.len() && got + BLOCK_ENTRIES >= flashed.len(),
+        "{got} of {}",
+        flashed.len()
+    );
 }
 
 #[test]
@@ -194,7 +233,11 @@ fn a_damaged_file_drops_its_records_at_the_start() {
     let (s, flashed) = filled(&t, 0);
     stop(s);
     // Flip one byte in every 64 KiB of the file's first 4 pages.
-    let file = std::fs::OpenOptions::new().read(true).write(true).open(&t.0).unwrap();
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&t.0)
+        .unwrap();
     for at in (0..4u64 << 20).step_by(64 << 10) {
         let mut b = [0u8];
         file.read_exact_at(&mut b, at + 1000).unwrap();
@@ -202,7 +245,10 @@ fn a_damaged_file_drops_its_records_at_the_start() {
     }
     let r = store(&t);
     let rep = r.restore_flash_list(1, ORIGIN).unwrap();
-    assert!(rep.dropped > 0 && rep.restored + rep.dropped == flashed.len() as u64, "{rep:?}");
+    assert!(
+        rep.dropped > 0 && rep.restored + rep.dropped == flashed.len() as u64,
+        "{rep:?}"
+    );
     assert_eq!(served(&r, 1).len() as u64, rep.restored);
 }
 
@@ -211,8 +257,19 @@ fn another_shape_of_file_keeps_nothing() {
     let t = TempFile::new("keep-shape");
     let (s, _) = filled(&t, 0);
     stop(s);
-    let fc = FlashConfig { page_size: 2 << 20, wbuf_size: 256 << 10, item_size: 1000, ..FlashConfig::new(&t.0, 16 << 20) };
-    let r = Store::new(StoreConfig { mem_limit: 1 << 20, shards: 1, huge_pages: false, flash: Some(fc), ..Default::default() });
+    let fc = FlashConfig {
+        page_size: 2 << 20,
+        wbuf_size: 256 << 10,
+        item_size: 1000,
+        ..FlashConfig::new(&t.0, 16 << 20)
+    };
+    let r = Store::new(StoreConfig {
+        mem_limit: 1 << 20,
+        shards: 1,
+        huge_pages: false,
+        flash: Some(fc),
+        ..Default::default()
+    });
     let rep = r.restore_flash_list(1, ORIGIN).unwrap();
     assert!(rep.refused.unwrap().contains("pages"));
     assert!(served(&r, 1).is_empty());
@@ -228,11 +285,18 @@ fn a_flush_before_the_stop_is_not_undone_by_the_list() {
         let (s, flashed) = filled(&t, 0);
         assert!(!flashed.is_empty());
         s.flush_all(at);
-        assert_eq!(s.freeze().write_flash_list(now, ORIGIN).unwrap().unwrap(), 0, "flush_all {at} at {now}");
+        assert_eq!(
+            s.freeze().write_flash_list(now, ORIGIN).unwrap().unwrap(),
+            0,
+            "flush_all {at} at {now}"
+        );
         drop(s);
         let r = store(&t);
         let rep = r.restore_flash_list(2, ORIGIN).unwrap();
         assert_eq!(rep.restored, 0, "{rep:?}");
-        assert!(served(&r, 2).is_empty(), "flush_all {at} at {now}: flushed values came back");
+        assert!(
+            served(&r, 2).is_empty(),
+            "flush_all {at} at {now}: flushed values came back"
+        );
     }
 }
