@@ -176,10 +176,11 @@ for io_loop in uring epoll; do
 done
 unset MNEMO_IO_LOOP
 
-step "memcached's own test suite (t/*.t of Debian's memcached source package) against mnemod"
+step "memcached's own test suites (t/*.t of Debian 12's 1.6.18 and Debian 13's 1.6.38) against mnemod"
 # Once, not per io loop: it checks protocol behaviour; the suites above cover both loops.
 memcached_src=$(bash scripts/memcached-src.sh | tail -n 1)
-MEMCACHED_SRC="$memcached_src" .venv/bin/python -m pytest -q -rfE -s -p no:cacheprovider tests/memcached_suite.py
+MEMCACHED_SRC="$memcached_src" MEMCACHED_NEW_SRC="$(dirname "$MEMCACHED_NEW_BIN")" \
+    .venv/bin/python -m pytest -q -rfE -s -p no:cacheprovider tests/memcached_suite.py
 
 step "Debian package: build (debug binaries), install with dpkg, run the unit's command line"
 deb=$(MNEMO_PACKAGE_PROFILE=debug MNEMO_PACKAGE_FAST=1 SKIP_BUILD=1 bash scripts/package.sh | tail -n 1)

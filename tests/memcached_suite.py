@@ -90,12 +90,42 @@ KNOWN_ASSERTIONS = {
                    "answers NOT_STORED, mnemo brings the value back and stores (issue 37 asks for it)"),
 }
 
-# 1.6.38's suite: files (or assertions) it adds to the lists above, and why.
+# 1.6.38's suite: files (or assertions) it adds to the lists above, and why. Where mnemod
+# follows 1.6.40's parser or 1.6.45's replies (issue 48: the newest release where the two
+# disagree), 1.6.38's own test of the old reply fails by design.
 KNOWN_NEW = {
     "slabs-mover.t": "the slab page mover (1.6.35's rewrite): moves pages between slab classes and "
     "counts it in slab_reassign_* stats; mnemo has no slab classes (its reassign is a no-op)",
+    "slabs-cas.t": "reads which slab class an item landed in and waits for the slab rebalancer "
+    "to start: mnemo has no slab classes",
+    "cas.t": "`cas` without its CAS token: 1.6.40 answers one CLIENT_ERROR bad command line "
+    "format and swallows the data (mnemod follows 1.6.45); 1.6.38's test waits for two ERRORs",
+    "issue_3.t": "`delete k 0`-style extra words: 1.6.40 ignores them (DELETED/NOT_FOUND) where "
+    "1.6.38's test expects the usage error",
+    "extstore-overdel.t": "waits for an item overwritten over and over to leave RAM (items of "
+    "class 3 and up back to 0) with ext_item_age=0; mnemo ages items by segment, so the newest "
+    "copy stays in RAM and the file waits forever",
 }
-KNOWN_ASSERTIONS_NEW = {}
+KNOWN_ASSERTIONS_NEW = {
+    "metaget.t": (("error from blank command",), "a blank line: 1.6.40 answers CLIENT_ERROR bad "
+                  "command line format (mnemod follows 1.6.45), 1.6.38 ERROR"),
+    "shutdown.t": (("error when shutdown is not enabled",), "`shutdown` without -A: 1.6.40 answers "
+                   "SERVER_ERROR: shutdown not enabled, 1.6.38 ERROR: shutdown not enabled"),
+    "extstore-jbod.t": (("at least two pages reclaimed",), "expects whole flash pages reclaimed "
+                        "after deletes; mnemo's compaction copies their live records out first, "
+                        "so its pages are recycled by compaction, not reclaimed empty"),
+    "extstore-tiered.t": (("at least two pages reclaimed", "at least two compact rescues",
+                           "compact bucket has dedicated free pages", "fewer free compact pages"),
+                          "`ext_path=FILE:SIZE:compact` pages serving compaction alone: mnemod "
+                          "accepts the bucket but its files share one page pool (docs/flash.md)"),
+    "extstore-tiered2.t": (("all COLDCOMPACT buckets are currently free", "all OLD buckets are currently free",
+                            "at least two pages reclaimed", "at least two compact rescues",
+                            "compact rescues to COLDCOMPACT"),
+                           "the coldcompact and old buckets (1.6.38): accepted, but one shared "
+                           "page pool (docs/flash.md)"),
+}
+# Entries of the 1.6.18 lists that 1.6.38's suite no longer trips (its tests changed).
+NOT_KNOWN_NEW = {"binary-extstore.t", "flush-all.t"}
 
 # Files whose own skip condition holds on mnemod but not on memcached, and why (none today:
 # the extstore files run since mnemod serves -o ext_path).
@@ -110,7 +140,8 @@ TLS_FILES = re.compile(r"^ssl_.*\.t$")
 # A known failure can hang until the suite's own 600 s limit (the watcher waits for log lines
 # that never come); it is cut short, any other file gets the long limit.
 KNOWN_LIMIT = 40
-LIMIT = 600
+# MEMCACHED_SUITE_LIMIT shortens it while triaging a new tree (a hang then costs less).
+LIMIT = int(os.environ.get("MEMCACHED_SUITE_LIMIT", "600"))
 # The files mostly sleep and wait on sockets: the whole suite is about 50 s of CPU over 600 s
 # of files, so 8 run at once.
 WORKERS = 8
@@ -202,7 +233,9 @@ def test_memcached_suite_against_mnemod():
 
 @pytest.mark.skipif(not SRC_NEW, reason="MEMCACHED_NEW_SRC is not set (scripts/test.sh sets it)")
 def test_memcached_1_6_38_suite_against_mnemod():
-    run_suite(SRC_NEW, MEMCACHED_NEW, {**KNOWN, **KNOWN_NEW}, {**KNOWN_ASSERTIONS, **KNOWN_ASSERTIONS_NEW})
+    known = {k: v for k, v in {**KNOWN, **KNOWN_NEW}.items() if k not in NOT_KNOWN_NEW}
+    assertions = {k: v for k, v in {**KNOWN_ASSERTIONS, **KNOWN_ASSERTIONS_NEW}.items() if k not in NOT_KNOWN_NEW}
+    run_suite(SRC_NEW, MEMCACHED_NEW, known, assertions)
 
 
 def run_suite(src, reference, known, known_assertions):

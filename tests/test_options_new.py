@@ -122,6 +122,17 @@ def test_btls_and_mtls_listeners(certs):
     assert got["mnemod"] == got["memcached-new"] == [False, True, True, True, False, True], got
 
 
+def test_mtls_without_a_ca_starts_and_accepts_no_client(certs):
+    """1.6.38's t/ssl_ports.t: an mtls: listener with no ssl_ca_cert starts; every client is
+    asked for a certificate and none verifies. The default TLS listener serves as usual."""
+    got = {}
+    for kind in ("memcached-new", "mnemod"):
+        m = free_port()
+        with Server(kind, "-l", f"mtls:127.0.0.1:{m}", *tls_flags(certs)) as srv:
+            got[kind] = [answers(p, client_ctx(certs, cert)) for p in (srv.port, m) for cert in (False, True)]
+    assert got["mnemod"] == got["memcached-new"] == [True, True, False, False], got
+
+
 def test_sighup_reloads_certificates(certs, tmp_path):
     """1.6.40: SIGHUP reloads the certificates as `refresh_certs` does (1.6.38 does not: the
     row is mnemod's alone). A bad file keeps the ones in force."""

@@ -31,6 +31,8 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
 use crate::config::ext::SslOptions;
 
+mod no_ca;
+
 /// OpenSSL's default server session cache size (SSL_SESSION_CACHE_MAX_SIZE_DEFAULT), which
 /// memcached's `ssl_session_cache` turns on.
 const SESSION_CACHE_SIZE: usize = 20 * 1024;
@@ -51,8 +53,6 @@ pub enum TlsError {
         "ssl_verify_mode {0} needs ssl_ca_cert (the CAs client certificates are checked against)"
     )]
     NoCa(u8),
-    #[error("mtls: listeners need ssl_ca_cert (the CAs client certificates are checked against)")]
-    MtlsNoCa,
     #[error("Error creating the TLS context: {0}")]
     Config(String),
 }
@@ -241,11 +241,9 @@ fn build_all(
     sessions: Option<&Arc<CountingSessions>>,
     (no_peer, peer): (bool, bool),
 ) -> Result<Configs, TlsError> {
-    let mtls = || match opts.ca_cert {
-        // OpenSSL's SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, memcached's mode 2.
-        Some(_) => build(opts, sessions, 2),
-        None => Err(TlsError::MtlsNoCa),
-    };
+    // OpenSSL's SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, memcached's mode 2; with
+    // no CA file, memcached starts and no client certificate verifies (no_ca.rs).
+    let mtls = || build(opts, sessions, MTLS);
     Ok(Configs {
         default: build(opts, sessions, opts.verify_mode)?,
         no_peer: if no_peer {
@@ -257,7 +255,12 @@ fn build_all(
     })
 }
 
-/// One configuration, with `verify_mode` (memcached's 0-3) as the client-certificate rule.
+/// An `mtls:` listener's rule: memcached's mode 2, and without `ssl_ca_cert` a certificate
+/// required that none can satisfy (no_ca.rs) rather than a start-up error.
+const MTLS: u8 = u8::MAX;
+
+/// One configuration, with `verify_mode` (memcached's 0-3, or [`MTLS`]) as the
+/// client-certificate rule.
 fn build(
     opts: &SslOptions,
     sessions: Option<&Arc<CountingSessions>>,
@@ -292,6 +295,8 @@ fn build(
         .map_err(|e| TlsError::Config(e.to_string()))?;
     let builder = match verify_mode {
         0 => builder.with_no_client_auth(),
+        MTLS if opts.ca_cert.is_none() => builder.with_client_cert_verifier(Arc::new(no_ca::NoCa::new(&provider))),
+        MTLS => return build(opts, sessions, 2),
         mode => {
             let path = opts.ca_cert.as_deref().ok_or(TlsError::NoCa(mode))?;
             let ca_err = |reason: String| TlsError::Ca {
