@@ -45,6 +45,23 @@ def reported_version(kind):
 # that check a connection is served, not which release answers.
 VERSION_REPLY = re.compile(rb"VERSION 1\.6\.\d+\r\n")
 
+
+
+def release_neutral(reply):
+    """`reply` with its release number taken out (`VERSION 1.6.38` and mnemod's `VERSION
+    1.6.45` both become `VERSION 1.6.x`), for comparing conversations across releases."""
+    return re.sub(rb"VERSION 1\.6\.\d+", b"VERSION 1.6.x", reply)
+
+
+def as_1_6_45_stats(names):
+    """memcached 1.6.38's `stats` field names as 1.6.45 (which mnemod follows) lists them:
+    1.6.40 added `slab_reassign_last_busy_status` before `slab_reassign_running`."""
+    names = list(names)
+    if "slab_reassign_running" in names and "slab_reassign_last_busy_status" not in names:
+        names.insert(names.index("slab_reassign_running"), "slab_reassign_last_busy_status")
+    return names
+
+
 START_DEADLINE = 60.0  # a liveness check, not a timing: a debug mnemod compiles its filters first
 
 

@@ -283,6 +283,7 @@ pub fn general(sh: &Shared, out: &mut Vec<u8>) {
             stat(out, "ssl_new_sessions", n);
         }
         stat(out, "ssl_handshake_errors", tls.handshake_errors());
+        stat(out, "ssl_proto_errors", tls.proto_errors());
         stat(
             out,
             "time_since_server_cert_refresh",

@@ -117,6 +117,9 @@ pub struct Tls {
     /// before its clock starts, so this starts at 0 (stats then shows uptime + 60).
     last_refresh: AtomicU32,
     handshake_errors: AtomicU64,
+    /// memcached's ssl_proto_errors (1.6.30): a TLS error after the handshake (a bad record,
+    /// an unexpected message), which ends the connection.
+    proto_errors: AtomicU64,
 }
 
 impl std::fmt::Debug for Tls {
@@ -145,6 +148,7 @@ impl Tls {
             sessions,
             last_refresh: AtomicU32::new(0),
             handshake_errors: AtomicU64::new(0),
+            proto_errors: AtomicU64::new(0),
         }))
     }
 
@@ -195,6 +199,10 @@ impl Tls {
         self.handshake_errors.load(Relaxed)
     }
 
+    pub fn proto_errors(&self) -> u64 {
+        self.proto_errors.load(Relaxed)
+    }
+
     /// `stats`: time_since_server_cert_refresh.
     pub fn since_refresh(&self, now: mnemo_store::Time) -> u32 {
         now.wrapping_sub(self.last_refresh.load(Relaxed))
@@ -203,6 +211,7 @@ impl Tls {
     /// `stats reset` (memcached zeroes these with its other global counters).
     pub fn reset_stats(&self) {
         self.handshake_errors.store(0, Relaxed);
+        self.proto_errors.store(0, Relaxed);
         if let Some(s) = &self.sessions {
             s.new.store(0, Relaxed);
         }
@@ -295,7 +304,9 @@ fn build(
         .map_err(|e| TlsError::Config(e.to_string()))?;
     let builder = match verify_mode {
         0 => builder.with_no_client_auth(),
-        MTLS if opts.ca_cert.is_none() => builder.with_client_cert_verifier(Arc::new(no_ca::NoCa::new(&provider))),
+        MTLS if opts.ca_cert.is_none() => {
+            builder.with_client_cert_verifier(Arc::new(no_ca::NoCa::new(&provider)))
+        }
         MTLS => return build(opts, sessions, 2),
         mode => {
             let path = opts.ca_cert.as_deref().ok_or(TlsError::NoCa(mode))?;
@@ -569,6 +580,9 @@ impl Read for TlsStream {
             if let Err(e) = self.conn.process_new_packets() {
                 // rustls queued an alert for the peer: a best-effort send before closing.
                 let _ = self.conn.write_tls(&mut self.tcp);
+                if !self.conn.is_handshaking() {
+                    self.tls.proto_errors.fetch_add(1, Relaxed);
+                }
                 self.handshake_failed();
                 return Err(io::Error::new(io::ErrorKind::InvalidData, e));
             }

@@ -17,7 +17,11 @@ pub(super) struct NoCa {
 
 impl NoCa {
     pub(super) fn new(provider: &CryptoProvider) -> NoCa {
-        NoCa { schemes: provider.signature_verification_algorithms.supported_schemes() }
+        NoCa {
+            schemes: provider
+                .signature_verification_algorithms
+                .supported_schemes(),
+        }
     }
 }
 
@@ -30,15 +34,30 @@ impl ClientCertVerifier for NoCa {
         &[]
     }
 
-    fn verify_client_cert(&self, _: &CertificateDer<'_>, _: &[CertificateDer<'_>], _: UnixTime) -> Result<ClientCertVerified, Error> {
+    fn verify_client_cert(
+        &self,
+        _: &CertificateDer<'_>,
+        _: &[CertificateDer<'_>],
+        _: UnixTime,
+    ) -> Result<ClientCertVerified, Error> {
         Err(Error::InvalidCertificate(CertificateError::UnknownIssuer))
     }
 
-    fn verify_tls12_signature(&self, _: &[u8], _: &CertificateDer<'_>, _: &DigitallySignedStruct) -> Result<HandshakeSignatureValid, Error> {
+    fn verify_tls12_signature(
+        &self,
+        _: &[u8],
+        _: &CertificateDer<'_>,
+        _: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, Error> {
         Err(Error::InvalidCertificate(CertificateError::UnknownIssuer))
     }
 
-    fn verify_tls13_signature(&self, _: &[u8], _: &CertificateDer<'_>, _: &DigitallySignedStruct) -> Result<HandshakeSignatureValid, Error> {
+    fn verify_tls13_signature(
+        &self,
+        _: &[u8],
+        _: &CertificateDer<'_>,
+        _: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, Error> {
         Err(Error::InvalidCertificate(CertificateError::UnknownIssuer))
     }
 
