@@ -649,6 +649,10 @@ impl ReplyDecoder {
                         let l = String::from_utf8_lossy(line).into_owned();
                         return Ok(self.done(Reply::Error(l)));
                     }
+                    // memcached 1.6.43 (and mnemod) open a dump with OK: not a dump line.
+                    if line == b"OK" && self.lines.is_empty() {
+                        continue;
+                    }
                     self.lines.push(String::from_utf8_lossy(line).into_owned());
                 }
                 single => {

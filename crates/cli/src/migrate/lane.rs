@@ -346,6 +346,7 @@ fn read_dump(
         inb.consume(eol + 1);
         match parsed.map_err(|l| MigrateError::Protocol(addr.clone(), l))? {
             DumpLine::End => break,
+            DumpLine::Started => {}
             DumpLine::Refused(l) if l.starts_with("BUSY") && busy < BUSY_RETRIES => {
                 // Another crawl (the server's own, or another tool's) is running: ask again.
                 busy += 1;

@@ -53,6 +53,8 @@ pub enum DumpLine {
     Item { exp: Option<i64>, cas: Option<u64> },
     /// The end of the dump.
     End,
+    /// `OK`, which memcached 1.6.43 (and mnemod) send before a dump's lines.
+    Started,
     /// The server refused the dump (`BUSY ...`, `ERROR ...`): its line.
     Refused(String),
 }
@@ -62,6 +64,9 @@ pub fn parse_dump_line(line: &[u8], key: &mut Vec<u8>) -> Result<DumpLine, Strin
     let line = line.strip_suffix(b"\r").unwrap_or(line);
     if line == b"END" {
         return Ok(DumpLine::End);
+    }
+    if line == b"OK" {
+        return Ok(DumpLine::Started);
     }
     let bad = || {
         format!(

@@ -338,6 +338,15 @@ fn decodes_stats_and_lines() {
         r,
         Reply::Lines(vec!["key=a exp=-1 la=1 cas=2 fetch=no cls=1 size=60".into()])
     );
+    // memcached 1.6.43 and mnemod open a dump with OK.
+    let (r, _) = decode_all(
+        Expect::Lines,
+        b"OK\r\nkey=a exp=-1 la=1 cas=2 fetch=no cls=1 size=60\r\nEND\r\n",
+    );
+    assert_eq!(
+        r,
+        Reply::Lines(vec!["key=a exp=-1 la=1 cas=2 fetch=no cls=1 size=60".into()])
+    );
 }
 
 #[test]

@@ -21,6 +21,8 @@ fn reads_metadump_lines_of_memcached_and_mnemod() {
     );
     assert_eq!(k, b"x");
     assert_eq!(parse_dump_line(b"END\r", &mut k), Ok(DumpLine::End));
+    // memcached 1.6.43 and mnemod open a dump with OK.
+    assert_eq!(parse_dump_line(b"OK\r", &mut k), Ok(DumpLine::Started));
     assert_eq!(
         parse_dump_line(b"BUSY currently processing crawler request", &mut k),
         Ok(DumpLine::Refused(
