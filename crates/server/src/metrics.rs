@@ -1203,7 +1203,13 @@ mod tests {
         check_shape(&empty);
         assert_eq!(value(&empty, "memcached_up"), Some(1.0));
         assert_eq!(
-            value(&empty, "memcached_version{version=\"1.6.18\"}"),
+            value(
+                &empty,
+                &format!(
+                    "memcached_version{{version=\"{}\"}}",
+                    crate::config::PROTOCOL_VERSION
+                )
+            ),
             Some(1.0)
         );
         assert_eq!(

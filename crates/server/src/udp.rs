@@ -490,7 +490,11 @@ mod tests {
         ];
         assert_eq!(
             ex(&mut run, &[&b"version\r\n"[..], &noop].concat()),
-            [v("VERSION 1.6.45\r\n"), v("ERROR\r\n")]
+            // 1.6.40's parser: a line under 4 bytes with its newline is a format error.
+            [
+                v("VERSION 1.6.45\r\n"),
+                v("CLIENT_ERROR bad command line format\r\n")
+            ]
         );
         let got = ex(&mut run, &[&noop[..], b"version\r\n"].concat());
         assert_eq!(got.len(), 1);

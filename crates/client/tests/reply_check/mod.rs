@@ -372,7 +372,8 @@ fn check_reply(c: &[u8], reply: &Reply, expect: Expect) {
             assert_eq!(line_at(c, pos), (&b"END"[..], c.len()));
         }
         (Expect::Lines, Reply::Lines(lines)) => {
-            let mut pos = 0;
+            // A dump may open with OK (memcached 1.6.43, mnemod): not one of its lines.
+            let mut pos = if first == b"OK" { first_end } else { 0 };
             for s in lines {
                 let (l, le) = line_at(c, pos);
                 assert_eq!(&lossy(l), s);
