@@ -229,7 +229,7 @@ impl Shared {
             restart::save_and_exit(&self.store, path, self.clock.now(), self.clock.process_started(), cleanup);
         }
         if self.store.has_flash() {
-            restart::keep_flash_and_exit(&self.store, self.clock.process_started(), cleanup);
+            restart::keep_flash_and_exit(&self.store, self.clock.now(), self.clock.process_started(), cleanup);
         }
         cleanup();
         std::process::exit(0);

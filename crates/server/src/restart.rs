@@ -247,11 +247,11 @@ pub fn keep_flash_start(store: &Store, memory_file: Option<&Path>, now: Time, or
 
 /// A graceful stop without `-e` but with a flash tier: freezes the store, writes the list of
 /// what is on flash beside the file (so the next start keeps it) and exits the process.
-pub fn keep_flash_and_exit(store: &Store, origin: u64, cleanup: impl FnOnce()) -> ! {
+pub fn keep_flash_and_exit(store: &Store, now: Time, origin: u64, cleanup: impl FnOnce()) -> ! {
     let t = Instant::now();
     let mut frozen = store.freeze();
     let list = store.flash_list_path().unwrap_or_default();
-    let status = match frozen.write_flash_list(origin) {
+    let status = match frozen.write_flash_list(now, origin) {
         Ok(n) => {
             let n = n.unwrap_or(0);
             eprintln!("mnemod: {}: listed {n} items on flash in {:.2} s", list.display(), t.elapsed().as_secs_f64());

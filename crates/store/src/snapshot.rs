@@ -310,6 +310,13 @@ impl Frozen<'_> {
         for (me, s) in self.shards.iter_mut().enumerate() {
             let env = st.env(me);
             s.apply_flush(&env, now);
+            // A delayed flush_all not due yet invalidates, once due, every item stored before
+            // it: that is an expiry, and the snapshot keeps it as one (the flush itself is
+            // not in the file), so no item outlives the flush a client was told of.
+            let exp = |e: Time| match s.flush_at {
+                Some(at) if e == 0 || e > at => at,
+                _ => e,
+            };
             // Items whose value is on flash first: they are older than what is in RAM, and a
             // restore that fills RAM sends them back to flash. Each is read and verified; one
             // that fails is left out, as a read would miss it.
@@ -322,7 +329,7 @@ impl Frozen<'_> {
                     if v.meta.exp != 0 && v.meta.exp <= now {
                         continue;
                     }
-                    w.item(key, v.meta.flags, to_unix(v.meta.exp, origin), v.value)?;
+                    w.item(key, v.meta.flags, to_unix(exp(v.meta.exp), origin), v.value)?;
                 }
             }
             let mut id = s.segs.head();
@@ -337,7 +344,7 @@ impl Frozen<'_> {
                         if hdr.is_dead() || (hdr.exp != 0 && hdr.exp <= now) {
                             continue;
                         }
-                        w.item(&d[hdr.key_range()], hdr.flags, to_unix(hdr.exp, origin), &d[hdr.value_range()])?;
+                        w.item(&d[hdr.key_range()], hdr.flags, to_unix(exp(hdr.exp), origin), &d[hdr.value_range()])?;
                     }
                 }
                 id = s.segs.next_of(id);

@@ -327,11 +327,20 @@ impl Frozen<'_> {
     /// synced, renamed over FILE.entries. The store stays frozen, so nothing changes after
     /// it. `origin`: the unix time of the store's Time 0. None without a flash tier; else
     /// the entries written.
-    pub fn write_flash_list(&mut self, origin: u64) -> io::Result<Option<u64>> {
+    pub fn write_flash_list(&mut self, now: Time, origin: u64) -> io::Result<Option<u64>> {
         let Some(f) = self.store.flash.as_deref() else { return Ok(None) };
         f.sync_files()?;
         let mut locs = Vec::new();
-        for s in self.shards.iter() {
+        let st = self.store;
+        for (me, s) in self.shards.iter_mut().enumerate() {
+            // A flush_all already due must not be undone by the list: its items go now (an
+            // earlier version listed them, and the next start served flushed values). One
+            // delayed past the stop cannot be kept in a record's expiry, so its shard's
+            // flashed items are forgotten instead.
+            s.apply_flush(&st.env(me), now);
+            if s.flush_at.is_some() {
+                continue;
+            }
             s.flash.each(|_, loc| {
                 if f.current(&loc) {
                     locs.push(loc);

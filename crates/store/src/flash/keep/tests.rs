@@ -53,7 +53,7 @@ fn filled(t: &TempFile, exp: Time) -> (Store, Vec<u32>) {
 
 /// Stops `s` as a graceful stop does: the list written, the store gone.
 fn stop(s: Store) -> u64 {
-    let n = s.freeze().write_flash_list(ORIGIN).unwrap().unwrap();
+    let n = s.freeze().write_flash_list(1, ORIGIN).unwrap().unwrap();
     drop(s);
     n
 }
@@ -216,4 +216,23 @@ fn another_shape_of_file_keeps_nothing() {
     let rep = r.restore_flash_list(1, ORIGIN).unwrap();
     assert!(rep.refused.unwrap().contains("pages"));
     assert!(served(&r, 1).is_empty());
+}
+
+/// The fault model's find (issue 47): a flush_all, then a graceful stop before any operation
+/// reached the shard, listed the flushed items, and the next start served them. A due flush
+/// is applied before the list is written; one delayed past the stop forgets its shard's items.
+#[test]
+fn a_flush_before_the_stop_is_not_undone_by_the_list() {
+    for (at, now) in [(1, 1), (1, 2), (100, 2)] {
+        let t = TempFile::new("flushed");
+        let (s, flashed) = filled(&t, 0);
+        assert!(!flashed.is_empty());
+        s.flush_all(at);
+        assert_eq!(s.freeze().write_flash_list(now, ORIGIN).unwrap().unwrap(), 0, "flush_all {at} at {now}");
+        drop(s);
+        let r = store(&t);
+        let rep = r.restore_flash_list(2, ORIGIN).unwrap();
+        assert_eq!(rep.restored, 0, "{rep:?}");
+        assert!(served(&r, 2).is_empty(), "flush_all {at} at {now}: flushed values came back");
+    }
 }
