@@ -126,6 +126,7 @@ export MNEMOD_BIN="$root/target/debug/mnemod"
 # MNEMO_IO_LOOP (docs/operations.md, "Event loops"). The Rust black-box tests ran above on the default loop
 # (uring) and run again here on the other one (epoll). The epoll run leaves out the Python tests
 # that run memcached alone as the reference (tests/conftest.py): they passed in the first run.
+# The fault model (tests/test_fault_model.py) runs in both, for MNEMO_FAULT_SECONDS (40) each.
 for io_loop in uring epoll; do
     export MNEMO_IO_LOOP=$io_loop
     if [ "$io_loop" = epoll ]; then
