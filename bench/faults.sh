@@ -10,6 +10,9 @@
 #   DURATION=300 bash bench/faults.sh                 # 5 minutes
 #   MNEMOD_BIN=target/debug/mnemod SKIP_BUILD=1 bash bench/faults.sh
 #   CONFIGS="e e+flash" RUN_SECONDS=60 MNEMO_FAULT_SEED=7 bash bench/faults.sh
+#   CONFIGS=mixed-orphans bash bench/faults.sh        # only when named: it keeps the -e file a
+#                                                     # start without -e leaves, which no start
+#                                                     # can see (docs/operations.md); fails
 # Exits non-zero if any run found a wrong value (or the server hung or refused to start).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
