@@ -85,9 +85,12 @@ fn reads_metadump_lines_of_memcached_and_mnemod() {
     );
 }
 
+/// A metadump line's key, expiry and CAS.
+type DumpFields = (Vec<u8>, Option<i64>, Option<u64>);
+
 /// The metadump line as the simplest reading of it says: split at every space, each
 /// field's value whole or not at all.
-fn reference_dump_line(line: &[u8]) -> Result<(Vec<u8>, Option<i64>, Option<u64>), ()> {
+fn reference_dump_line(line: &[u8]) -> Result<DumpFields, ()> {
     let mut fields = line.split(|&b| b == b' ');
     let enc = fields.next().unwrap().strip_prefix(b"key=").unwrap();
     let mut key = Vec::new();
