@@ -29,7 +29,8 @@
 //! deadlock if the dump waited on the lanes (it did, with bounded batches: 106,496 of
 //! 1,000,000 items copied, then nothing for 60 s).
 
-pub(super) use super::readbuf::ReadBuf;
+pub(super) use super::rawkeys::RawKey;
+use super::readbuf::{connect, ReadBuf};
 use super::wire::{self, DumpLine, GetReply, KeyForm, KeyRef, SetReply, ValueReply};
 use super::{Counters, MigrateError};
 use std::collections::HashSet;
@@ -41,8 +42,6 @@ use std::sync::mpsc::{channel, sync_channel, Receiver, Sender, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// How long a silent server may keep a connection waiting before the migration gives up.
-const IO_TIMEOUT: Duration = Duration::from_secs(60);
 /// B writes its buffered sets once they pass this many bytes (large values stay bounded).
 const FLUSH_BYTES: usize = 1 << 20;
 /// A batch's `gets` line is cut into lines of at most this many bytes (or one key).
@@ -73,14 +72,6 @@ pub struct Batch {
     mg: Vec<u8>,
     /// Where the open `gets` line starts in `req`.
     line_start: usize,
-}
-
-/// A key only the binary protocol names and what its listing said (its Unix time of expiry,
-/// -1 for never, and its CAS).
-#[derive(Clone, Copy)]
-pub struct RawKey {
-    pub key: KeyRef,
-    pub listed: Option<(i64, u64)>,
 }
 
 /// A key of a `gets` line and what its listing said.
@@ -247,15 +238,6 @@ pub struct Job<'a> {
     /// Per destination, the keys sent to it (verify.rs's records), for the check after the
     /// copy.
     pub sent: &'a [Mutex<Vec<u8>>],
-}
-
-pub fn connect(addr: &str) -> Result<TcpStream, MigrateError> {
-    let s = TcpStream::connect(addr).map_err(|e| MigrateError::Connect(addr.to_owned(), e))?;
-    let io = |e| MigrateError::Io(addr.to_owned(), e);
-    s.set_nodelay(true).map_err(io)?;
-    s.set_read_timeout(Some(IO_TIMEOUT)).map_err(io)?;
-    s.set_write_timeout(Some(IO_TIMEOUT)).map_err(io)?;
-    Ok(s)
 }
 
 /// Copy every key of `job.source` that its route sends somewhere. Errors of any thread are
@@ -630,7 +612,7 @@ fn fetch_and_store(
                 refetch.clear();
             }
             if !batch.bin.is_empty() {
-                let r = raw.fetch(&batch, now, c, |k, flags, ttl, v| {
+                let r = raw.fetch(&batch.bin, &batch.raw, now, c, |k, flags, ttl, v| {
                     store(&mut out, &mut sets, k, &batch.raw, flags, ttl, v)
                 })?;
                 gone += r.gone;

@@ -361,7 +361,7 @@ fn verdict_line(c: &Counters, v: &verify::Verdict) -> Option<String> {
 /// `binding_protocol auto-negotiate` (memcached's and mnemod's default).
 pub fn speaks_binary(addr: &str) -> bool {
     (|| {
-        let mut conn = lane::connect(addr).ok()?;
+        let mut conn = readbuf::connect(addr).ok()?;
         conn.write_all(b"stats settings\r\n").ok()?;
         let mut r = BufReader::new(conn);
         let mut line = String::new();
@@ -388,7 +388,7 @@ fn store_for(addr: &str) -> wire::Store {
 
 /// `stats` curr_items of a server.
 fn curr_items(addr: &str) -> Option<u64> {
-    let mut conn = lane::connect(addr).ok()?;
+    let mut conn = readbuf::connect(addr).ok()?;
     conn.write_all(b"stats\r\n").ok()?;
     let mut r = BufReader::new(conn);
     let mut line = String::new();

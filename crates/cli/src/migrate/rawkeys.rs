@@ -13,9 +13,17 @@
 //! new TTL, so it is not copied and counted as refused, with that reason. A source that does
 //! not take the binary protocol (`-B ascii`) cannot give such a key at all: the same.
 
-use super::lane::{self, Batch, ReadBuf};
+use super::readbuf::{connect, ReadBuf};
 use super::wire::{self, BinGet, KeyRef};
 use super::{Counters, MigrateError};
+
+/// A key only the binary protocol names and what its listing said (its Unix time of expiry,
+/// -1 for never, and its CAS).
+#[derive(Clone, Copy)]
+pub struct RawKey {
+    pub key: KeyRef,
+    pub listed: Option<(i64, u64)>,
+}
 use std::io::Write;
 use std::net::TcpStream;
 
@@ -46,11 +54,12 @@ impl<'a> Fetcher<'a> {
         Fetcher { addr, conn: None }
     }
 
-    /// Fetch `batch.bin`'s keys; `store` is called for each one to copy, with the key (in
-    /// `batch.raw`), its flags, the TTL left and the value.
+    /// Fetch the keys `bin` (their bytes in `raw`); `store` is called for each one to copy,
+    /// with the key, its flags, the TTL left and the value.
     pub fn fetch(
         &mut self,
-        batch: &Batch,
+        bin: &[RawKey],
+        raw: &[u8],
         now: i64,
         c: &Counters,
         mut store: impl FnMut(KeyRef, u32, i64, &[u8]) -> Result<(), MigrateError>,
@@ -61,11 +70,11 @@ impl<'a> Fetcher<'a> {
             if !super::speaks_binary(addr) {
                 return None;
             }
-            lane::connect(addr).ok().map(|s| (s, ReadBuf::new()))
+            connect(addr).ok().map(|s| (s, ReadBuf::new()))
         });
         let Some((conn, inb)) = conn else {
-            r.unfetched = batch.bin.len() as u64;
-            for k in &batch.bin {
+            r.unfetched = bin.len() as u64;
+            for k in bin {
                 c.not_sent(format!(
                     "{addr}: a key of {} bytes, too long for the meta protocol in base64, \
                      and the source does not take the binary protocol",
@@ -75,10 +84,10 @@ impl<'a> Fetcher<'a> {
             return Ok(r);
         };
         let mut req = Vec::new();
-        for chunk in batch.bin.chunks(CHUNK) {
+        for chunk in bin.chunks(CHUNK) {
             req.clear();
             for k in chunk {
-                wire::push_bin_get(&mut req, k.key.token(&batch.raw));
+                wire::push_bin_get(&mut req, k.key.token(raw));
             }
             let mut w: &TcpStream = conn;
             w.write_all(&req)

@@ -1,8 +1,24 @@
-//! A read buffer for replies: the unread bytes at its front, grown to fit one whole reply.
+//! The connections a migration makes ([`connect`]) and the buffer their replies are read into
+//! (the unread bytes at its front, grown to fit one whole reply). A leaf: lane.rs, verify.rs
+//! and rawkeys.rs all use it.
 
 use super::MigrateError;
 use std::io::Read;
 use std::net::TcpStream;
+use std::time::Duration;
+
+/// A server that answers nothing for this long is taken as gone.
+const IO_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A connection to `addr` with TCP_NODELAY and [`IO_TIMEOUT`] both ways.
+pub(super) fn connect(addr: &str) -> Result<TcpStream, MigrateError> {
+    let s = TcpStream::connect(addr).map_err(|e| MigrateError::Connect(addr.to_owned(), e))?;
+    let io = |e| MigrateError::Io(addr.to_owned(), e);
+    s.set_nodelay(true).map_err(io)?;
+    s.set_read_timeout(Some(IO_TIMEOUT)).map_err(io)?;
+    s.set_write_timeout(Some(IO_TIMEOUT)).map_err(io)?;
+    Ok(s)
+}
 
 /// A read buffer that keeps the unread bytes at its front and grows to fit one whole reply.
 pub(super) struct ReadBuf {

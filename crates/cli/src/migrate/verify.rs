@@ -17,7 +17,7 @@
 //! Memory: the key and 9 bytes per key sent, kept until the check (100 MB for 5 million
 //! keys of 11 bytes). Time: one pipelined meta get per key, per destination in parallel.
 
-use super::lane::{self, ReadBuf};
+use super::readbuf::{connect, ReadBuf};
 use super::wire::{self, KeyForm, RELATIVE_TTL_LIMIT};
 use super::MigrateError;
 use std::io::Write;
@@ -74,7 +74,7 @@ impl Verdict {
 /// Look for every key recorded in `sent` at `addr`, `batch` keys per pipelined write.
 pub fn check(addr: &str, sent: &[u8], batch: usize) -> Result<Verdict, MigrateError> {
     let io = |e| MigrateError::Io(addr.to_owned(), e);
-    let conn = lane::connect(addr)?;
+    let conn = connect(addr)?;
     let mut inb = ReadBuf::new();
     let mut bin: Option<(TcpStream, ReadBuf)> = None;
     let mut v = Verdict::default();
@@ -125,7 +125,7 @@ pub fn check(addr: &str, sent: &[u8], batch: usize) -> Result<Verdict, MigrateEr
         }
         // Only a destination that takes the binary protocol was sent these keys (lane.rs).
         if bin.is_none() {
-            bin = Some((lane::connect(addr)?, ReadBuf::new()));
+            bin = Some((connect(addr)?, ReadBuf::new()));
         }
         let (bconn, binb) = bin.as_mut().unwrap();
         for part in raw.chunks(BIN_CHUNK) {
