@@ -6,7 +6,7 @@ import re
 import pytest
 
 from conversation import normalize_all
-from servers import Server, roundtrip
+from servers import release_neutral, reported_version, Server, roundtrip
 
 
 def mixed_requests(n, seed):
@@ -73,21 +73,38 @@ def unpad(reply):
     return re.sub(rb"VALUE (\S+) (\d+) (\d+)( \S+)?\r\n([\d ]*\d[\d ]*)\r\n", fix, reply)
 
 
+def as_1_6_45(reply, requests):
+    """memcached 1.6.38's reply to `requests` as 1.6.45 (which mnemod follows) gives it: 1.6.40's
+    parser answers a `get` without a key `CLIENT_ERROR bad command line format` where older
+    releases said `ERROR`. In this stream only `bogus` and a bare `get` draw `ERROR`, so the
+    n-th ERROR line answers the n-th of them. A 1.6.45 reference is left as it is."""
+    if reported_version("memcached-new") == "1.6.45":
+        return reply
+    erring = iter([r for r in requests if r in (b"bogus\r\n", b"get\r\n")])
+    lines = reply.split(b"\r\n")
+    for i, line in enumerate(lines):
+        if line == b"ERROR" and next(erring) == b"get\r\n":
+            lines[i] = b"CLIENT_ERROR bad command line format"
+    return b"\r\n".join(lines)
+
+
 @pytest.fixture(scope="module")
 def pair():
-    with Server("memcached") as mc, Server("mnemod") as mn:
+    # The reference since issue 48: Debian 13's 1.6.38, with 1.6.45's one change applied.
+    with Server("memcached-new") as mc, Server("mnemod") as mn:
         yield mc, mn
 
 
 @pytest.mark.parametrize("seed,chunks", [(1, None), (2, None), (3, 99)], ids=["one-write", "one-write-2", "cut-up"])
 def test_ten_thousand_mixed_requests(pair, seed, chunks):
     mc, mn = pair
-    data = b"".join(mixed_requests(10_000 if chunks is None else 3_000, seed)) + b"version\r\n"
+    requests = mixed_requests(10_000 if chunks is None else 3_000, seed)
+    data = b"".join(requests) + b"version\r\n"
     for srv in pair:
         with srv.connect() as s:
             assert roundtrip(s, b"flush_all\r\n") == b"OK\r\n"
-    want = converse(mc, data)
-    got = converse(mn, data, chunks)
+    want = release_neutral(as_1_6_45(converse(mc, data), requests))
+    got = release_neutral(converse(mn, data, chunks))
     want_n, got_n = unpad(normalize_all([want])[0]), unpad(normalize_all([got])[0])
     if want_n != got_n:
         wl, gl = want_n.split(b"\r\n"), got_n.split(b"\r\n")
