@@ -174,6 +174,9 @@ mod tests {
         );
         let k = parse_dump_line("key=x exp=1800000000 la=1 cas=1 fetch=yes cls=2 size=70").unwrap();
         assert_eq!(k.exp, Some(1_800_000_000));
+        // memcached 1.6.40's line (and mnemod's): flags=, and a space after the last field.
+        let k = parse_dump_line("key=y exp=-1 la=1 cas=2 fetch=no cls=1 size=65 flags=5 ").unwrap();
+        assert_eq!((k.key, k.exp, k.size), (b"y".to_vec(), None, Some(65)));
         assert!(parse_dump_line("exp=-1 size=3").is_err());
         assert!(parse_dump_line("key=%zz exp=-1").is_err());
     }

@@ -6,7 +6,7 @@
 //! ```text
 //!   lru_crawler metadump all|hash|<class,...>
 //!   OK\r\n                                                       (memcached 1.6.43)
-//!   key=<url-encoded key> exp=<-1|unix time> la=<unix time> cas=<n> fetch=<yes|no> cls=1 size=<n>\n
+//!   key=<url-encoded key> exp=<-1|unix time> la=<unix time> cas=<n> fetch=<yes|no> cls=1 size=<n> flags=<n> \n
 //!   ...
 //!   END\r\n
 //!
@@ -172,7 +172,11 @@ fn item_line(out: &mut Vec<u8>, it: &DumpItem<'_>, started: u64) {
     });
     out.extend_from_slice(b" cls=1 size=");
     out.extend_from_slice(b.format(it.size).as_bytes());
-    out.push(b'\n');
+    // flags= since memcached 1.6.24 (1.6.38 ends the line after it); 1.6.40 ends every field,
+    // the last one too, with a space.
+    out.extend_from_slice(b" flags=");
+    out.extend_from_slice(b.format(it.flags).as_bytes());
+    out.extend_from_slice(b" \n");
 }
 
 /// One mgdump line: `mg <key>`, or `mg <base64 key> b` for a key a text line cannot carry.
@@ -469,6 +473,7 @@ mod tests {
             key: b"k",
             exp: 0,
             cas: 7,
+            flags: 5,
             size: 9,
             value_len: 4,
             fetched: false,
@@ -486,8 +491,8 @@ mod tests {
         );
         assert_eq!(
             String::from_utf8(out).unwrap(),
-            "key=k exp=-1 la=1070 cas=7 fetch=no cls=1 size=9\n\
-             key=k exp=1100 la=1070 cas=7 fetch=yes cls=1 size=9\n"
+            "key=k exp=-1 la=1070 cas=7 fetch=no cls=1 size=9 flags=5 \n\
+             key=k exp=1100 la=1070 cas=7 fetch=yes cls=1 size=9 flags=5 \n"
         );
     }
 
@@ -516,6 +521,7 @@ mod tests {
             key: b"k",
             exp: 0,
             cas: 7,
+            flags: 5,
             size: 9,
             value_len: 4,
             fetched: false,

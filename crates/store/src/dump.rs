@@ -69,6 +69,8 @@ pub struct DumpItem<'a> {
     pub exp: Time,
     /// 0 when CAS is disabled.
     pub cas: u64,
+    /// The client's flags, as stored.
+    pub flags: u32,
     /// Bytes the item occupies in memory (header + key + value).
     pub size: usize,
     /// The value's length (what a client stored).
@@ -112,6 +114,7 @@ struct Copied {
     key_end: usize,
     exp: Time,
     cas: u64,
+    flags: u32,
     size: usize,
     value_len: usize,
     fetched: bool,
@@ -179,6 +182,7 @@ impl Store {
                 key: &cur.keys[from..c.key_end],
                 exp: c.exp,
                 cas: c.cas,
+                flags: c.flags,
                 size: c.size,
                 value_len: c.value_len,
                 fetched: c.fetched,
@@ -229,6 +233,7 @@ impl Store {
                 key_end: cur.keys.len(),
                 exp,
                 cas: if self.geo.use_cas { h.meta.cas } else { 0 },
+                flags: h.meta.flags,
                 size: f.loc.len as usize,
                 value_len: h.value_len,
                 fetched: f.fetched,
@@ -290,6 +295,7 @@ fn copy_family(
                 key_end: keys.len(),
                 exp: hdr.exp,
                 cas: s.cas_of(env.geo, seg, off, &hdr),
+                flags: hdr.flags,
                 size: hdr.total_len(),
                 value_len: hdr.value_len as usize,
                 fetched: slot::fetched(e),
