@@ -8,7 +8,7 @@ bodies, the detail dump, the sizes histogram and status.
 """
 import pytest
 
-from servers import Server
+from servers import as_1_6_45_stats, Server
 from .binproto import connect, converse, req, store_extras
 
 # Groups whose values are the server's own (pids, times, memory): names only.
@@ -78,9 +78,9 @@ def run_case(port, steps):
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_stat_groups(name):
-    servers = {kind: Server(kind) for kind in ("memcached", "mnemod")}
+    servers = {kind: Server(kind) for kind in ("memcached-new", "mnemod")}
     try:
-        want = run_case(servers["memcached"].port, CASES[name])
+        want = run_case(servers["memcached-new"].port, CASES[name])
         got = run_case(servers["mnemod"].port, CASES[name])
     finally:
         for s in servers.values():
@@ -88,6 +88,12 @@ def test_stat_groups(name):
     assert len(got) == len(want)
     for step, (w, g) in enumerate(zip(want, got)):
         key = CASES[name][step][24:]
+        if key == b"" and w:
+            # Against 1.6.38, the general list as 1.6.45 (which mnemod follows) has it; every
+            # value here is a placeholder (NAMES_ONLY), the last response the closing one.
+            by_name = {r[2].decode(): r for r in w[:-1]}
+            w = [by_name.get(n, ("0x10", "0x0", n.encode(), b"<n>"))
+                 for n in as_1_6_45_stats(by_name)] + w[-1:]
         if key.startswith(b"settings"):
             # memcached's names, in its order, then mnemo's own; one closing response.
             assert g[:len(w) - 1] == w[:-1] and g[-1] == w[-1], (name, step)
