@@ -3,6 +3,7 @@ report them. Where memcached's behaviour is the reference, the test runs on both
 import os
 import re
 import socket
+import struct
 import subprocess
 import tempfile
 import time
@@ -186,6 +187,40 @@ def test_disable_flush_all(kind):
         assert roundtrip(s, b"flush_all 10\r\n") == b"CLIENT_ERROR flush_all not allowed\r\n"
         assert roundtrip(s, b"get k\r\n", b"END\r\n") == b"VALUE k 0 1\r\nx\r\nEND\r\n"
         assert stats(s, b"settings")["flush_enabled"] == "no"
+
+
+# -X (--disable-dumping) and -W (--disable-watch): each request alone on a fresh connection (a
+# dump and a watch refuse to run behind pipelined replies). The same replies from memcached 1.6.38.
+REFUSED_BY_X_W = [
+    (b"stats cachedump 1 0\r\n", b"CLIENT_ERROR stats cachedump not allowed\r\n"),
+    (b"stats cachedump\r\n", b"CLIENT_ERROR stats cachedump not allowed\r\n"),
+    (b"stats detail on\r\n", b"CLIENT_ERROR stats detail not allowed\r\n"),
+    (b"stats detail dump\r\n", b"CLIENT_ERROR stats detail not allowed\r\n"),
+    (b"lru_crawler metadump all\r\n", b"ERROR metadump not allowed\r\n"),
+    (b"lru_crawler mgdump all\r\n", b"ERROR key dump not allowed\r\n"),
+    (b"watch\r\n", b"CLIENT_ERROR watch commands not allowed\r\n"),
+    (b"watch fetchers\r\n", b"CLIENT_ERROR watch commands not allowed\r\n"),
+]
+
+
+@pytest.mark.parametrize("kind", ["mnemod", "memcached-new"])
+def test_disable_dumping_and_watch(kind):
+    with Server(kind, "-X", "-W") as srv:
+        for req, want in REFUSED_BY_X_W:
+            with srv.connect() as s:
+                s.sendall(b"set k 0 0 1\r\nx\r\n")
+                assert roundtrip(s, b"") == b"STORED\r\n"
+                assert roundtrip(s, req) == want, req
+                assert roundtrip(s, b"get k\r\n", b"END\r\n") == b"VALUE k 0 1\r\nx\r\nEND\r\n"
+        with srv.connect() as s:
+            assert stats(s, b"settings")["dump_enabled"] == "no"
+            # The binary detail group is refused as an unknown one (status 1, key not found).
+            s.sendall(struct.pack(">BBHBBHIIQ", 0x80, 0x10, 6, 0, 0, 0, 6, 0, 0) + b"detail")
+            head = s.recv(24)
+            assert struct.unpack(">BBHBBHIIQ", head)[5] == 1, head
+    with Server(kind) as srv, srv.connect() as s:
+        assert stats(s, b"settings")["dump_enabled"] == "yes"
+        assert roundtrip(s, b"lru_crawler metadump all\r\n", b"END\r\n").endswith(b"END\r\n")
 
 
 @pytest.mark.parametrize("kind", ["mnemod", "memcached"])

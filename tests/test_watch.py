@@ -191,3 +191,59 @@ def test_a_watcher_that_never_reads_loses_lines_and_slows_nobody():
 
 if __name__ == "__main__":
     pytest.main([__file__, "-q"])
+
+
+EVICTION = re.compile(r"ts=\d+\.\d+ gid=\d+ type=eviction key=(\S+) fetch=(yes|no) ttl=(-?\d+) "
+                      r"la=\d+ clsid=\d+ size=(\d+)")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_evictions_name_each_evicted_item(kind):
+    """`watch evictions` while a small cache overflows: one line per eviction `stats` counts,
+    in memcached's format, and each key it names is gone (a watcher never hears of an item
+    that is still served). The watcher is read while the cache fills, as a tool would."""
+    import threading
+    with Server(kind, "-m", "8") as srv:
+        w = watch(srv, b"evictions")
+        lines, stop = [], threading.Event()
+
+        def read():
+            w.sock.settimeout(0.2)
+            while not stop.is_set():
+                try:
+                    lines.append(w.line())
+                except TimeoutError:
+                    continue
+
+        reader = threading.Thread(target=read)
+        reader.start()
+        value = b"v" * 1000
+        try:
+            with srv.connect() as c:
+                n = 20_000  # 20 MB into 8
+                batch = b"".join(b"set ev:%d 0 %d %d noreply\r\n%s\r\n" % (i, 0 if i % 2 else 500, len(value), value)
+                                 for i in range(n))
+                assert roundtrip(c, batch + b"mn\r\n") == b"MN\r\n"
+                evictions = int(stats(c)["evictions"])
+                assert evictions > n // 3, evictions
+                deadline = time.monotonic() + DEADLINE
+                while len(lines) < evictions and time.monotonic() < deadline:
+                    time.sleep(0.05)  # polling the reader thread's count
+                stop.set()
+                reader.join()
+                assert len(lines) == evictions, (len(lines), evictions, lines[-3:])
+                named = []
+                for line in lines:
+                    m = EVICTION.fullmatch(line)
+                    assert m, line
+                    key, fetch, ttl, size = m.groups()
+                    assert fetch == "no" and int(size) == len(value), line
+                    i = int(key.split(":")[1])
+                    assert (ttl == "-1") == (i % 2 == 1) and (ttl == "-1" or 0 < int(ttl) <= 500), line
+                    named.append(key.encode())
+                assert len(set(named)) == len(named), "an item evicted twice"
+                got = roundtrip(c, b"get " + b" ".join(named[:2000]) + b"\r\n", b"END\r\n")
+                assert got == b"END\r\n", got[:200]
+        finally:
+            stop.set()
+            reader.join()

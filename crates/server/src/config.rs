@@ -136,6 +136,12 @@ struct Args {
     /// disable flush_all
     #[arg(short = 'F', long = "disable-flush-all")]
     disable_flush_all: bool,
+    /// disable stats cachedump, stats detail, and lru_crawler metadump/mgdump
+    #[arg(short = 'X', long = "disable-dumping")]
+    disable_dumping: bool,
+    /// disable watch commands (live logging)
+    #[arg(short = 'W', long = "disable-watch")]
+    disable_watch: bool,
     /// require SASL PLAIN authentication on the binary protocol (users: -Y, the
     /// MEMCACHED_SASL_PWDB file, or Cyrus SASL's sasldb named by SASL_CONF_PATH/memcached.conf)
     #[arg(short = 'S', long = "enable-sasl")]
@@ -240,6 +246,10 @@ pub struct Config {
     pub backlog: i32,
     pub item_size_max: usize,
     pub flush_enabled: bool,
+    /// -X off: the key dumps (`stats cachedump`, `stats detail`, `lru_crawler metadump|mgdump`).
+    pub dump_enabled: bool,
+    /// -W off: `watch`.
+    pub watch_enabled: bool,
     pub sasl: bool,
     /// -Z: TCP connections speak TLS, with the `-o ssl_*` settings (`ext.ssl`).
     pub ssl_enabled: bool,
@@ -597,6 +607,8 @@ impl Config {
             backlog: a.backlog,
             item_size_max: a.item_size_max,
             flush_enabled: !a.disable_flush_all,
+            dump_enabled: !a.disable_dumping,
+            watch_enabled: !a.disable_watch,
         })
     }
 }
@@ -743,6 +755,8 @@ mod tests {
             c.use_cas
                 && c.evict
                 && c.flush_enabled
+                && c.dump_enabled
+                && c.watch_enabled
                 && !c.enable_shutdown
                 && !c.sasl
                 && c.tls.is_none()

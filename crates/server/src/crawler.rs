@@ -251,6 +251,10 @@ const DISABLED: &[u8] = b"CLIENT_ERROR lru crawler disabled";
 const BAD_FORMAT: &[u8] = b"CLIENT_ERROR bad command line format";
 const BAD_CLASS: &[u8] = b"BADCLASS invalid class id";
 const NOT_STARTED: &[u8] = b"NOTSTARTED no items to crawl";
+/// -X (memcached's --disable-dumping) refuses the key dumps with these lines.
+const METADUMP_OFF: &[u8] = b"ERROR metadump not allowed";
+const MGDUMP_OFF: &[u8] = b"ERROR key dump not allowed";
+const CACHEDUMP_OFF: &[u8] = b"CLIENT_ERROR stats cachedump not allowed";
 
 /// `lru_crawler <args>`, with memcached 1.6's replies. Returns `Next::Metadump` for a
 /// metadump; the connection calls `Metadump::begin` (which may refuse it), then
@@ -263,6 +267,12 @@ pub fn command(args: Keys<'_>, sh: &Shared, out: &mut Vec<u8>) -> Next {
         (Some(which @ (b"metadump" | b"mgdump")), Some(spec), None) => {
             if !enabled {
                 DISABLED
+            } else if !sh.config.dump_enabled {
+                if which == b"mgdump" {
+                    MGDUMP_OFF
+                } else {
+                    METADUMP_OFF
+                }
             } else {
                 // The connection begins it: only it knows what replies are still unsent.
                 return Next::Metadump(Box::new(Metadump::asked(spec, which == b"mgdump")));
@@ -339,6 +349,10 @@ const CLASS_IDS: u32 = 64;
 /// reports only the bytes an item occupies, and reading each value to learn its length would
 /// mark it fetched. Until the walk reports the value length, the occupied bytes are shown.
 pub fn cachedump<'a>(mut args: impl Iterator<Item = &'a [u8]>, sh: &Shared, out: &mut Vec<u8>) {
+    if !sh.config.dump_enabled {
+        line(out, CACHEDUMP_OFF);
+        return;
+    }
     let (Some(class), Some(limit)) = (args.next(), args.next()) else {
         line(out, b"CLIENT_ERROR bad command line");
         return;

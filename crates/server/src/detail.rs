@@ -32,6 +32,9 @@ pub struct Detail {
 /// memcached stops tracking new prefixes past this many; so do we, to stay bounded.
 const MAX_PREFIXES: usize = 65_536;
 
+/// The text reply to `stats detail ...` under -X (memcached's --disable-dumping).
+pub const DUMPS_OFF: &[u8] = b"CLIENT_ERROR stats detail not allowed";
+
 impl Detail {
     pub fn enabled(&self) -> bool {
         self.on.load(Relaxed)

@@ -545,6 +545,7 @@ fn stats_command(args: Keys<'_>, sh: &Shared, out: &mut Vec<u8>) {
         // are unknown subcommands now, as there.
         Some(b"extstore") => stats::extstore_pages(sh, out),
         Some(b"conns") => crate::conns::stats(sh, out),
+        Some(b"detail") if !sh.config.dump_enabled => line(out, crate::detail::DUMPS_OFF),
         Some(b"detail") => match words.next() {
             Some(b"on") => {
                 sh.detail.set_enabled(true);

@@ -165,6 +165,8 @@ impl Shared {
             flash: config.ext.flash.store_config(),
             ..StoreConfig::default()
         });
+        let watch: Arc<watch::Hub> = Arc::default();
+        store.watch_evictions(watch.clone());
         let ext = config.ext.clone();
         let jobs = jobs::Pool::new(config.job_threads);
         // The workers' counters blocks, then the UDP threads' (udp.rs), then the flash I/O
@@ -200,7 +202,7 @@ impl Shared {
             conn_structs: AtomicU64::new(0),
             listen: listener::ListenStats::default(),
             conn_table: conns::ConnTable::default(),
-            watch: Arc::default(),
+            watch,
             restored: std::sync::OnceLock::new(),
             stopping: AtomicBool::new(false),
         }

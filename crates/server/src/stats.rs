@@ -419,7 +419,7 @@ pub fn settings(sh: &Shared, out: &mut Vec<u8>) {
     stat(out, "lru_crawler_tocrawl", sh.crawler_tocrawl.load(Relaxed));
     stat(out, "tail_repair_time", 0);
     stat(out, "flush_enabled", yes_no(c.flush_enabled));
-    stat(out, "dump_enabled", "yes");
+    stat(out, "dump_enabled", yes_no(c.dump_enabled));
     // mnemo's index hashes keys with xxh3 whatever -o hash_algorithm says.
     stat(out, "hash_algorithm", "xxh3");
     stat(out, "lru_maintainer_thread", yes_no(ext.lru_maintainer));

@@ -35,8 +35,9 @@
 //! What mnemod reports differs from memcached where its engine differs (docs/compatibility.md):
 //! `clsid` is 1 for every item (no slab classes; 0 on a miss, as memcached), `status=flushed`
 //! and `expired` come from the store's lookup, and `sysevents`, `rawcmds` and the proxy streams
-//! are accepted but carry nothing. `evictions` is accepted and carries nothing yet: the store
-//! evicts whole segments under its shard lock and does not hand the server the keys it drops.
+//! are accepted but carry nothing. `evictions` carries the items the store evicts to make room
+//! (mnemo_store's evicted.rs says which evictions it reports), one line each, written from
+//! under the item's shard lock only while someone watches evictions.
 //!
 //! [`Pending::Watch`]: crate::command::Pending::Watch
 
@@ -220,6 +221,35 @@ impl State {
     }
 }
 
+/// `watch evictions`: the store calls in with the evicted item's shard lock held (the hub's
+/// locks are below it: nothing under them calls the store).
+impl mnemo_store::EvictionWatch for Hub {
+    #[inline]
+    fn wants(&self) -> bool {
+        self.wants(EVICTIONS)
+    }
+
+    fn evicted(&self, it: &mnemo_store::Evicted<'_>, now: Time) {
+        self.emit(EVICTIONS, |l| {
+            l.extend_from_slice(b"type=eviction ");
+            key(l, it.key);
+            // memcached's fields: ttl left (-1: none), seconds since the last access (mnemo
+            // knows the segment's write time only), the class, the value's length.
+            let ttl = if it.exp == 0 {
+                -1
+            } else {
+                i64::from(it.exp) - i64::from(now)
+            };
+            let fetch = if it.fetched { "yes" } else { "no" };
+            let la = now.saturating_sub(it.written);
+            let size = it.value_len;
+            l.extend_from_slice(
+                format!(" fetch={fetch} ttl={ttl} la={la} clsid=1 size={size}").as_bytes(),
+            );
+        });
+    }
+}
+
 /// A watching connection's hold on its watcher: dropped with the connection, it removes it.
 pub struct Handle {
     hub: Arc<Hub>,
@@ -242,6 +272,10 @@ pub fn command(
     out: &mut Vec<u8>,
 ) -> crate::exec::Next {
     use crate::exec::Next;
+    if !sh.config.watch_enabled {
+        out.extend_from_slice(b"CLIENT_ERROR watch commands not allowed\r\n");
+        return Next::Continue;
+    }
     // memcached 1.6.45: the connection must have no reply waiting (earlier pipelined commands).
     if !out.is_empty() {
         out.extend_from_slice(b"ERROR cannot pipeline other commands before watch\r\n");

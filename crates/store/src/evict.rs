@@ -683,6 +683,9 @@ impl Shard {
             } else {
                 Left::Main
             };
+            if !expired {
+                self.report_eviction(env, v, off, s, now);
+            }
             self.forget(
                 pos,
                 s,
@@ -776,6 +779,26 @@ impl Shard {
         true
     }
 
+    /// The item at `off` of segment `v` (index slot `s`) is being evicted: tell whoever
+    /// watches (evicted.rs). Nothing is read unless someone does.
+    fn report_eviction(&self, env: &Env<'_>, v: u32, off: usize, s: u64, now: Time) {
+        let Some(w) = env.watch.get().filter(|w| w.wants()) else {
+            return;
+        };
+        let m = &self.segs.metas[v as usize];
+        let hdr = self.header_at(v, off);
+        w.evicted(
+            &crate::Evicted {
+                key: &m.data[off..][hdr.key_range()],
+                exp: hdr.exp,
+                fetched: slot::fetched(s),
+                value_len: hdr.value_len as usize,
+                written: m.opened,
+            },
+            now,
+        );
+    }
+
     /// An item leaving the cache from a victim segment (slot `s` at `pos`, key hash `h`): counted
     /// as reclaimed (expired) or evicted, remembered by the ghost when S3-FIFO's small queue
     /// evicts it unread (`to_ghost`), and its index slot removed.
@@ -826,6 +849,9 @@ impl Shard {
                     };
                     let remember =
                         env.geo.eviction == Eviction::S3Fifo && hdr.total_len() <= GHOST_MAX_LEN;
+                    if !expired {
+                        self.report_eviction(env, v, 0, s, now);
+                    }
                     self.forget(pos, s, h, expired, remember.then_some(left));
                 }
                 self.drop_from_victim(v, 0, hdr.total_len());

@@ -44,6 +44,7 @@ mod buf;
 mod config;
 mod dump;
 mod evict;
+mod evicted;
 mod flash;
 mod ghost;
 mod incoming;
@@ -65,6 +66,7 @@ pub use config::{
     Eviction, StoreConfig, DEFAULT_SHARDS, MAX_SEGMENT_SIZE, MAX_SHARDS, MIN_SEGMENT_SIZE,
 };
 pub use dump::{DumpCursor, DumpItem, DUMP_BATCH};
+pub use evicted::{Evicted, EvictionWatch};
 pub use flash::{
     FlashConfig, FlashError, FlashRef, FlashRestore, FlashSetting, FlashStats, FlashValue,
     PageStat, Reject as FlashReject, DEFAULT_ITEM_AGE, DEFAULT_ITEM_SIZE, DEFAULT_LOW_TTL,
@@ -98,7 +100,12 @@ pub struct Store {
     /// The flash tier (`StoreConfig::flash`). Boxed: `Env` takes it as `Option<&Flash>` on
     /// every operation, a plain load from a box (a test and a select from an inline value).
     flash: Option<Box<Flash>>,
+    /// Who watches evictions, once the server has said (evicted.rs).
+    watch: WatchSlot,
 }
+
+/// Where the eviction watcher, once registered, is found (`Env::watch`).
+pub(crate) type WatchSlot = std::sync::OnceLock<std::sync::Arc<dyn EvictionWatch>>;
 
 impl Store {
     /// A store as configured. Panics if the flash file cannot be used: see [`Store::open`].
@@ -125,6 +132,7 @@ impl Store {
             budget,
             seen: AtomicU32::new(0),
             flash,
+            watch: WatchSlot::new(),
         })
     }
 
@@ -136,7 +144,13 @@ impl Store {
             shards: &self.shards,
             me,
             flash: self.flash.as_deref(),
+            watch: &self.watch,
         }
+    }
+
+    /// Registers the one eviction watcher (evicted.rs); a second registration is ignored.
+    pub fn watch_evictions(&self, w: std::sync::Arc<dyn EvictionWatch>) {
+        let _ = self.watch.set(w);
     }
 
     #[inline]

@@ -34,6 +34,8 @@ pub(crate) struct Env<'a> {
     pub me: usize,
     /// The flash tier, if configured.
     pub flash: Option<&'a Flash>,
+    /// Who watches evictions (evicted.rs), if anyone registered.
+    pub watch: &'a crate::WatchSlot,
 }
 
 /// A head segment this dead (1/4) is compacted rather than more memory taken.

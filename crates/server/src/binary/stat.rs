@@ -26,6 +26,11 @@ pub(super) fn stat(key: &[u8], sh: &Shared, r: &mut Reply<'_>) {
     } else if key.starts_with(b"settings") {
         stats::settings(sh, &mut text);
     } else if let Some(sub) = key.strip_prefix(b"detail") {
+        if !sh.config.dump_enabled {
+            // -X: memcached answers the binary detail group as an unknown one.
+            r.error(Status::KeyNotFound);
+            return;
+        }
         if sub.starts_with(b" dump") {
             // The whole text dump (PREFIX lines and END) is the value of one statistic.
             let mut dump = Vec::new();
