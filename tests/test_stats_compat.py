@@ -233,8 +233,12 @@ def test_out_of_descriptors_pauses_accepting_and_recovers():
                 held.append(socket.create_connection(("127.0.0.1", port), timeout=0.2))
             except OSError:
                 pass  # the backlog is closed while accepting is paused
-        time.sleep(0.3)
+        # The pause is seen by the accept loop's next turn: polled, with a deadline.
+        deadline = time.monotonic() + 5
         st = stats(first)
+        while st["accepting_conns"] != "0" and time.monotonic() < deadline:
+            time.sleep(0.01)
+            st = stats(first)
         assert st["accepting_conns"] == "0" and int(st["listen_disabled_num"]) >= 1, st
         # Paused, not spinning: the process is nearly idle.
         def cpu():

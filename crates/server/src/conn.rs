@@ -324,6 +324,14 @@ impl<S: Io> Conn<S> {
             self.wpos < self.wbuf.len(),
             std::sync::atomic::Ordering::Relaxed,
         );
+        // memcached's conn_nread: a command line is in, its data block is not (a large value
+        // being read into its item, or a whole line left unparsed for want of its data).
+        let rest = &self.rbuf[self.rpos..self.rend];
+        let nread =
+            self.large.is_some() || (!rest.is_empty() && memchr::memchr(b'\n', rest).is_some());
+        self.info
+            .reading_data
+            .store(nread, std::sync::atomic::Ordering::Relaxed);
         t
     }
 

@@ -7,7 +7,8 @@
 //!   STAT <fd>:secs_since_last_cmd <s>
 //!   STAT <fd>:addr tcp:127.0.0.1:40212          connection
 //!   STAT <fd>:listen_addr tcp:127.0.0.1:11211
-//!   STAT <fd>:state conn_parse_cmd              (the one asking; others conn_read / conn_mwrite)
+//!   STAT <fd>:state conn_parse_cmd              (the one asking; others conn_read, conn_mwrite
+//!                                                or conn_nread: a command awaiting its data)
 //!   STAT <fd>:secs_since_last_cmd <s>
 //! ```
 //!
@@ -32,6 +33,8 @@ pub struct ConnInfo {
     pub last_cmd: AtomicU32,
     /// Replies are waiting for the socket (memcached's conn_mwrite).
     pub writing: AtomicBool,
+    /// A command waits for its data block (memcached's conn_nread).
+    pub reading_data: AtomicBool,
 }
 
 struct Row {
@@ -120,6 +123,8 @@ pub fn stats(sh: &Shared, out: &mut Vec<u8>) {
                     "conn_parse_cmd"
                 } else if row.info.writing.load(Relaxed) {
                     "conn_mwrite"
+                } else if row.info.reading_data.load(Relaxed) {
+                    "conn_nread"
                 } else {
                     "conn_read"
                 }

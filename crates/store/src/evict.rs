@@ -301,9 +301,8 @@ impl Shard {
         while off < end {
             let hdr = self.header_at(id, off);
             if !hdr.is_dead() {
-                let h = xxhash_rust::xxh3::xxh3_64(
-                    &self.segs.metas[id as usize].data[off..][hdr.key_range()],
-                );
+                let h =
+                    crate::Store::hash(&self.segs.metas[id as usize].data[off..][hdr.key_range()]);
                 let read = self
                     .index
                     .find_exact(h, id, off as u32)
@@ -593,7 +592,7 @@ impl Shard {
             }
             let h = {
                 let d = &self.segs.metas[v as usize].data[off..];
-                xxhash_rust::xxh3::xxh3_64(&d[hdr.key_range()])
+                crate::Store::hash(&d[hdr.key_range()])
             };
             let Some(pos) = self.index.find_exact(h, v, off as u32) else {
                 debug_assert!(false, "live item without index slot");
@@ -759,7 +758,7 @@ impl Shard {
         let hdr = self.header_at(v, 0);
         let h = {
             let d = &self.segs.metas[v as usize].data;
-            xxhash_rust::xxh3::xxh3_64(&d[hdr.key_range()])
+            crate::Store::hash(&d[hdr.key_range()])
         };
         let Some(pos) = self.index.find_exact(h, v, 0) else {
             return false;
@@ -831,7 +830,7 @@ impl Shard {
             let hdr = self.header_at(v, 0);
             let h = {
                 let d = &self.segs.metas[v as usize].data;
-                xxhash_rust::xxh3::xxh3_64(&d[hdr.key_range()])
+                crate::Store::hash(&d[hdr.key_range()])
             };
             if let Some(pos) = self.index.find_exact(h, v, 0) {
                 let s = self.index.get(pos);

@@ -46,7 +46,7 @@ fn read(s: &Store, k: u32) -> bool {
 
 /// The FIFO holding `key` (which must be stored) in a one-shard store.
 fn queue_of(s: &Store, key: &[u8]) -> Queue {
-    let h = xxhash_rust::xxh3::xxh3_64(key);
+    let h = crate::Store::hash(key);
     let mut sh = s.shards[0].lock();
     match sh.find(&s.env(0), h, key, 1) {
         Found::Live { seg, .. } => sh.segs.metas[seg as usize].queue,

@@ -153,8 +153,9 @@ impl Store {
         let _ = self.watch.set(w);
     }
 
+    /// The key hash every index, shard choice and flash check uses: computed here only.
     #[inline]
-    fn hash(key: &[u8]) -> u64 {
+    pub(crate) fn hash(key: &[u8]) -> u64 {
         xxhash_rust::xxh3::xxh3_64(key)
     }
 

@@ -198,9 +198,7 @@ impl Shard {
                 off += len;
                 continue;
             }
-            let h = xxhash_rust::xxh3::xxh3_64(
-                &self.segs.metas[v as usize].data[off..][hdr.key_range()],
-            );
+            let h = crate::Store::hash(&self.segs.metas[v as usize].data[off..][hdr.key_range()]);
             let Some(pos) = self.index.find_exact(h, v, off as u32) else {
                 off += len;
                 continue;

@@ -186,10 +186,10 @@ pub(crate) fn verify_head(head: &[u8], at: Place, rec_len: usize) -> Result<Head
     })
 }
 
-/// xxh3 of a key, as the store hashes keys (for tests).
+/// The store's key hash (for tests).
 #[cfg(test)]
 pub(crate) fn key_hash(key: &[u8]) -> u64 {
-    xxhash_rust::xxh3::xxh3_64(key)
+    crate::Store::hash(key)
 }
 
 #[cfg(test)]

@@ -235,7 +235,7 @@ impl Shard {
                 match segs.metas[sg as usize].state {
                     SegState::Live => {
                         let d = &segs.metas[sg as usize].data[slot::off(e) as usize..];
-                        Some(xxhash_rust::xxh3::xxh3_64(&d[item::key_range(d)]))
+                        Some(crate::Store::hash(&d[item::key_range(d)]))
                     }
                     SegState::Dead(r) => {
                         segs.release_dead_ref(sg);
