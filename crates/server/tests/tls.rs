@@ -270,7 +270,21 @@ fn a_client_that_reads_late_gets_every_reply_and_costs_bounded_memory() {
     // 20 MB of replies asked for at once; the server fills the socket, waits for it to drain
     // (WouldBlock, then a writable event) and must neither lose bytes nor buffer them all.
     s.write_all(&b"get big\r\n".repeat(200)).unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    // Measured once the server has stopped making progress (get_hits still over 10 polls,
+    // seen from a second connection), not after a fixed wait.
+    let mut t = connect(&server, &client_config(&certs, false));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let (mut last, mut still) = (String::new(), 0);
+    while still < 10 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "get_hits never settled"
+        );
+        let hits = stat(&mut t, "get_hits").unwrap();
+        still = if hits == last { still + 1 } else { 0 };
+        last = hits;
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
     let grown = server.rss_kb().saturating_sub(rss_before);
     assert!(
         grown < 8 * 1024,
