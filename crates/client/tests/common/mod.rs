@@ -15,6 +15,9 @@ pub struct Server {
     child: Child,
     pub port: u16,
     pub name: &'static str,
+    /// Its stderr, shown if it exits by itself (a crash is then not a bare "refused").
+    err: PathBuf,
+    killed: bool,
 }
 
 /// A port below the kernel's ephemeral range (32768+), free right now and never handed out twice
@@ -29,6 +32,14 @@ fn free_port() -> u16 {
             return port;
         }
     }
+}
+
+/// Where a server's stderr is kept while it starts.
+fn tempfile_path(name: &str, port: u16) -> PathBuf {
+    std::env::temp_dir().join(format!(
+        "mnemo-client-test-{name}-{}-{port}.err",
+        std::process::id()
+    ))
 }
 
 fn workspace() -> PathBuf {
@@ -54,49 +65,72 @@ pub fn mnemod_bin() -> PathBuf {
 }
 
 impl Server {
-    fn spawn(name: &'static str, mut cmd: Command, port: u16) -> Server {
-        let child = cmd
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| panic!("start {name}: {e}"));
-        let s = Server { child, port, name };
-        // A liveness check, not a timing (see mnemo-server's tests/common: a debug mnemod
-        // compiles its filters before it listens).
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while !listening(port) {
-            assert!(
-                Instant::now() < deadline,
-                "{name} did not start listening on {port}"
-            );
-            std::thread::yield_now();
+    /// Starts the server `args(port)` describes on a free port and waits until it listens.
+    /// Checked after that: the listener is the child's own (a child that exited, say because
+    /// the port was taken between the check and its bind, is started again on another port;
+    /// one that keeps failing is reported with its stderr, not left for a later "refused").
+    fn spawn(name: &'static str, program: PathBuf, args: impl Fn(u16) -> Vec<String>) -> Server {
+        let mut last_err = String::new();
+        for _ in 0..5 {
+            let port = free_port();
+            let err = tempfile_path(name, port);
+            let child = Command::new(&program)
+                .args(args(port))
+                .stdout(Stdio::null())
+                .stderr(Stdio::from(
+                    std::fs::File::create(&err).expect("a file for the server's stderr"),
+                ))
+                .spawn()
+                .unwrap_or_else(|e| panic!("start {name}: {e}"));
+            let mut s = Server {
+                child,
+                port,
+                name,
+                err: err.clone(),
+                killed: false,
+            };
+            // A liveness check, not a timing (see mnemo-server's tests/common: a debug mnemod
+            // compiles its filters before it listens).
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while !listening(port) && s.child.try_wait().ok().flatten().is_none() {
+                assert!(
+                    Instant::now() < deadline,
+                    "{name} did not start listening on {port}"
+                );
+                std::thread::yield_now();
+            }
+            if s.child.try_wait().ok().flatten().is_none() {
+                return s;
+            }
+            last_err = std::fs::read_to_string(&err).unwrap_or_default();
         }
-        s
+        panic!("{name} exited at start, five times; its stderr: {last_err}");
     }
 
     pub fn memcached(extra: &[&str]) -> Server {
-        let port = free_port();
-        let mut c = Command::new("memcached");
-        c.args([
-            "-u",
-            "root",
-            "-p",
-            &port.to_string(),
-            "-l",
-            "127.0.0.1",
-            "-U",
-            "0",
-        ])
-        .args(extra);
-        Server::spawn("memcached", c, port)
+        let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        Server::spawn("memcached", PathBuf::from("memcached"), move |port| {
+            let base = [
+                "-u",
+                "root",
+                "-p",
+                &port.to_string(),
+                "-l",
+                "127.0.0.1",
+                "-U",
+                "0",
+            ]
+            .map(String::from);
+            base.into_iter().chain(extra.iter().cloned()).collect()
+        })
     }
 
     pub fn mnemod(extra: &[&str]) -> Server {
-        let port = free_port();
-        let mut c = Command::new(mnemod_bin());
-        c.args(["-p", &port.to_string(), "-l", "127.0.0.1", "-U", "0"])
-            .args(extra);
-        Server::spawn("mnemod", c, port)
+        let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        Server::spawn("mnemod", mnemod_bin(), move |port| {
+            let base = ["-p", &port.to_string(), "-l", "127.0.0.1", "-U", "0"].map(String::from);
+            base.into_iter().chain(extra.iter().cloned()).collect()
+        })
     }
 
     /// Both servers, for tests that run everything against each.
@@ -109,8 +143,21 @@ impl Server {
     }
 
     pub fn kill(&mut self) {
+        if self.killed {
+            return;
+        }
+        self.killed = true;
+        if let Ok(Some(status)) = self.child.try_wait() {
+            eprintln!(
+                "{} on port {} had exited by itself ({status}); its stderr:\n{}",
+                self.name,
+                self.port,
+                std::fs::read_to_string(&self.err).unwrap_or_default()
+            );
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.err);
     }
 }
 
