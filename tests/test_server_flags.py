@@ -214,6 +214,7 @@ def test_disable_dumping_and_watch(kind):
                 assert roundtrip(s, b"get k\r\n", b"END\r\n") == b"VALUE k 0 1\r\nx\r\nEND\r\n"
         with srv.connect() as s:
             assert stats(s, b"settings")["dump_enabled"] == "no"
+        with srv.connect() as s:  # a connection's first byte chooses its protocol
             # The binary detail group is refused as an unknown one (status 1, key not found).
             s.sendall(struct.pack(">BBHBBHIIQ", 0x80, 0x10, 6, 0, 0, 0, 6, 0, 0) + b"detail")
             head = s.recv(24)

@@ -5,6 +5,10 @@
 //!   STAT <fd>:addr tcp:127.0.0.1:11211          listening socket
 //!   STAT <fd>:state conn_listening
 //!   STAT <fd>:secs_since_last_cmd <s>
+//!   STAT <fd>:UDP UDP                           a UDP thread's socket (one per -t thread)
+//!   STAT <fd>:addr udp:127.0.0.1:11211
+//!   STAT <fd>:state conn_read
+//!   STAT <fd>:secs_since_last_cmd <s>
 //!   STAT <fd>:addr tcp:127.0.0.1:40212          connection
 //!   STAT <fd>:listen_addr tcp:127.0.0.1:11211
 //!   STAT <fd>:state conn_parse_cmd              (the one asking; others conn_read, conn_mwrite
@@ -39,8 +43,10 @@ pub struct ConnInfo {
 
 struct Row {
     addr: String,
-    /// None: a listening socket.
+    /// None: a listening socket (or a UDP thread's socket, `udp`).
     listen_addr: Option<String>,
+    /// A UDP thread's socket: memcached's UDP connection, always in conn_read.
+    udp: bool,
     info: Arc<ConnInfo>,
 }
 
@@ -76,6 +82,20 @@ impl ConnTable {
             Row {
                 addr,
                 listen_addr: None,
+                udp: false,
+                info,
+            },
+        );
+    }
+
+    /// A UDP thread's socket (udp.rs), as memcached lists each thread's UDP connection.
+    pub fn add_udp(&self, fd: i32, addr: String, info: Arc<ConnInfo>) {
+        self.rows.lock().insert(
+            fd,
+            Row {
+                addr,
+                listen_addr: None,
+                udp: true,
                 info,
             },
         );
@@ -87,6 +107,7 @@ impl ConnTable {
             Row {
                 addr,
                 listen_addr: Some(listen_addr),
+                udp: false,
                 info,
             },
         );
@@ -105,6 +126,14 @@ pub fn tcp_addr(a: std::net::SocketAddr) -> String {
     }
 }
 
+/// The same for a UDP socket: `udp:1.2.3.4:port`, `udp6:[::1]:port`.
+pub fn udp_addr(a: std::net::SocketAddr) -> String {
+    match a {
+        std::net::SocketAddr::V4(a) => format!("udp:{a}"),
+        std::net::SocketAddr::V6(a) => format!("udp6:{a}"),
+    }
+}
+
 pub fn unix_addr(path: &str) -> String {
     format!("unix:{path}")
 }
@@ -114,8 +143,12 @@ pub fn stats(sh: &Shared, out: &mut Vec<u8>) {
     let now = sh.clock.now();
     let me = CURRENT.with(Cell::get);
     for (fd, row) in sh.conn_table.rows.lock().iter() {
+        if row.udp {
+            stat(out, &format!("{fd}:UDP"), "UDP");
+        }
         stat(out, &format!("{fd}:addr"), &row.addr);
         let state = match &row.listen_addr {
+            None if row.udp => "conn_read",
             None => "conn_listening",
             Some(listen) => {
                 stat(out, &format!("{fd}:listen_addr"), listen);

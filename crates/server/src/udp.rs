@@ -85,10 +85,16 @@ pub fn spawn(sockets: Vec<UdpSocket>, sh: &Arc<Shared>, first: usize) -> std::io
     for s in sockets {
         for _ in 0..sh.config.threads {
             let (sock, sh, counters) = (s.try_clone()?, sh.clone(), sh.counters[next].clone());
+            // Listed in `stats conns` as memcached lists each thread's UDP connection.
+            let info = Arc::new(crate::conns::ConnInfo::default());
+            info.last_cmd.store(sh.clock.now(), Relaxed);
+            let addr = sock.local_addr().map(crate::conns::udp_addr)?;
+            sh.conn_table
+                .add_udp(std::os::fd::AsRawFd::as_raw_fd(&sock), addr, info.clone());
             std::thread::Builder::new()
                 .name(format!("mnemo-udp-{}", next - first))
                 .stack_size(crate::WORKER_STACK)
-                .spawn(move || serve(&sock, &sh, &counters))?;
+                .spawn(move || serve(&sock, &sh, &counters, &info))?;
             next += 1;
         }
         // memcached counts each thread's UDP connection as a connection from the start.
@@ -100,7 +106,7 @@ pub fn spawn(sockets: Vec<UdpSocket>, sh: &Arc<Shared>, first: usize) -> std::io
 }
 
 /// One thread's loop: a datagram in, its replies out; errors are the client's loss only.
-fn serve(sock: &UdpSocket, sh: &Shared, c: &Counters) {
+fn serve(sock: &UdpSocket, sh: &Shared, c: &Counters, info: &crate::conns::ConnInfo) {
     let mut input = vec![0u8; READ_BUFFER];
     let mut run = Run::default();
     let mut dgram = Vec::with_capacity(UDP_MAX_DATAGRAM);
@@ -115,6 +121,7 @@ fn serve(sock: &UdpSocket, sh: &Shared, c: &Counters) {
             }
         };
         bump(&c.bytes_read, n as u64);
+        info.last_cmd.store(sh.clock.now(), Relaxed);
         let Some(id) = run.datagram(&input[..n], sh, c) else {
             continue;
         };
