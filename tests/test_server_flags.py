@@ -439,6 +439,11 @@ def test_stats_subcommands():
         assert st["cmd_get"] == "0" and st["cmd_set"] == "0" and st["get_hits"] == "0"
         assert st["curr_items"] == "1" and int(st["bytes"]) > 0  # state, not counters
         assert int(st["total_connections"]) >= 0
+        # memcached 1.6.40: a subcommand is named by a prefix of it, in memcached's order
+        # (`s` is `settings`, before mnemo's own `snapshot`, which only its whole name names).
+        for short in (b"s", b"se", b"setting"):
+            assert list(stats(s, short)) == list(settings), short
+        assert "snapshot_restored_items" in stats(s, b"snapshot")
 
 
 # --- time --------------------------------------------------------------------------------------

@@ -21,6 +21,8 @@ pub enum ErrorReply {
     NonNumeric,
     ShutdownDisabled,
     ShutdownMode,
+    /// `slabs automove window N` outside 3..=1800 (memcached 1.6.40).
+    AutomoveWindow,
     FlushDisabled,
     Unauthenticated,
     InvalidFlag,
@@ -66,6 +68,7 @@ impl ErrorReply {
             // memcached 1.6.40 (1.6.18 to 1.6.39: "ERROR: shutdown not enabled").
             ErrorReply::ShutdownDisabled => "SERVER_ERROR: shutdown not enabled",
             ErrorReply::ShutdownMode => "CLIENT_ERROR invalid shutdown mode",
+            ErrorReply::AutomoveWindow => "CLIENT_ERROR automove window too low or too high",
             ErrorReply::FlushDisabled => "CLIENT_ERROR flush_all not allowed",
             ErrorReply::Unauthenticated => "CLIENT_ERROR unauthenticated",
             ErrorReply::InvalidFlag => "CLIENT_ERROR invalid flag",

@@ -280,6 +280,10 @@ pub enum Automove {
     Level(u32),
     /// The ratio's `f64::to_bits` (a float would cost `Request` its `Eq`).
     Ratio(u64),
+    /// `freeratio <r>` (memcached 1.6.40): the same form as `Ratio`.
+    FreeRatio(u64),
+    /// `window <seconds>`, 3 to 1800 (memcached 1.6.40).
+    Window(u32),
 }
 
 // As for Request: returned by value from the parser, never stored.
@@ -502,6 +506,9 @@ fn admin<'a>(t: &Tokens<'a>, line: &'a [u8], after: usize, buf: &'a [u8]) -> Par
             Some(level) if n > 1 => req(Request::Verbosity { level, noreply }, after),
             _ => err(ErrorReply::BadFormat, after, noreply),
         },
+        // memcached 1.6.40 counts a last `noreply` as one more word: these two commands then
+        // match none of their forms, and the error is silenced (nothing done, nothing said).
+        b"shutdown" | b"lru_crawler" if noreply => err(ErrorReply::Error, after, true),
         // The mode is judged only after shutdown is known to be enabled (by the executor).
         b"shutdown" => {
             let mode = match n {
@@ -823,12 +830,24 @@ fn slabs<'a>(t: &Tokens<'a>, after: usize) -> Parsed<'a> {
     if !(n >= 3 && prefix_of(sub, b"automove")) {
         return err(ErrorReply::Error, after, noreply);
     }
+    // A bad or missing ratio is a plain ERROR, not a format error. memcached copies the
+    // ratio into a 32-byte buffer: a longer token is refused.
+    let ratio = || parse_strtod(t.get(3)).filter(|_| t.get(3).len() < 32 && n >= 4);
     let setting = if prefix_of(t.get(2), b"ratio") {
-        // A bad or missing ratio is a plain ERROR, not a format error.
-        // memcached copies the ratio into a 32-byte buffer: a longer token is refused.
-        match parse_strtod(t.get(3)).filter(|_| t.get(3).len() < 32) {
-            Some(r) if n >= 4 => Automove::Ratio(r.to_bits()),
-            _ => return err(ErrorReply::Error, after, noreply),
+        match ratio() {
+            Some(r) => Automove::Ratio(r.to_bits()),
+            None => return err(ErrorReply::Error, after, noreply),
+        }
+    } else if prefix_of(t.get(2), b"freeratio") {
+        match ratio() {
+            Some(r) => Automove::FreeRatio(r.to_bits()),
+            None => return err(ErrorReply::Error, after, noreply),
+        }
+    } else if prefix_of(t.get(2), b"window") {
+        match tok_u32(t.get(3)).filter(|_| n >= 4) {
+            Some(w @ 3..=1800) => Automove::Window(w),
+            Some(_) => return err(ErrorReply::AutomoveWindow, after, noreply),
+            None => return err(ErrorReply::BadFormat, after, noreply),
         }
     } else {
         match tok_u32(t.get(2)) {

@@ -313,6 +313,8 @@ pub struct SlabAutomove {
     level: AtomicU32,
     /// f64 bits.
     ratio: AtomicU64,
+    /// Seconds (`-o slab_automove_window`, `slabs automove window`).
+    window: AtomicU32,
 }
 
 /// memcached 1.6.18's defaults.
@@ -321,17 +323,28 @@ pub const DEFAULT_SLAB_AUTOMOVE_RATIO: f64 = 0.8;
 
 impl Default for SlabAutomove {
     fn default() -> Self {
-        SlabAutomove::new(DEFAULT_SLAB_AUTOMOVE, DEFAULT_SLAB_AUTOMOVE_RATIO)
+        SlabAutomove::new(
+            DEFAULT_SLAB_AUTOMOVE,
+            DEFAULT_SLAB_AUTOMOVE_RATIO,
+            ext::DEFAULT_SLAB_AUTOMOVE_WINDOW,
+        )
     }
 }
 
 impl SlabAutomove {
-    /// As `-o slab_automove=N,slab_automove_ratio=R` start it.
-    pub fn new(level: u32, ratio: f64) -> SlabAutomove {
+    /// As `-o slab_automove=N,slab_automove_ratio=R,slab_automove_window=W` start it.
+    pub fn new(level: u32, ratio: f64, window: u32) -> SlabAutomove {
         SlabAutomove {
             level: AtomicU32::new(level),
             ratio: AtomicU64::new(ratio.to_bits()),
+            window: AtomicU32::new(window),
         }
+    }
+    pub fn window(&self) -> u32 {
+        self.window.load(Relaxed)
+    }
+    pub fn set_window(&self, seconds: u32) {
+        self.window.store(seconds, Relaxed);
     }
     pub fn level(&self) -> u32 {
         self.level.load(Relaxed)

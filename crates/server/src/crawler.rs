@@ -256,15 +256,25 @@ const METADUMP_OFF: &[u8] = b"ERROR metadump not allowed";
 const MGDUMP_OFF: &[u8] = b"ERROR key dump not allowed";
 const CACHEDUMP_OFF: &[u8] = b"CLIENT_ERROR stats cachedump not allowed";
 
-/// `lru_crawler <args>`, with memcached 1.6's replies. Returns `Next::Metadump` for a
-/// metadump; the connection calls `Metadump::begin` (which may refuse it), then
-/// `Metadump::step` until it is done.
+/// `lru_crawler <args>`, with memcached 1.6.45's replies: a subcommand is named by any prefix
+/// of it (`lru_crawler m all` is a metadump), tried in memcached's order. Returns
+/// `Next::Metadump` for a metadump; the connection calls `Metadump::begin` (which may refuse
+/// it), then `Metadump::step` until it is done.
 pub fn command(args: Keys<'_>, sh: &Shared, out: &mut Vec<u8>) -> Next {
     let mut w = args.iter();
-    let words = (w.next(), w.next(), w.next());
+    let (sub, arg, extra) = (w.next(), w.next(), w.next());
+    let is = |name: &[u8]| sub.is_some_and(|s| name.starts_with(s));
     let enabled = sh.crawler_enabled.load(Relaxed);
-    let reply: &[u8] = match words {
-        (Some(which @ (b"metadump" | b"mgdump")), Some(spec), None) => {
+    // The subcommand by its full name, for the match below (None: no form fits).
+    let named: Option<&[u8]> = match (arg, extra) {
+        (Some(_), None) => [&b"crawl"[..], b"metadump", b"mgdump", b"tocrawl", b"sleep"]
+            .into_iter()
+            .find(|n| is(n)),
+        (None, None) => [&b"enable"[..], b"disable"].into_iter().find(|n| is(n)),
+        _ => None,
+    };
+    let reply: &[u8] = match (named, arg) {
+        (Some(which @ (b"metadump" | b"mgdump")), Some(spec)) => {
             if !enabled {
                 DISABLED
             } else if !sh.config.dump_enabled {
@@ -280,7 +290,7 @@ pub fn command(args: Keys<'_>, sh: &Shared, out: &mut Vec<u8>) -> Next {
         }
         // A crawl reclaims expired items; mnemo's maintenance thread already does that once a
         // second, so there is nothing to start, only memcached's answers to give.
-        (Some(b"crawl"), Some(spec), None) => {
+        (Some(b"crawl"), Some(spec)) => {
             if !enabled {
                 DISABLED
             } else {
@@ -297,7 +307,7 @@ pub fn command(args: Keys<'_>, sh: &Shared, out: &mut Vec<u8>) -> Next {
         }
         // Crawler pacing knobs: checked like memcached's and kept for `stats settings`, with
         // nothing to pace.
-        (Some(b"tocrawl"), Some(n), None) => match parse_u64(n) {
+        (Some(b"tocrawl"), Some(n)) => match parse_u64(n) {
             Some(v) => {
                 // memcached stores it in a 32-bit field.
                 sh.crawler_tocrawl.store(v as u32, Relaxed);
@@ -305,7 +315,7 @@ pub fn command(args: Keys<'_>, sh: &Shared, out: &mut Vec<u8>) -> Next {
             }
             None => BAD_FORMAT,
         },
-        (Some(b"sleep"), Some(n), None) => match parse_u64(n).map(|v| v as u32) {
+        (Some(b"sleep"), Some(n)) => match parse_u64(n).map(|v| v as u32) {
             Some(v) if v > 1_000_000 => b"CLIENT_ERROR sleep must be one second or less",
             Some(v) => {
                 sh.crawler_sleep.store(v, Relaxed);
@@ -313,7 +323,7 @@ pub fn command(args: Keys<'_>, sh: &Shared, out: &mut Vec<u8>) -> Next {
             }
             None => BAD_FORMAT,
         },
-        (Some(b"enable"), None, None) => {
+        (Some(b"enable"), None) => {
             // memcached refuses to start a crawler thread that is already running.
             if sh.crawler_enabled.swap(true, Relaxed) {
                 b"ERROR failed to start lru crawler thread"
@@ -321,7 +331,7 @@ pub fn command(args: Keys<'_>, sh: &Shared, out: &mut Vec<u8>) -> Next {
                 b"OK"
             }
         }
-        (Some(b"disable"), None, None) => {
+        (Some(b"disable"), None) => {
             sh.crawler_enabled.store(false, Relaxed);
             b"OK"
         }
@@ -415,6 +425,9 @@ pub fn slabs_automove(setting: Automove, noreply: bool, sh: &Shared, out: &mut V
     match setting {
         Automove::Level(level) => knobs.set_level(level),
         Automove::Ratio(bits) => knobs.set_ratio(f64::from_bits(bits)),
+        Automove::Window(w) => knobs.set_window(w),
+        // The flash tier's setting (memcached's slab_automove_freeratio), shown with the rest.
+        Automove::FreeRatio(bits) => sh.extstore.lock().automove_freeratio = f64::from_bits(bits),
     }
     if !noreply {
         line(out, b"OK");

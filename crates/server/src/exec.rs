@@ -523,42 +523,48 @@ pub(crate) fn get_flashed(
     (reply, answered)
 }
 
+/// `stats [sub]`. memcached 1.6.40 takes the word sent for the first of its subcommands it
+/// begins (`stats r` is `stats reset`, `stats s` `stats settings`, in the order below), but
+/// `items`, `slabs` and `sizes` only whole; mnemo's own `filters` and `snapshot` are whole
+/// words, looked at first. `sizes_enable|sizes_disable` went in memcached 1.6.25 (`-o
+/// track_sizes` remains): they are unknown subcommands now, as there.
 fn stats_command(args: Keys<'_>, sh: &Shared, out: &mut Vec<u8>) {
     let mut words = args.iter();
-    match words.next() {
-        None => stats::general(sh, out),
-        Some(b"reset") => {
-            sh.reset_stats();
-            line(out, b"RESET");
-        }
-        Some(b"settings") => stats::settings(sh, out),
-        Some(b"filters") => crate::fget::stats(sh, out),
-        Some(b"snapshot") => crate::restart::stats(
+    let Some(sub) = words.next() else {
+        return stats::general(sh, out);
+    };
+    let begins = |name: &[u8]| name.starts_with(sub);
+    match sub {
+        b"filters" => crate::fget::stats(sh, out),
+        b"snapshot" => crate::restart::stats(
             sh.config.memory_file.as_deref(),
             sh.restored.get().unwrap_or(&Default::default()),
             out,
         ),
-        Some(b"items") => stats::items(sh, out),
-        Some(b"slabs") => stats::slabs(sh, out),
-        Some(b"sizes") => stats::sizes(sh, out),
-        // `sizes_enable|sizes_disable` went in memcached 1.6.25 (`-o track_sizes` remains): they
-        // are unknown subcommands now, as there.
-        Some(b"extstore") => stats::extstore_pages(sh, out),
-        Some(b"conns") => crate::conns::stats(sh, out),
-        Some(b"detail") if !sh.config.dump_enabled => line(out, crate::detail::DUMPS_OFF),
-        Some(b"detail") => match words.next() {
-            Some(b"on") => {
+        _ if begins(b"reset") => {
+            sh.reset_stats();
+            line(out, b"RESET");
+        }
+        _ if begins(b"detail") && !sh.config.dump_enabled => line(out, crate::detail::DUMPS_OFF),
+        _ if begins(b"detail") => match words.next() {
+            Some(w) if b"on".starts_with(w) => {
                 sh.detail.set_enabled(true);
                 line(out, b"OK");
             }
-            Some(b"off") => {
+            Some(w) if b"off".starts_with(w) => {
                 sh.detail.set_enabled(false);
                 line(out, b"OK");
             }
-            Some(b"dump") => sh.detail.dump(out),
+            Some(w) if b"dump".starts_with(w) => sh.detail.dump(out),
             _ => line(out, b"CLIENT_ERROR usage: stats detail on|off|dump"),
         },
-        Some(b"cachedump") => crate::crawler::cachedump(words, sh, out),
-        Some(_) => ErrorReply::Error.write(out),
+        _ if begins(b"settings") => stats::settings(sh, out),
+        _ if begins(b"cachedump") => crate::crawler::cachedump(words, sh, out),
+        _ if begins(b"conns") => crate::conns::stats(sh, out),
+        _ if begins(b"extstore") => stats::extstore_pages(sh, out),
+        b"items" => stats::items(sh, out),
+        b"slabs" => stats::slabs(sh, out),
+        b"sizes" => stats::sizes(sh, out),
+        _ => ErrorReply::Error.write(out),
     }
 }

@@ -194,7 +194,11 @@ impl Shared {
             crawler_enabled: AtomicBool::new(ext.lru_crawler),
             filters,
             jobs,
-            slab_automove: config::SlabAutomove::new(ext.slab_automove, ext.slab_automove_ratio),
+            slab_automove: config::SlabAutomove::new(
+                ext.slab_automove,
+                ext.slab_automove_ratio,
+                ext.slab_automove_window,
+            ),
             crawler_starts: AtomicU64::new(0),
             crawler_sleep: ext.lru_crawler_sleep.into(),
             crawler_tocrawl: ext.lru_crawler_tocrawl.into(),

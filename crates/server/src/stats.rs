@@ -408,11 +408,7 @@ pub fn settings(sh: &Shared, out: &mut Vec<u8>) {
         "slab_automove_ratio",
         c_fixed2(sh.slab_automove.ratio()),
     );
-    stat(
-        out,
-        "slab_automove_window",
-        sh.config.ext.slab_automove_window,
-    );
+    stat(out, "slab_automove_window", sh.slab_automove.window());
     stat(out, "slab_chunk_max", sh.config.ext.slab_chunk_max);
     stat(out, "lru_crawler", yes_no(sh.crawler_enabled.load(Relaxed)));
     stat(out, "lru_crawler_sleep", sh.crawler_sleep.load(Relaxed));
