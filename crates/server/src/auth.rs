@@ -24,6 +24,14 @@ pub enum AuthError {
     Sasldb { path: String, why: String },
 }
 
+/// Authentication attempts (text -Y and SASL) and the failed ones (`stats` auth_cmds,
+/// auth_errors).
+#[derive(Default, Debug)]
+pub struct Attempts {
+    pub cmds: std::sync::atomic::AtomicU64,
+    pub errors: std::sync::atomic::AtomicU64,
+}
+
 #[derive(Default, Debug)]
 pub struct Credentials {
     users: HashMap<Vec<u8>, Vec<u8>>,

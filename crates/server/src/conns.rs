@@ -50,6 +50,18 @@ struct Row {
     info: Arc<ConnInfo>,
 }
 
+/// memcached's connection counters (`stats`: curr_connections, total_connections,
+/// rejected_connections, connection_structures).
+#[derive(Default, Debug)]
+pub struct ConnCounts {
+    pub curr: std::sync::atomic::AtomicUsize,
+    pub total: std::sync::atomic::AtomicU64,
+    pub rejected: std::sync::atomic::AtomicU64,
+    /// Listening sockets plus the connection slots the workers have made (a slot is kept for
+    /// reuse once made).
+    pub structs: std::sync::atomic::AtomicU64,
+}
+
 #[derive(Default)]
 pub struct ConnTable {
     rows: Mutex<BTreeMap<i32, Row>>,

@@ -64,6 +64,30 @@ use mnemo_store::{DumpCursor, DumpItem};
 use crate::exec::Next;
 use crate::Shared;
 
+/// `lru_crawler`'s state as clients see it: the switch (`enable|disable`: while disabled,
+/// metadump and crawl are refused, as memcached's), the requests started (memcached's
+/// lru_crawler_starts), and `sleep|tocrawl` as last set (they pace nothing: mnemo runs no
+/// crawler).
+#[derive(Debug)]
+pub struct Knobs {
+    pub enabled: std::sync::atomic::AtomicBool,
+    pub starts: std::sync::atomic::AtomicU64,
+    pub sleep: std::sync::atomic::AtomicU32,
+    pub tocrawl: std::sync::atomic::AtomicU32,
+}
+
+impl Knobs {
+    /// As `-o lru_crawler`, `lru_crawler_sleep`, `lru_crawler_tocrawl` start them.
+    pub fn new(enabled: bool, sleep: u32, tocrawl: u32) -> Knobs {
+        Knobs {
+            enabled: enabled.into(),
+            starts: 0.into(),
+            sleep: sleep.into(),
+            tocrawl: tocrawl.into(),
+        }
+    }
+}
+
 /// memcached's slab class ids run 1..=63 (MAX_NUMBER_OF_SLAB_CLASSES - 1).
 const MAX_CLASS: u64 = 63;
 
@@ -122,7 +146,7 @@ impl Metadump {
         sh: &Shared,
         out: &mut Vec<u8>,
     ) -> Option<Box<Metadump>> {
-        sh.crawler_starts.fetch_add(1, Relaxed);
+        sh.crawler.starts.fetch_add(1, Relaxed);
         self.list = list;
         // memcached 1.6.43 sends OK before a dump's lines (1.6.18 to 1.6.42 sent none).
         line(out, b"OK");
@@ -264,7 +288,7 @@ pub fn command(args: Keys<'_>, sh: &Shared, out: &mut Vec<u8>) -> Next {
     let mut w = args.iter();
     let (sub, arg, extra) = (w.next(), w.next(), w.next());
     let is = |name: &[u8]| sub.is_some_and(|s| name.starts_with(s));
-    let enabled = sh.crawler_enabled.load(Relaxed);
+    let enabled = sh.crawler.enabled.load(Relaxed);
     // The subcommand by its full name, for the match below (None: no form fits).
     let named: Option<&[u8]> = match (arg, extra) {
         (Some(_), None) => [&b"crawl"[..], b"metadump", b"mgdump", b"tocrawl", b"sleep"]
@@ -296,7 +320,7 @@ pub fn command(args: Keys<'_>, sh: &Shared, out: &mut Vec<u8>) -> Next {
             } else {
                 match classes(spec) {
                     Classes::All | Classes::List(_) => {
-                        sh.crawler_starts.fetch_add(1, Relaxed);
+                        sh.crawler.starts.fetch_add(1, Relaxed);
                         b"OK"
                     }
                     Classes::Hash => b"ERROR an unknown error happened",
@@ -310,7 +334,7 @@ pub fn command(args: Keys<'_>, sh: &Shared, out: &mut Vec<u8>) -> Next {
         (Some(b"tocrawl"), Some(n)) => match parse_u64(n) {
             Some(v) => {
                 // memcached stores it in a 32-bit field.
-                sh.crawler_tocrawl.store(v as u32, Relaxed);
+                sh.crawler.tocrawl.store(v as u32, Relaxed);
                 b"OK"
             }
             None => BAD_FORMAT,
@@ -318,21 +342,21 @@ pub fn command(args: Keys<'_>, sh: &Shared, out: &mut Vec<u8>) -> Next {
         (Some(b"sleep"), Some(n)) => match parse_u64(n).map(|v| v as u32) {
             Some(v) if v > 1_000_000 => b"CLIENT_ERROR sleep must be one second or less",
             Some(v) => {
-                sh.crawler_sleep.store(v, Relaxed);
+                sh.crawler.sleep.store(v, Relaxed);
                 b"OK"
             }
             None => BAD_FORMAT,
         },
         (Some(b"enable"), None) => {
             // memcached refuses to start a crawler thread that is already running.
-            if sh.crawler_enabled.swap(true, Relaxed) {
+            if sh.crawler.enabled.swap(true, Relaxed) {
                 b"ERROR failed to start lru crawler thread"
             } else {
                 b"OK"
             }
         }
         (Some(b"disable"), None) => {
-            sh.crawler_enabled.store(false, Relaxed);
+            sh.crawler.enabled.store(false, Relaxed);
             b"OK"
         }
         _ => b"ERROR",

@@ -73,7 +73,7 @@ mod udp;
 mod watch;
 mod worker;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering::Relaxed};
 use std::sync::Arc;
 
 pub use config::{Cli, Config};
@@ -89,12 +89,10 @@ pub(crate) struct Shared {
     pub clock: clock::Clock,
     /// One block per worker; index = worker number.
     pub counters: Vec<Arc<stats::Counters>>,
-    pub curr_conns: AtomicUsize,
-    pub total_conns: AtomicU64,
-    pub rejected_conns: AtomicU64,
+    /// Connections open, accepted, refused, and connection structures (conns.rs).
+    pub conn_counts: conns::ConnCounts,
     /// Authentication attempts (text -Y and SASL) and the failed ones.
-    pub auth_cmds: AtomicU64,
-    pub auth_errors: AtomicU64,
+    pub auth: auth::Attempts,
     pub verbosity: AtomicU8,
     /// Users for -Y / -S; empty when authentication is off.
     pub credentials: parking_lot::RwLock<auth::Credentials>,
@@ -102,8 +100,8 @@ pub(crate) struct Shared {
     pub detail: detail::Detail,
     /// Meta stale / win-token states.
     pub marks: marks::Marks,
-    /// `lru_crawler enable|disable`: while disabled, metadump and crawl are refused (memcached).
-    pub crawler_enabled: AtomicBool,
+    /// `lru_crawler`'s switch, counter and pacing knobs (crawler.rs).
+    pub crawler: crawler::Knobs,
     /// The filters `fget` may run (none unless the operator installed some).
     pub filters: mnemo_filter::FilterHost,
     /// Where filter calls run, off the event loops (jobs.rs).
@@ -115,16 +113,8 @@ pub(crate) struct Shared {
     pub extstore: parking_lot::Mutex<config::ext::FlashOptions>,
     /// `slabs automove` as clients last set it (reported by `stats settings`).
     pub slab_automove: config::SlabAutomove,
-    /// `lru_crawler crawl` and `metadump` requests started (memcached's lru_crawler_starts).
-    pub crawler_starts: AtomicU64,
-    /// `lru_crawler sleep|tocrawl` as last set (they pace nothing: mnemo runs no crawler).
-    pub crawler_sleep: std::sync::atomic::AtomicU32,
-    pub crawler_tocrawl: std::sync::atomic::AtomicU32,
     /// `stats sizes` tracking, on with `-o track_sizes` (memcached 1.6.25 dropped the runtime switch).
     pub sizes_enabled: AtomicBool,
-    /// memcached's connection_structures: listening sockets plus the connection slots the
-    /// workers have made (a slot is kept for reuse once made).
-    pub conn_structs: AtomicU64,
     /// The accept loop's state, for `stats`.
     pub listen: listener::ListenStats,
     /// Listening sockets and connections by descriptor, for `stats conns`.
@@ -183,15 +173,16 @@ impl Shared {
             config,
             store,
             clock: clock::Clock::new(),
-            curr_conns: AtomicUsize::new(0),
-            total_conns: AtomicU64::new(0),
-            rejected_conns: AtomicU64::new(0),
-            auth_cmds: AtomicU64::new(0),
-            auth_errors: AtomicU64::new(0),
+            conn_counts: conns::ConnCounts::default(),
+            auth: auth::Attempts::default(),
             credentials: parking_lot::RwLock::new(credentials),
             marks: marks::Marks::default(),
             detail: detail::Detail::default(),
-            crawler_enabled: AtomicBool::new(ext.lru_crawler),
+            crawler: crawler::Knobs::new(
+                ext.lru_crawler,
+                ext.lru_crawler_sleep,
+                ext.lru_crawler_tocrawl,
+            ),
             filters,
             jobs,
             slab_automove: config::SlabAutomove::new(
@@ -199,11 +190,7 @@ impl Shared {
                 ext.slab_automove_ratio,
                 ext.slab_automove_window,
             ),
-            crawler_starts: AtomicU64::new(0),
-            crawler_sleep: ext.lru_crawler_sleep.into(),
-            crawler_tocrawl: ext.lru_crawler_tocrawl.into(),
             sizes_enabled: AtomicBool::new(ext.track_sizes),
-            conn_structs: AtomicU64::new(0),
             listen: listener::ListenStats::default(),
             conn_table: conns::ConnTable::default(),
             watch,
@@ -214,9 +201,9 @@ impl Shared {
 
     /// Count an authentication attempt.
     pub fn count_auth(&self, ok: bool) {
-        self.auth_cmds.fetch_add(1, Relaxed);
+        self.auth.cmds.fetch_add(1, Relaxed);
         if !ok {
-            self.auth_errors.fetch_add(1, Relaxed);
+            self.auth.errors.fetch_add(1, Relaxed);
         }
     }
 
@@ -350,7 +337,9 @@ pub fn run(mut config: Config) -> Result<(), ServerError> {
         ));
         signals::install_stop();
     }
-    sh.conn_structs.fetch_add(listeners.len() as u64, Relaxed);
+    sh.conn_counts
+        .structs
+        .fetch_add(listeners.len() as u64, Relaxed);
     let mut handles = Vec::new();
     let mut senders = Vec::new();
     let uring = sh.config.uring_wanted();

@@ -220,7 +220,7 @@ pub fn run(mut listeners: Vec<Listener>, sh: Arc<Shared>, workers: Vec<crate::wo
         for i in ready {
             if let Some(since) = paused {
                 if !sh.config.ext.maxconns_fast
-                    && sh.curr_conns.load(Relaxed) >= sh.config.max_conns
+                    && sh.conn_counts.curr.load(Relaxed) >= sh.config.max_conns
                 {
                     break;
                 }
@@ -262,7 +262,8 @@ fn accept_all(
     next: &mut usize,
 ) -> bool {
     loop {
-        if !sh.config.ext.maxconns_fast && sh.curr_conns.load(Relaxed) >= sh.config.max_conns {
+        if !sh.config.ext.maxconns_fast && sh.conn_counts.curr.load(Relaxed) >= sh.config.max_conns
+        {
             // memcached 1.4's way: the connection waits in the backlog until one closes.
             return false;
         }
@@ -290,13 +291,13 @@ fn accept_all(
                 return !paused;
             }
         };
-        if sh.curr_conns.load(Relaxed) >= sh.config.max_conns {
-            sh.rejected_conns.fetch_add(1, Relaxed);
+        if sh.conn_counts.curr.load(Relaxed) >= sh.config.max_conns {
+            sh.conn_counts.rejected.fetch_add(1, Relaxed);
             let _ = stream.write(TOO_MANY);
             continue; // dropping the stream closes it
         }
         // Only connections that are served: memcached counts a refused one as rejected alone.
-        sh.total_conns.fetch_add(1, Relaxed);
+        sh.conn_counts.total.fetch_add(1, Relaxed);
         // With -Z, the connection gets the certificates in force now (a later refresh_certs
         // does not change it); its handshake runs on the worker, driven by readiness.
         let stream = match (stream, &sh.config.tls, l) {
@@ -315,13 +316,13 @@ fn accept_all(
             }
             (stream, ..) => stream,
         };
-        sh.curr_conns.fetch_add(1, Relaxed);
+        sh.conn_counts.curr.fetch_add(1, Relaxed);
         let (tx, waker) = &workers[*next % workers.len()];
         *next = next.wrapping_add(1);
         if tx.send(stream).is_ok() {
             let _ = waker.wake();
         } else {
-            sh.curr_conns.fetch_sub(1, Relaxed);
+            sh.conn_counts.curr.fetch_sub(1, Relaxed);
         }
     }
 }

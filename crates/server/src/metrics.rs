@@ -319,16 +319,16 @@ fn general(p: &mut Page, sh: &Shared, t: &Totals, s: &mnemo_store::StoreStats) {
         "memcached_current_connections",
         Gauge,
         "Open client connections.",
-        sh.curr_conns.load(Relaxed),
+        sh.conn_counts.curr.load(Relaxed),
     );
     p.one(
         "memcached_connections_total",
         Counter,
         "Connections opened since start.",
-        sh.total_conns.load(Relaxed),
+        sh.conn_counts.total.load(Relaxed),
     );
     if f.show_rejected {
-        let rejected = sh.rejected_conns.load(Relaxed);
+        let rejected = sh.conn_counts.rejected.load(Relaxed);
         p.one(
             "memcached_connections_rejected_total",
             Counter,
@@ -452,7 +452,7 @@ fn general(p: &mut Page, sh: &Shared, t: &Totals, s: &mnemo_store::StoreStats) {
             "memcached_lru_crawler_starts_total",
             Counter,
             "Crawls and metadumps started.",
-            sh.crawler_starts.load(Relaxed),
+            sh.crawler.starts.load(Relaxed),
         );
     }
     // No crawler runs in the background (see stats.rs): these stay 0, as `stats` says.
@@ -632,7 +632,7 @@ fn settings(p: &mut Page, sh: &Shared) {
         "Connection limit (-c).",
         sh.config.max_conns,
     );
-    if !sh.crawler_enabled.load(Relaxed) {
+    if !sh.crawler.enabled.load(Relaxed) {
         return;
     }
     p.one(
@@ -645,13 +645,13 @@ fn settings(p: &mut Page, sh: &Shared) {
         "memcached_lru_crawler_sleep",
         Gauge,
         "lru_crawler sleep, microseconds.",
-        sh.crawler_sleep.load(Relaxed),
+        sh.crawler.sleep.load(Relaxed),
     );
     p.one(
         "memcached_lru_crawler_to_crawl",
         Gauge,
         "lru_crawler tocrawl: items per class per run.",
-        sh.crawler_tocrawl.load(Relaxed),
+        sh.crawler.tocrawl.load(Relaxed),
     );
     let maintainer = u8::from(ext.lru_maintainer);
     p.one(

@@ -72,11 +72,11 @@ impl Shared {
         for c in &self.counters {
             c.reset();
         }
-        self.total_conns.store(0, Relaxed);
-        self.rejected_conns.store(0, Relaxed);
-        self.auth_cmds.store(0, Relaxed);
-        self.auth_errors.store(0, Relaxed);
-        self.crawler_starts.store(0, Relaxed);
+        self.conn_counts.total.store(0, Relaxed);
+        self.conn_counts.rejected.store(0, Relaxed);
+        self.auth.cmds.store(0, Relaxed);
+        self.auth.errors.store(0, Relaxed);
+        self.crawler.starts.store(0, Relaxed);
         self.listen.reset();
         if let Some(tls) = &self.config.tls {
             tls.reset_stats();
@@ -135,7 +135,7 @@ impl Figures {
             cpu_system: CpuTime(ru.ru_stime),
             show_rejected: ext.maxconns_fast,
             show_idle_kicks: ext.idle_timeout > 0,
-            show_crawler: sh.crawler_enabled.load(Relaxed),
+            show_crawler: sh.crawler.enabled.load(Relaxed),
             show_lru_maintainer: ext.lru_maintainer,
         }
     }
@@ -163,13 +163,21 @@ pub fn general(sh: &Shared, out: &mut Vec<u8>) {
     stat(out, "rusage_user", f.cpu_user.text());
     stat(out, "rusage_system", f.cpu_system.text());
     stat(out, "max_connections", sh.config.max_conns);
-    stat(out, "curr_connections", sh.curr_conns.load(Relaxed));
-    stat(out, "total_connections", sh.total_conns.load(Relaxed));
+    stat(out, "curr_connections", sh.conn_counts.curr.load(Relaxed));
+    stat(out, "total_connections", sh.conn_counts.total.load(Relaxed));
     if f.show_rejected {
-        stat(out, "rejected_connections", sh.rejected_conns.load(Relaxed));
+        stat(
+            out,
+            "rejected_connections",
+            sh.conn_counts.rejected.load(Relaxed),
+        );
     }
     // Listening sockets plus the connection slots the workers have made (kept for reuse).
-    stat(out, "connection_structures", sh.conn_structs.load(Relaxed));
+    stat(
+        out,
+        "connection_structures",
+        sh.conn_counts.structs.load(Relaxed),
+    );
     // memcached's response objects and read buffers are mnemo's per-connection output and
     // input buffers; mnemo keeps no pool of free ones and aborts rather than fail an alloc.
     stat(out, "response_obj_oom", 0);
@@ -214,8 +222,8 @@ pub fn general(sh: &Shared, out: &mut Vec<u8>) {
     stat(out, "touch_misses", t.touch_misses);
     stat(out, "store_too_large", t.store_too_large);
     stat(out, "store_no_memory", t.store_no_memory);
-    stat(out, "auth_cmds", sh.auth_cmds.load(Relaxed));
-    stat(out, "auth_errors", sh.auth_errors.load(Relaxed));
+    stat(out, "auth_cmds", sh.auth.cmds.load(Relaxed));
+    stat(out, "auth_errors", sh.auth.errors.load(Relaxed));
     if f.show_idle_kicks {
         stat(out, "idle_kicks", t.idle_kicks);
     }
@@ -260,7 +268,7 @@ pub fn general(sh: &Shared, out: &mut Vec<u8>) {
         // No crawler runs in the background (the maintenance thread drops expired segments);
         // starts are the crawls and metadumps clients asked for.
         stat(out, "lru_crawler_running", 0);
-        stat(out, "lru_crawler_starts", sh.crawler_starts.load(Relaxed));
+        stat(out, "lru_crawler_starts", sh.crawler.starts.load(Relaxed));
     }
     if f.show_lru_maintainer {
         stat(out, "lru_maintainer_juggles", 0);
@@ -410,9 +418,9 @@ pub fn settings(sh: &Shared, out: &mut Vec<u8>) {
     );
     stat(out, "slab_automove_window", sh.slab_automove.window());
     stat(out, "slab_chunk_max", sh.config.ext.slab_chunk_max);
-    stat(out, "lru_crawler", yes_no(sh.crawler_enabled.load(Relaxed)));
-    stat(out, "lru_crawler_sleep", sh.crawler_sleep.load(Relaxed));
-    stat(out, "lru_crawler_tocrawl", sh.crawler_tocrawl.load(Relaxed));
+    stat(out, "lru_crawler", yes_no(sh.crawler.enabled.load(Relaxed)));
+    stat(out, "lru_crawler_sleep", sh.crawler.sleep.load(Relaxed));
+    stat(out, "lru_crawler_tocrawl", sh.crawler.tocrawl.load(Relaxed));
     stat(out, "tail_repair_time", 0);
     stat(out, "flush_enabled", yes_no(c.flush_enabled));
     stat(out, "dump_enabled", yes_no(c.dump_enabled));

@@ -98,9 +98,13 @@ pub fn spawn(sockets: Vec<UdpSocket>, sh: &Arc<Shared>, first: usize) -> std::io
             next += 1;
         }
         // memcached counts each thread's UDP connection as a connection from the start.
-        sh.curr_conns.fetch_add(sh.config.threads, Relaxed);
-        sh.total_conns.fetch_add(sh.config.threads as u64, Relaxed);
-        sh.conn_structs.fetch_add(sh.config.threads as u64, Relaxed);
+        sh.conn_counts.curr.fetch_add(sh.config.threads, Relaxed);
+        sh.conn_counts
+            .total
+            .fetch_add(sh.config.threads as u64, Relaxed);
+        sh.conn_counts
+            .structs
+            .fetch_add(sh.config.threads as u64, Relaxed);
     }
     Ok(())
 }

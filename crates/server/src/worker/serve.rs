@@ -176,7 +176,7 @@ impl<S: Io> Slots<S> {
             marked: false,
             readable: false,
         });
-        sh.conn_structs.fetch_add(1, Relaxed);
+        sh.conn_counts.structs.fetch_add(1, Relaxed);
         self.slots.len() - 1
     }
 }
@@ -325,7 +325,7 @@ impl<T: Transport> Worker<T> {
             let gen = self.gen;
             let Ok(io) = self.io.attach(sock, i, gen) else {
                 self.slots.free.push(i);
-                self.sh.curr_conns.fetch_sub(1, Relaxed);
+                self.sh.conn_counts.curr.fetch_sub(1, Relaxed);
                 continue;
             };
             let mut conn = Conn::new(io);
@@ -477,7 +477,7 @@ impl<T: Transport> Worker<T> {
         self.sweep_due.store(true, Relaxed);
         // Removed while the descriptor is still open: a new connection cannot reuse it yet.
         self.sh.conn_table.remove(conn.fd);
-        self.sh.curr_conns.fetch_sub(1, Relaxed);
+        self.sh.conn_counts.curr.fetch_sub(1, Relaxed);
         self.ready.retain(|&r| r != i);
         if self.sh.verbosity.load(Relaxed) > 1 {
             eprintln!("<{i} connection closed.");
@@ -528,7 +528,7 @@ impl<T: Transport> Worker<T> {
             .is_some_and(|s| s.conn.is_none() && !s.marked)
         {
             slots.slots.pop();
-            self.sh.conn_structs.fetch_sub(1, Relaxed);
+            self.sh.conn_counts.structs.fetch_sub(1, Relaxed);
         }
         let len = slots.slots.len();
         slots.free.retain(|&i| i < len);

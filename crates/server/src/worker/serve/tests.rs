@@ -140,7 +140,7 @@ fn connect(w: &Worker<Script>, tx: &std::sync::mpsc::Sender<Stream>) -> UnixStre
     client
         .set_read_timeout(Some(Duration::from_secs(5)))
         .unwrap();
-    w.sh.curr_conns.fetch_add(1, Relaxed);
+    w.sh.conn_counts.curr.fetch_add(1, Relaxed);
     tx.send(Stream::Unix(mio::net::UnixStream::from_std(server)))
         .unwrap();
     client
@@ -168,7 +168,7 @@ fn an_adopted_connection_takes_a_turn_at_once_and_again_when_marked() {
     c.write_all(b"version\r\n").unwrap();
     round(&mut w, false, &[0]);
     assert_eq!(read_some(&mut c), b"VERSION 1.6.45\r\n");
-    assert_eq!(w.sh.curr_conns.load(Relaxed), 1);
+    assert_eq!(w.sh.conn_counts.curr.load(Relaxed), 1);
 }
 
 #[test]
@@ -179,7 +179,7 @@ fn a_slot_is_reused_only_once_its_transport_lets_go_and_with_a_new_generation() 
     round(&mut w, true, &[]);
     c.write_all(b"quit\r\n").unwrap();
     round(&mut w, false, &[0]);
-    assert_eq!(w.sh.curr_conns.load(Relaxed), 0, "closed at once");
+    assert_eq!(w.sh.conn_counts.curr.load(Relaxed), 0, "closed at once");
     assert!(
         w.slots.conn_mut(0).is_some(),
         "held while its transport is busy with it"
@@ -353,7 +353,7 @@ fn after_many_closes_the_sweep_drops_the_free_slots_past_the_last_in_use() {
     let wave: Vec<_> = (0..TRIM_AFTER).map(|_| connect(&w, &tx)).collect();
     round(&mut w, true, &[]);
     assert_eq!(
-        (w.slots.slots.len(), w.sh.conn_structs.load(Relaxed)),
+        (w.slots.slots.len(), w.sh.conn_counts.structs.load(Relaxed)),
         (TRIM_AFTER + 1, TRIM_AFTER as u64 + 1)
     );
     for i in 1..=TRIM_AFTER {
@@ -366,7 +366,7 @@ fn after_many_closes_the_sweep_drops_the_free_slots_past_the_last_in_use() {
         (1, 0),
         "only the slot in use is left"
     );
-    assert_eq!(w.sh.conn_structs.load(Relaxed), 1);
+    assert_eq!(w.sh.conn_counts.structs.load(Relaxed), 1);
     // A new connection gets a slot made anew, under a generation never used before (a
     // job's reply for a closed connection names its slot by index and generation).
     let mut next = connect(&w, &tx);
