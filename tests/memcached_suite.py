@@ -120,7 +120,8 @@ KNOWN_ASSERTIONS_NEW = {
                           "accepts the bucket but its files share one page pool (docs/flash.md)"),
     "extstore-tiered2.t": (("all COLDCOMPACT buckets are currently free", "all OLD buckets are currently free",
                             "at least two pages reclaimed", "at least two compact rescues",
-                            "compact rescues to COLDCOMPACT"),
+                            "compact rescues to COLDCOMPACT", "compact rescues to OLD",
+                            "fewer free coldcompact pages", "fewer free old pages"),
                            "the coldcompact and old buckets (1.6.38): accepted, but one shared "
                            "page pool (docs/flash.md)"),
 }
