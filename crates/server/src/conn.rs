@@ -62,7 +62,7 @@ use crate::binary::{self, BinNext, BinSession};
 use crate::command::read::Direct;
 use crate::command::Pending;
 use crate::exec::{self, Next};
-use crate::jobs::Answered;
+use crate::mailbox::Answered;
 use crate::stats::{bump, regauge, Counters};
 use crate::Shared;
 

@@ -12,7 +12,7 @@ use mnemo_store::Mode;
 
 use crate::command::arith::{self, Counted};
 use crate::command::{delete, flush, read, write, write::Stored, Answer, Proto};
-use crate::jobs::Answered;
+use crate::mailbox::Answered;
 use crate::stats::{self, Counters};
 use crate::Shared;
 

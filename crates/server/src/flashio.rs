@@ -44,7 +44,7 @@
 //! (RAM hits, misses) and the lengths of the flashed records it located (a located entry knows
 //! its record's length: [`Batch`]); at the pause it stops, before that key's lookup, so no key
 //! is counted (`cmd_get`) or marked fetched twice, and says how far it got
-//! ([`crate::jobs::Answered`]). The connection (conn.rs) keeps the input the job took until
+//! ([`crate::mailbox::Answered`]). The connection (conn.rs) keeps the input the job took until
 //! its reply arrives; then a text get runs on from the key the job stopped at (as after
 //! `Next::Resume`, once the output drains), and a pipeline's unanswered requests are parsed
 //! again. Replies stay in request order, byte for byte what one pass would write.
@@ -65,7 +65,7 @@
 use std::sync::Arc;
 
 use crate::command::read::Flashed;
-use crate::jobs::{Answered, Done, Mailbox};
+use crate::mailbox::{Answered, Done, Mailbox};
 use crate::stats::Counters;
 use crate::{Config, Shared};
 

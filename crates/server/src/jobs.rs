@@ -54,7 +54,7 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 
 use crate::command::Pending;
-use crate::worker::Wake;
+use crate::mailbox::{Answered, Done, Mailbox};
 use crate::Shared;
 
 /// A job, and where its reply goes.
@@ -64,68 +64,6 @@ pub(crate) struct Job {
     /// The connection's slot on its worker and the slot's generation when the job was made.
     pub slot: usize,
     pub gen: u32,
-}
-
-/// A finished job's reply, for the worker that owns its connection.
-pub(crate) struct Done {
-    pub slot: usize,
-    pub gen: u32,
-    pub reply: Vec<u8>,
-    /// How much of its requests the reply answers (a flash read stops at the multi-get pause).
-    pub answered: Answered,
-}
-
-/// How much of the requests a job took its reply answers: all of them, or, for a flash read
-/// that reached the multi-get pause (flashio.rs, "The pause"), the part before the key it
-/// stopped at. The connection consumes the answered input and parses the rest again later.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Answered {
-    All,
-    /// A text get: its keys before this index (counted from the request's first key); the
-    /// request runs on from there ([`crate::exec::Next::Resume`]'s index).
-    Keys(usize),
-    /// A binary or meta pipeline: this many of the requests the job took (at least the first).
-    Requests(usize),
-}
-
-/// One worker's finished jobs, and how to wake it.
-pub(crate) struct Mailbox {
-    done: Mutex<Vec<Done>>,
-    /// Watchers with new lines (watch.rs): their slots and generations, for a turn.
-    nudged: Mutex<Vec<(usize, u32)>>,
-    wake: Wake,
-}
-
-impl Mailbox {
-    pub fn new(wake: Wake) -> Mailbox {
-        Mailbox {
-            done: Mutex::new(Vec::new()),
-            nudged: Mutex::new(Vec::new()),
-            wake,
-        }
-    }
-
-    /// A watcher's connection has lines to send: give it a turn (watch.rs).
-    pub fn nudge(&self, slot: usize, gen: u32) {
-        self.nudged.lock().push((slot, gen));
-        let _ = self.wake.wake();
-    }
-
-    /// The watchers nudged since the last call (the worker's side).
-    pub fn take_nudged(&self) -> Vec<(usize, u32)> {
-        std::mem::take(&mut *self.nudged.lock())
-    }
-
-    pub fn post(&self, d: Done) {
-        self.done.lock().push(d);
-        // A failed wake (the eventfd's counter full) still leaves an unread wake-up pending.
-        let _ = self.wake.wake();
-    }
-
-    /// Everything finished since the last call (the worker's side).
-    pub fn take(&self) -> Vec<Done> {
-        std::mem::take(&mut *self.done.lock())
-    }
 }
 
 /// A job waiting for a thread, and when its reply is due (with that reply) if it has a deadline.
@@ -368,7 +306,7 @@ mod tests {
     fn mailbox() -> (Arc<Mailbox>, mio::Poll) {
         let poll = mio::Poll::new().unwrap();
         let waker = mio::Waker::new(poll.registry(), mio::Token(0)).unwrap();
-        (Arc::new(Mailbox::new(Wake::Epoll(Arc::new(waker)))), poll)
+        (Arc::new(Mailbox::new(move || waker.wake())), poll)
     }
 
     fn wait_for(m: &Mailbox) -> Vec<Done> {

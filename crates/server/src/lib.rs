@@ -59,6 +59,7 @@ mod fget;
 mod flashio;
 mod jobs;
 mod listener;
+mod mailbox;
 mod marks;
 mod meta;
 mod metrics;

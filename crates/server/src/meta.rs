@@ -17,7 +17,7 @@ use crate::command::read::{self, Direct};
 use crate::command::write::{self, Stored};
 use crate::command::{Answer, Proto};
 use crate::exec::Next;
-use crate::jobs::Answered;
+use crate::mailbox::Answered;
 use crate::stats::Counters;
 use crate::Shared;
 

@@ -48,7 +48,7 @@ use std::sync::Arc;
 use mnemo_store::{Lookup, Mode, Time};
 use parking_lot::{Mutex, RwLock};
 
-use crate::jobs::Mailbox;
+use crate::mailbox::Mailbox;
 use crate::Shared;
 
 /// The streams, as bits of [`Hub::flags`].

@@ -153,7 +153,10 @@ pub fn start(
         match uring::Ring::new(uring::RingConfig::default(), sh.counters[i].clone()) {
             Ok(ring) => {
                 let wake = Wake::Uring(ring.waker());
-                let mailbox = Arc::new(crate::jobs::Mailbox::new(wake.clone()));
+                let mailbox = Arc::new(crate::mailbox::Mailbox::new({
+                    let wake = wake.clone();
+                    move || wake.wake()
+                }));
                 let w = serve::Worker::new(ring, sh.clone(), sh.counters[i].clone(), rx, mailbox);
                 Ticker::watch(w.sweep_due.clone(), wake.clone());
                 return Ok((Box::new(move || w.run()), (tx, wake), None));
@@ -163,7 +166,10 @@ pub fn start(
     }
     let (epoll, waker) = epoll::Epoll::new()?;
     let wake = Wake::Epoll(Arc::new(waker));
-    let mailbox = Arc::new(crate::jobs::Mailbox::new(wake.clone()));
+    let mailbox = Arc::new(crate::mailbox::Mailbox::new({
+        let wake = wake.clone();
+        move || wake.wake()
+    }));
     let w = serve::Worker::new(epoll, sh.clone(), sh.counters[i].clone(), rx, mailbox);
     Ticker::watch(w.sweep_due.clone(), wake.clone());
     Ok((Box::new(move || w.run()), (tx, wake), why))

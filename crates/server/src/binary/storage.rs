@@ -13,7 +13,7 @@ use crate::command::delete::{self, Deleted};
 use crate::command::read::{self, Read};
 use crate::command::write::{self, Stored};
 use crate::command::{Answer, Pending, Proto};
-use crate::jobs::Answered;
+use crate::mailbox::Answered;
 use crate::stats::Counters;
 use crate::Shared;
 

@@ -47,7 +47,8 @@ use mnemo_store::{Prefetch, PREFETCH_HEAD};
 
 use super::share::{self, CoreShare, RUN_BUDGET};
 use crate::conn::{Conn, Io, Stream, Turn};
-use crate::jobs::{Job, Mailbox};
+use crate::jobs::Job;
+use crate::mailbox::Mailbox;
 use crate::stats::{bump, Counters};
 use crate::Shared;
 

@@ -53,7 +53,7 @@ fn with_shared(sh: Arc<Shared>) -> ((Worker<Script>, std::sync::mpsc::Sender<Str
     let counters = sh.counters[0].clone();
     let poll = mio::Poll::new().unwrap();
     let waker = mio::Waker::new(poll.registry(), mio::Token(7)).unwrap();
-    let mailbox = Arc::new(Mailbox::new(crate::worker::Wake::Epoll(Arc::new(waker))));
+    let mailbox = Arc::new(Mailbox::new(move || waker.wake()));
     (
         (
             Worker::new(Script::default(), sh, counters, rx, mailbox),
