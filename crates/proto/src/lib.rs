@@ -19,6 +19,7 @@ pub mod binary;
 pub mod meta;
 pub mod num;
 pub mod reply;
+mod request;
 pub mod text;
 mod tokens;
 

@@ -14,145 +14,10 @@ use base64::Engine;
 
 use crate::num::{tok_i32, tok_u32, tok_u64};
 use crate::reply::ErrorReply;
-use crate::text::{Limits, Parsed, Request, KEY_MAX};
+use crate::request::{Limits, Parsed, Request, KEY_MAX};
 use crate::tokens::Tokens;
 
-/// Longest opaque token memcached echoes.
-pub const OPAQUE_MAX: usize = 32;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MetaKind {
-    Get,
-    Set,
-    Delete,
-    Arith,
-}
-
-/// A key as the command names it: decoded from base64 when the `b` flag is set.
-#[derive(Clone, Copy)]
-pub struct KeyBuf {
-    buf: [u8; KEY_MAX],
-    len: u8,
-}
-
-impl KeyBuf {
-    pub fn as_bytes(&self) -> &[u8] {
-        &self.buf[..self.len as usize]
-    }
-}
-
-impl std::fmt::Debug for KeyBuf {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{:?}", String::from_utf8_lossy(self.as_bytes()))
-    }
-}
-
-impl PartialEq for KeyBuf {
-    fn eq(&self, other: &Self) -> bool {
-        self.as_bytes() == other.as_bytes()
-    }
-}
-impl Eq for KeyBuf {}
-
-/// Everything the flags of one meta command say.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct MetaFlags<'a> {
-    /// Flag letters in request order (at most 22 fit on a memcached command line).
-    order: [u8; 24],
-    n: usize,
-    /// `b`: the key token is base64.
-    pub base64: bool,
-    /// `q`: suppress the "nothing interesting" replies (EN, HD, NF per command).
-    pub quiet: bool,
-    /// `O`: echoed back.
-    pub opaque: Option<&'a [u8]>,
-    /// `C`: compare CAS.
-    pub compare_cas: Option<u64>,
-    /// `T`: new TTL.
-    pub ttl: Option<i32>,
-    /// `N`: vivify on miss with this TTL.
-    pub vivify: Option<i32>,
-    /// `R`: win a recache when the TTL left is below this.
-    pub recache: Option<i32>,
-    /// `F`: client flags.
-    pub client_flags: Option<u32>,
-    /// `D`: delta for ma.
-    pub delta: Option<u64>,
-    /// `J`: initial value for ma autovivify.
-    pub initial: Option<u64>,
-    /// `M`: mode letter.
-    pub mode: Option<u8>,
-    /// `I`: invalidate (mark stale) instead of the plain operation.
-    pub invalidate: bool,
-    /// `E` (memcached 1.6.27): the CAS the item modified by this command takes.
-    pub cas_in: Option<u64>,
-    /// `x` (md, memcached 1.6.27): drop the value, keep the item.
-    pub remove_value: bool,
-}
-
-impl<'a> MetaFlags<'a> {
-    /// The flag letters in request order.
-    pub fn letters(&self) -> &[u8] {
-        &self.order[..self.n]
-    }
-
-    pub fn has(&self, letter: u8) -> bool {
-        self.letters().contains(&letter)
-    }
-
-    /// The same flags with `opaque` as the O value (a server that answers later keeps its
-    /// own copy of the request's bytes).
-    pub fn with_opaque<'b>(&self, opaque: Option<&'b [u8]>) -> MetaFlags<'b> {
-        let MetaFlags {
-            order,
-            n,
-            base64,
-            quiet,
-            opaque: _,
-            compare_cas,
-            ttl,
-            vivify,
-            recache,
-            client_flags,
-            delta,
-            initial,
-            mode,
-            invalidate,
-            cas_in,
-            remove_value,
-        } = *self;
-        MetaFlags {
-            order,
-            n,
-            base64,
-            quiet,
-            opaque,
-            compare_cas,
-            ttl,
-            vivify,
-            recache,
-            client_flags,
-            delta,
-            initial,
-            mode,
-            invalidate,
-            cas_in,
-            remove_value,
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Meta<'a> {
-    pub kind: MetaKind,
-    /// The key token as sent (base64 when `flags.base64`), echoed by `k`.
-    pub raw_key: &'a [u8],
-    /// The key the store sees.
-    pub key: KeyBuf,
-    pub flags: MetaFlags<'a>,
-    /// The data block of `ms`.
-    pub data: &'a [u8],
-}
+pub use crate::request::{KeyBuf, Meta, MetaFlags, MetaKind, OPAQUE_MAX};
 
 /// Letters memcached accepts on mg, ms, md and ma alike (each command uses some and silently
 /// ignores the rest).
@@ -391,7 +256,7 @@ pub(crate) fn command<'a>(
     if !limits.item_fits(raw_key.len(), flags.client_flags.unwrap_or(0), vlen) {
         return Parsed::Request(
             Request::TooLarge {
-                kind: crate::text::StoreKind::Set,
+                kind: crate::request::StoreKind::Set,
                 key: raw_key,
                 swallow: vlen + 2,
                 noreply: false,
