@@ -3,9 +3,10 @@
 //! is one entry per server, in the order the servers were given, so one server down does not hide
 //! the others' answers.
 
-use crate::client::{join_all, Client};
+use crate::client::Client;
 use crate::codec::{Reply, Request};
 use crate::error::{Error, Result};
+use crate::fanout::join_all;
 use crate::ketama::ServerSpec;
 use std::time::Duration;
 

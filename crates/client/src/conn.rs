@@ -140,7 +140,7 @@ impl Conn {
                 blocking::send(sock, &slices, &mut self.rbuf, timeout)?;
                 // In a fan-out, the other servers' requests go out before this one's replies
                 // are waited for.
-                crate::client::fan_out_barrier().await;
+                crate::fanout::fan_out_barrier().await;
                 while let Some(want) = replies.advance(expects, &mut self.rbuf)? {
                     if blocking::recv(sock, &mut self.rbuf, want, spin)? == 0 {
                         return Err(closed());

@@ -17,9 +17,10 @@
 //! (`{user:7}:feed`, `{user:7}:likes`) put related keys on one server, where a single filter
 //! call sees them all.
 
-use crate::client::{join_all, Client};
+use crate::client::Client;
 use crate::codec::{check_key, CodecError, Reply, Request};
 use crate::error::{Error, Result};
+use crate::fanout::join_all;
 use crate::ketama::ServerSpec;
 use mnemo_filter_sdk::records;
 

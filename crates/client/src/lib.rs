@@ -29,6 +29,7 @@ pub mod codec;
 pub mod compress;
 mod conn;
 mod error;
+mod fanout;
 pub mod filter;
 mod inflate;
 pub mod ketama;

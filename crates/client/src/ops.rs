@@ -2,9 +2,10 @@
 //! multi-key ones are grouped by server, pipelined (one write per server) and fanned out to all
 //! servers at once.
 
-use crate::client::{check, join_all, Client};
+use crate::client::{check, Client};
 use crate::codec::{Entry, Reply, Request, RetrieveCmd, StoreCmd};
 use crate::error::{Error, Result};
+use crate::fanout::join_all;
 use crate::serde::{Value, ValueRef};
 use std::collections::HashMap;
 
