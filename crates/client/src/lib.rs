@@ -37,6 +37,7 @@ mod node;
 mod ops;
 pub mod profile;
 pub mod serde;
+mod values;
 
 pub use admin::{KeyInfo, PerServer};
 pub use client::{Client, Config};
@@ -46,4 +47,5 @@ pub use error::{Error, Result};
 pub use filter::FilterPart;
 pub use ketama::ServerSpec;
 pub use ops::{Item, SetOptions, StoreOutcome};
-pub use serde::{FlagProfile, FlagSerde, Serde, Serialization, Value, ValueRef};
+pub use profile::FlagProfile;
+pub use serde::{FlagSerde, Serde, Serialization, Value, ValueRef};

@@ -329,14 +329,6 @@ pub(crate) fn serialized_format(data: &[u8]) -> Serialization {
     }
 }
 
-/// The error for storing a serialization the profile's clients do not read.
-pub(crate) fn unreadable(format: Serialization, profile: &str) -> Error {
-    Error::Unsupported(format!(
-        "{profile} clients do not read {} serialization",
-        format.name()
-    ))
-}
-
 /// The profile that reads a value with these flags: the first of `readers` that knows them,
 /// else the first (the writing profile).
 pub fn reader_for(readers: &[FlagProfile], flags: u32) -> FlagProfile {

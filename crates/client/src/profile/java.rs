@@ -91,7 +91,9 @@ pub fn encode(value: ValueRef<'_>) -> Result<(Cow<'_, [u8]>, u32)> {
             format: Serialization::Java,
             data,
         } => (Cow::Borrowed(data), SERIALIZED),
-        ValueRef::Serialized { format, .. } => return Err(super::unreadable(format, "Java")),
+        ValueRef::Serialized { format, .. } => {
+            return Err(crate::serde::unreadable(format, "Java"))
+        }
     })
 }
 

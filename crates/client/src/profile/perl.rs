@@ -51,7 +51,9 @@ pub fn encode(value: ValueRef<'_>) -> Result<(Cow<'_, [u8]>, u32)> {
             format: Serialization::PerlStorable,
             data,
         } => (Cow::Borrowed(data), STORABLE),
-        ValueRef::Serialized { format, .. } => return Err(super::unreadable(format, "Perl")),
+        ValueRef::Serialized { format, .. } => {
+            return Err(crate::serde::unreadable(format, "Perl"))
+        }
     })
 }
 

@@ -134,7 +134,7 @@ pub fn memcached_encode(value: ValueRef<'_>) -> Result<(Cow<'_, [u8]>, u32)> {
                 Serialization::Igbinary => MEMCACHED_IGBINARY,
                 Serialization::Json => MEMCACHED_JSON,
                 Serialization::Msgpack => MEMCACHED_MSGPACK,
-                f => return Err(super::unreadable(f, "php-memcached")),
+                f => return Err(crate::serde::unreadable(f, "php-memcached")),
             },
         ),
     })
@@ -173,7 +173,7 @@ pub fn memcache_encode(value: ValueRef<'_>) -> Result<(Cow<'_, [u8]>, u32)> {
             data,
         } => (Cow::Borrowed(data), MEMCACHE_SERIALIZED),
         ValueRef::Serialized { format, .. } => {
-            return Err(super::unreadable(format, "php-memcache"))
+            return Err(crate::serde::unreadable(format, "php-memcache"))
         }
     })
 }

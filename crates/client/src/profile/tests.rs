@@ -1,7 +1,8 @@
 //! Whole values through each profile: type, compression framing, and reading several at once.
 
 use super::*;
-use crate::serde::{FlagSerde, ValueCodec};
+use crate::serde::FlagSerde;
+use crate::values::ValueCodec;
 
 fn codec(readers: &[FlagProfile]) -> ValueCodec {
     ValueCodec {
