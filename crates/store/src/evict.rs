@@ -13,12 +13,12 @@
 //!   │ head                                 tail │            └──┬──────────────^──┘
 //!   └──┬────────────────────────────────────────┘               │ evicted:     │ read since written:
 //!      │ evicted: read there? ──yes── copied to Main's tail ────────────────────┤ copied forward,
-//!      │                      └─no─── dropped, key hash -> ghost (if <= 4 KiB)  │ min(freq, 2) - 1
+//!      │                      └─no─── dropped, key hash -> ghost (if <= 2 KiB)  │ min(freq, 2) - 1
 //!      v                                                        └─ unread: dropped, -> ghost
 //!   ghost: a ring-like table of 32-bit fingerprints, ~the shard's item count (ghost.rs);
 //!   a key back from it goes to Main and moves Small's share: up if it had left Small, down
 //!   (8x as far) if it had left Main; it also remembers read items that expired (Main, no move)
-//!   large items (own buffers) over 1/5 of the shard's bytes: the oldest large item is the
+//!   large items (own buffers) over 1/4 of the shard's bytes: the oldest large item is the
 //!   victim instead of either head (a large item pushes out large items)
 //! ```
 //! The victim is Small's head while Small holds more than its target share of the shard's

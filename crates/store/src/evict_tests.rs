@@ -365,3 +365,13 @@ fn a_key_read_before_it_expired_skips_probation_when_set_again() {
         "an expiry says nothing about small's share"
     );
 }
+
+/// The module doc's picture quotes two constants: it must say what the code does.
+#[test]
+fn the_module_doc_quotes_the_constants() {
+    let src = include_str!("evict.rs");
+    let ghost = format!("(if <= {} KiB)", super::GHOST_MAX_LEN / 1024);
+    let large = format!("over 1/{} of the shard", super::LARGE_SHARE);
+    assert!(src.contains(&ghost), "evict.rs's doc should say {ghost}");
+    assert!(src.contains(&large), "evict.rs's doc should say {large}");
+}
