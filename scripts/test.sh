@@ -166,22 +166,12 @@ for io_loop in uring epoll; do
 done
 unset MNEMO_IO_LOOP
 
-step "memcached's own test suites (t/*.t of Debian 12's 1.6.18 and Debian 13's 1.6.38) against mnemod"
+step "memcached's own test suite (t/*.t of Debian 13's 1.6.38) against mnemod"
 # Once, not per io loop: it checks protocol behaviour; the suites above cover both loops.
-# The two trees at once: their files mostly sleep and wait on sockets (memcached_suite.py).
-memcached_src=$(bash scripts/memcached-src.sh | tail -n 1)
-suite_log=$(mktemp)
-MEMCACHED_SRC="$memcached_src" .venv/bin/python -m pytest -q -rfE -s -p no:cacheprovider \
-    tests/memcached_suite.py -k "not 1_6_38" >"$suite_log" 2>&1 &
-suite_pid=$!
-suite_new_ok=0
+# 1.6.38's tree only: 1.6.18's suite tests the replies and option units (slab_chunk_max in
+# bytes, the pre-1.6.40 parser) mnemod no longer follows since the reference moved (issue 48).
 MEMCACHED_NEW_SRC="$(dirname "$MEMCACHED_NEW_BIN")" .venv/bin/python -m pytest -q -rfE -s -p no:cacheprovider \
-    tests/memcached_suite.py -k 1_6_38 || suite_new_ok=$?
-suite_ok=0
-wait "$suite_pid" || suite_ok=$?
-cat "$suite_log"
-rm -f "$suite_log"
-[ "$suite_ok" -eq 0 ] && [ "$suite_new_ok" -eq 0 ] || { echo "memcached's t/ suite failed against mnemod"; exit 1; }
+    tests/memcached_suite.py || { echo "memcached's t/ suite failed against mnemod"; exit 1; }
 
 step "Debian package: build (debug binaries), install with dpkg, run the unit's command line"
 deb=$(MNEMO_PACKAGE_PROFILE=debug MNEMO_PACKAGE_FAST=1 SKIP_BUILD=1 bash scripts/package.sh | tail -n 1)
