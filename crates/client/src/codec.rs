@@ -509,6 +509,9 @@ pub struct ReplyDecoder {
     shared: bool,
     stats: Vec<(String, String)>,
     lines: Vec<String>,
+    /// A line of this reply has been decoded: `pos` alone cannot say, as `decode_from` drops
+    /// decoded bytes from the buffer mid-reply.
+    begun: bool,
 }
 
 impl ReplyDecoder {
@@ -521,6 +524,7 @@ impl ReplyDecoder {
             shared: false,
             stats: Vec::new(),
             lines: Vec::new(),
+            begun: false,
         }
     }
 
@@ -532,6 +536,7 @@ impl ReplyDecoder {
         self.spans.clear();
         self.stats.clear();
         self.lines.clear();
+        self.begun = false;
     }
 
     /// Decode from a read buffer, taking what is decoded out of it: values become slices of
@@ -571,6 +576,7 @@ impl ReplyDecoder {
     fn done(&mut self, reply: Reply) -> Decoded {
         let used = self.pos;
         self.pos = 0;
+        self.begun = false;
         Decoded::Done(reply, used)
     }
 
@@ -640,6 +646,7 @@ impl ReplyDecoder {
                     self.stats.push((k.to_owned(), v.to_owned()));
                 }
                 Expect::Lines => {
+                    let first_line = !std::mem::replace(&mut self.begun, true);
                     self.pos = line_end;
                     if line == b"END" {
                         let l = std::mem::take(&mut self.lines);
@@ -650,7 +657,8 @@ impl ReplyDecoder {
                         return Ok(self.done(Reply::Error(l)));
                     }
                     // memcached 1.6.43 (and mnemod) open a dump with OK: not a dump line.
-                    if line == b"OK" && self.lines.is_empty() {
+                    // Only the reply's first line: a second OK is a line of the dump.
+                    if line == b"OK" && first_line {
                         continue;
                     }
                     self.lines.push(String::from_utf8_lossy(line).into_owned());

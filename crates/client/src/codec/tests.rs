@@ -347,6 +347,28 @@ fn decodes_stats_and_lines() {
         r,
         Reply::Lines(vec!["key=a exp=-1 la=1 cas=2 fetch=no cls=1 size=60".into()])
     );
+    // Only the first line may be that OK: a second is a line of the dump, whether the reply
+    // comes whole or in pieces to decode_from (which drops decoded bytes mid-reply).
+    let bytes = b"OK\r\nOK\r\nEND\r\n";
+    assert_eq!(
+        decode_all(Expect::Lines, bytes).0,
+        Reply::Lines(vec!["OK".into()])
+    );
+    for piece in 1..bytes.len() {
+        let mut d = ReplyDecoder::new(Expect::Lines);
+        let (mut buf, mut fed) = (BytesMut::new(), 0);
+        let reply = loop {
+            match d.decode_from(&mut buf).unwrap() {
+                Step::Reply(r) => break r,
+                Step::Need(_) => {
+                    let end = (fed + piece).min(bytes.len());
+                    buf.extend_from_slice(&bytes[fed..end]);
+                    fed = end;
+                }
+            }
+        };
+        assert_eq!(reply, Reply::Lines(vec!["OK".into()]), "pieces of {piece}");
+    }
 }
 
 #[test]
