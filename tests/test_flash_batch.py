@@ -1,4 +1,4 @@
-"""Binary GETQ/GETKQ and meta `mg ... q` pipelines over flashed values: the gets pipelined after
+"""Binary GETQ/GETKQ, meta `mg ... q` and single-key text `get` pipelines over flashed values: the gets pipelined after
 one whose value must be read from the disk join its flash I/O job, so their records are read
 together (one io_uring submission, as a text multi-get's are) instead of one job, one wake-up
 and one pread per request. Every reply stays right and in request order, RAM hits and misses
@@ -15,7 +15,7 @@ import pytest
 
 from servers import roundtrip, stats
 from test_flash import (bin_replies, disk_path, flashed_server, io_uring_available, key,  # noqa: F401
-                        make_value, recv_exactly, thread_syscr)
+                        make_value, recv_exactly, text_hit, thread_syscr)
 
 GET, GETQ, GETK, GETKQ, NOOP, SET = 0x00, 0x09, 0x0C, 0x0D, 0x0A, 0x01
 
@@ -145,6 +145,58 @@ def test_a_pipeline_of_50_mg_q_over_flashed_keys_reads_them_together_in_order(lo
             assert roundtrip(s, b"mg %s h\r\n" % key(7)) == b"HD h1\r\n"
     finally:
         srv.stop()
+
+
+@pytest.mark.parametrize("loop", LOOPS)
+def test_a_pipeline_of_50_single_key_text_gets_reads_them_together_in_order(loop, disk_path):
+    """Issue 49: a pipeline of single-key `get`s and `gets` is one flash job, as mg and GETQ
+    pipelines are (it was one job, and one pread, per key). A multi-key get ends the gathering:
+    it runs after the job, its flashed keys in a job of their own."""
+    srv = flashed_server(disk_path, "cold", "--io-loop", loop)
+    try:
+        with srv.connect() as s:
+            plan, flashed, misses = [], 0, 0  # (command, key, whether it is a hit)
+            for i in range(50):
+                if i % 9 == 4:
+                    plan.append((b"get", b"nope%d" % i, False))
+                    misses += 1
+                    continue
+                k = key(7910 + i) if i % 4 == 1 else key(FAR * i + 3)
+                flashed += k != key(7910 + i)
+                plan.append((b"gets" if i % 3 == 0 else b"get", k, True))
+            before = counters(srv)
+            s.sendall(b"".join(b"%s %s\r\n" % (cmd, k) for cmd, k, _ in plan))
+            for cmd, k, hit in plan:
+                if not hit:
+                    assert recv_exactly(s, 5) == b"END\r\n", k
+                    continue
+                v = make_value(k)
+                head = recv_line(s).split()
+                # gets: a CAS, whatever it is.
+                assert head[:4] == [b"VALUE", k, b"0", b"%d" % len(v)], head
+                assert len(head) == (5 if cmd == b"gets" else 4), head
+                assert recv_exactly(s, len(v) + 7) == v + b"\r\nEND\r\n", k
+            d = delta(before, counters(srv))
+            assert (d["cmd_get"], d["get_misses"]) == (50, misses), d
+            assert d["get_extstore"] == flashed, d
+            assert_read_together(d, flashed)
+            print(f"{loop}: 50 single-key get/gets ({flashed} flashed, cold): {d['objects_read']} records "
+                  f"read, {d['syscr']} read system calls on the flash I/O thread")
+            # A multi-key get stops the gathering; a set after it is seen by the get after it.
+            a, b, c = key(FAR * 60 + 5), key(FAR * 61 + 5), key(FAR * 62 + 5)
+            s.sendall(b"get %s\r\nget %s %s\r\nset %s 0 0 3\r\nnew\r\nget %s\r\n" % (a, b, c, a, a))
+            w = (text_hit(a) + b"END\r\n" + text_hit(b) + text_hit(c) + b"END\r\nSTORED\r\n"
+                 + b"VALUE %s 0 3\r\nnew\r\nEND\r\n" % a)
+            assert recv_exactly(s, len(w)) == w
+    finally:
+        srv.stop()
+
+
+def recv_line(s):
+    line = b""
+    while not line.endswith(b"\r\n"):
+        line += recv_exactly(s, 1)
+    return line
 
 
 @pytest.mark.parametrize("loop", LOOPS)

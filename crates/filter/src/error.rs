@@ -39,6 +39,10 @@ pub enum FilterError {
     /// at most [`crate::MESSAGE_MAX`] bytes).
     #[error("failed: {0}")]
     Failed(String),
+    /// A brief call gave up (its epoch ran out, or it needed memory a brief call is not
+    /// given): never a reply, [`crate::Filter::call_brief`] answers None for it.
+    #[error("not brief")]
+    NotBrief,
 }
 
 impl FilterError {

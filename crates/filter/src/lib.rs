@@ -23,6 +23,12 @@
 //! nothing a failed call did outlives its request. Native filters are the seed's model: fast, and
 //! as trusted as the server itself (see `native`).
 //!
+//! Two ways to call: `call` runs to the deadline, on a thread that may wait (the server's job
+//! pool); `call_brief` is for a thread that must not (an event loop): it gives up a call that
+//! would run past [`BRIEF`] or grow memory past [`BRIEF_GROWTH`], and the caller then makes
+//! the full call elsewhere. A filter's output depends on its input only, so the second run
+//! answers what the first would have.
+//!
 //! The input both kinds receive (little-endian, no padding):
 //!
 //! ```text
@@ -53,6 +59,19 @@ pub const DEFAULT_STACK: usize = 512 << 10;
 pub const DEFAULT_OUTPUT_MAX: usize = 1 << 20;
 /// Longest message a filter's own error may put in a reply line.
 pub const MESSAGE_MAX: usize = 200;
+
+/// How long a brief call ([`Filter::call_brief`], on a thread that must not wait) may run:
+/// a WebAssembly call is interrupted by the second epoch tick after it starts (1-2 ms); a
+/// native call, which cannot be interrupted, is timed.
+pub const BRIEF: Duration = Duration::from_millis(1);
+/// What a brief WebAssembly call may grow its memory by (input included) before it gives up:
+/// one bulk instruction over fresh pages runs to its end whatever the epoch (filling 64 MiB
+/// took 46 ms here), so a brief call never gets many fresh pages to fill.
+pub const BRIEF_GROWTH: usize = 1 << 20;
+/// After a call of a filter was not brief (given up, or a native call past [`BRIEF`]), how
+/// long its calls go straight to the caller's slow path: a filter that always runs long costs
+/// a thread that must not wait at most one brief attempt per this.
+pub const SLOW_HOLD: Duration = Duration::from_secs(1);
 
 /// What every call is held to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -50,6 +50,8 @@ pub struct FilterStats {
     pub errors: AtomicU64,
     pub timeouts: AtomicU64,
     pub out_of_memory: AtomicU64,
+    /// Calls answered by a brief attempt ([`Filter::call_brief`]): on the server's worker.
+    pub brief: AtomicU64,
     /// Wall time spent in calls (input copy, run, output copy), microseconds.
     pub usec: AtomicU64,
 }
@@ -61,6 +63,7 @@ pub struct StatsSnapshot {
     pub errors: u64,
     pub timeouts: u64,
     pub out_of_memory: u64,
+    pub brief: u64,
     pub usec: u64,
 }
 
@@ -71,6 +74,7 @@ impl FilterStats {
             errors: self.errors.load(Relaxed),
             timeouts: self.timeouts.load(Relaxed),
             out_of_memory: self.out_of_memory.load(Relaxed),
+            brief: self.brief.load(Relaxed),
             usec: self.usec.load(Relaxed),
         }
     }
@@ -81,6 +85,7 @@ impl FilterStats {
             &self.errors,
             &self.timeouts,
             &self.out_of_memory,
+            &self.brief,
             &self.usec,
         ] {
             c.store(0, Relaxed);
@@ -98,6 +103,15 @@ pub struct Filter {
     spec: FilterSpec,
     imp: Imp,
     stats: Arc<FilterStats>,
+    /// Until when (nanoseconds on [`clock`]) calls are not tried briefly: a call of this
+    /// filter was not brief (see [`crate::SLOW_HOLD`]).
+    slow_until: AtomicU64,
+}
+
+/// Nanoseconds since the first call of this process asked: the time base of `slow_until`.
+fn clock() -> u64 {
+    static BASE: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    BASE.get_or_init(Instant::now).elapsed().as_nanos() as u64
 }
 
 impl Filter {
@@ -133,7 +147,7 @@ impl Filter {
         let start = Instant::now();
         let mark = out.len();
         let result = match &self.imp {
-            Imp::Wasm(w) => w.call(args, nkeys, fill, out),
+            Imp::Wasm(w) => w.call(args, nkeys, fill, out, false),
             Imp::Native(n) => n.call(args, nkeys, fill, out),
         };
         if result.is_err() {
@@ -146,6 +160,49 @@ impl Filter {
         };
         self.count(start.elapsed(), outcome);
         result
+    }
+
+    /// [`Filter::call`] on a thread that must not wait (an event loop): Some(the call's
+    /// result), or None if the call was not brief and must run where it may take its time
+    /// (with [`Filter::call_answered`]; filters are pure, so running one again is safe).
+    ///
+    /// A WebAssembly call gives up past [`crate::BRIEF`] (1-2 epoch ticks) or
+    /// [`crate::BRIEF_GROWTH`] of new memory; a native call cannot be interrupted, and one
+    /// that took longer than `BRIEF` still answers. Either way the filter's calls then skip
+    /// the brief attempt for [`crate::SLOW_HOLD`]. A call given up is not counted as a call;
+    /// its time is (`usec`: the server's CPU spent in filters).
+    pub fn call_brief(
+        &self,
+        args: &[u8],
+        nkeys: u32,
+        fill: Fill<'_>,
+        out: &mut Vec<u8>,
+    ) -> Option<Result<u32, FilterError>> {
+        if clock() < self.slow_until.load(Relaxed) {
+            return None;
+        }
+        let start = Instant::now();
+        let mark = out.len();
+        let result = match &self.imp {
+            Imp::Wasm(w) => w.call(args, nkeys, fill, out, true),
+            Imp::Native(n) => n.call(args, nkeys, fill, out),
+        };
+        let took = start.elapsed();
+        if result.is_err() {
+            out.truncate(mark);
+        }
+        let gave_up = matches!(result, Err(FilterError::NotBrief));
+        if gave_up || took > crate::BRIEF {
+            self.slow_until
+                .store(clock() + crate::SLOW_HOLD.as_nanos() as u64, Relaxed);
+        }
+        if gave_up {
+            self.stats.usec.fetch_add(took.as_micros() as u64, Relaxed);
+            return None;
+        }
+        self.stats.brief.fetch_add(1, Relaxed);
+        self.count(took, result.as_ref().map(|_| ()));
+        Some(result)
     }
 
     /// A call its caller answered with a timeout without running it (it waited past its
@@ -234,6 +291,7 @@ impl FilterHost {
             spec: spec.clone(),
             imp,
             stats,
+            slow_until: AtomicU64::new(0),
         })
     }
 
@@ -283,6 +341,7 @@ impl FilterHost {
                 errors: a.errors + s.errors,
                 timeouts: a.timeouts + s.timeouts,
                 out_of_memory: a.out_of_memory + s.out_of_memory,
+                brief: a.brief + s.brief,
                 usec: a.usec + s.usec,
             })
     }

@@ -51,7 +51,7 @@ use wasmtime::{
 
 use crate::error::sanitize;
 use crate::input::{Bytes, Encoder, Fill};
-use crate::{FilterError, Limits, ABI_VERSION};
+use crate::{FilterError, Limits, ABI_VERSION, BRIEF, BRIEF_GROWTH};
 
 /// How often the epoch advances: the granularity of the deadline.
 const TICK: Duration = Duration::from_millis(1);
@@ -129,6 +129,12 @@ impl WasmEngine {
     fn deadline_ticks(&self) -> u64 {
         (self.limits.deadline.as_micros().div_ceil(TICK.as_micros()) as u64).max(1)
     }
+
+    /// A brief call's epoch deadline: the tick after the next one (so at least [`BRIEF`]),
+    /// never past the full deadline.
+    fn brief_ticks(&self) -> u64 {
+        (BRIEF.as_micros().div_ceil(TICK.as_micros()) as u64 + 1).min(self.deadline_ticks())
+    }
 }
 
 /// The store's data: the memory cap, and whether it refused a request (so that the trap that
@@ -139,6 +145,10 @@ struct Guard {
     /// While the guest runs: when its deadline passes. Growth after it is refused (what the
     /// guest would do with new pages is time it no longer has).
     deadline: Option<std::time::Instant>,
+    /// In a brief call: the memory size past which it gives up (see [`BRIEF_GROWTH`]).
+    brief_cap: Option<usize>,
+    /// The brief call gave up on a growth (not a refusal the guest sees: a trap).
+    gave_up: bool,
 }
 
 impl ResourceLimiter for Guard {
@@ -152,6 +162,11 @@ impl ResourceLimiter for Guard {
             .deadline
             .is_some_and(|d| std::time::Instant::now() >= d);
         let ok = desired <= self.cap && !late;
+        if self.brief_cap.is_some_and(|c| !ok || desired > c) {
+            // Whatever a brief call would be refused or is not given, the full call decides.
+            self.gave_up = true;
+            return Err(wasmtime::Error::msg("a brief call gave up"));
+        }
         self.refused |= !ok;
         Ok(ok)
     }
@@ -256,6 +271,8 @@ impl WasmFilter {
                 cap: self.engine.limits.memory,
                 refused: false,
                 deadline: None,
+                brief_cap: None,
+                gave_up: false,
             },
         );
         store.limiter(|g| g);
@@ -296,16 +313,19 @@ impl WasmFilter {
     }
 
     /// One call: an instance (reused or new), the input written into its input region by
-    /// `fill`, `mnemo_filter` run under the deadline, its output appended to `out`.
+    /// `fill`, `mnemo_filter` run under the deadline, its output appended to `out`. A `brief`
+    /// call runs under [`WasmEngine::brief_ticks`] and [`BRIEF_GROWTH`] instead, and gives up
+    /// (`NotBrief`) where it would pass them.
     pub fn call(
         &self,
         args: &[u8],
         nkeys: u32,
         fill: Fill<'_>,
         out: &mut Vec<u8>,
+        brief: bool,
     ) -> Result<u32, FilterError> {
         let mut live = self.live()?;
-        let result = self.run(&mut live, args, nkeys, fill, out);
+        let result = self.run(&mut live, args, nkeys, fill, out, brief);
         let limits = &self.engine.limits;
         if result.is_ok() {
             // Keep the instance for the next call, unless it grew large or old.
@@ -332,8 +352,32 @@ impl WasmFilter {
         nkeys: u32,
         fill: Fill<'_>,
         out: &mut Vec<u8>,
+        brief: bool,
     ) -> Result<u32, FilterError> {
-        live.store.data_mut().refused = false;
+        let size = live.memory.data_size(&live.store);
+        let guard = live.store.data_mut();
+        guard.refused = false;
+        guard.gave_up = false;
+        guard.brief_cap = brief.then_some(size + BRIEF_GROWTH);
+        let result = self.run_guest(live, args, nkeys, fill, out, brief);
+        let guard = live.store.data_mut();
+        guard.brief_cap = None;
+        match result {
+            Err(_) if guard.gave_up => Err(FilterError::NotBrief),
+            Err(FilterError::Timeout) if brief => Err(FilterError::NotBrief),
+            r => r,
+        }
+    }
+
+    fn run_guest(
+        &self,
+        live: &mut Live,
+        args: &[u8],
+        nkeys: u32,
+        fill: Fill<'_>,
+        out: &mut Vec<u8>,
+        brief: bool,
+    ) -> Result<u32, FilterError> {
         let (result, start, end) = {
             let bytes = GuestBytes {
                 store: &mut live.store,
@@ -350,9 +394,16 @@ impl WasmFilter {
             let b = enc.bytes;
             let (start, len, end) = (b.start, b.pos - b.start, b.end);
             // The deadline counts from here: copying the input is the server's work.
-            live.store.set_epoch_deadline(self.engine.deadline_ticks());
-            live.store.data_mut().deadline =
-                Some(std::time::Instant::now() + self.engine.limits.deadline);
+            let (ticks, within) = if brief {
+                (
+                    self.engine.brief_ticks(),
+                    BRIEF.min(self.engine.limits.deadline),
+                )
+            } else {
+                (self.engine.deadline_ticks(), self.engine.limits.deadline)
+            };
+            live.store.set_epoch_deadline(ticks);
+            live.store.data_mut().deadline = Some(std::time::Instant::now() + within);
             // Addresses are u32 in wasm32; the ABI passes them as i32 bit patterns.
             let r = live
                 .func

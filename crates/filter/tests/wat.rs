@@ -459,3 +459,77 @@ fn a_call_answered_as_a_timeout_counts_as_one() {
     let s = h.totals();
     assert_eq!((s.calls, s.errors, s.timeouts), (3, 2, 2));
 }
+
+/// `call_brief` with the entries of `call`: None if it gave up.
+fn call_brief(
+    host: &FilterHost,
+    args: &[u8],
+    entries: Entries<'_>,
+) -> Option<Result<(u32, Vec<u8>), FilterError>> {
+    let f = host.get(b"f").expect("installed");
+    let mut out = b"prefix".to_vec();
+    let mut fill = |sink: &mut dyn InputSink| {
+        for e in entries {
+            match e {
+                Some((flags, v)) => sink.value(*flags, v),
+                None => sink.missing(),
+            }
+        }
+    };
+    let r = f.call_brief(args, entries.len() as u32, &mut fill, &mut out);
+    if !matches!(r, Some(Ok(_))) {
+        assert_eq!(out, b"prefix", "nothing appended unless answered");
+    }
+    r.map(|r| r.map(|flags| (flags, out[6..].to_vec())))
+}
+
+#[test]
+fn a_brief_call_answers_as_a_full_one_or_gives_up_and_is_not_counted() {
+    // A short call: the same answer either way, counted once each.
+    let (_d, h) = host("brief-echo", &echo(), limits());
+    let entries: Entries<'_> = &[Some((3, b"abc")), None];
+    let brief = call_brief(&h, b"a", entries).expect("brief").unwrap();
+    assert_eq!(brief, call(&h, b"a", entries).unwrap());
+    assert_eq!(h.totals().calls, 2);
+
+    // An endless loop gives up within a couple of epoch ticks, uncounted; for SLOW_HOLD the
+    // filter is not tried briefly again; the full call still times out as ever.
+    let text = module("(loop $l (br $l)) (i32.const 0)", "");
+    let (_d, h) = host("brief-loop", &text, limits());
+    let t = Instant::now();
+    assert!(call_brief(&h, b"", &[]).is_none());
+    // 1-2 ms of ticks; generous for a loaded machine, far under the 200 ms deadline.
+    assert!(
+        t.elapsed() < Duration::from_millis(100),
+        "{:?}",
+        t.elapsed()
+    );
+    let spent = h.totals().usec;
+    assert!(call_brief(&h, b"", &[]).is_none());
+    assert_eq!(h.totals().usec, spent, "held slow: not run at all");
+    assert!(matches!(call(&h, b"", &[]), Err(FilterError::Timeout)));
+    let s = h.totals();
+    assert_eq!((s.calls, s.timeouts), (1, 1));
+
+    // Growing past BRIEF_GROWTH gives up, where the full call decides: out of memory for a
+    // memory bomb, success for an input of 2 MiB under a 4 MiB cap.
+    let body = "(block $done (loop $l (br_if $done (i32.eq (memory.grow (i32.const 1)) (i32.const -1))) (br $l)))
+                unreachable";
+    let (_d, h) = host("brief-bomb", &module(body, ""), limits());
+    assert!(call_brief(&h, b"", &[]).is_none());
+    assert!(matches!(call(&h, b"", &[]), Err(FilterError::OutOfMemory)));
+    let empty = module(
+        &result(
+            "(i32.const 0)",
+            "(i32.const 0)",
+            "(i32.const 0)",
+            "(i32.const 0)",
+        ),
+        "",
+    );
+    let (_d, h) = host("brief-input", &empty, limits());
+    let big = vec![1u8; 2 << 20];
+    assert!(call_brief(&h, b"", &[Some((0, &big))]).is_none());
+    assert!(call(&h, b"", &[Some((0, &big))]).is_ok());
+    assert_eq!(h.totals().calls, 1);
+}

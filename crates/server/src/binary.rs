@@ -18,7 +18,7 @@ mod sasl;
 mod stat;
 mod storage;
 
-pub(crate) use storage::{gather, FlashGet};
+pub(crate) use storage::{gather, BinGet};
 
 use std::sync::atomic::Ordering::Relaxed;
 

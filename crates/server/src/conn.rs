@@ -669,11 +669,10 @@ impl<S: Io> Conn<S> {
                         self.taken.push(n);
                         let mut job = session.job.take();
                         // The GETs pipelined after it join its job: their flashed reads go together.
-                        if let Some(Pending::FlashRead(crate::flashio::Read::Binary(g))) = &mut job
-                        {
-                            binary::gather(
-                                g,
+                        if let Some(job) = &mut job {
+                            job.gather(
                                 &self.rbuf[self.rpos + n..self.rend],
+                                &limits,
                                 sh,
                                 budget,
                                 &mut self.taken,
@@ -730,17 +729,15 @@ impl<S: Io> Conn<S> {
                             self.waiting = true;
                             return Progress::Later;
                         }
-                        // The mg pipelined after it join its job: their flashed reads go together.
-                        if let Pending::FlashRead(crate::flashio::Read::Meta(g)) = &mut job {
-                            crate::meta::gather(
-                                g,
-                                &self.rbuf[self.rpos + n..self.rend],
-                                &limits,
-                                sh,
-                                budget,
-                                &mut self.taken,
-                            );
-                        }
+                        // The gets pipelined after it join its job: their flashed reads go
+                        // together.
+                        job.gather(
+                            &self.rbuf[self.rpos + n..self.rend],
+                            &limits,
+                            sh,
+                            budget,
+                            &mut self.taken,
+                        );
                         self.job = Some(job);
                         self.waiting = true;
                         return Progress::Later;

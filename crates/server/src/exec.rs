@@ -11,8 +11,8 @@ use mnemo_proto::ErrorReply;
 use mnemo_store::Mode;
 
 use crate::command::arith::{self, Counted};
+use crate::command::batch::{self, BatchGet, FlashBatch, Then};
 use crate::command::{delete, flush, read, write, write::Stored, Answer, Proto};
-use crate::mailbox::Answered;
 use crate::stats::{self, Counters};
 use crate::Shared;
 
@@ -39,15 +39,6 @@ pub enum Next {
     /// the connection keeps its place in the output and parses nothing more until it is done.
     Later(crate::command::Pending),
 }
-
-/// A multi-get pauses when this much output is pending, so `get k k k ...` over large values
-/// never makes one request's reply grow without bound: what a client that never reads can pin
-/// is this plus one value. The connection's read backpressure (conn.rs, `WBUF_HIGH`) uses the
-/// same 256 KiB. It was 4 MiB: 20 never-reading clients then pinned 98 MB where memcached,
-/// which holds references to items instead of copies, grew 37 MB (tests/test_pinned_memory.py).
-/// A flash I/O job answering a multi-get's flashed part stops at the same size (flashio.rs,
-/// "The pause").
-pub const GET_PAUSE_BYTES: usize = 256 * 1024;
 
 /// Append a reply line unless the client asked for none.
 #[inline(always)]
@@ -405,7 +396,7 @@ fn get(
     let mut ended = false;
     let mut todo = keys.iter().enumerate().skip(skip).peekable();
     while let Some((i, key)) = todo.next() {
-        if out.len().saturating_sub(start) >= GET_PAUSE_BYTES {
+        if out.len().saturating_sub(start) >= batch::GET_PAUSE_BYTES {
             return Next::Resume(i);
         }
         let last = todo.peek().is_none();
@@ -435,92 +426,88 @@ fn get(
 #[cold]
 #[inline(never)]
 fn defer_get(keys: Keys<'_>, i: usize, cas: bool, first: read::Flashed) -> Next {
-    let mut rest = Vec::new();
-    for k in keys.iter().skip(i) {
-        if !rest.is_empty() {
-            rest.push(b' ');
-        }
-        rest.extend_from_slice(k);
-    }
-    let read = crate::flashio::Read::Text {
-        keys: rest.into(),
-        from: i,
+    let n = keys.iter().count();
+    let mut rest = keys.iter().enumerate().skip(i).map(|(k, key)| TextGet {
+        key: key.into(),
         cas,
-        first,
+        last: k + 1 == n,
+    });
+    let Some(get) = rest.next() else {
+        unreachable!("key {i} of the request was deferred")
     };
-    Next::Later(crate::command::Pending::FlashRead(read))
+    let mut b = FlashBatch::new(get, first, i);
+    rest.for_each(|g| b.push(Then::Key(g)));
+    Next::Later(crate::command::Pending::FlashRead(
+        crate::flashio::Read::Text(b),
+    ))
 }
 
-/// On a flash I/O thread: the reply of a get from its first flashed key on (`keys`, the first
-/// located at `first`, key `from` of the request). The other keys are looked up first (RAM
-/// hits written at once), then every flashed record is read, back to back, then their replies
-/// go in their places. At the multi-get pause it stops before the next key's lookup
-/// (flashio.rs, "The pause"): the reply then has no END, and the request runs on from that key.
-pub(crate) fn get_flashed(
-    keys: &[u8],
-    from: usize,
+/// A key of a text get in a flash batch (command/batch.rs), owned; `last`: its reply ends the
+/// request's (a hit carries END, a miss is END).
+#[derive(Debug)]
+pub(crate) struct TextGet {
+    key: Box<[u8]>,
     cas: bool,
-    first: read::Flashed,
-    sh: &Shared,
-    c: &Counters,
-) -> (Vec<u8>, Answered) {
-    let keys = Keys::new(keys);
-    let mut out = Vec::new();
-    let mut batch = crate::flashio::Batch::new(&first);
-    let mut answered = Answered::All;
-    // Flashed keys, with where their replies go in `out`.
-    let mut holes = vec![read::Hole {
-        at: 0,
-        key: keys.iter().next().unwrap_or_default(),
-        req: (),
-        flashed: first,
-    }];
-    for (k, key) in keys.iter().enumerate().skip(1) {
-        if batch.full(&out) {
-            answered = Answered::Keys(from + k);
-            break;
-        }
-        if let Answer::Later(flashed) = read::locate(
-            key,
-            read::Read::Get,
-            &mut TextHit {
-                key,
-                cas,
-                last: false,
-            },
-            sh,
-            c,
-            &mut out,
-        ) {
-            batch.add(&flashed);
-            holes.push(read::Hole {
-                at: out.len(),
-                key,
-                req: (),
-                flashed,
-            });
+    last: bool,
+}
+
+impl BatchGet for TextGet {
+    const READ: read::Read = read::Read::Get;
+
+    fn key(&self) -> &[u8] {
+        &self.key
+    }
+
+    fn with_hit<R>(&self, _sh: &Shared, f: impl FnOnce(&mut dyn read::Hit) -> R) -> R {
+        f(&mut TextHit {
+            key: &self.key,
+            cas: self.cas,
+            last: self.last,
+        })
+    }
+
+    fn missed(&self, out: &mut Vec<u8>) {
+        if self.last {
+            out.extend_from_slice(b"END\r\n");
         }
     }
-    let mut reply = read::fill_holes(out, holes, sh, |key, (), at, v, reply| {
-        read::finish_read(
-            key,
-            read::Read::Get,
-            at,
-            v,
-            &mut TextHit {
-                key,
+}
+
+/// The gets pipelined after a deferred one join its batch (command/batch.rs `gather`):
+/// complete single-key `get` and `gets` requests, so that a pipeline of them is one flash
+/// job, as with mg and binary GETQ. Anything else stops the gathering (a multi-key get too:
+/// the batch can pause at its own keys only).
+pub(crate) fn gather(
+    b: &mut FlashBatch<TextGet>,
+    input: &[u8],
+    limits: &mnemo_proto::text::Limits,
+    budget: &mut usize,
+    taken: &mut Vec<usize>,
+) {
+    batch::gather(b, input, budget, taken, |rest| {
+        let mnemo_proto::text::Parsed::Request(
+            Request::Get {
+                keys,
                 cas,
-                last: false,
+                touch: None,
             },
-            sh,
-            c,
-            reply,
-        );
-    });
-    if answered == Answered::All {
-        reply.extend_from_slice(b"END\r\n");
-    }
-    (reply, answered)
+            n,
+        ) = mnemo_proto::text::parse(rest, limits)
+        else {
+            return None;
+        };
+        let mut it = keys.iter();
+        let key = it.next()?;
+        if it.next().is_some() {
+            return None;
+        }
+        let get = TextGet {
+            key: key.into(),
+            cas,
+            last: true,
+        };
+        Some((Then::Get(get), n))
+    })
 }
 
 /// `stats [sub]`. memcached 1.6.40 takes the word sent for the first of its subcommands it

@@ -5,6 +5,8 @@
 //!   worker thread (the event loop)
 //!   ├─ look the filter up (read lock for a map probe; an Arc is kept, no lock after)
 //!   ├─ unknown filter, too many keys: the error reply, at once
+//!   ├─ the call, briefly (Filter::call_brief): fill, run, reply, as below, at once; given up
+//!   │  past 1-2 ms or 1 MiB of new guest memory, and not tried for 1 s after that
 //!   └─ else a job (command::Pending::Filter) holding the filter, the arguments and the keys;
 //!      the connection keeps the reply's place and reads no further request meanwhile
 //!   job pool thread (jobs.rs)
@@ -15,6 +17,12 @@
 //!   └─ VALUE <filter> <flags> <len>\r\n<output>\r\nEND\r\n   or   SERVER_ERROR filter <reason>
 //!      back to the connection's worker, which puts it in the reply's place
 //! ```
+//!
+//! Why both: a call on the pool costs two thread hand-offs (the job to a pool thread, the
+//! reply back through the mailbox and a wake-up), more than a short filter's own run, and
+//! under concurrency the queue ate calls' deadlines (issue 49: seed 001's feed at 0.58x the
+//! client-side path). A call that is not short goes to the pool, so a neighbour on the same
+//! worker waits at most one brief attempt (1-2 ms) per filter per second, not a deadline.
 //!
 //! The values are read by the job, not when the request is parsed: the connection runs no
 //! later request before the job is done, so the call sees the store as a sequential server
@@ -83,19 +91,34 @@ pub fn execute(
         }
         joined.extend_from_slice(k);
     }
-    Answer::Later(Pending::Filter(Call {
+    let call = Call {
         filter: f,
         name: filter.into(),
         args: args.into(),
         keys: joined.into(),
         nkeys: n as u32,
-    }))
+    };
+    let mark = out.len();
+    let result = call
+        .filter
+        .call_brief(&call.args, call.nkeys, &mut call.fill(sh), out);
+    match result {
+        Some(r) => {
+            call.reply(sh, r, out, mark);
+            Answer::Now(())
+        }
+        None => Answer::Later(Pending::Filter(call)),
+    }
 }
 
 impl Call {
     /// How long after its submission a WebAssembly call's reply is due, and that reply
     /// (`SERVER_ERROR filter timeout`): the job pool's watchdog answers with it if the call is
     /// still queued or running then (jobs.rs). Native calls are not interrupted: None.
+    ///
+    /// Counted from the submission, not from the request: a brief attempt given up before it
+    /// (at most two epoch ticks, 1-2 ms) comes on top. So dues grow along the pool's queue,
+    /// which its watchdog relies on.
     pub fn deadline(&self, sh: &Shared) -> Option<(std::time::Duration, Vec<u8>)> {
         if self.filter.spec().kind != mnemo_filter::FilterKind::Wasm {
             return None;
@@ -117,9 +140,23 @@ impl Call {
     /// its deadline, counted from its submission, whatever the queue or the guest does
     /// (jobs.rs); if the watchdog answered first, the call counts as that timeout.
     pub fn run(self, sh: &Shared, watch: &crate::jobs::Watch<'_>) -> Vec<u8> {
+        let mut out = Vec::new();
+        let result = self.filter.call_answered(
+            &self.args,
+            self.nkeys,
+            &mut self.fill(sh),
+            &mut out,
+            &|| !watch.claim(),
+        );
+        self.reply(sh, result, &mut out, 0);
+        out
+    }
+
+    /// What feeds the filter its input: the keys' values, read from the store in order.
+    fn fill<'a>(&'a self, sh: &'a Shared) -> impl FnMut(&mut dyn mnemo_filter::InputSink) + 'a {
         let keys = Keys::new(&self.keys);
         let now = sh.clock.now();
-        let mut fill = |sink: &mut dyn mnemo_filter::InputSink| {
+        move |sink: &mut dyn mnemo_filter::InputSink| {
             // Walk ahead of the lookups in stages (mnemo_store::Prefetch), AHEAD keys apart, so
             // a large cache's misses (index bucket, overflow bucket, item, per key) overlap
             // instead of coming one after another.
@@ -148,19 +185,24 @@ impl Call {
                     sink.missing();
                 }
             }
-        };
-        // The output goes straight into the reply; its header is put in front once the
-        // length is known (a small move: outputs are bounded by --filter-output-max).
-        let mut out = Vec::new();
-        match self
-            .filter
-            .call_answered(&self.args, self.nkeys, &mut fill, &mut out, &|| {
-                !watch.claim()
-            }) {
+        }
+    }
+
+    /// The reply to the call, in `out` from `mark` on, where a success left the filter's
+    /// output: its header goes in front once the length is known (a small move: outputs are
+    /// bounded by --filter-output-max).
+    fn reply(
+        &self,
+        sh: &Shared,
+        result: Result<u32, mnemo_filter::FilterError>,
+        out: &mut Vec<u8>,
+        mark: usize,
+    ) {
+        match result {
             Ok(flags) => {
                 let mut header = Vec::with_capacity(32 + self.name.len());
-                value_header(&mut header, &self.name, flags, out.len(), None);
-                out.splice(0..0, header);
+                value_header(&mut header, &self.name, flags, out.len() - mark, None);
+                out.splice(mark..mark, header);
                 out.extend_from_slice(b"\r\nEND\r\n");
             }
             Err(e) => {
@@ -170,10 +212,9 @@ impl Call {
                         String::from_utf8_lossy(&self.name)
                     );
                 }
-                line(&mut out, format!("SERVER_ERROR filter {e}").as_bytes());
+                line(out, format!("SERVER_ERROR filter {e}").as_bytes());
             }
         }
-        out
     }
 }
 
@@ -185,6 +226,7 @@ pub fn stats(sh: &Shared, out: &mut Vec<u8>) {
     stat(out, "filter_errors", t.errors);
     stat(out, "filter_timeouts", t.timeouts);
     stat(out, "filter_out_of_memory", t.out_of_memory);
+    stat(out, "filter_brief", t.brief);
     stat(out, "filter_usec", t.usec);
     for (spec, s) in sh.filters.stats() {
         let n = &spec.name;
@@ -194,6 +236,7 @@ pub fn stats(sh: &Shared, out: &mut Vec<u8>) {
         stat(out, &format!("{n}:errors"), s.errors);
         stat(out, &format!("{n}:timeouts"), s.timeouts);
         stat(out, &format!("{n}:out_of_memory"), s.out_of_memory);
+        stat(out, &format!("{n}:brief"), s.brief);
         stat(out, &format!("{n}:usec"), s.usec);
     }
     line(out, b"END");

@@ -20,15 +20,15 @@
 //! page cache is served on the worker at once (read.rs `cached`, `preadv2(RWF_NOWAIT)`).
 //!
 //! The deferred read's lookup already ran on the worker (under the shard lock, marking the
-//! item fetched and counting `cmd_get`), so the job starts from its [`Flashed`] location and
-//! does not look the key up again. A text multi-get hands over every key from the first
-//! flashed one on: the job looks the rest up (RAM hits written at once), reads all their
-//! flashed records together (`Store::read_flash_many`: one io_uring submission of the
-//! thread's own ring), then writes the replies in key order. A binary GET or an mg takes the
-//! requests pipelined after it the same way: the connection gathers the complete GET-family
-//! frames and NOOPs (mg and mn) that follow it in its input into the job (binary/storage.rs
-//! and meta.rs `gather`, at most [`GATHER_KEYS`] keys and the -R budget), stopping at any
-//! other request, which runs on the worker once the job's replies are in place:
+//! item fetched and counting `cmd_get`), so the job starts from its location and does not
+//! look the key up again. A job is a flash batch (command/batch.rs, written once for the three
+//! protocols): a text multi-get hands over every key from the first flashed one on, and the
+//! connection gathers the gets pipelined after the deferred request into it (single-key
+//! `get`/`gets`; mg and mn; the binary GET family and NOOP), stopping at any other request,
+//! which runs on the worker once the job's replies are in place. The job looks the keys up
+//! (RAM hits written at once), reads all their flashed records together
+//! (`Store::read_flash_many`: one io_uring submission of the thread's own ring), then writes
+//! the replies in request order:
 //!
 //! ```text
 //!   input: GETQ f1 | GETQ r2 | GETKQ f3 | GETQ miss | NOOP | SET k | GETQ k
@@ -37,14 +37,10 @@
 //!          read f1 and f3 together; replies in request order, the NOOP's last
 //! ```
 //!
-//! The pause: a job stops where a RAM multi-get pauses ([`crate::exec::GET_PAUSE_BYTES`]), so
-//! a client that asks for many flashed values and never reads pins what it pins for RAM values
-//! (issue 47: 20 such clients of `get` over 600 x 100 KB took 1.2 GB when a job built its
-//! whole reply). Before it locates each key after the first, the job adds up its reply so far
-//! (RAM hits, misses) and the lengths of the flashed records it located (a located entry knows
-//! its record's length: [`Batch`]); at the pause it stops, before that key's lookup, so no key
-//! is counted (`cmd_get`) or marked fetched twice, and says how far it got
-//! ([`crate::mailbox::Answered`]). The connection (conn.rs) keeps the input the job took until
+//! The pause: a job stops where a RAM multi-get pauses (`GET_PAUSE_BYTES`), so a client that
+//! asks for many flashed values and never reads pins what it pins for RAM values (issue 47:
+//! 20 such clients of `get` over 600 x 100 KB took 1.2 GB when a job built its whole reply);
+//! command/batch.rs says how. The connection (conn.rs) keeps the input the job took until
 //! its reply arrives; then a text get runs on from the key the job stopped at (as after
 //! `Next::Resume`, once the output drains), and a pipeline's unanswered requests are parsed
 //! again. Replies stay in request order, byte for byte what one pass would write.
@@ -64,73 +60,49 @@
 
 use std::sync::Arc;
 
-use crate::command::read::Flashed;
+use crate::command::batch::FlashBatch;
 use crate::mailbox::{Answered, Done, Mailbox};
 use crate::stats::Counters;
 use crate::{Config, Shared};
 
-/// The most keys one job takes: a binary or meta pipeline's GETs gathered after the deferred
-/// one (binary/storage.rs and meta.rs `gather`), one io_uring submission's worth of reads
-/// (the store's batch.rs rings hold 64).
-pub(crate) const GATHER_KEYS: usize = 64;
-
-/// A read answered later: what its reply needs of the request, owned (the connection may
-/// close while it runs).
+/// A read answered later: a flash batch of the protocol that asked (command/batch.rs), owned
+/// (the connection may close while it runs).
 #[derive(Debug)]
 pub(crate) enum Read {
-    /// get / gets: the keys from the flashed one on, separated by single spaces; `from`: the
-    /// first one's index in the request.
-    Text {
-        keys: Box<[u8]>,
-        from: usize,
-        cas: bool,
-        first: Flashed,
-    },
+    /// get / gets: the keys from the flashed one on, then the single-key gets after it.
+    Text(FlashBatch<crate::exec::TextGet>),
     /// The binary GET family (GET, GETQ, GETK, GETKQ), and the GETs and NOOPs pipelined after it.
-    Binary(crate::binary::FlashGet),
+    Binary(FlashBatch<crate::binary::BinGet>),
     /// mg, and the mg and mn pipelined after it.
-    Meta(Box<crate::meta::FlashGet>),
+    Meta(FlashBatch<Box<crate::meta::OwnedGet>>),
 }
 
 impl Read {
     /// The reads and the reply, on a pool thread; `c` is the thread's counters block.
     fn run(self, sh: &Shared, c: &Counters) -> (Vec<u8>, Answered) {
         match self {
-            Read::Text {
-                keys,
-                from,
-                cas,
-                first,
-            } => crate::exec::get_flashed(&keys, from, cas, first, sh, c),
-            Read::Binary(g) => g.run(sh, c),
-            Read::Meta(g) => g.run(sh, c),
-        }
-    }
-}
-
-/// A job's reply so far and the flashed records it located, against the multi-get pause
-/// (module docs, "The pause").
-pub(crate) struct Batch {
-    located: usize,
-}
-
-impl Batch {
-    /// A job whose first key, already located, is `first`.
-    pub fn new(first: &Flashed) -> Batch {
-        Batch {
-            located: first.fref.record_len(),
+            Read::Text(b) => b.run(sh, c),
+            Read::Binary(b) => b.run(sh, c),
+            Read::Meta(b) => b.run(sh, c),
         }
     }
 
-    /// A further flashed key was located.
-    pub fn add(&mut self, f: &Flashed) {
-        self.located += f.fref.record_len();
-    }
-
-    /// Whether the job stops before it locates another key: `out` (its reply so far, RAM
-    /// hits and misses) and the located records reach the pause.
-    pub fn full(&self, out: &[u8]) -> bool {
-        out.len() + self.located >= crate::exec::GET_PAUSE_BYTES
+    /// On the worker, before the job is submitted: the requests pipelined after the deferred
+    /// one, from the front of `input`, join it (each protocol's `gather`). `taken` gets each
+    /// one's length; `budget` is the connection's -R budget.
+    pub fn gather(
+        &mut self,
+        input: &[u8],
+        limits: &mnemo_proto::text::Limits,
+        sh: &Shared,
+        budget: &mut usize,
+        taken: &mut Vec<usize>,
+    ) {
+        match self {
+            Read::Text(b) => crate::exec::gather(b, input, limits, budget, taken),
+            Read::Binary(b) => crate::binary::gather(b, input, limits, budget, taken),
+            Read::Meta(b) => crate::meta::gather(b, input, limits, sh, budget, taken),
+        }
     }
 }
 

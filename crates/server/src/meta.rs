@@ -11,13 +11,13 @@ use mnemo_proto::ErrorReply;
 use mnemo_store::{Item, Mode, Time};
 
 use crate::command::arith::{self, Counted};
+use crate::command::batch::{self, BatchGet, FlashBatch, Then};
 use crate::command::concat;
 use crate::command::delete::{self, Deleted};
 use crate::command::read::{self, Direct};
 use crate::command::write::{self, Stored};
 use crate::command::{Answer, Proto};
 use crate::exec::Next;
-use crate::mailbox::Answered;
 use crate::stats::Counters;
 use crate::Shared;
 
@@ -201,13 +201,9 @@ fn get(
             Next::Continue
         }
         Answer::Later(first) => {
-            let g = FlashGet {
-                mg: OwnedGet::new(m),
-                first,
-                rest: Vec::new(),
-            };
+            let b = FlashBatch::new(Box::new(OwnedGet::new(m)), first, 0);
             Next::Later(crate::command::Pending::FlashRead(
-                crate::flashio::Read::Meta(Box::new(g)),
+                crate::flashio::Read::Meta(b),
             ))
         }
     }
@@ -223,9 +219,10 @@ fn read_of(m: &Meta<'_>, sh: &Shared) -> read::Read {
     }
 }
 
-/// An mg as a flash I/O job answers it: the request's parts its reply needs, owned.
+/// An mg as a flash batch answers it (command/batch.rs): the request's parts its reply
+/// needs, owned. Boxed in the batch: an mg's flags are 400 bytes.
 #[derive(Debug)]
-struct OwnedGet {
+pub(crate) struct OwnedGet {
     raw_key: Box<[u8]>,
     key: mnemo_proto::meta::KeyBuf,
     opaque: Option<Box<[u8]>>,
@@ -253,141 +250,64 @@ impl OwnedGet {
     }
 }
 
-/// How a deferred mg reads: what `get` defers is an mg without T, u or N.
-const DEFERRED: read::Read = read::Read::Meta {
-    touch: None,
-    peek: false,
-    vivify: None,
-};
+impl BatchGet for Box<OwnedGet> {
+    /// What `get` defers is an mg without T, u or N.
+    const READ: read::Read = read::Read::Meta {
+        touch: None,
+        peek: false,
+        vivify: None,
+    };
 
-/// A request after a deferred mg that the same flash I/O job answers ([`gather`]).
-#[derive(Debug)]
-enum Follow {
-    // Boxed: an mg's flags are 400 bytes, an mn nothing.
-    Get(Box<OwnedGet>),
-    /// mn.
-    Noop,
-}
+    fn key(&self) -> &[u8] {
+        self.key.as_bytes()
+    }
 
-/// An mg whose value is on flash (no T, u or N: those read synchronously), answered by the
-/// flash I/O pool (flashio.rs), with the mg and mn pipelined after it ([`gather`]).
-#[derive(Debug)]
-pub(crate) struct FlashGet {
-    mg: OwnedGet,
-    first: read::Flashed,
-    rest: Vec<Follow>,
-}
+    fn with_hit<R>(&self, sh: &Shared, f: impl FnOnce(&mut dyn read::Hit) -> R) -> R {
+        let m = self.meta();
+        f(&mut MetaHit {
+            m: &m,
+            sh,
+            now: sh.clock.now(),
+        })
+    }
 
-impl FlashGet {
-    /// On a flash I/O thread: the replies, as `get` (and `mn`) would have written them, in
-    /// request order. The gathered mg are looked up here (RAM hits and misses answered at
-    /// once), then every flashed record is read together (`read::fill_holes`). At the
-    /// multi-get pause it stops before the next mg's lookup (flashio.rs, "The pause"): the
-    /// requests from there on are the connection's to parse again.
-    pub fn run(self, sh: &Shared, c: &Counters) -> (Vec<u8>, Answered) {
-        // The reply of an mg whose read is done: EN for a miss, unless q.
-        let missed = |g: &OwnedGet, out: &mut Vec<u8>| {
-            let m = g.meta();
-            if !m.flags.quiet {
-                status(&m, b"EN", m.raw_key, out);
-            }
-        };
-        let mut out = Vec::new();
-        let mut batch = crate::flashio::Batch::new(&self.first);
-        let mut answered = Answered::All;
-        let mut holes = vec![read::Hole {
-            at: 0,
-            key: self.mg.key.as_bytes(),
-            req: &self.mg,
-            flashed: self.first,
-        }];
-        for (i, f) in self.rest.iter().enumerate() {
-            let g = match f {
-                Follow::Noop => {
-                    out.extend_from_slice(b"MN\r\n");
-                    continue;
-                }
-                Follow::Get(_) if batch.full(&out) => {
-                    // The deferred mg and the `i` gathered before this one.
-                    answered = Answered::Requests(1 + i);
-                    break;
-                }
-                Follow::Get(g) => g,
-            };
-            let m = g.meta();
-            let mut hit = MetaHit {
-                m: &m,
-                sh,
-                now: sh.clock.now(),
-            };
-            match read::locate(g.key.as_bytes(), DEFERRED, &mut hit, sh, c, &mut out) {
-                Answer::Now(found) if found.is_hit() => {}
-                Answer::Now(_) => missed(g, &mut out),
-                Answer::Later(flashed) => {
-                    batch.add(&flashed);
-                    holes.push(read::Hole {
-                        at: out.len(),
-                        key: g.key.as_bytes(),
-                        req: g,
-                        flashed,
-                    });
-                }
-            }
+    /// EN, unless q.
+    fn missed(&self, out: &mut Vec<u8>) {
+        let m = self.meta();
+        if !m.flags.quiet {
+            status(&m, b"EN", m.raw_key, out);
         }
-        let reply = read::fill_holes(out, holes, sh, |key, g, at, v, reply| {
-            let m = g.meta();
-            let mut hit = MetaHit {
-                m: &m,
-                sh,
-                now: sh.clock.now(),
-            };
-            if !read::finish_read(key, DEFERRED, at, v, &mut hit, sh, c, reply).is_hit() {
-                missed(g, reply);
-            }
-        });
-        (reply, answered)
     }
 }
 
-/// The requests pipelined after an mg that was deferred (its value on flash), taken into its
-/// job so that their flashed reads go together (conn.rs): complete mg requests that `get`
-/// would defer too (no T, u or N) and mn, from the front of `input`. It stops at anything else
-/// (an ms must run after the job, on the worker), at an incomplete request, when `budget`
-/// (-R) is spent or the job has `flashio::GATHER_KEYS` keys. Each request taken has its length
-/// pushed on `taken` (the connection rewinds over those the job leaves unanswered).
+/// The requests pipelined after an mg that was deferred (its value on flash) join its batch
+/// (command/batch.rs `gather`): complete mg requests that `get` would defer too (no T, u or
+/// N), and mn. Anything else stops the gathering (an ms must run after the batch, on the
+/// worker).
 pub(crate) fn gather(
-    g: &mut FlashGet,
+    b: &mut FlashBatch<Box<OwnedGet>>,
     input: &[u8],
     limits: &text::Limits,
     sh: &Shared,
     budget: &mut usize,
     taken: &mut Vec<usize>,
 ) {
-    let mut used = 0;
-    let mut keys = 1 + g
-        .rest
-        .iter()
-        .filter(|f| matches!(f, Follow::Get(_)))
-        .count();
-    while *budget > 0 && keys < crate::flashio::GATHER_KEYS {
-        let text::Parsed::Request(req, n) = text::parse(&input[used..], limits) else {
-            break;
+    batch::gather(b, input, budget, taken, |rest| {
+        let text::Parsed::Request(req, n) = text::parse(rest, limits) else {
+            return None;
         };
-        match req {
+        let then = match req {
             // What `get` would defer too, were its value on flash.
             text::Request::Meta(ref m)
                 if m.kind == MetaKind::Get && read_of(m, sh).deferrable() =>
             {
-                g.rest.push(Follow::Get(Box::new(OwnedGet::new(m))));
-                keys += 1;
+                Then::Get(Box::new(OwnedGet::new(m)))
             }
-            text::Request::MetaNoop => g.rest.push(Follow::Noop),
-            _ => break,
-        }
-        used += n;
-        taken.push(n);
-        *budget -= 1;
-    }
+            text::Request::MetaNoop => Then::Reply(b"MN\r\n"[..].into()),
+            _ => return None,
+        };
+        Some((then, n))
+    })
 }
 
 fn set(m: &Meta<'_>, sh: &Shared, c: &Counters, out: &mut Vec<u8>) {

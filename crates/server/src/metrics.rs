@@ -1064,7 +1064,7 @@ fn filters(p: &mut Page, sh: &Shared) {
         );
     }
     type Get = fn(&mnemo_filter::StatsSnapshot) -> u64;
-    let families: [(&str, &str, Get); 4] = [
+    let families: [(&str, &str, Get); 5] = [
         ("mnemo_filter_calls_total", "fget calls per filter.", |s| {
             s.calls
         }),
@@ -1082,6 +1082,11 @@ fn filters(p: &mut Page, sh: &Shared) {
             "mnemo_filter_out_of_memory_total",
             "Filter calls stopped at their memory limit.",
             |s| s.out_of_memory,
+        ),
+        (
+            "mnemo_filter_brief_total",
+            "Filter calls answered on the worker that read them (brief), not the job pool.",
+            |s| s.brief,
         ),
     ];
     for (name, help, get) in families {

@@ -251,6 +251,14 @@ impl Run {
                         return Some(n);
                     }
                 }
+                if let Request::Fget { .. } = req {
+                    // A filter call that is not brief runs on the job pool and answers later,
+                    // where a datagram's replies are sent once it has run: fget is refused,
+                    // whether this call would have been brief or not.
+                    ErrorReply::FgetOverUdp.write(&mut self.out);
+                    self.push(false, false);
+                    return Some(n);
+                }
                 let mut authed = false;
                 let next = if sh.config.text_auth {
                     exec::unauthenticated(req, sh, &mut authed, &mut self.out)
@@ -287,9 +295,9 @@ impl Run {
                         self.out.truncate(start);
                         return None;
                     }
-                    // fget's filter call runs on the job pool and answers a TCP connection
-                    // later; a datagram's replies are sent when it has been run, so fget is
-                    // refused here (the job is dropped unrun).
+                    // Work deferred to a pool answers a TCP connection later; a datagram's
+                    // replies are sent when it has run, so it is refused here (the job is
+                    // dropped unrun). fget is refused above, before its brief attempt.
                     Next::Later(_) => {
                         self.out.truncate(start);
                         ErrorReply::FgetOverUdp.write(&mut self.out);

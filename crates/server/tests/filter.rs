@@ -578,6 +578,76 @@ fn an_unauthenticated_fget_keeps_the_connection_in_sync() {
 
 const LOOPS: [&str; 2] = ["--io-loop=uring", "--io-loop=epoll"];
 
+/// The server's threads whose name starts with `prefix`.
+fn threads(srv: &Server, prefix: &str) -> usize {
+    let dir = format!("/proc/{}/task", srv.child.id());
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter(|t| {
+            let comm = t.as_ref().unwrap().path().join("comm");
+            std::fs::read_to_string(comm).is_ok_and(|n| n.starts_with(prefix))
+        })
+        .count()
+}
+
+/// Issue 49: a short call runs on the worker that read it (the job pool, which starts with
+/// its first job, never starts), and a call that is not brief goes to the pool, which answers
+/// it as before; the brief attempt given up is not counted as a call.
+#[test]
+fn a_brief_call_is_answered_on_the_worker_and_a_long_one_by_the_pool() {
+    let ex = examples();
+    let srv = Server::start(&[
+        "--filter",
+        &arg("topk", ex.wasm("topk")),
+        "--filter",
+        &arg("spin", ex.wasm("hostile_loop")),
+    ]);
+    let mut c = Conn::new(&srv);
+    let mut rng = Rng(7);
+    let users = load_users(&mut c, &mut rng, 50);
+    let keys: Vec<String> = (0..50).map(|i| format!("u:{i}")).collect();
+    // A worker preempted past two epoch ticks (a loaded test machine) gives its call up to the
+    // pool, and that filter's calls go there for a second: calls until 20 were brief.
+    let (mut calls, until) = (0, Instant::now() + Duration::from_secs(60));
+    loop {
+        let (_, out) = c.fget("topk", b"10", &keys).unwrap();
+        assert!(!out.is_empty());
+        calls += 1;
+        let brief: u32 = c.stat("filters", "topk:brief").parse().unwrap();
+        if brief >= 20 {
+            break;
+        }
+        assert!(
+            Instant::now() < until,
+            "{brief} of {calls} calls were brief"
+        );
+    }
+    assert!(users.iter().any(|u| u.is_some()));
+    assert_eq!(c.stat("filters", "topk:calls"), calls.to_string());
+    if calls == 20 {
+        assert_eq!(
+            threads(&srv, "mnemo-job"),
+            0,
+            "no call went to the job pool"
+        );
+    }
+    assert_eq!(
+        c.fget("spin", b"", &["k".into()]),
+        Err("SERVER_ERROR filter timeout".into())
+    );
+    assert!(
+        threads(&srv, "mnemo-job") > 0,
+        "the long call ran on the pool"
+    );
+    let until = Instant::now() + Duration::from_secs(30);
+    while c.stat("filters", "spin:calls") != "1" {
+        assert!(Instant::now() < until, "the call was counted once");
+        std::thread::yield_now();
+    }
+    assert_eq!(c.stat("filters", "spin:timeouts"), "1");
+    assert_eq!(c.stat("filters", "spin:brief"), "0");
+}
+
 /// Issue 36's setting: one worker (`-t 1`, so every connection shares it), 8 clients each
 /// pipelining 20 calls of a filter that runs to its deadline, and a `get` client on the same
 /// worker. Filter calls run on the job pool, not on the event loop: the get's p50 stays within

@@ -8,12 +8,12 @@ use mnemo_store::{Item, Mode};
 
 use super::{expiry, After, Reply};
 use crate::command::arith::{self, Counted};
+use crate::command::batch::{self, BatchGet, FlashBatch, Then};
 use crate::command::concat;
 use crate::command::delete::{self, Deleted};
 use crate::command::read::{self, Read};
 use crate::command::write::{self, Stored};
 use crate::command::{Answer, Pending, Proto};
-use crate::mailbox::Answered;
 use crate::stats::Counters;
 use crate::Shared;
 
@@ -72,12 +72,8 @@ pub(super) fn get(
                 opcode: r.opcode,
                 opaque: r.opaque,
             };
-            let g = FlashGet {
-                get,
-                first,
-                rest: Vec::new(),
-            };
-            return After::Later(Pending::FlashRead(crate::flashio::Read::Binary(g)));
+            let b = FlashBatch::new(get, first, 0);
+            return After::Later(Pending::FlashRead(crate::flashio::Read::Binary(b)));
         }
     };
     if !sent.found.is_hit() && !quiet {
@@ -95,7 +91,8 @@ fn get_missed(key: &[u8], with_key: bool, r: &mut Reply<'_>) {
     }
 }
 
-/// A GET family request (no touch) as a flash I/O job answers it: its parts, owned.
+/// A GET family request (no touch) as a flash batch answers it (command/batch.rs): its
+/// parts, owned.
 #[derive(Debug)]
 pub(crate) struct BinGet {
     key: Box<[u8]>,
@@ -112,6 +109,18 @@ impl BinGet {
             op: self.opcode,
             opaque: self.opaque,
         }
+    }
+}
+
+impl BatchGet for BinGet {
+    const READ: Read = Read::Get;
+
+    fn key(&self) -> &[u8] {
+        &self.key
+    }
+
+    fn with_hit<R>(&self, _sh: &Shared, f: impl FnOnce(&mut dyn read::Hit) -> R) -> R {
+        f(&mut self.hit())
     }
 
     /// A miss's reply, if the request wants one.
@@ -131,133 +140,47 @@ impl BinGet {
     }
 }
 
-/// A request after a deferred GET that the same flash I/O job answers ([`gather`]).
-#[derive(Debug)]
-enum Follow {
-    Get(BinGet),
-    Noop { opcode: u8, opaque: u32 },
-}
-
-/// A GET whose value is on flash, answered by the flash I/O pool (flashio.rs), with the
-/// GETs and NOOPs pipelined after it ([`gather`]).
-#[derive(Debug)]
-pub(crate) struct FlashGet {
-    get: BinGet,
-    first: read::Flashed,
-    rest: Vec<Follow>,
-}
-
-impl FlashGet {
-    /// On a flash I/O thread: the replies, as `get` (and `execute`'s NOOP) would have written
-    /// them, in request order. The gathered GETs are looked up here (RAM hits and misses
-    /// answered at once), then every flashed record is read together (`read::fill_holes`).
-    /// At the multi-get pause it stops before the next GET's lookup (flashio.rs, "The pause"):
-    /// the requests from there on are the connection's to parse again.
-    pub fn run(self, sh: &Shared, c: &Counters) -> (Vec<u8>, Answered) {
-        let mut out = Vec::new();
-        let mut batch = crate::flashio::Batch::new(&self.first);
-        let mut answered = Answered::All;
-        let mut holes = vec![read::Hole {
-            at: 0,
-            key: &self.get.key[..],
-            req: &self.get,
-            flashed: self.first,
-        }];
-        for (i, f) in self.rest.iter().enumerate() {
-            match f {
-                Follow::Noop { opcode, opaque } => {
-                    bin::response(&mut out, *opcode, Status::Ok, *opaque, 0, &[], &[], &[])
-                }
-                Follow::Get(_) if batch.full(&out) => {
-                    // The deferred GET and the `i` gathered before this one.
-                    answered = Answered::Requests(1 + i);
-                    break;
-                }
-                Follow::Get(g) => {
-                    match read::locate(&g.key, Read::Get, &mut g.hit(), sh, c, &mut out) {
-                        Answer::Now(found) if found.is_hit() => {}
-                        Answer::Now(_) => g.missed(&mut out),
-                        Answer::Later(flashed) => {
-                            batch.add(&flashed);
-                            holes.push(read::Hole {
-                                at: out.len(),
-                                key: &g.key,
-                                req: g,
-                                flashed,
-                            });
-                        }
-                    }
-                }
-            }
-        }
-        let reply = read::fill_holes(out, holes, sh, |key, g, at, v, reply| {
-            if !read::finish_read(key, Read::Get, at, v, &mut g.hit(), sh, c, reply).is_hit() {
-                g.missed(reply);
-            }
-        });
-        (reply, answered)
-    }
-}
-
-/// The requests pipelined after a GET that was deferred (its value on flash), taken into its
-/// job so that their flashed reads go together (conn.rs): complete GET/GETQ/GETK/GETKQ
-/// frames, and NOOPs (their replies in order), from the front of `input`. It stops at anything
-/// else (a SET must run after the job, on the worker), at an incomplete frame, when `budget`
-/// (-R) is spent or the job has `flashio::GATHER_KEYS` keys. Each request taken has its length
-/// pushed on `taken` (the connection rewinds over those the job leaves unanswered). No
-/// SASL check is needed: the deferred GET passed it, and only SASL requests (which stop the
-/// gathering) change it.
+/// The requests pipelined after a GET that was deferred (its value on flash) join its batch
+/// (command/batch.rs `gather`): complete GET/GETQ/GETK/GETKQ frames, and NOOPs (their
+/// replies in order). Anything else stops the gathering (a SET must run after the batch, on
+/// the worker). No SASL check is needed: the deferred GET passed it, and only SASL requests
+/// (which stop the gathering) change it.
 pub(crate) fn gather(
-    g: &mut FlashGet,
+    b: &mut FlashBatch<BinGet>,
     input: &[u8],
-    sh: &Shared,
+    limits: &mnemo_proto::text::Limits,
     budget: &mut usize,
     taken: &mut Vec<usize>,
 ) {
-    let limits = mnemo_proto::text::Limits {
-        item_size_max: sh.config.item_size_max,
-        use_cas: sh.config.use_cas,
-    };
-    let mut used = 0;
-    let mut keys = 1 + g
-        .rest
-        .iter()
-        .filter(|f| matches!(f, Follow::Get(_)))
-        .count();
-    while *budget > 0 && keys < crate::flashio::GATHER_KEYS {
-        let rest = &input[used..];
+    batch::gather(b, input, budget, taken, |rest| {
         let bin::Frame::Ready(h) = bin::frame(rest) else {
-            break;
+            return None;
         };
-        let bin::Parsed::Request(req, n) = bin::request(&h, rest, &limits) else {
-            break;
+        let bin::Parsed::Request(req, n) = bin::request(&h, rest, limits) else {
+            return None;
         };
-        match req {
+        let then = match req {
             bin::Request::Get {
                 key,
                 with_key,
                 quiet,
                 touch: None,
-            } => {
-                g.rest.push(Follow::Get(BinGet {
-                    key: key.into(),
-                    with_key,
-                    quiet,
-                    opcode: h.opcode,
-                    opaque: h.opaque,
-                }));
-                keys += 1;
-            }
-            bin::Request::Noop => g.rest.push(Follow::Noop {
+            } => Then::Get(BinGet {
+                key: key.into(),
+                with_key,
+                quiet,
                 opcode: h.opcode,
                 opaque: h.opaque,
             }),
-            _ => break,
-        }
-        used += n;
-        taken.push(n);
-        *budget -= 1;
-    }
+            bin::Request::Noop => {
+                let mut r = Vec::new();
+                bin::response(&mut r, h.opcode, Status::Ok, h.opaque, 0, &[], &[], &[]);
+                Then::Reply(r.into())
+            }
+            _ => return None,
+        };
+        Some((then, n))
+    })
 }
 
 fn bin_response(r: &mut Reply<'_>, status: Status, key: &[u8]) {

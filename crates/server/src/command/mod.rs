@@ -15,6 +15,7 @@
 //!   delete.rs   delete, md (C, I), binary DELETE (with a CAS)
 //!   arith.rs    incr decr, ma (C, N), binary INCREMENT/DECREMENT (with a CAS, create)
 //!   flush.rs    flush_all, binary FLUSH
+//!   batch.rs    a get deferred to flash and the gets gathered after it, answered together
 //! ```
 //!
 //! A protocol module parses a request, calls one function here, and encodes the answer in its
@@ -43,6 +44,7 @@
 //! the read runs on the flash I/O pool (flashio.rs) with the same wake-up and ordering.
 
 pub(crate) mod arith;
+pub(crate) mod batch;
 pub(crate) mod concat;
 pub(crate) mod delete;
 pub(crate) mod flush;
@@ -75,6 +77,22 @@ pub(crate) enum Pending {
 }
 
 impl Pending {
+    /// On the worker, before the job is submitted: the requests pipelined after the one that
+    /// made it join it, where the job can answer them (a flash read's batch: flashio.rs
+    /// `Read::gather`); `taken` gets each one's length. Other jobs take none.
+    pub fn gather(
+        &mut self,
+        input: &[u8],
+        limits: &mnemo_proto::text::Limits,
+        sh: &crate::Shared,
+        budget: &mut usize,
+        taken: &mut Vec<usize>,
+    ) {
+        if let Pending::FlashRead(read) = self {
+            read.gather(input, limits, sh, budget, taken);
+        }
+    }
+
     /// Run the job (on a pool thread) and return its encoded reply; `watch` bounds when the
     /// reply leaves (jobs.rs).
     pub fn run(self, sh: &crate::Shared, watch: &crate::jobs::Watch<'_>) -> Vec<u8> {

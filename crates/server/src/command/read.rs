@@ -374,7 +374,7 @@ pub(crate) struct Flashed {
 /// by `hit` and counted at once (`Now`); a flashed item's location is handed back (`Later`),
 /// for [`finish_read`] once its record is read (`cmd_get` is counted here either way). `read`
 /// is `Get` or a deferrable `Meta` (no T, u or N): what [`get`] would have answered `Later`.
-pub(crate) fn locate<H: Hit>(
+pub(crate) fn locate<H: Hit + ?Sized>(
     key: &[u8],
     read: Read,
     hit: &mut H,
@@ -405,7 +405,7 @@ pub(crate) fn locate<H: Hit>(
 /// recycled or damaged is a miss (the store counts `miss_from_extstore` or
 /// `badcrc_from_extstore` and drops the entry).
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn finish_read<H: Hit>(
+pub(crate) fn finish_read<H: Hit + ?Sized>(
     key: &[u8],
     read: Read,
     at: Flashed,

@@ -63,7 +63,9 @@ fn with_shared(sh: Arc<Shared>) -> ((Worker<Script>, std::sync::mpsc::Sender<Str
     )
 }
 
-/// A worker whose server has one WebAssembly filter, `echo`: its output is its arguments.
+/// A worker whose server has one WebAssembly filter, `echo`: its output is its arguments. It
+/// grows its memory by 2 MiB first, more than a brief call may (mnemo_filter::BRIEF_GROWTH),
+/// so every call is a job on the pool.
 fn echo_worker() -> ((Worker<Script>, std::sync::mpsc::Sender<Stream>), mio::Poll) {
     let path = std::env::temp_dir().join(format!(
         "mnemod-serve-echo-{}-{:?}.wat",
@@ -75,6 +77,7 @@ fn echo_worker() -> ((Worker<Script>, std::sync::mpsc::Sender<Stream>), mio::Pol
         r#"(module (memory (export "memory") 1)
   (func (export "mnemo_abi_version") (result i32) (i32.const 1))
   (func (export "mnemo_filter") (param $p i32) (param $n i32) (result i32)
+(drop (memory.grow (i32.const 32)))
 (i32.store (i32.const 16) (i32.const 0))
 (i32.store (i32.const 20) (i32.const 0))
 (i32.store (i32.const 24) (i32.add (local.get $p) (i32.const 4)))
