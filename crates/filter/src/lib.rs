@@ -64,13 +64,20 @@ pub const MESSAGE_MAX: usize = 200;
 /// a WebAssembly call is interrupted by the second epoch tick after it starts (1-2 ms); a
 /// native call, which cannot be interrupted, is timed.
 pub const BRIEF: Duration = Duration::from_millis(1);
-/// What a brief WebAssembly call may grow its memory by (input included) before it gives up:
-/// one bulk instruction over fresh pages runs to its end whatever the epoch (filling 64 MiB
-/// took 46 ms here), so a brief call never gets many fresh pages to fill.
+/// What a brief WebAssembly call's guest may grow its memory by (the input the server writes
+/// does not count) before it gives up: one bulk instruction over fresh pages runs to its end
+/// whatever the epoch (filling 64 MiB took 46 ms here), so a brief call never gets many fresh
+/// pages to fill.
 pub const BRIEF_GROWTH: usize = 1 << 20;
 /// After a call of a filter was not brief (given up, or a native call past [`BRIEF`]), how
-/// long its calls go straight to the caller's slow path: a filter that always runs long costs
-/// a thread that must not wait at most one brief attempt per this.
+/// long its calls go straight to the caller's slow path: this at first, doubled with each
+/// such call in a row, up to [`SLOW_HOLD`]; a brief call starts it over. A call that was
+/// once unlucky (its thread preempted past two ticks) costs a few calls' hand-offs, not a
+/// second of them.
+pub const SLOW_HOLD_MIN: Duration = Duration::from_millis(10);
+/// The longest hold: a filter that always runs long costs a thread that must not wait one
+/// brief attempt per this, once its holds have grown (7 attempts, about 1.3 s, from the
+/// first).
 pub const SLOW_HOLD: Duration = Duration::from_secs(1);
 
 /// What every call is held to.

@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -104,8 +104,10 @@ pub struct Filter {
     imp: Imp,
     stats: Arc<FilterStats>,
     /// Until when (nanoseconds on [`clock`]) calls are not tried briefly: a call of this
-    /// filter was not brief (see [`crate::SLOW_HOLD`]).
+    /// filter was not brief (see [`crate::SLOW_HOLD_MIN`]).
     slow_until: AtomicU64,
+    /// Calls in a row that were not brief: the hold doubles with each.
+    strikes: AtomicU32,
 }
 
 /// Nanoseconds since the first call of this process asked: the time base of `slow_until`.
@@ -169,7 +171,8 @@ impl Filter {
     /// A WebAssembly call gives up past [`crate::BRIEF`] (1-2 epoch ticks) or
     /// [`crate::BRIEF_GROWTH`] of new memory; a native call cannot be interrupted, and one
     /// that took longer than `BRIEF` still answers. Either way the filter's calls then skip
-    /// the brief attempt for [`crate::SLOW_HOLD`]. A call given up is not counted as a call;
+    /// the brief attempt for a hold ([`crate::SLOW_HOLD_MIN`], doubling while calls keep
+    /// failing to be brief, up to [`crate::SLOW_HOLD`]). A call given up is not counted as a call;
     /// its time is (`usec`: the server's CPU spent in filters).
     pub fn call_brief(
         &self,
@@ -193,8 +196,12 @@ impl Filter {
         }
         let gave_up = matches!(result, Err(FilterError::NotBrief));
         if gave_up || took > crate::BRIEF {
+            let strikes = self.strikes.fetch_add(1, Relaxed).min(16);
+            let hold = (crate::SLOW_HOLD_MIN * (1 << strikes)).min(crate::SLOW_HOLD);
             self.slow_until
-                .store(clock() + crate::SLOW_HOLD.as_nanos() as u64, Relaxed);
+                .store(clock() + hold.as_nanos() as u64, Relaxed);
+        } else if self.strikes.load(Relaxed) != 0 {
+            self.strikes.store(0, Relaxed);
         }
         if gave_up {
             self.stats.usec.fetch_add(took.as_micros() as u64, Relaxed);
@@ -292,6 +299,7 @@ impl FilterHost {
             imp,
             stats,
             slow_until: AtomicU64::new(0),
+            strikes: AtomicU32::new(0),
         })
     }
 

@@ -145,7 +145,8 @@ struct Guard {
     /// While the guest runs: when its deadline passes. Growth after it is refused (what the
     /// guest would do with new pages is time it no longer has).
     deadline: Option<std::time::Instant>,
-    /// In a brief call: the memory size past which it gives up (see [`BRIEF_GROWTH`]).
+    /// In a brief call, once its input is written: the memory size past which it gives up
+    /// (see [`BRIEF_GROWTH`]).
     brief_cap: Option<usize>,
     /// The brief call gave up on a growth (not a refusal the guest sees: a trap).
     gave_up: bool,
@@ -314,8 +315,8 @@ impl WasmFilter {
 
     /// One call: an instance (reused or new), the input written into its input region by
     /// `fill`, `mnemo_filter` run under the deadline, its output appended to `out`. A `brief`
-    /// call runs under [`WasmEngine::brief_ticks`] and [`BRIEF_GROWTH`] instead, and gives up
-    /// (`NotBrief`) where it would pass them.
+    /// call's guest runs under [`WasmEngine::brief_ticks`] and [`BRIEF_GROWTH`] instead, and
+    /// gives up (`NotBrief`) where it would pass them.
     pub fn call(
         &self,
         args: &[u8],
@@ -354,11 +355,10 @@ impl WasmFilter {
         out: &mut Vec<u8>,
         brief: bool,
     ) -> Result<u32, FilterError> {
-        let size = live.memory.data_size(&live.store);
         let guard = live.store.data_mut();
         guard.refused = false;
         guard.gave_up = false;
-        guard.brief_cap = brief.then_some(size + BRIEF_GROWTH);
+        guard.brief_cap = None;
         let result = self.run_guest(live, args, nkeys, fill, out, brief);
         let guard = live.store.data_mut();
         guard.brief_cap = None;
@@ -395,6 +395,10 @@ impl WasmFilter {
             let (start, len, end) = (b.start, b.pos - b.start, b.end);
             // The deadline counts from here: copying the input is the server's work.
             let (ticks, within) = if brief {
+                // From here the guest may grow by BRIEF_GROWTH: the input is the server's
+                // copy (as a multi-get's reply is), not the guest's doing.
+                let size = live.memory.data_size(&live.store);
+                live.store.data_mut().brief_cap = Some(size + BRIEF_GROWTH);
                 (
                     self.engine.brief_ticks(),
                     BRIEF.min(self.engine.limits.deadline),
