@@ -60,9 +60,10 @@ pub const DEFAULT_OUTPUT_MAX: usize = 1 << 20;
 /// Longest message a filter's own error may put in a reply line.
 pub const MESSAGE_MAX: usize = 200;
 
-/// How long a brief call ([`Filter::call_brief`], on a thread that must not wait) may run:
-/// a WebAssembly call is interrupted by the second epoch tick after it starts (1-2 ms); a
-/// native call, which cannot be interrupted, is timed.
+/// How much CPU time a brief call ([`Filter::call_brief`], on a thread that must not wait) may
+/// use: a WebAssembly call is looked at from the second epoch tick after it starts (1-2 ms)
+/// and given up once its thread has used this much CPU since (a preemption does not count);
+/// a native call, which cannot be interrupted, is measured.
 pub const BRIEF: Duration = Duration::from_millis(1);
 /// What a brief WebAssembly call's guest may grow its memory by (the input the server writes
 /// does not count) before it gives up: one bulk instruction over fresh pages runs to its end
@@ -106,4 +107,15 @@ impl Default for Limits {
             concurrency: 4,
         }
     }
+}
+
+/// The thread's CPU time (CLOCK_THREAD_CPUTIME_ID).
+pub(crate) fn thread_cpu() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a live timespec the call writes; the clock id is a constant.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }

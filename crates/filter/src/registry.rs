@@ -184,7 +184,7 @@ impl Filter {
         if clock() < self.slow_until.load(Relaxed) {
             return None;
         }
-        let start = Instant::now();
+        let (start, cpu) = (Instant::now(), crate::thread_cpu());
         let mark = out.len();
         let result = match &self.imp {
             Imp::Wasm(w) => w.call(args, nkeys, fill, out, true),
@@ -195,7 +195,8 @@ impl Filter {
             out.truncate(mark);
         }
         let gave_up = matches!(result, Err(FilterError::NotBrief));
-        if gave_up || took > crate::BRIEF {
+        // CPU time, not wall: a preemption of the thread is not the filter's doing.
+        if gave_up || crate::thread_cpu().saturating_sub(cpu) > crate::BRIEF {
             let strikes = self.strikes.fetch_add(1, Relaxed).min(16);
             let hold = (crate::SLOW_HOLD_MIN * (1 << strikes)).min(crate::SLOW_HOLD);
             self.slow_until

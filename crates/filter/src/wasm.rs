@@ -51,7 +51,7 @@ use wasmtime::{
 
 use crate::error::sanitize;
 use crate::input::{Bytes, Encoder, Fill};
-use crate::{FilterError, Limits, ABI_VERSION, BRIEF, BRIEF_GROWTH};
+use crate::{thread_cpu, FilterError, Limits, ABI_VERSION, BRIEF, BRIEF_GROWTH};
 
 /// How often the epoch advances: the granularity of the deadline.
 const TICK: Duration = Duration::from_millis(1);
@@ -130,8 +130,8 @@ impl WasmEngine {
         (self.limits.deadline.as_micros().div_ceil(TICK.as_micros()) as u64).max(1)
     }
 
-    /// A brief call's epoch deadline: the tick after the next one (so at least [`BRIEF`]),
-    /// never past the full deadline.
+    /// A brief call's first epoch deadline: the tick after the next one (so at least
+    /// [`BRIEF`] of wall time); from there [`on_epoch`] looks at the CPU time it used.
     fn brief_ticks(&self) -> u64 {
         (BRIEF.as_micros().div_ceil(TICK.as_micros()) as u64 + 1).min(self.deadline_ticks())
     }
@@ -145,11 +145,36 @@ struct Guard {
     /// While the guest runs: when its deadline passes. Growth after it is refused (what the
     /// guest would do with new pages is time it no longer has).
     deadline: Option<std::time::Instant>,
-    /// In a brief call, once its input is written: the memory size past which it gives up
-    /// (see [`BRIEF_GROWTH`]).
-    brief_cap: Option<usize>,
-    /// The brief call gave up on a growth (not a refusal the guest sees: a trap).
+    /// While a brief call's guest runs: what it is held to.
+    brief: Option<Brief>,
+    /// The brief call gave up (a trap, not a refusal the guest sees).
     gave_up: bool,
+}
+
+/// A brief call's bounds: it gives up past [`BRIEF`] of its thread's CPU time (wall time
+/// would count a preemption of the thread as the guest's: on a busy core, calls of 100 µs
+/// were given up), past the full deadline of wall time, or growing memory past `cap`.
+#[derive(Clone, Copy)]
+struct Brief {
+    /// The memory size when its input was written, plus [`BRIEF_GROWTH`].
+    cap: usize,
+    /// The thread's CPU time when the guest started.
+    cpu_from: Duration,
+    wall_until: std::time::Instant,
+}
+
+/// The epoch deadline passed: a full call stops (a timeout); a brief one goes on a tick
+/// more while it has used less than [`BRIEF`] of CPU time and is within the full deadline,
+/// else gives up.
+fn on_epoch(g: &mut Guard) -> wasmtime::UpdateDeadline {
+    let Some(b) = g.brief else {
+        return wasmtime::UpdateDeadline::Interrupt;
+    };
+    if thread_cpu().saturating_sub(b.cpu_from) < BRIEF && std::time::Instant::now() < b.wall_until {
+        return wasmtime::UpdateDeadline::Continue(1);
+    }
+    g.gave_up = true;
+    wasmtime::UpdateDeadline::Interrupt
 }
 
 impl ResourceLimiter for Guard {
@@ -163,7 +188,7 @@ impl ResourceLimiter for Guard {
             .deadline
             .is_some_and(|d| std::time::Instant::now() >= d);
         let ok = desired <= self.cap && !late;
-        if self.brief_cap.is_some_and(|c| !ok || desired > c) {
+        if self.brief.is_some_and(|b| !ok || desired > b.cap) {
             // Whatever a brief call would be refused or is not given, the full call decides.
             self.gave_up = true;
             return Err(wasmtime::Error::msg("a brief call gave up"));
@@ -272,11 +297,12 @@ impl WasmFilter {
                 cap: self.engine.limits.memory,
                 refused: false,
                 deadline: None,
-                brief_cap: None,
+                brief: None,
                 gave_up: false,
             },
         );
         store.limiter(|g| g);
+        store.epoch_deadline_callback(|mut cx| Ok(on_epoch(cx.data_mut())));
         store.set_epoch_deadline(self.engine.deadline_ticks());
         match self.pre.instantiate(&mut store) {
             Ok(i) => Ok((store, i)),
@@ -358,10 +384,10 @@ impl WasmFilter {
         let guard = live.store.data_mut();
         guard.refused = false;
         guard.gave_up = false;
-        guard.brief_cap = None;
+        guard.brief = None;
         let result = self.run_guest(live, args, nkeys, fill, out, brief);
         let guard = live.store.data_mut();
-        guard.brief_cap = None;
+        guard.brief = None;
         match result {
             Err(_) if guard.gave_up => Err(FilterError::NotBrief),
             Err(FilterError::Timeout) if brief => Err(FilterError::NotBrief),
@@ -394,20 +420,22 @@ impl WasmFilter {
             let b = enc.bytes;
             let (start, len, end) = (b.start, b.pos - b.start, b.end);
             // The deadline counts from here: copying the input is the server's work.
-            let (ticks, within) = if brief {
+            let now = std::time::Instant::now();
+            let until = now + self.engine.limits.deadline;
+            let ticks = if brief {
                 // From here the guest may grow by BRIEF_GROWTH: the input is the server's
                 // copy (as a multi-get's reply is), not the guest's doing.
-                let size = live.memory.data_size(&live.store);
-                live.store.data_mut().brief_cap = Some(size + BRIEF_GROWTH);
-                (
-                    self.engine.brief_ticks(),
-                    BRIEF.min(self.engine.limits.deadline),
-                )
+                live.store.data_mut().brief = Some(Brief {
+                    cap: live.memory.data_size(&live.store) + BRIEF_GROWTH,
+                    cpu_from: thread_cpu(),
+                    wall_until: until,
+                });
+                self.engine.brief_ticks()
             } else {
-                (self.engine.deadline_ticks(), self.engine.limits.deadline)
+                self.engine.deadline_ticks()
             };
             live.store.set_epoch_deadline(ticks);
-            live.store.data_mut().deadline = Some(std::time::Instant::now() + within);
+            live.store.data_mut().deadline = Some(until);
             // Addresses are u32 in wasm32; the ABI passes them as i32 bit patterns.
             let r = live
                 .func

@@ -427,8 +427,10 @@ impl<S: Io> Conn<S> {
                 self.resume = k;
                 0
             }
+            // The first request (a text get resumed from a later key, too) is answered whole.
             Answered::Requests(n) => {
                 debug_assert!(n >= 1 && n < self.taken.len());
+                self.resume = 0;
                 n.min(self.taken.len())
             }
         };

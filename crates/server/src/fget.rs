@@ -6,7 +6,7 @@
 //!   ├─ look the filter up (read lock for a map probe; an Arc is kept, no lock after)
 //!   ├─ unknown filter, too many keys: the error reply, at once
 //!   ├─ the call, briefly (Filter::call_brief): fill, run, reply, as below, at once; given up
-//!   │  past 1-2 ms or 1 MiB of guest memory growth, then not tried for 10 ms (doubling
+//!   │  past 1 ms of CPU or 1 MiB of guest memory growth, then not tried for 10 ms (doubling
 //!   │  while calls keep failing to be brief, up to 1 s)
 //!   └─ else a job (command::Pending::Filter) holding the filter, the arguments and the keys;
 //!      the connection keeps the reply's place and reads no further request meanwhile

@@ -179,7 +179,8 @@ pub(crate) fn gather<G: BatchGet>(
     mut next: impl FnMut(&[u8]) -> Option<(Then<G>, usize)>,
 ) {
     let mut used = 0;
-    while *budget > 0 && b.gathered < GATHER_KEYS {
+    // The deferred get is one of the batch's GATHER_KEYS.
+    while *budget > 0 && b.gathered + 1 < GATHER_KEYS {
         let Some((t, n)) = next(&input[used..]) else {
             break;
         };
