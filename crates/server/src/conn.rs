@@ -17,7 +17,7 @@
 //! stops parsing and stops reading, so a client that pipelines forever without reading
 //! costs a bounded amount of memory (the kernel's socket buffers hold the rest).
 //!
-//! A large `set` is read straight into its item (exec/largeset.rs): while its value arrives,
+//! A large `set` is read straight into its item (protocol/text/largeset.rs): while its value arrives,
 //! each read is a readv of [rest of the value, input buffer].
 //!
 //! A reply that comes from a job (an fget's filter call, `Next::Later`) is made off the event
@@ -58,12 +58,12 @@ mod stream;
 
 pub use stream::{Io, Stream};
 
-use crate::binary::{self, BinNext, BinSession};
+use crate::admin::stats::{bump, regauge, Counters};
 use crate::command::read::Direct;
 use crate::command::Pending;
-use crate::exec::{self, Next};
-use crate::mailbox::Answered;
-use crate::stats::{bump, regauge, Counters};
+use crate::offload::mailbox::Answered;
+use crate::protocol::binary::{self, BinNext, BinSession};
+use crate::protocol::{self, text::Next};
 use crate::Shared;
 
 /// Smallest read; the input buffer is taken at this size when input first arrives.
@@ -128,14 +128,14 @@ pub struct Conn<S> {
     /// Keys of the multi-get at the front of the input already answered.
     resume: usize,
     /// A metadump being streamed: its lines come before any later request's reply.
-    dump: Option<Box<crate::crawler::Metadump>>,
+    dump: Option<Box<crate::admin::crawler::Metadump>>,
     /// A text request since the last write whose reply memcached would still hold (all but
     /// get/gets/gat/gats and mn, which make it write): it then refuses a metadump.
     stacked: bool,
     /// A storage command whose value is being read into its item.
-    large: Option<Box<exec::largeset::LargeSet>>,
-    /// Keys whose values are in the unsent output (see `exec::PendingReads`).
-    reads: exec::PendingReads,
+    large: Option<Box<protocol::text::largeset::LargeSet>>,
+    /// Keys whose values are in the unsent output (see `protocol::text::PendingReads`).
+    reads: protocol::text::PendingReads,
     /// The job whose reply comes next, until the worker submits it.
     job: Option<Pending>,
     /// A job is in flight: its reply is the next output, and no request is parsed before it.
@@ -156,7 +156,7 @@ pub struct Conn<S> {
     pub fd: i32,
     /// When a command last completed and whether replies wait, for `-o idle_timeout` and
     /// `stats conns` (read by other threads).
-    pub info: std::sync::Arc<crate::conns::ConnInfo>,
+    pub info: std::sync::Arc<crate::admin::conns::ConnInfo>,
     /// The buffer sizes last reported to the worker's gauges (None: not yet counted).
     accounted: Option<(u64, u64)>,
     /// The worker's "a sweep is due" flag (worker.rs `Ticker`): set when the connection takes
@@ -250,7 +250,7 @@ impl<S: Io> Conn<S> {
             dump: None,
             stacked: false,
             large: None,
-            reads: exec::PendingReads::default(),
+            reads: protocol::text::PendingReads::default(),
             job: None,
             waiting: false,
             taken: Vec::new(),
@@ -306,7 +306,7 @@ impl<S: Io> Conn<S> {
 
     /// Run the connection as far as it can go without blocking.
     pub fn turn(&mut self, sh: &Shared, c: &Counters) -> Turn {
-        crate::conns::set_current(self.fd);
+        crate::admin::conns::set_current(self.fd);
         // The one check a pending reply adds to a turn.
         if self.waiting {
             return self.waiting_turn(c);
@@ -511,8 +511,11 @@ impl<S: Io> Conn<S> {
         if !quiet || (self.rbuf.capacity() == 0 && self.wbuf.capacity() == 0) {
             return quiet && self.stream.release_idle();
         }
-        (self.rbuf, self.wbuf, self.reads) =
-            (Vec::new(), Vec::new(), exec::PendingReads::default());
+        (self.rbuf, self.wbuf, self.reads) = (
+            Vec::new(),
+            Vec::new(),
+            protocol::text::PendingReads::default(),
+        );
         (self.rpos, self.rend, self.wpos) = (0, 0, 0);
         self.stream.release_idle();
         self.account(c);
@@ -695,7 +698,7 @@ impl<S: Io> Conn<S> {
                         eprintln!("<{}", String::from_utf8_lossy(&input[..end]).trim_end());
                     }
                     let next = if sh.config.text_auth && !self.authed {
-                        exec::unauthenticated(req, sh, &mut self.authed, &mut self.wbuf)
+                        protocol::text::unauthenticated(req, sh, &mut self.authed, &mut self.wbuf)
                     } else {
                         let mut direct = DirectSend {
                             stream: &mut self.stream,
@@ -703,7 +706,7 @@ impl<S: Io> Conn<S> {
                             c,
                             zero_copy: sh.config.zero_copy,
                         };
-                        exec::execute_from(
+                        protocol::text::execute_from(
                             req,
                             self.resume,
                             sh,
@@ -773,7 +776,7 @@ impl<S: Io> Conn<S> {
                     self.rpos += consumed;
                 }
                 Parsed::Incomplete(need) => {
-                    if need - input.len() >= exec::largeset::MISSING_MIN
+                    if need - input.len() >= protocol::text::largeset::MISSING_MIN
                         && self.begin_large(sh, &limits)
                     {
                         continue;
@@ -791,7 +794,7 @@ impl<S: Io> Conn<S> {
     }
 
     /// A storage command at the front of the input waits for a large data block: receive it
-    /// in place if it qualifies (exec/largeset.rs). Not before -Y authentication, whose
+    /// in place if it qualifies (protocol/text/largeset.rs). Not before -Y authentication, whose
     /// "set" carries credentials. Out of line: it must not weigh on the small-request loop.
     #[cold]
     #[inline(never)]
@@ -800,7 +803,7 @@ impl<S: Io> Conn<S> {
             return false;
         }
         let input = &self.rbuf[self.rpos..self.rend];
-        let Some((large, n)) = exec::largeset::begin(input, limits, sh) else {
+        let Some((large, n)) = protocol::text::largeset::begin(input, limits, sh) else {
             return false;
         };
         if sh.verbosity.load(std::sync::atomic::Ordering::Relaxed) > 1 {

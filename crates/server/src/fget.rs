@@ -43,8 +43,8 @@ use mnemo_proto::ErrorReply;
 
 use mnemo_store::{Prefetch, PREFETCH_VALUE};
 
+use crate::admin::detail::Event;
 use crate::command::{Answer, Pending};
-use crate::detail::Event;
 use crate::Shared;
 
 /// Keys between the lookups' prefetch stages (see `Call::run`). Measured at 1M users (seed
@@ -141,7 +141,7 @@ impl Call {
     /// The call, on a job pool thread: its encoded reply. A WebAssembly call's reply leaves by
     /// its deadline, counted from its submission, whatever the queue or the guest does
     /// (jobs.rs); if the watchdog answered first, the call counts as that timeout.
-    pub fn run(self, sh: &Shared, watch: &crate::jobs::Watch<'_>) -> Vec<u8> {
+    pub fn run(self, sh: &Shared, watch: &crate::offload::jobs::Watch<'_>) -> Vec<u8> {
         let mut out = Vec::new();
         let result = self.filter.call_answered(
             &self.args,

@@ -11,7 +11,7 @@
 //!                                              └──> worker N-1                           │  (sharded,
 //!   maintenance thread: advances the clock once a second, reclaims expired segments ─────┤   lock per shard)
 //!   -U: per interface, -t UDP threads (udp.rs): a datagram in, its replies out ──────────┤
-//!   job pool (jobs.rs, --job-threads): fget's filter calls, off the event loops; ─────────┘
+//!   job pool (offload/jobs.rs, --job-threads): fget's calls that are not brief; ─────────┘
 //!     a reply goes back to its worker's mailbox and wakes it (the accept thread's waker)
 //! ```
 //!
@@ -20,10 +20,14 @@
 //! ```text
 //!   listener.rs, worker/ (serve.rs: the one       bytes in and out, connection slots, turns,
 //!   connection layer; epoll.rs, uring.rs move     idle kicks; conn.rs: one connection's
-//!   the bytes), conn.rs                           buffers and state
-//!   exec.rs (text), meta.rs, binary/             parse a request, encode the answer
+//!   the bytes), conn.rs, udp.rs                   buffers and state
+//!   protocol/ (text, meta, binary)               parse a request, encode the answer
+//!   admin/ (stats, crawler: dumps and slabs,     the admin commands and the counters
+//!     detail, conns, extstore)
 //!   command/                                     what a get, a store or a delete does: the
 //!                                                store call, counters, stats detail, CAS/TTL
+//!   offload/ (jobs, flashio, pool, mailbox)      work finished off the event loops (filter
+//!                                                calls, flash reads) and its way back
 //!   mnemo_store                                  items, memory, shards
 //! ```
 //!
@@ -44,35 +48,29 @@
 //! - Replies on a connection leave in request order.
 //! - Counters are per worker (`stats::Counters`), summed when read.
 
+mod admin;
 mod auth;
-mod binary;
 mod clock;
 mod command;
 mod config;
 mod conn;
-mod conns;
-mod crawler;
-mod detail;
-mod exec;
-mod extstore;
 mod fget;
-mod flashio;
-mod jobs;
 mod listener;
-mod mailbox;
 mod marks;
-mod meta;
 mod metrics;
+mod offload;
 mod owner;
-mod pool;
+mod protocol;
 mod restart;
 mod signals;
 mod splice;
-mod stats;
 mod tls;
 mod udp;
 mod watch;
 mod worker;
+
+use admin::{conns, crawler, detail, stats};
+use offload::{flashio, jobs};
 
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering::Relaxed};
 use std::sync::Arc;

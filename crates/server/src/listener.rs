@@ -191,12 +191,12 @@ pub fn run(mut listeners: Vec<Listener>, sh: Arc<Shared>, workers: Vec<crate::wo
             Listener::Tcp(l, _) => (
                 l.as_raw_fd(),
                 l.local_addr()
-                    .map(crate::conns::tcp_addr)
+                    .map(crate::admin::conns::tcp_addr)
                     .unwrap_or_default(),
             ),
             Listener::Unix(l) => (
                 l.as_raw_fd(),
-                crate::conns::unix_addr(sh.config.unix_socket.as_deref().unwrap_or("")),
+                crate::admin::conns::unix_addr(sh.config.unix_socket.as_deref().unwrap_or("")),
             ),
         };
         sh.conn_table.add_listener(fd, addr, sh.clock.now());

@@ -25,8 +25,8 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::admin::stats::Totals;
 use crate::config::{PROTOCOL_VERSION, VERSION};
-use crate::stats::Totals;
 use crate::Shared;
 
 /// Largest request head read; a scraper's is a few hundred bytes.
@@ -272,7 +272,7 @@ pub fn render(sh: &Shared) -> String {
 /// What the exporter takes from `stats`.
 fn general(p: &mut Page, sh: &Shared, t: &Totals, s: &mnemo_store::StoreStats) {
     // The figures and presence rules `stats` uses (stats::Figures).
-    let f = crate::stats::Figures::now(sh);
+    let f = crate::admin::stats::Figures::now(sh);
     p.one(
         "memcached_uptime_seconds",
         Counter,
@@ -1232,9 +1232,9 @@ mod tests {
             .store(mnemo_store::Mode::Set, b"k", 0, 0, b"v", sh.clock.now())
             .unwrap();
         let c = &sh.counters[0];
-        crate::stats::bump(&c.cmd_set, 3);
-        crate::stats::bump(&c.cas_hits, 1);
-        crate::stats::bump(&c.get_misses, 2);
+        crate::admin::stats::bump(&c.cmd_set, 3);
+        crate::admin::stats::bump(&c.cas_hits, 1);
+        crate::admin::stats::bump(&c.get_misses, 2);
         let page = render(&sh);
         check_shape(&page);
         assert_eq!(

@@ -1,6 +1,6 @@
 //! memcached's UDP protocol (`-U PORT`, off by default as in memcached 1.6): one socket per
 //! `-l` interface, served by `-t` threads each (memcached's num_threads_per_udp), every
-//! datagram run through the same text and binary execution TCP uses (exec.rs, binary/).
+//! datagram run through the same text and binary execution TCP uses (protocol/text.rs, protocol/binary.rs).
 //! The datagram's first byte picks its protocol (0x80: binary), as memcached does.
 //!
 //! ```text
@@ -32,9 +32,9 @@ use std::sync::Arc;
 use mnemo_proto::text::{self, Keys, Parsed, Request};
 use mnemo_proto::ErrorReply;
 
-use crate::binary::{self, BinNext, BinSession};
-use crate::exec::{self, Next, PendingReads};
-use crate::stats::{bump, Counters};
+use crate::admin::stats::{bump, Counters};
+use crate::protocol::binary::{self, BinNext, BinSession};
+use crate::protocol::{self, text::Next, text::PendingReads};
 use crate::{Config, Shared};
 
 /// The frame header before every request and every reply datagram.
@@ -86,9 +86,9 @@ pub fn spawn(sockets: Vec<UdpSocket>, sh: &Arc<Shared>, first: usize) -> std::io
         for _ in 0..sh.config.threads {
             let (sock, sh, counters) = (s.try_clone()?, sh.clone(), sh.counters[next].clone());
             // Listed in `stats conns` as memcached lists each thread's UDP connection.
-            let info = Arc::new(crate::conns::ConnInfo::default());
+            let info = Arc::new(crate::admin::conns::ConnInfo::default());
             info.last_cmd.store(sh.clock.now(), Relaxed);
-            let addr = sock.local_addr().map(crate::conns::udp_addr)?;
+            let addr = sock.local_addr().map(crate::admin::conns::udp_addr)?;
             sh.conn_table
                 .add_udp(std::os::fd::AsRawFd::as_raw_fd(&sock), addr, info.clone());
             std::thread::Builder::new()
@@ -110,7 +110,7 @@ pub fn spawn(sockets: Vec<UdpSocket>, sh: &Arc<Shared>, first: usize) -> std::io
 }
 
 /// One thread's loop: a datagram in, its replies out; errors are the client's loss only.
-fn serve(sock: &UdpSocket, sh: &Shared, c: &Counters, info: &crate::conns::ConnInfo) {
+fn serve(sock: &UdpSocket, sh: &Shared, c: &Counters, info: &crate::admin::conns::ConnInfo) {
     let mut input = vec![0u8; READ_BUFFER];
     let mut run = Run::default();
     let mut dgram = Vec::with_capacity(UDP_MAX_DATAGRAM);
@@ -261,9 +261,17 @@ impl Run {
                 }
                 let mut authed = false;
                 let next = if sh.config.text_auth {
-                    exec::unauthenticated(req, sh, &mut authed, &mut self.out)
+                    protocol::text::unauthenticated(req, sh, &mut authed, &mut self.out)
                 } else {
-                    exec::execute_from(req, 0, sh, c, &mut self.out, &mut self.reads, None)
+                    protocol::text::execute_from(
+                        req,
+                        0,
+                        sh,
+                        c,
+                        &mut self.out,
+                        &mut self.reads,
+                        None,
+                    )
                 };
                 let quiet = self.out.len() == start;
                 match next {
@@ -339,7 +347,8 @@ impl Run {
                 cas,
                 touch,
             };
-            let next = exec::execute_from(&one, 0, sh, c, &mut self.out, &mut self.reads, None);
+            let next =
+                protocol::text::execute_from(&one, 0, sh, c, &mut self.out, &mut self.reads, None);
             debug_assert!(matches!(next, Next::Continue));
             let last = todo.peek().is_none() || self.out.len() >= max;
             if !last {

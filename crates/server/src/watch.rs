@@ -26,7 +26,7 @@
 //! one connection output. A producer's cost while nobody watches its stream is the load of
 //! [`Hub::flags`] and one branch (the get/set path: `read::count`, `write::store`).
 //!
-//! How a connection becomes a watcher: `watch ...` (exec.rs) registers a [`Watcher`] and
+//! How a connection becomes a watcher: `watch ...` (protocol/text.rs) registers a [`Watcher`] and
 //! answers `OK`; the command is a [`Pending::Watch`] job that never completes, so the
 //! connection writes its replies and parses nothing more (conn.rs, as for any job), and the
 //! job pool's submit attaches the connection's slot to the watcher instead of running it
@@ -48,7 +48,7 @@ use std::sync::Arc;
 use mnemo_store::{Lookup, Mode, Time};
 use parking_lot::{Mutex, RwLock};
 
-use crate::mailbox::Mailbox;
+use crate::offload::mailbox::Mailbox;
 use crate::Shared;
 
 /// The streams, as bits of [`Hub::flags`].
@@ -264,14 +264,14 @@ impl Drop for Handle {
     }
 }
 
-/// `watch [stream ...]` (exec.rs): memcached's replies, or `OK` and a job that makes the
+/// `watch [stream ...]` (protocol/text.rs): memcached's replies, or `OK` and a job that makes the
 /// connection a watcher (module docs).
 pub fn command(
     args: mnemo_proto::text::Keys<'_>,
     sh: &Shared,
     out: &mut Vec<u8>,
-) -> crate::exec::Next {
-    use crate::exec::Next;
+) -> crate::protocol::text::Next {
+    use crate::protocol::text::Next;
     if !sh.config.watch_enabled {
         out.extend_from_slice(b"CLIENT_ERROR watch commands not allowed\r\n");
         return Next::Continue;
@@ -339,7 +339,7 @@ fn key(out: &mut Vec<u8>, key: &[u8]) {
 
 /// The descriptor of the connection whose command runs on this thread.
 fn cfd() -> i32 {
-    crate::conns::current()
+    crate::admin::conns::current()
 }
 
 /// A fetch (memcached logs every item lookup: gets, and the lookup a set, delete, touch or

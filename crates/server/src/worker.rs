@@ -153,7 +153,7 @@ pub fn start(
         match uring::Ring::new(uring::RingConfig::default(), sh.counters[i].clone()) {
             Ok(ring) => {
                 let wake = Wake::Uring(ring.waker());
-                let mailbox = Arc::new(crate::mailbox::Mailbox::new({
+                let mailbox = Arc::new(crate::offload::mailbox::Mailbox::new({
                     let wake = wake.clone();
                     move || wake.wake()
                 }));
@@ -166,7 +166,7 @@ pub fn start(
     }
     let (epoll, waker) = epoll::Epoll::new()?;
     let wake = Wake::Epoll(Arc::new(waker));
-    let mailbox = Arc::new(crate::mailbox::Mailbox::new({
+    let mailbox = Arc::new(crate::offload::mailbox::Mailbox::new({
         let wake = wake.clone();
         move || wake.wake()
     }));

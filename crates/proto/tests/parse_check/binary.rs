@@ -1,5 +1,5 @@
 //! Properties of the binary protocol's parsers: `frame` + `request` as the server calls them
-//! (crates/server/src/binary.rs `step`, skipping refused values as its session does), the
+//! (crates/server/src/protocol/binary.rs `step`, skipping refused values as its session does), the
 //! client's `parse_response`, and the encoders against them.
 //!
 //! Per step: bounds (`Incomplete` asks for more than it has and never for more than header +

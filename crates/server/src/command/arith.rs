@@ -19,7 +19,7 @@ use mnemo_proto::num::parse_u64;
 use mnemo_store::{DeltaError, Mode, StoreError, StoreOutcome, Time};
 
 use super::{Answer, Proto};
-use crate::stats::{bump, Counters};
+use crate::admin::stats::{bump, Counters};
 use crate::Shared;
 
 /// An incr/decr as parsed.
@@ -28,7 +28,7 @@ pub(crate) struct Delta<'a> {
     pub incr: bool,
     pub by: u64,
     /// A shorter number keeps the old length, space padded (false: an unsent reply holds the
-    /// item, exec::PendingReads).
+    /// item, protocol::text::PendingReads).
     pub pad: bool,
     /// Apply only to an item with this CAS.
     pub cas: Option<u64>,

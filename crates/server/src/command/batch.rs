@@ -24,8 +24,8 @@
 
 use super::read::{self, Flashed, Hit, Read};
 use super::Answer;
-use crate::mailbox::Answered;
-use crate::stats::Counters;
+use crate::admin::stats::Counters;
+use crate::offload::mailbox::Answered;
 use crate::Shared;
 
 /// A multi-get pauses when this much output is pending, so `get k k k ...` over large values

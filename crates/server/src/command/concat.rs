@@ -14,7 +14,7 @@ use mnemo_store::{Mode, StoreError, StoreOutcome, Time};
 
 use super::write::{record, Stored};
 use super::{Answer, Proto};
-use crate::stats::{bump, Counters};
+use crate::admin::stats::{bump, Counters};
 use crate::Shared;
 
 pub(crate) struct Concat<'a> {

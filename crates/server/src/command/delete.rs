@@ -17,8 +17,8 @@
 use mnemo_store::{Item, Mode, StoreOutcome, Time};
 
 use super::{Answer, Proto};
-use crate::detail::Event;
-use crate::stats::{bump, Counters};
+use crate::admin::detail::Event;
+use crate::admin::stats::{bump, Counters};
 use crate::Shared;
 
 /// A delete as parsed.

@@ -2,7 +2,7 @@
 //! stored at or before the moment named is invalid once it arrives.
 
 use super::Answer;
-use crate::stats::{bump, Counters};
+use crate::admin::stats::{bump, Counters};
 use crate::Shared;
 
 /// Flushes after `delay` (memcached's exptime rules: seconds, or an absolute time past 30

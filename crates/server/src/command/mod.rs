@@ -1,11 +1,11 @@
 //! The command layer: what a command does, whichever protocol carried it.
 //!
 //! ```text
-//!   text   exec.rs            ─┐ parse into        ┌─ the store call (get, get-and-touch, peek, store)
-//!   meta   meta.rs            ─┼─ a command call ──┤  every counter, `stats detail`, CAS and TTL rules,
-//!   binary binary/storage.rs  ─┘                   │  the large-value decision (direct send, read.rs)
-//!                                                  └─> Answer::Now(outcome)   encoded by the protocol
-//!                                                      Answer::Later(Pending) finished later (below)
+//!   text   protocol/text.rs            ─┐ parse into        ┌─ the store call (get, get-and-touch, peek, store)
+//!   meta   protocol/meta.rs            ─┼─ a command call ──┤  every counter, `stats detail`, CAS and TTL rules,
+//!   binary protocol/binary/storage.rs  ─┘                   │  the large-value decision (direct send, read.rs)
+//!                                                           └─> Answer::Now(outcome)   encoded by the protocol
+//!                                                               Answer::Later(Pending) finished later (below)
 //! ```
 //!
 //! ```text
@@ -70,7 +70,7 @@ pub(crate) enum Pending {
     Filter(crate::fget::Call),
     /// A get whose value is on flash: read off the event loop, on the flash I/O pool
     /// (flashio.rs; jobs.rs routes it there, never behind a filter call).
-    FlashRead(crate::flashio::Read),
+    FlashRead(crate::offload::flashio::Read),
     /// `watch`: the connection is a watcher from now on and this job never completes; the
     /// pool attaches the connection to its watcher instead of running it (watch.rs).
     Watch(crate::watch::Handle),
@@ -95,7 +95,7 @@ impl Pending {
 
     /// Run the job (on a pool thread) and return its encoded reply; `watch` bounds when the
     /// reply leaves (jobs.rs).
-    pub fn run(self, sh: &crate::Shared, watch: &crate::jobs::Watch<'_>) -> Vec<u8> {
+    pub fn run(self, sh: &crate::Shared, watch: &crate::offload::jobs::Watch<'_>) -> Vec<u8> {
         match self {
             Pending::Filter(call) => call.run(sh, watch),
             Pending::FlashRead(_) => {

@@ -24,8 +24,8 @@ use mnemo_store::{
 };
 
 use super::Answer;
-use crate::detail::Event;
-use crate::stats::{bump, Counters};
+use crate::admin::detail::Event;
+use crate::admin::stats::{bump, Counters};
 use crate::Shared;
 
 /// Values at least this long go from the segment straight to the socket (see [`Direct`]).

@@ -1,5 +1,5 @@
 //! The storage commands: set, add, replace, append, prepend and cas in every protocol (text
-//! `set`, its in-place large form exec/largeset.rs, meta `ms`, binary SET/ADD/REPLACE), and a
+//! `set`, its in-place large form protocol/text/largeset.rs, meta `ms`, binary SET/ADD/REPLACE), and a
 //! storage command refused before its data was read (too large).
 //!
 //! Counting, as memcached 1.6.18 does (tests/test_command_counters.py):
@@ -20,8 +20,8 @@
 use mnemo_store::{Mode, StoreError, StoreOutcome, Time};
 
 use super::{Answer, Proto};
-use crate::detail::Event;
-use crate::stats::{bump, Counters};
+use crate::admin::detail::Event;
+use crate::admin::stats::{bump, Counters};
 use crate::Shared;
 
 /// A storage command as parsed.
@@ -201,7 +201,7 @@ fn stale_write(
     result
 }
 
-/// A text value received in place (exec/largeset.rs) was linked in with `result` (the store
+/// A text value received in place (protocol/text/largeset.rs) was linked in with `result` (the store
 /// call is `finish_value`, the value being in its item already): count it as [`store`] would.
 pub(crate) fn received(
     key: &[u8],

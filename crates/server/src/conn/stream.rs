@@ -88,7 +88,7 @@ impl Stream {
 
     /// (its address, the listening address it came in on), in `stats conns`' form.
     pub fn addrs(&self, unix_path: Option<&str>) -> (String, String) {
-        use crate::conns::{tcp_addr, unix_addr};
+        use crate::admin::conns::{tcp_addr, unix_addr};
         match self {
             Stream::Tcp(s) => (
                 s.peer_addr().map(tcp_addr).unwrap_or_default(),

@@ -46,10 +46,10 @@ use std::time::Duration;
 use mnemo_store::{Prefetch, PREFETCH_HEAD};
 
 use super::share::{self, CoreShare, RUN_BUDGET};
+use crate::admin::stats::{bump, Counters};
 use crate::conn::{Conn, Io, Stream, Turn};
-use crate::jobs::Job;
-use crate::mailbox::Mailbox;
-use crate::stats::{bump, Counters};
+use crate::offload::jobs::Job;
+use crate::offload::mailbox::Mailbox;
 use crate::Shared;
 
 /// Polls with fewer events than this, or read-aheads that bring fewer keys, prefetch nothing:

@@ -39,8 +39,8 @@ use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use stream::RingStream;
 
 use super::serve::{Slots, Transport};
+use crate::admin::stats::Counters;
 use crate::conn::{Io, Stream};
-use crate::stats::Counters;
 
 /// Sizes of one worker's ring and receive buffers.
 #[derive(Debug, Clone, Copy)]

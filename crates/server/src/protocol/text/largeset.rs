@@ -13,16 +13,15 @@
 //!
 //! The stream stays in step exactly as when the block is buffered: the same bytes are
 //! consumed (line, block, two bytes after it) and the same reply is sent, by the same code
-//! (command::write, exec::store_reply). No lock is held while the value is read; until `finish` links it, the
+//! (command::write, super::store_reply). No lock is held while the value is read; until `finish` links it, the
 //! item is the connection's alone, so a client that goes away half-way leaves nothing behind.
 
 use mnemo_proto::text::{self, StoreKind};
 use mnemo_proto::ErrorReply;
 use mnemo_store::Incoming;
 
+use crate::admin::stats::Counters;
 use crate::command::write;
-use crate::exec;
-use crate::stats::Counters;
 use crate::Shared;
 
 /// A block with at least this much still to arrive is received in place; a shorter rest is
@@ -48,7 +47,7 @@ pub fn begin(input: &[u8], limits: &text::Limits, sh: &Shared) -> Option<(Box<La
     if h.len + 2 - buffered < MISSING_MIN {
         return None;
     }
-    // cas under -C answers without storing anything (exec.rs); append/prepend join values.
+    // cas under -C answers without storing anything (protocol/text.rs); append/prepend join values.
     let in_place = match h.kind {
         StoreKind::Set | StoreKind::Add | StoreKind::Replace => true,
         StoreKind::Cas => sh.config.use_cas,
@@ -104,8 +103,8 @@ impl LargeSet {
             key[..k.len()].copy_from_slice(k);
             &key[..k.len()]
         };
-        let mode = exec::mode_of(self.kind, self.cas);
+        let mode = super::mode_of(self.kind, self.cas);
         let result = sh.store.finish_value(self.inc, mode, sh.clock.now());
-        exec::store_reply(write::received(key, mode, result, sh, c), self.noreply, out);
+        super::store_reply(write::received(key, mode, result, sh, c), self.noreply, out);
     }
 }

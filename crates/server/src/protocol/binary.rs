@@ -26,8 +26,8 @@ use mnemo_proto::binary::{self as bin, opcode, Frame, LargeOp, Parsed, Request, 
 use mnemo_proto::text::Limits;
 use mnemo_store::Time;
 
+use crate::admin::stats::Counters;
 use crate::command::Answer;
-use crate::stats::Counters;
 use crate::Shared;
 
 /// Per-connection state of the binary protocol.
@@ -73,7 +73,7 @@ pub(crate) struct Reply<'o> {
     opcode: u8,
     opaque: u32,
     out: &'o mut Vec<u8>,
-    /// The connection's way to send a large value from the item (exec::Direct), for GET.
+    /// The connection's way to send a large value from the item (command::read::Direct), for GET.
     direct: Option<&'o mut dyn crate::command::read::Direct>,
 }
 

@@ -7,6 +7,7 @@ use mnemo_proto::binary::{self as bin, Status, StoreOp, DELTA_NO_CREATE};
 use mnemo_store::{Item, Mode};
 
 use super::{expiry, After, Reply};
+use crate::admin::stats::Counters;
 use crate::command::arith::{self, Counted};
 use crate::command::batch::{self, BatchGet, FlashBatch, Then};
 use crate::command::concat;
@@ -14,7 +15,6 @@ use crate::command::delete::{self, Deleted};
 use crate::command::read::{self, Read};
 use crate::command::write::{self, Stored};
 use crate::command::{Answer, Pending, Proto};
-use crate::stats::Counters;
 use crate::Shared;
 
 /// A GET family hit: header, flags, the key for GETK/GATK, then the value (nothing after it).
@@ -73,7 +73,7 @@ pub(super) fn get(
                 opaque: r.opaque,
             };
             let b = FlashBatch::new(get, first, 0);
-            return After::Later(Pending::FlashRead(crate::flashio::Read::Binary(b)));
+            return After::Later(Pending::FlashRead(crate::offload::flashio::Read::Binary(b)));
         }
     };
     if !sent.found.is_hit() && !quiet {

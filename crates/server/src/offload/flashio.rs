@@ -60,9 +60,9 @@
 
 use std::sync::Arc;
 
+use crate::admin::stats::Counters;
 use crate::command::batch::FlashBatch;
-use crate::mailbox::{Answered, Done, Mailbox};
-use crate::stats::Counters;
+use crate::offload::mailbox::{Answered, Done, Mailbox};
 use crate::{Config, Shared};
 
 /// A read answered later: a flash batch of the protocol that asked (command/batch.rs), owned
@@ -70,11 +70,11 @@ use crate::{Config, Shared};
 #[derive(Debug)]
 pub(crate) enum Read {
     /// get / gets: the keys from the flashed one on, then the single-key gets after it.
-    Text(FlashBatch<crate::exec::TextGet>),
+    Text(FlashBatch<crate::protocol::text::TextGet>),
     /// The binary GET family (GET, GETQ, GETK, GETKQ), and the GETs and NOOPs pipelined after it.
-    Binary(FlashBatch<crate::binary::BinGet>),
+    Binary(FlashBatch<crate::protocol::binary::BinGet>),
     /// mg, and the mg and mn pipelined after it.
-    Meta(FlashBatch<Box<crate::meta::OwnedGet>>),
+    Meta(FlashBatch<Box<crate::protocol::meta::OwnedGet>>),
 }
 
 impl Read {
@@ -99,9 +99,9 @@ impl Read {
         taken: &mut Vec<usize>,
     ) {
         match self {
-            Read::Text(b) => crate::exec::gather(b, input, limits, budget, taken),
-            Read::Binary(b) => crate::binary::gather(b, input, limits, budget, taken),
-            Read::Meta(b) => crate::meta::gather(b, input, limits, sh, budget, taken),
+            Read::Text(b) => crate::protocol::text::gather(b, input, limits, budget, taken),
+            Read::Binary(b) => crate::protocol::binary::gather(b, input, limits, budget, taken),
+            Read::Meta(b) => crate::protocol::meta::gather(b, input, limits, sh, budget, taken),
         }
     }
 }
@@ -124,7 +124,7 @@ struct Job {
 
 /// The pool: a queue and the threads that serve it (pool.rs).
 pub(crate) struct Pool {
-    lanes: crate::pool::Pool<Job>,
+    lanes: crate::offload::pool::Pool<Job>,
     /// The first pool thread's block in `Shared::counters`.
     counters: usize,
 }
@@ -132,7 +132,7 @@ pub(crate) struct Pool {
 impl Pool {
     pub fn new(threads: usize, counters: usize) -> Pool {
         Pool {
-            lanes: crate::pool::Pool::new(threads),
+            lanes: crate::offload::pool::Pool::new(threads),
             counters,
         }
     }

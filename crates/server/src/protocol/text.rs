@@ -10,10 +10,10 @@ use mnemo_proto::text::{Keys, Request, ShutdownMode, StoreKind};
 use mnemo_proto::ErrorReply;
 use mnemo_store::Mode;
 
+use crate::admin::stats::{self, Counters};
 use crate::command::arith::{self, Counted};
 use crate::command::batch::{self, BatchGet, FlashBatch, Then};
 use crate::command::{delete, flush, read, write, write::Stored, Answer, Proto};
-use crate::stats::{self, Counters};
 use crate::Shared;
 
 /// What the connection does after a request.
@@ -34,7 +34,7 @@ pub enum Next {
     Resume(usize),
     /// `lru_crawler metadump`: the connection streams the dump, one store batch at a time
     /// while its unsent output is small, before it reads the next request.
-    Metadump(Box<crate::crawler::Metadump>),
+    Metadump(Box<crate::admin::crawler::Metadump>),
     /// The reply comes from a job run off the event loop (command/mod.rs, "Pending answers"):
     /// the connection keeps its place in the output and parses nothing more until it is done.
     Later(crate::command::Pending),
@@ -97,7 +97,7 @@ pub(crate) fn mode_of(kind: StoreKind, cas: u64) -> Mode {
 }
 
 /// A storage command's reply for the command layer's answer; shared by the buffered path and
-/// values received in place (exec/largeset.rs).
+/// values received in place (protocol/text/largeset.rs).
 pub(crate) fn store_reply(answer: Answer<Stored>, noreply: bool, out: &mut Vec<u8>) {
     // One reply call per arm: each line is then a constant (a memcpy call per set where the
     // line was chosen first: 14 instructions, callgrind).
@@ -242,8 +242,8 @@ pub fn execute_from(
             }
             Next::Continue
         }
-        Request::Meta(ref m) => crate::meta::execute(m, sh, c, out, direct),
-        Request::MetaDebug { key } => crate::meta::debug(key, sh, c, out),
+        Request::Meta(ref m) => crate::protocol::meta::execute(m, sh, c, out, direct),
+        Request::MetaDebug { key } => crate::protocol::meta::debug(key, sh, c, out),
         Request::CacheMemlimit { megabytes, noreply } => {
             let text: &[u8] = if megabytes < 8 {
                 b"MEMLIMIT_TOO_SMALL cannot set maxbytes to less than 8m"
@@ -284,17 +284,17 @@ pub fn execute_from(
             stats_command(args, sh, out);
             Next::Continue
         }
-        Request::LruCrawler { args } => crate::crawler::command(args, sh, out),
+        Request::LruCrawler { args } => crate::admin::crawler::command(args, sh, out),
         Request::Extstore { args, noreply } => {
-            crate::extstore::command(args, noreply, sh, out);
+            crate::admin::extstore::command(args, noreply, sh, out);
             Next::Continue
         }
         Request::SlabsReassign { src, dst } => {
-            crate::crawler::slabs_reassign(src, dst, sh, out);
+            crate::admin::crawler::slabs_reassign(src, dst, sh, out);
             Next::Continue
         }
         Request::SlabsAutomove { setting, noreply } => {
-            crate::crawler::slabs_automove(setting, noreply, sh, out);
+            crate::admin::crawler::slabs_automove(setting, noreply, sh, out);
             Next::Continue
         }
         Request::Fget { filter, args, keys } => {
@@ -438,7 +438,7 @@ fn defer_get(keys: Keys<'_>, i: usize, cas: bool, first: read::Flashed) -> Next 
     let mut b = FlashBatch::new(get, first, i);
     rest.for_each(|g| b.push(Then::Key(g)));
     Next::Later(crate::command::Pending::FlashRead(
-        crate::flashio::Read::Text(b),
+        crate::offload::flashio::Read::Text(b),
     ))
 }
 
@@ -532,7 +532,9 @@ fn stats_command(args: Keys<'_>, sh: &Shared, out: &mut Vec<u8>) {
             sh.reset_stats();
             line(out, b"RESET");
         }
-        _ if begins(b"detail") && !sh.config.dump_enabled => line(out, crate::detail::DUMPS_OFF),
+        _ if begins(b"detail") && !sh.config.dump_enabled => {
+            line(out, crate::admin::detail::DUMPS_OFF)
+        }
         _ if begins(b"detail") => match words.next() {
             Some(w) if b"on".starts_with(w) => {
                 sh.detail.set_enabled(true);
@@ -546,8 +548,8 @@ fn stats_command(args: Keys<'_>, sh: &Shared, out: &mut Vec<u8>) {
             _ => line(out, b"CLIENT_ERROR usage: stats detail on|off|dump"),
         },
         _ if begins(b"settings") => stats::settings(sh, out),
-        _ if begins(b"cachedump") => crate::crawler::cachedump(words, sh, out),
-        _ if begins(b"conns") => crate::conns::stats(sh, out),
+        _ if begins(b"cachedump") => crate::admin::crawler::cachedump(words, sh, out),
+        _ if begins(b"conns") => crate::admin::conns::stats(sh, out),
         _ if begins(b"extstore") => stats::extstore_pages(sh, out),
         b"items" => stats::items(sh, out),
         b"slabs" => stats::slabs(sh, out),

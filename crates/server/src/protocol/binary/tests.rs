@@ -4,7 +4,7 @@
 use mnemo_proto::binary::{encode_request, opcode, parse_response, ParsedResponse, Status};
 
 use super::{step, BinNext, BinSession};
-use crate::stats::Counters;
+use crate::admin::stats::Counters;
 use crate::{Config, Shared};
 
 fn shared(config: Config) -> Shared {

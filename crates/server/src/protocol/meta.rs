@@ -10,6 +10,7 @@ use mnemo_proto::text;
 use mnemo_proto::ErrorReply;
 use mnemo_store::{Item, Mode, Time};
 
+use crate::admin::stats::Counters;
 use crate::command::arith::{self, Counted};
 use crate::command::batch::{self, BatchGet, FlashBatch, Then};
 use crate::command::concat;
@@ -17,8 +18,7 @@ use crate::command::delete::{self, Deleted};
 use crate::command::read::{self, Direct};
 use crate::command::write::{self, Stored};
 use crate::command::{Answer, Proto};
-use crate::exec::Next;
-use crate::stats::Counters;
+use crate::protocol::text::Next;
 use crate::Shared;
 
 fn push_num(out: &mut Vec<u8>, n: impl itoa::Integer) {
@@ -62,7 +62,7 @@ fn status(m: &Meta<'_>, word: &[u8], key_echo: &[u8], out: &mut Vec<u8>) {
     out.extend_from_slice(b"\r\n");
 }
 
-/// `direct`: the connection's way to send a large value from the item (exec::Direct).
+/// `direct`: the connection's way to send a large value from the item (command::read::Direct).
 pub fn execute(
     m: &Meta<'_>,
     sh: &Shared,
@@ -203,7 +203,7 @@ fn get(
         Answer::Later(first) => {
             let b = FlashBatch::new(Box::new(OwnedGet::new(m)), first, 0);
             Next::Later(crate::command::Pending::FlashRead(
-                crate::flashio::Read::Meta(b),
+                crate::offload::flashio::Read::Meta(b),
             ))
         }
     }

@@ -54,7 +54,7 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 
 use crate::command::Pending;
-use crate::mailbox::{Answered, Done, Mailbox};
+use crate::offload::mailbox::{Answered, Done, Mailbox};
 use crate::Shared;
 
 /// A job, and where its reply goes.
@@ -90,7 +90,7 @@ fn answered_late(work: &Pending) {
 
 /// The pool: a queue and the threads that run it (pool.rs), and the watchdog.
 pub(crate) struct Pool {
-    lanes: crate::pool::Pool<Queued>,
+    lanes: crate::offload::pool::Pool<Queued>,
     /// Per pool thread: the job it runs, until its reply is posted (by it or the watchdog).
     running: Vec<Mutex<Option<Running>>>,
     /// Arms so far (under its lock), so that an arm between the watchdog's scan and its wait
@@ -129,7 +129,7 @@ impl Watch<'_> {
 
 impl Pool {
     pub fn new(threads: usize) -> Pool {
-        let lanes = crate::pool::Pool::new(threads);
+        let lanes = crate::offload::pool::Pool::new(threads);
         Pool {
             running: (0..lanes.threads()).map(|_| Mutex::new(None)).collect(),
             lanes,

@@ -61,7 +61,7 @@ use mnemo_proto::reply::line;
 use mnemo_proto::text::{Automove, Keys};
 use mnemo_store::{DumpCursor, DumpItem};
 
-use crate::exec::Next;
+use crate::protocol::text::Next;
 use crate::Shared;
 
 /// `lru_crawler`'s state as clients see it: the switch (`enable|disable`: while disabled,
