@@ -60,10 +60,11 @@ pub use stream::{Io, Stream};
 
 use crate::admin::stats::{bump, regauge, Counters};
 use crate::command::read::Direct;
+use crate::command::Next;
 use crate::command::Pending;
 use crate::offload::mailbox::Answered;
+use crate::protocol;
 use crate::protocol::binary::{self, BinNext, BinSession};
-use crate::protocol::{self, text::Next};
 use crate::Shared;
 
 /// Smallest read; the input buffer is taken at this size when input first arrives.
@@ -725,15 +726,16 @@ impl<S: Io> Conn<S> {
                         &mut self.stacked,
                         !matches!(req, text::Request::Get { .. }),
                     );
+                    if let Next::Watch(h) = next {
+                        // A watcher's turn never completes; the worker attaches it (watch.rs).
+                        self.taken.push(n);
+                        self.watcher = Some(h);
+                        self.waiting = true;
+                        return Progress::Later;
+                    }
                     if let Next::Later(mut job) = next {
                         // The request stays in place until the job's reply is in (`complete`).
                         self.taken.push(n);
-                        if let Pending::Watch(h) = job {
-                            // A watcher's job never completes; the worker attaches it (watch.rs).
-                            self.watcher = Some(h);
-                            self.waiting = true;
-                            return Progress::Later;
-                        }
                         // The gets pipelined after it join its job: their flashed reads go
                         // together.
                         job.gather(
@@ -753,7 +755,11 @@ impl<S: Io> Conn<S> {
                         return Progress::OutputFull;
                     }
                     match next {
-                        Next::Continue | Next::Resume(_) | Next::Flush | Next::Later(_) => {}
+                        Next::Continue
+                        | Next::Resume(_)
+                        | Next::Flush
+                        | Next::Later(_)
+                        | Next::Watch(_) => {}
                         Next::Metadump(dump) => self.dump = dump.begin(stacked, sh, &mut self.wbuf),
                         Next::Swallow(s, reply) => {
                             self.swallow = s;

@@ -44,7 +44,9 @@ use mnemo_proto::ErrorReply;
 use mnemo_store::{Prefetch, PREFETCH_VALUE};
 
 use crate::admin::detail::Event;
-use crate::command::{Answer, Pending};
+use crate::admin::stats::Counters;
+use crate::command::{Answer, Deferred, Lane, Pending};
+use crate::offload::mailbox::Answered;
 use crate::Shared;
 
 /// Keys between the lookups' prefetch stages (see `Call::run`). Measured at 1M users (seed
@@ -109,11 +111,37 @@ pub fn execute(
             call.reply(sh, r, out, mark);
             Answer::Now(())
         }
-        None => Answer::Later(Pending::Filter(call)),
+        None => Answer::Later(Box::new(call)),
     }
 }
 
-impl Call {
+impl Deferred for Call {
+    fn lane(&self) -> Lane {
+        Lane::Jobs
+    }
+
+    /// The call, on a job pool thread: its encoded reply. A WebAssembly call's reply leaves by
+    /// its deadline, counted from its submission, whatever the queue or the guest does
+    /// (offload/jobs.rs); if the watchdog answered first (`claim` says so), the call counts
+    /// as that timeout.
+    fn run(
+        self: Box<Self>,
+        sh: &Shared,
+        _c: &Counters,
+        claim: &dyn Fn() -> bool,
+    ) -> (Vec<u8>, Answered) {
+        let mut out = Vec::new();
+        let result = self.filter.call_answered(
+            &self.args,
+            self.nkeys,
+            &mut self.fill(sh),
+            &mut out,
+            &|| !claim(),
+        );
+        self.reply(sh, result, &mut out, 0);
+        (out, Answered::All)
+    }
+
     /// How long after its submission a WebAssembly call's reply is due, and that reply
     /// (`SERVER_ERROR filter timeout`): the job pool's watchdog answers with it if the call is
     /// still queued or running then (jobs.rs). Native calls are not interrupted: None.
@@ -121,7 +149,7 @@ impl Call {
     /// Counted from the submission, not from the request: a brief attempt given up before it
     /// (at most two epoch ticks, 1-2 ms) comes on top. So dues grow along the pool's queue,
     /// which its watchdog relies on.
-    pub fn deadline(&self, sh: &Shared) -> Option<(std::time::Duration, Vec<u8>)> {
+    fn deadline(&self, sh: &Shared) -> Option<(std::time::Duration, Vec<u8>)> {
         if self.filter.spec().kind != mnemo_filter::FilterKind::Wasm {
             return None;
         }
@@ -134,26 +162,12 @@ impl Call {
     }
 
     /// The watchdog answered the call before it ran: `stats filters` counts the timeout.
-    pub fn answered_late(&self) {
+    fn answered_late(&self) {
         self.filter.count_timeout();
     }
+}
 
-    /// The call, on a job pool thread: its encoded reply. A WebAssembly call's reply leaves by
-    /// its deadline, counted from its submission, whatever the queue or the guest does
-    /// (jobs.rs); if the watchdog answered first, the call counts as that timeout.
-    pub fn run(self, sh: &Shared, watch: &crate::offload::jobs::Watch<'_>) -> Vec<u8> {
-        let mut out = Vec::new();
-        let result = self.filter.call_answered(
-            &self.args,
-            self.nkeys,
-            &mut self.fill(sh),
-            &mut out,
-            &|| !watch.claim(),
-        );
-        self.reply(sh, result, &mut out, 0);
-        out
-    }
-
+impl Call {
     /// What feeds the filter its input: the keys' values, read from the store in order.
     fn fill<'a>(&'a self, sh: &'a Shared) -> impl FnMut(&mut dyn mnemo_filter::InputSink) + 'a {
         let keys = Keys::new(&self.keys);

@@ -33,8 +33,9 @@ use mnemo_proto::text::{self, Keys, Parsed, Request};
 use mnemo_proto::ErrorReply;
 
 use crate::admin::stats::{bump, Counters};
+use crate::command::Next;
 use crate::protocol::binary::{self, BinNext, BinSession};
-use crate::protocol::{self, text::Next, text::PendingReads};
+use crate::protocol::{self, text::PendingReads};
 use crate::{Config, Shared};
 
 /// The frame header before every request and every reply datagram.
@@ -306,7 +307,7 @@ impl Run {
                     // Work deferred to a pool answers a TCP connection later; a datagram's
                     // replies are sent when it has run, so it is refused here (the job is
                     // dropped unrun). fget is refused above, before its brief attempt.
-                    Next::Later(_) => {
+                    Next::Later(_) | Next::Watch(_) => {
                         self.out.truncate(start);
                         ErrorReply::FgetOverUdp.write(&mut self.out);
                         self.push(false, false);

@@ -264,22 +264,21 @@ impl Drop for Handle {
     }
 }
 
-/// `watch [stream ...]` (protocol/text.rs): memcached's replies, or `OK` and a job that makes the
-/// connection a watcher (module docs).
-pub fn command(
+/// `watch [stream ...]` (protocol/text.rs): memcached's reply, and for `OK` the handle that
+/// makes the connection a watcher (module docs); None after an error reply.
+pub fn subscribe(
     args: mnemo_proto::text::Keys<'_>,
     sh: &Shared,
     out: &mut Vec<u8>,
-) -> crate::protocol::text::Next {
-    use crate::protocol::text::Next;
+) -> Option<Handle> {
     if !sh.config.watch_enabled {
         out.extend_from_slice(b"CLIENT_ERROR watch commands not allowed\r\n");
-        return Next::Continue;
+        return None;
     }
     // memcached 1.6.45: the connection must have no reply waiting (earlier pipelined commands).
     if !out.is_empty() {
         out.extend_from_slice(b"ERROR cannot pipeline other commands before watch\r\n");
-        return Next::Continue;
+        return None;
     }
     let mut flags = 0;
     for word in args.iter() {
@@ -292,7 +291,7 @@ pub fn command(
             b"rawcmds" | b"sysevents" | b"proxyreqs" | b"proxyevents" | b"proxyuser" => SILENT,
             _ => {
                 out.extend_from_slice(b"ERROR\r\n");
-                return Next::Continue;
+                return None;
             }
         };
     }
@@ -312,16 +311,16 @@ pub fn command(
         let mut list = sh.watch.list.write();
         if list.len() >= WATCHER_LIMIT {
             out.extend_from_slice(b"WATCHER_TOO_MANY log watcher limit reached\r\n");
-            return Next::Continue;
+            return None;
         }
         list.push(watcher.clone());
         sh.watch.refresh_flags(&list);
     }
     out.extend_from_slice(b"OK\r\n");
-    Next::Later(crate::command::Pending::Watch(Handle {
+    Some(Handle {
         hub: sh.watch.clone(),
         watcher,
-    }))
+    })
 }
 
 /// memcached's uriencode: RFC 3986 unreserved bytes as they are, every other byte as %XX.
@@ -445,21 +444,15 @@ pub enum Reason {
     Shutdown,
 }
 
-/// A connection opened (`close`: None) or closed: its peer, transport and descriptor.
+/// A connection opened (`close`: None) or closed: its TCP peer (None: a UNIX socket),
+/// and its descriptor.
 #[cold]
 #[inline(never)]
-pub fn conn_event(sh: &Shared, sock: &crate::conn::Stream, close: Option<Reason>) {
-    use crate::conn::Stream;
-    let peer: Option<SocketAddr> = match sock {
-        Stream::Tcp(s) => s.peer_addr().ok(),
-        Stream::Tls(s) => s.tcp.peer_addr().ok(),
-        Stream::Unix(_) => None,
-    };
+pub fn conn_event(sh: &Shared, peer: Option<SocketAddr>, fd: i32, close: Option<Reason>) {
     let (rip, rport, transport) = match peer {
         Some(a) => (a.ip().to_string(), a.port(), "tcp"),
         None => ("unix".to_string(), 0, "local"),
     };
-    let fd = sock.raw_fd();
     sh.watch.emit(CONNEVENTS, |l| {
         let text = match close {
             None => format!("type=conn_new rip={rip} rport={rport} transport={transport} cfd={fd}"),

@@ -61,7 +61,6 @@ use mnemo_proto::reply::line;
 use mnemo_proto::text::{Automove, Keys};
 use mnemo_store::{DumpCursor, DumpItem};
 
-use crate::protocol::text::Next;
 use crate::Shared;
 
 /// `lru_crawler`'s state as clients see it: the switch (`enable|disable`: while disabled,
@@ -282,9 +281,9 @@ const CACHEDUMP_OFF: &[u8] = b"CLIENT_ERROR stats cachedump not allowed";
 
 /// `lru_crawler <args>`, with memcached 1.6.45's replies: a subcommand is named by any prefix
 /// of it (`lru_crawler m all` is a metadump), tried in memcached's order. Returns
-/// `Next::Metadump` for a metadump; the connection calls `Metadump::begin` (which may refuse
+/// the metadump asked for, if any (the protocol answers `Next::Metadump`); the connection calls `Metadump::begin` (which may refuse
 /// it), then `Metadump::step` until it is done.
-pub fn command(args: Keys<'_>, sh: &Shared, out: &mut Vec<u8>) -> Next {
+pub fn command(args: Keys<'_>, sh: &Shared, out: &mut Vec<u8>) -> Option<Box<Metadump>> {
     let mut w = args.iter();
     let (sub, arg, extra) = (w.next(), w.next(), w.next());
     let is = |name: &[u8]| sub.is_some_and(|s| name.starts_with(s));
@@ -309,7 +308,7 @@ pub fn command(args: Keys<'_>, sh: &Shared, out: &mut Vec<u8>) -> Next {
                 }
             } else {
                 // The connection begins it: only it knows what replies are still unsent.
-                return Next::Metadump(Box::new(Metadump::asked(spec, which == b"mgdump")));
+                return Some(Box::new(Metadump::asked(spec, which == b"mgdump")));
             }
         }
         // A crawl reclaims expired items; mnemo's maintenance thread already does that once a
@@ -362,7 +361,7 @@ pub fn command(args: Keys<'_>, sh: &Shared, out: &mut Vec<u8>) -> Next {
         _ => b"ERROR",
     };
     line(out, reply);
-    Next::Continue
+    None
 }
 
 /// memcached's reply to `stats cachedump` is at most this long (its buffer), END included.

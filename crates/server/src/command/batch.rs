@@ -2,8 +2,8 @@
 //! the keys and requests gathered after it, and how a flash I/O thread (flashio.rs) answers
 //! them all, in request order, with one read of every flashed record among them
 //! ([`read::fill_holes`]). Written once for the three protocols: each fills in [`BatchGet`]
-//! (its get, owned, and how its replies are written) and parses the requests it gathers
-//! ([`gather`]'s `next`).
+//! (its get, owned, how its replies are written, and which pipelined requests it takes along:
+//! [`BatchGet::next`]); the batch is a [`Deferred`] the flash I/O pool runs.
 //!
 //! ```text
 //!   text:   get f1 r2 f3 | get f4 | gets r5 | set ...    first f1, Key(r2) Key(f3), Get(f4) Get(r5)
@@ -23,7 +23,7 @@
 //! the requests from there on are the connection's to parse again ([`Answered::Requests`]).
 
 use super::read::{self, Flashed, Hit, Read};
-use super::Answer;
+use super::{Answer, Deferred, Lane};
 use crate::admin::stats::Counters;
 use crate::offload::mailbox::Answered;
 use crate::Shared;
@@ -54,6 +54,18 @@ pub(crate) trait BatchGet: Send {
 
     /// Writes a miss's reply, if the get has one.
     fn missed(&self, out: &mut Vec<u8>);
+
+    /// The request at the front of `input`, if the batch can take it along (a get of this
+    /// protocol it would defer too, or a no-op): what the batch answers for it and its
+    /// length. None for any other request (it must run after the batch, on the worker) or
+    /// one not complete yet.
+    fn next(
+        input: &[u8],
+        limits: &mnemo_proto::text::Limits,
+        sh: &Shared,
+    ) -> Option<(Then<Self>, usize)>
+    where
+        Self: Sized;
 }
 
 /// What a batch answers after its deferred get, in request order.
@@ -164,29 +176,43 @@ impl<G: BatchGet> FlashBatch<G> {
     }
 }
 
-/// The requests pipelined after a deferred get, taken into its batch so that their flashed
-/// reads go together (conn.rs): `next` parses the request at the front of what it is given and
-/// says what the batch answers for it and its length, or None for a request the batch cannot
-/// answer (it must run after the batch, on the worker) or one not complete yet. Gathering
-/// stops there, when `budget` (-R) is spent, or at [`GATHER_KEYS`] gathered gets. Each request
-/// taken has its length pushed on `taken` (the connection rewinds over those the batch leaves
-/// unanswered).
-pub(crate) fn gather<G: BatchGet>(
-    b: &mut FlashBatch<G>,
-    input: &[u8],
-    budget: &mut usize,
-    taken: &mut Vec<usize>,
-    mut next: impl FnMut(&[u8]) -> Option<(Then<G>, usize)>,
-) {
-    let mut used = 0;
-    // The deferred get is one of the batch's GATHER_KEYS.
-    while *budget > 0 && b.gathered + 1 < GATHER_KEYS {
-        let Some((t, n)) = next(&input[used..]) else {
-            break;
-        };
-        b.push(t);
-        used += n;
-        taken.push(n);
-        *budget -= 1;
+impl<G: BatchGet + std::fmt::Debug + 'static> Deferred for FlashBatch<G> {
+    fn lane(&self) -> Lane {
+        Lane::FlashIo
+    }
+
+    fn run(
+        self: Box<Self>,
+        sh: &Shared,
+        c: &Counters,
+        _claim: &dyn Fn() -> bool,
+    ) -> (Vec<u8>, Answered) {
+        (*self).run(sh, c)
+    }
+
+    /// The requests pipelined after the deferred get, taken into its batch so that their
+    /// flashed reads go together (conn.rs), as far as [`BatchGet::next`] takes them: gathering
+    /// stops at the first it refuses, when `budget` (-R) is spent, or at [`GATHER_KEYS`] keys.
+    /// Each request taken has its length pushed on `taken` (the connection rewinds over those
+    /// the batch leaves unanswered).
+    fn gather(
+        &mut self,
+        input: &[u8],
+        limits: &mnemo_proto::text::Limits,
+        sh: &Shared,
+        budget: &mut usize,
+        taken: &mut Vec<usize>,
+    ) {
+        let mut used = 0;
+        // The deferred get is one of the batch's GATHER_KEYS.
+        while *budget > 0 && self.gathered + 1 < GATHER_KEYS {
+            let Some((t, n)) = G::next(&input[used..], limits, sh) else {
+                break;
+            };
+            self.push(t);
+            used += n;
+            taken.push(n);
+            *budget -= 1;
+        }
     }
 }

@@ -29,8 +29,8 @@
 //!
 //! # Pending answers
 //! Every command answers through [`Answer`]: `Now` with its outcome, or `Later` with a
-//! [`Pending`] job that completes off the event loop (jobs.rs runs it on the job pool and
-//! hands the finished reply back to the connection's worker). The connection keeps the
+//! [`Pending`] job that completes off the event loop (a pool of offload/ runs it and hands
+//! the finished reply back to the connection's worker). The connection keeps the
 //! reply's place in its output: replies leave in request order, and it parses none of its
 //! later requests until the job is done (so a later `set` cannot change what the job
 //! reads), while the worker serves its other connections.
@@ -40,8 +40,11 @@
 //! their encoders' `Later` arms are `match pending {}`, proven unreachable by the compiler;
 //! a command that can defer returns `Answer<T, Pending>` and its encoder must handle the
 //! job. A flash read (issue 37) is the second kind: [`read::get`] answers `Later` when the
-//! value is on flash, the protocol wraps what its reply needs in [`Pending::FlashRead`], and
-//! the read runs on the flash I/O pool (flashio.rs) with the same wake-up and ordering.
+//! value is on flash, the protocol wraps what its reply needs in a flash batch (batch.rs),
+//! and the read runs on the flash I/O pool (offload/flashio.rs) with the same wake-up and
+//! ordering. A job is a [`Deferred`]: it says which pool runs it ([`Lane`]), how it runs,
+//! its deadline if any, and which pipelined requests it can take along; the pools and the
+//! connection know it by that trait only.
 
 pub(crate) mod arith;
 pub(crate) mod batch;
@@ -50,6 +53,8 @@ pub(crate) mod delete;
 pub(crate) mod flush;
 pub(crate) mod read;
 pub(crate) mod write;
+
+use crate::offload::mailbox::Answered;
 
 /// A command's answer: now, or once a job run off the event loop has finished (see the module
 /// docs). `P` is [`Never`] for commands that always answer now.
@@ -63,55 +68,98 @@ pub(crate) enum Answer<T, P = Never> {
 /// No value: the `P` of commands that cannot answer later.
 pub(crate) enum Never {}
 
-/// Work that completes off the event loop (jobs.rs). Each variant knows how to run itself and
-/// to encode its reply in the protocol that asked for it.
-pub(crate) enum Pending {
-    /// An `fget`'s filter call: reading its keys, the call, the reply (fget.rs).
-    Filter(crate::fget::Call),
-    /// A get whose value is on flash: read off the event loop, on the flash I/O pool
-    /// (flashio.rs; jobs.rs routes it there, never behind a filter call).
-    FlashRead(crate::offload::flashio::Read),
-    /// `watch`: the connection is a watcher from now on and this job never completes; the
-    /// pool attaches the connection to its watcher instead of running it (watch.rs).
+/// Work that completes off the event loop: what a protocol or a command fills in (a filter
+/// call, fget.rs; a flash batch, batch.rs), run by the pool it names, its reply handed back
+/// to the connection's worker (offload/). It names none of its callers' types: the pools and
+/// the connection see only this.
+pub(crate) trait Deferred: Send {
+    /// The pool that runs it.
+    fn lane(&self) -> Lane;
+
+    /// On a thread of that pool: the encoded reply, and how much of the requests the job took
+    /// it answers. `c` is the thread's counters block (a job pool thread's is its own, not
+    /// summed: a filter call counts nothing there); `claim`, asked once when a job with a
+    /// deadline is done, says whether its own reply is still wanted (offload/jobs.rs).
+    fn run(
+        self: Box<Self>,
+        sh: &crate::Shared,
+        c: &crate::admin::stats::Counters,
+        claim: &dyn Fn() -> bool,
+    ) -> (Vec<u8>, Answered);
+
+    /// How long after its submission the reply is due, and the reply sent if it is not done
+    /// by then (a WebAssembly filter call: `SERVER_ERROR filter timeout`). None: no deadline.
+    fn deadline(&self, _sh: &crate::Shared) -> Option<(std::time::Duration, Vec<u8>)> {
+        None
+    }
+
+    /// The deadline's reply was sent before the job ran: count it.
+    fn answered_late(&self) {}
+
+    /// On the worker, before the job is submitted: the requests pipelined after the one that
+    /// made it join it, where the job can answer them (a flash batch, batch.rs); `taken` gets
+    /// each one's length. By default a job takes none.
+    fn gather(
+        &mut self,
+        _input: &[u8],
+        _limits: &mnemo_proto::text::Limits,
+        _sh: &crate::Shared,
+        _budget: &mut usize,
+        _taken: &mut Vec<usize>,
+    ) {
+    }
+}
+
+/// The pools a [`Deferred`] can name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Lane {
+    /// The job pool (--job-threads): filter calls.
+    Jobs,
+    /// The flash I/O pool (-o ext_threads): never behind a filter call.
+    FlashIo,
+}
+
+/// A job: work that completes off the event loop (see the module docs).
+pub(crate) type Pending = Box<dyn Deferred>;
+
+/// What the connection does after a request (every protocol answers with it).
+pub enum Next {
+    Continue,
+    /// Discard this many bytes of input (the data of a refused storage command), then send
+    /// the reply, if any: memcached answers only once the data is gone.
+    Swallow(usize, Option<mnemo_proto::ErrorReply>),
+    /// Close once the pending output is written.
+    Close,
+    /// Stop the server (`shutdown` with -A).
+    Shutdown,
+    /// Write pending output now (`mn`, which memcached documents as forcing a writeback).
+    Flush,
+    /// A multi-get produced a full output buffer after this many keys: write, then run the
+    /// same request again from that key on (the request stays unconsumed meanwhile).
+    Resume(usize),
+    /// `lru_crawler metadump`: the connection streams the dump, one store batch at a time
+    /// while its unsent output is small, before it reads the next request.
+    Metadump(Box<crate::admin::crawler::Metadump>),
+    /// The reply comes from a job run off the event loop (the module docs, "Pending
+    /// answers"): the connection keeps its place in the output and parses nothing more until
+    /// it is done.
+    Later(Pending),
+    /// `watch`: the connection is a watcher from now on (watch.rs); its worker attaches it.
     Watch(crate::watch::Handle),
 }
 
-impl Pending {
-    /// On the worker, before the job is submitted: the requests pipelined after the one that
-    /// made it join it, where the job can answer them (a flash read's batch: flashio.rs
-    /// `Read::gather`); `taken` gets each one's length. Other jobs take none.
-    pub fn gather(
-        &mut self,
-        input: &[u8],
-        limits: &mnemo_proto::text::Limits,
-        sh: &crate::Shared,
-        budget: &mut usize,
-        taken: &mut Vec<usize>,
-    ) {
-        if let Pending::FlashRead(read) = self {
-            read.gather(input, limits, sh, budget, taken);
-        }
-    }
-
-    /// Run the job (on a pool thread) and return its encoded reply; `watch` bounds when the
-    /// reply leaves (jobs.rs).
-    pub fn run(self, sh: &crate::Shared, watch: &crate::offload::jobs::Watch<'_>) -> Vec<u8> {
-        match self {
-            Pending::Filter(call) => call.run(sh, watch),
-            Pending::FlashRead(_) => {
-                unreachable!("jobs.rs routes flash reads to the flash I/O pool")
-            }
-            Pending::Watch(_) => unreachable!("jobs.rs attaches a watcher, it runs nothing"),
-        }
-    }
-}
-
-impl std::fmt::Debug for Pending {
+impl std::fmt::Debug for Next {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Pending::Filter(_) => f.write_str("Pending::Filter"),
-            Pending::FlashRead(r) => write!(f, "Pending::FlashRead({r:?})"),
-            Pending::Watch(_) => f.write_str("Pending::Watch"),
+            Next::Continue => f.write_str("Continue"),
+            Next::Swallow(n, r) => write!(f, "Swallow({n}, {r:?})"),
+            Next::Close => f.write_str("Close"),
+            Next::Shutdown => f.write_str("Shutdown"),
+            Next::Flush => f.write_str("Flush"),
+            Next::Resume(k) => write!(f, "Resume({k})"),
+            Next::Metadump(_) => f.write_str("Metadump"),
+            Next::Later(j) => write!(f, "Later({:?})", j.lane()),
+            Next::Watch(_) => f.write_str("Watch"),
         }
     }
 }

@@ -82,6 +82,15 @@ impl Stream {
     }
 
     /// TLS: rustls decrypts into one buffer per read, so a read is never vectored.
+    /// The TCP peer's address (None for a UNIX socket or one that is gone).
+    pub fn peer(&self) -> Option<std::net::SocketAddr> {
+        match self {
+            Stream::Tcp(s) => s.peer_addr().ok(),
+            Stream::Tls(s) => s.tcp.peer_addr().ok(),
+            Stream::Unix(_) => None,
+        }
+    }
+
     pub fn is_tls(&self) -> bool {
         matches!(self, Stream::Tls(_))
     }

@@ -60,51 +60,10 @@
 
 use std::sync::Arc;
 
-use crate::admin::stats::Counters;
-use crate::command::batch::FlashBatch;
-use crate::offload::mailbox::{Answered, Done, Mailbox};
+use super::mailbox::Done;
+use super::Job;
+use crate::command::Lane;
 use crate::{Config, Shared};
-
-/// A read answered later: a flash batch of the protocol that asked (command/batch.rs), owned
-/// (the connection may close while it runs).
-#[derive(Debug)]
-pub(crate) enum Read {
-    /// get / gets: the keys from the flashed one on, then the single-key gets after it.
-    Text(FlashBatch<crate::protocol::text::TextGet>),
-    /// The binary GET family (GET, GETQ, GETK, GETKQ), and the GETs and NOOPs pipelined after it.
-    Binary(FlashBatch<crate::protocol::binary::BinGet>),
-    /// mg, and the mg and mn pipelined after it.
-    Meta(FlashBatch<Box<crate::protocol::meta::OwnedGet>>),
-}
-
-impl Read {
-    /// The reads and the reply, on a pool thread; `c` is the thread's counters block.
-    fn run(self, sh: &Shared, c: &Counters) -> (Vec<u8>, Answered) {
-        match self {
-            Read::Text(b) => b.run(sh, c),
-            Read::Binary(b) => b.run(sh, c),
-            Read::Meta(b) => b.run(sh, c),
-        }
-    }
-
-    /// On the worker, before the job is submitted: the requests pipelined after the deferred
-    /// one, from the front of `input`, join it (each protocol's `gather`). `taken` gets each
-    /// one's length; `budget` is the connection's -R budget.
-    pub fn gather(
-        &mut self,
-        input: &[u8],
-        limits: &mnemo_proto::text::Limits,
-        sh: &Shared,
-        budget: &mut usize,
-        taken: &mut Vec<usize>,
-    ) {
-        match self {
-            Read::Text(b) => crate::protocol::text::gather(b, input, limits, budget, taken),
-            Read::Binary(b) => crate::protocol::binary::gather(b, input, limits, budget, taken),
-            Read::Meta(b) => crate::protocol::meta::gather(b, input, limits, sh, budget, taken),
-        }
-    }
-}
 
 /// How many pool threads `config` asks for: none without a flash tier.
 pub(crate) fn threads(config: &Config) -> usize {
@@ -113,13 +72,6 @@ pub(crate) fn threads(config: &Config) -> usize {
     } else {
         0
     }
-}
-
-struct Job {
-    read: Read,
-    to: Arc<Mailbox>,
-    slot: usize,
-    gen: u32,
 }
 
 /// The pool: a queue and the threads that serve it (pool.rs).
@@ -137,18 +89,13 @@ impl Pool {
         }
     }
 
-    /// Queue a read whose reply goes to connection `slot` (generation `gen`) through `to`;
-    /// the threads start with the first one.
-    pub fn submit(&self, sh: &Arc<Shared>, read: Read, to: Arc<Mailbox>, slot: usize, gen: u32) {
+    /// Queue a flash batch (a job of [`Lane::FlashIo`]); the threads start with the first.
+    pub fn submit(&self, sh: &Arc<Shared>, job: Job) {
+        debug_assert_eq!(job.work.lane(), Lane::FlashIo);
         let threads = sh.clone();
         self.lanes
             .start("mnemo-flash-io", None, move |i| run(&threads, i));
-        self.lanes.push(Job {
-            read,
-            to,
-            slot,
-            gen,
-        });
+        self.lanes.push(job);
     }
 }
 
@@ -158,7 +105,7 @@ fn run(sh: &Shared, me: usize) {
     let c = sh.counters[pool.counters + me].clone();
     loop {
         let job = pool.lanes.pop();
-        let (reply, answered) = job.read.run(sh, &c);
+        let (reply, answered) = job.work.run(sh, &c, &|| true);
         job.to.post(Done {
             slot: job.slot,
             gen: job.gen,

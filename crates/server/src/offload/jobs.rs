@@ -49,43 +49,19 @@
 //! queue: the watchdog looks at its front only, up to the first job not yet due.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use parking_lot::{Condvar, Mutex};
 
-use crate::command::Pending;
-use crate::offload::mailbox::{Answered, Done, Mailbox};
+use super::mailbox::{Answered, Done, Mailbox};
+use super::Job;
+use crate::command::Lane;
 use crate::Shared;
-
-/// A job, and where its reply goes.
-pub(crate) struct Job {
-    pub work: Pending,
-    pub to: Arc<Mailbox>,
-    /// The connection's slot on its worker and the slot's generation when the job was made.
-    pub slot: usize,
-    pub gen: u32,
-}
 
 /// A job waiting for a thread, and when its reply is due (with that reply) if it has a deadline.
 struct Queued {
     job: Job,
     due: Option<(Instant, Vec<u8>)>,
-}
-
-/// When a job's reply is due after its submission, and that reply, if it has a deadline.
-fn deadline(work: &Pending, sh: &Shared) -> Option<(Duration, Vec<u8>)> {
-    #[allow(unreachable_patterns)]
-    match work {
-        Pending::Filter(call) => call.deadline(sh),
-        _ => None,
-    }
-}
-
-/// The watchdog answered a job before it ran: its counters say so.
-fn answered_late(work: &Pending) {
-    if let Pending::Filter(call) = work {
-        call.answered_late();
-    }
 }
 
 /// The pool: a queue and the threads that run it (pool.rs), and the watchdog.
@@ -138,15 +114,10 @@ impl Pool {
         }
     }
 
-    /// Queue a job; the threads start with the first one (a server without filters has none).
+    /// Queue a job of [`Lane::Jobs`]; the threads start with the first one (a server without
+    /// filters has none).
     pub fn submit(&self, sh: &Arc<Shared>, job: Job) {
-        // A flash read goes to the flash I/O pool (flashio.rs): never behind a filter call.
-        let job = match job.work {
-            Pending::FlashRead(read) => {
-                return sh.flash_io.submit(sh, read, job.to, job.slot, job.gen)
-            }
-            work => Job { work, ..job },
-        };
+        debug_assert_eq!(job.work.lane(), Lane::Jobs);
         let threads = sh.clone();
         if self
             .lanes
@@ -164,7 +135,10 @@ impl Pool {
             }
         }
         // Due from now: the time it waits in the queue counts (module docs).
-        let due = deadline(&job.work, sh).map(|(within, late)| (Instant::now() + within, late));
+        let due = job
+            .work
+            .deadline(sh)
+            .map(|(within, late)| (Instant::now() + within, late));
         let timed = due.is_some();
         self.lanes.push(Queued { job, due });
         if timed {
@@ -188,6 +162,9 @@ fn run(sh: &Shared, me: usize) {
     // SAFETY: pid 0 is the calling thread; `param` is a live, initialised struct.
     unsafe { libc::sched_setscheduler(0, libc::SCHED_BATCH, &param) };
     let pool = &sh.jobs;
+    // This thread's own counters block, summed nowhere: a filter call counts none (its keys
+    // count as the store's gets and in `stats detail`, fget.rs).
+    let counters = crate::admin::stats::Counters::default();
     loop {
         let Queued { job, due } = pool.lanes.pop();
         let Job {
@@ -199,7 +176,7 @@ fn run(sh: &Shared, me: usize) {
         if due.as_ref().is_some_and(|d| d.0 <= Instant::now()) {
             // Due before a thread was free (the watchdog had not come to it yet): answered
             // now, and not run.
-            answered_late(&work);
+            work.answered_late();
             to.post(Done {
                 slot,
                 gen,
@@ -214,7 +191,8 @@ fn run(sh: &Shared, me: usize) {
             // The watchdog may have looked while the job was neither queued nor running.
             pool.wake_watchdog();
         }
-        let reply = work.run(sh, &Watch { pool, thread: me });
+        let watch = Watch { pool, thread: me };
+        let (reply, answered) = work.run(sh, &counters, &|| watch.claim());
         // None: the watchdog answered already; this result is dropped.
         let finished = pool.running[me].lock().take();
         if let Some(r) = finished {
@@ -222,7 +200,7 @@ fn run(sh: &Shared, me: usize) {
                 slot: r.slot,
                 gen: r.gen,
                 reply,
-                answered: Answered::All,
+                answered,
             });
         }
     }
@@ -252,7 +230,7 @@ fn watchdog(pool: &Pool) {
             }
         }
         for Queued { job, due } in late.drain(..) {
-            answered_late(&job.work);
+            job.work.answered_late();
             let reply = due.map(|d| d.1).unwrap_or_default();
             job.to.post(Done {
                 slot: job.slot,
@@ -301,6 +279,7 @@ fn watchdog(pool: &Pool) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     /// A mailbox whose wakes go to a poll nobody waits on.
     fn mailbox() -> (Arc<Mailbox>, mio::Poll) {

@@ -25,7 +25,7 @@ pub(crate) struct Done {
 pub(crate) enum Answered {
     All,
     /// A text get: its keys before this index (counted from the request's first key); the
-    /// request runs on from there ([`crate::protocol::text::Next::Resume`]'s index).
+    /// request runs on from there ([`crate::command::Next::Resume`]'s index).
     Keys(usize),
     /// A binary or meta pipeline: this many of the requests the job took (at least the first).
     Requests(usize),

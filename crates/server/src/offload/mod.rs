@@ -12,3 +12,26 @@ pub(crate) mod flashio;
 pub(crate) mod jobs;
 pub(crate) mod mailbox;
 pub(crate) mod pool;
+
+use std::sync::Arc;
+
+use crate::command::{Lane, Pending};
+use crate::Shared;
+use mailbox::Mailbox;
+
+/// A job, and where its reply goes.
+pub(crate) struct Job {
+    pub work: Pending,
+    pub to: Arc<Mailbox>,
+    /// The connection's slot on its worker and the slot's generation when the job was made.
+    pub slot: usize,
+    pub gen: u32,
+}
+
+/// Hand a job to the pool its work names (a flash read never queues behind a filter call).
+pub(crate) fn submit(sh: &Arc<Shared>, job: Job) {
+    match job.work.lane() {
+        Lane::Jobs => sh.jobs.submit(sh, job),
+        Lane::FlashIo => sh.flash_io.submit(sh, job),
+    }
+}

@@ -18,8 +18,6 @@ mod sasl;
 mod stat;
 mod storage;
 
-pub(crate) use storage::{gather, BinGet};
-
 use std::sync::atomic::Ordering::Relaxed;
 
 use mnemo_proto::binary::{self as bin, opcode, Frame, LargeOp, Parsed, Request, Status, StoreOp};

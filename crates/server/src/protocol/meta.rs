@@ -12,13 +12,13 @@ use mnemo_store::{Item, Mode, Time};
 
 use crate::admin::stats::Counters;
 use crate::command::arith::{self, Counted};
-use crate::command::batch::{self, BatchGet, FlashBatch, Then};
+use crate::command::batch::{BatchGet, FlashBatch, Then};
 use crate::command::concat;
 use crate::command::delete::{self, Deleted};
 use crate::command::read::{self, Direct};
 use crate::command::write::{self, Stored};
+use crate::command::Next;
 use crate::command::{Answer, Proto};
-use crate::protocol::text::Next;
 use crate::Shared;
 
 fn push_num(out: &mut Vec<u8>, n: impl itoa::Integer) {
@@ -202,9 +202,7 @@ fn get(
         }
         Answer::Later(first) => {
             let b = FlashBatch::new(Box::new(OwnedGet::new(m)), first, 0);
-            Next::Later(crate::command::Pending::FlashRead(
-                crate::offload::flashio::Read::Meta(b),
-            ))
+            Next::Later(Box::new(b))
         }
     }
 }
@@ -278,22 +276,11 @@ impl BatchGet for Box<OwnedGet> {
             status(&m, b"EN", m.raw_key, out);
         }
     }
-}
 
-/// The requests pipelined after an mg that was deferred (its value on flash) join its batch
-/// (command/batch.rs `gather`): complete mg requests that `get` would defer too (no T, u or
-/// N), and mn. Anything else stops the gathering (an ms must run after the batch, on the
-/// worker).
-pub(crate) fn gather(
-    b: &mut FlashBatch<Box<OwnedGet>>,
-    input: &[u8],
-    limits: &text::Limits,
-    sh: &Shared,
-    budget: &mut usize,
-    taken: &mut Vec<usize>,
-) {
-    batch::gather(b, input, budget, taken, |rest| {
-        let text::Parsed::Request(req, n) = text::parse(rest, limits) else {
+    /// Complete mg requests that `get` would defer too (no T, u or N), and mn. Anything else
+    /// stops the gathering (an ms must run after the batch, on the worker).
+    fn next(input: &[u8], limits: &text::Limits, sh: &Shared) -> Option<(Then<Self>, usize)> {
+        let text::Parsed::Request(req, n) = text::parse(input, limits) else {
             return None;
         };
         let then = match req {
@@ -307,7 +294,7 @@ pub(crate) fn gather(
             _ => return None,
         };
         Some((then, n))
-    })
+    }
 }
 
 fn set(m: &Meta<'_>, sh: &Shared, c: &Counters, out: &mut Vec<u8>) {

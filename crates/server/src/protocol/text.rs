@@ -16,29 +16,7 @@ use crate::command::batch::{self, BatchGet, FlashBatch, Then};
 use crate::command::{delete, flush, read, write, write::Stored, Answer, Proto};
 use crate::Shared;
 
-/// What the connection does after a request.
-#[derive(Debug)]
-pub enum Next {
-    Continue,
-    /// Discard this many bytes of input (the data of a refused storage command), then send
-    /// the reply, if any: memcached answers only once the data is gone.
-    Swallow(usize, Option<ErrorReply>),
-    /// Close once the pending output is written.
-    Close,
-    /// Stop the server (`shutdown` with -A).
-    Shutdown,
-    /// Write pending output now (`mn`, which memcached documents as forcing a writeback).
-    Flush,
-    /// A multi-get produced a full output buffer after this many keys: write, then run the
-    /// same request again from that key on (the request stays unconsumed meanwhile).
-    Resume(usize),
-    /// `lru_crawler metadump`: the connection streams the dump, one store batch at a time
-    /// while its unsent output is small, before it reads the next request.
-    Metadump(Box<crate::admin::crawler::Metadump>),
-    /// The reply comes from a job run off the event loop (command/mod.rs, "Pending answers"):
-    /// the connection keeps its place in the output and parses nothing more until it is done.
-    Later(crate::command::Pending),
-}
+use crate::command::Next;
 
 /// Append a reply line unless the client asked for none.
 #[inline(always)]
@@ -284,7 +262,10 @@ pub fn execute_from(
             stats_command(args, sh, out);
             Next::Continue
         }
-        Request::LruCrawler { args } => crate::admin::crawler::command(args, sh, out),
+        Request::LruCrawler { args } => match crate::admin::crawler::command(args, sh, out) {
+            Some(dump) => Next::Metadump(dump),
+            None => Next::Continue,
+        },
         Request::Extstore { args, noreply } => {
             crate::admin::extstore::command(args, noreply, sh, out);
             Next::Continue
@@ -311,7 +292,10 @@ pub fn execute_from(
             reply,
             noreply,
         } => Next::Swallow(swallow, (!noreply).then_some(reply)),
-        Request::Watch { args } => crate::watch::command(args, sh, out),
+        Request::Watch { args } => match crate::watch::subscribe(args, sh, out) {
+            Some(h) => Next::Watch(h),
+            None => Next::Continue,
+        },
     }
 }
 
@@ -437,9 +421,7 @@ fn defer_get(keys: Keys<'_>, i: usize, cas: bool, first: read::Flashed) -> Next 
     };
     let mut b = FlashBatch::new(get, first, i);
     rest.for_each(|g| b.push(Then::Key(g)));
-    Next::Later(crate::command::Pending::FlashRead(
-        crate::offload::flashio::Read::Text(b),
-    ))
+    Next::Later(Box::new(b))
 }
 
 /// A key of a text get in a flash batch (command/batch.rs), owned; `last`: its reply ends the
@@ -471,20 +453,15 @@ impl BatchGet for TextGet {
             out.extend_from_slice(b"END\r\n");
         }
     }
-}
 
-/// The gets pipelined after a deferred one join its batch (command/batch.rs `gather`):
-/// complete single-key `get` and `gets` requests, so that a pipeline of them is one flash
-/// job, as with mg and binary GETQ. Anything else stops the gathering (a multi-key get too:
-/// the batch can pause at its own keys only).
-pub(crate) fn gather(
-    b: &mut FlashBatch<TextGet>,
-    input: &[u8],
-    limits: &mnemo_proto::text::Limits,
-    budget: &mut usize,
-    taken: &mut Vec<usize>,
-) {
-    batch::gather(b, input, budget, taken, |rest| {
+    /// Complete single-key `get` and `gets` requests, so that a pipeline of them is one flash
+    /// job, as with mg and binary GETQ. Anything else stops the gathering (a multi-key get
+    /// too: the batch can pause at its own keys only).
+    fn next(
+        input: &[u8],
+        limits: &mnemo_proto::text::Limits,
+        _sh: &Shared,
+    ) -> Option<(Then<Self>, usize)> {
         let mnemo_proto::text::Parsed::Request(
             Request::Get {
                 keys,
@@ -492,7 +469,7 @@ pub(crate) fn gather(
                 touch: None,
             },
             n,
-        ) = mnemo_proto::text::parse(rest, limits)
+        ) = mnemo_proto::text::parse(input, limits)
         else {
             return None;
         };
@@ -507,7 +484,7 @@ pub(crate) fn gather(
             last: true,
         };
         Some((Then::Get(get), n))
-    })
+    }
 }
 
 /// `stats [sub]`. memcached 1.6.40 takes the word sent for the first of its subcommands it

@@ -48,8 +48,8 @@ use mnemo_store::{Prefetch, PREFETCH_HEAD};
 use super::share::{self, CoreShare, RUN_BUDGET};
 use crate::admin::stats::{bump, Counters};
 use crate::conn::{Conn, Io, Stream, Turn};
-use crate::offload::jobs::Job;
 use crate::offload::mailbox::Mailbox;
+use crate::offload::Job;
 use crate::Shared;
 
 /// Polls with fewer events than this, or read-aheads that bring fewer keys, prefetch nothing:
@@ -344,7 +344,8 @@ impl<T: Transport> Worker<T> {
                 eprintln!("<{i} new client connection");
             }
             if self.sh.watch.wants(crate::watch::CONNEVENTS) {
-                crate::watch::conn_event(&self.sh, conn.stream.socket(), None);
+                let s = conn.stream.socket();
+                crate::watch::conn_event(&self.sh, s.peer(), s.raw_fd(), None);
             }
             let slot = &mut self.slots.slots[i];
             (slot.gen, slot.conn, slot.closed) = (gen, Some(conn), false);
@@ -426,7 +427,7 @@ impl<T: Transport> Worker<T> {
             }
             Turn::Later => {
                 if let Some(work) = conn.take_job() {
-                    self.sh.jobs.submit(
+                    crate::offload::submit(
                         &self.sh,
                         Job {
                             work,
@@ -471,7 +472,8 @@ impl<T: Transport> Worker<T> {
         };
         slot.closed = true;
         if self.sh.watch.wants(crate::watch::CONNEVENTS) {
-            crate::watch::conn_event(&self.sh, conn.stream.socket(), Some(reason));
+            let s = conn.stream.socket();
+            crate::watch::conn_event(&self.sh, s.peer(), s.raw_fd(), Some(reason));
         }
         conn.release(&self.counters);
         self.freed += 1;

@@ -9,12 +9,12 @@ use mnemo_store::{Item, Mode};
 use super::{expiry, After, Reply};
 use crate::admin::stats::Counters;
 use crate::command::arith::{self, Counted};
-use crate::command::batch::{self, BatchGet, FlashBatch, Then};
+use crate::command::batch::{BatchGet, FlashBatch, Then};
 use crate::command::concat;
 use crate::command::delete::{self, Deleted};
 use crate::command::read::{self, Read};
 use crate::command::write::{self, Stored};
-use crate::command::{Answer, Pending, Proto};
+use crate::command::{Answer, Proto};
 use crate::Shared;
 
 /// A GET family hit: header, flags, the key for GETK/GATK, then the value (nothing after it).
@@ -73,7 +73,7 @@ pub(super) fn get(
                 opaque: r.opaque,
             };
             let b = FlashBatch::new(get, first, 0);
-            return After::Later(Pending::FlashRead(crate::offload::flashio::Read::Binary(b)));
+            return After::Later(Box::new(b));
         }
     };
     if !sent.found.is_hit() && !quiet {
@@ -123,40 +123,19 @@ impl BatchGet for BinGet {
         f(&mut self.hit())
     }
 
-    /// A miss's reply, if the request wants one.
-    fn missed(&self, out: &mut Vec<u8>) {
-        if !self.quiet {
-            get_missed(
-                &self.key,
-                self.with_key,
-                &mut Reply {
-                    opcode: self.opcode,
-                    opaque: self.opaque,
-                    out,
-                    direct: None,
-                },
-            );
-        }
-    }
-}
-
-/// The requests pipelined after a GET that was deferred (its value on flash) join its batch
-/// (command/batch.rs `gather`): complete GET/GETQ/GETK/GETKQ frames, and NOOPs (their
-/// replies in order). Anything else stops the gathering (a SET must run after the batch, on
-/// the worker). No SASL check is needed: the deferred GET passed it, and only SASL requests
-/// (which stop the gathering) change it.
-pub(crate) fn gather(
-    b: &mut FlashBatch<BinGet>,
-    input: &[u8],
-    limits: &mnemo_proto::text::Limits,
-    budget: &mut usize,
-    taken: &mut Vec<usize>,
-) {
-    batch::gather(b, input, budget, taken, |rest| {
-        let bin::Frame::Ready(h) = bin::frame(rest) else {
+    /// Complete GET/GETQ/GETK/GETKQ frames, and NOOPs (their replies in order). Anything else
+    /// stops the gathering (a SET must run after the batch, on the worker). No SASL check is
+    /// needed: the deferred GET passed it, and only SASL requests (which stop the gathering)
+    /// change it.
+    fn next(
+        input: &[u8],
+        limits: &mnemo_proto::text::Limits,
+        _sh: &Shared,
+    ) -> Option<(Then<Self>, usize)> {
+        let bin::Frame::Ready(h) = bin::frame(input) else {
             return None;
         };
-        let bin::Parsed::Request(req, n) = bin::request(&h, rest, limits) else {
+        let bin::Parsed::Request(req, n) = bin::request(&h, input, limits) else {
             return None;
         };
         let then = match req {
@@ -180,7 +159,23 @@ pub(crate) fn gather(
             _ => return None,
         };
         Some((then, n))
-    })
+    }
+
+    /// A miss's reply, if the request wants one.
+    fn missed(&self, out: &mut Vec<u8>) {
+        if !self.quiet {
+            get_missed(
+                &self.key,
+                self.with_key,
+                &mut Reply {
+                    opcode: self.opcode,
+                    opaque: self.opaque,
+                    out,
+                    direct: None,
+                },
+            );
+        }
+    }
 }
 
 fn bin_response(r: &mut Reply<'_>, status: Status, key: &[u8]) {
