@@ -16,7 +16,7 @@ fn main() {
                     std::process::exit(1);
                 }
             }
-            if let Err(e) = mnemo_server::run(*config) {
+            if let Err(e) = mnemo_server::start::run(*config) {
                 eprintln!("mnemod: {e}");
                 std::process::exit(1);
             }

@@ -1,5 +1,5 @@
 //! The process's signals, in one place. Each handler only stores to an atomic (the one thing a
-//! handler may safely do); the maintenance thread (lib.rs `maintenance`) polls the flags once
+//! handler may safely do); the maintenance thread (start.rs `maintenance`) polls the flags once
 //! a second and does the work on its own stack.
 //!
 //! ```text
