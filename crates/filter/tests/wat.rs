@@ -91,6 +91,18 @@ fn host(tag: &str, text: &str, limits: Limits) -> (Dir, FilterHost) {
 
 type Entries<'a> = &'a [Option<(u32, &'a [u8])>];
 
+/// Feeds `entries` to a call: a value or a missing mark each.
+fn filler<'a>(entries: Entries<'a>) -> impl FnMut(&mut dyn InputSink) + 'a {
+    move |sink: &mut dyn InputSink| {
+        for e in entries {
+            match e {
+                Some((flags, v)) => sink.value(*flags, v),
+                None => sink.missing(),
+            }
+        }
+    }
+}
+
 fn call(
     host: &FilterHost,
     args: &[u8],
@@ -98,14 +110,7 @@ fn call(
 ) -> Result<(u32, Vec<u8>), FilterError> {
     let f = host.get(b"f").expect("installed");
     let mut out = b"prefix".to_vec();
-    let mut fill = |sink: &mut dyn InputSink| {
-        for e in entries {
-            match e {
-                Some((flags, v)) => sink.value(*flags, v),
-                None => sink.missing(),
-            }
-        }
-    };
+    let mut fill = filler(entries);
     let r = f.call(args, entries.len() as u32, &mut fill, &mut out);
     assert!(out.starts_with(b"prefix"), "earlier output untouched");
     match r {
@@ -468,14 +473,7 @@ fn call_brief(
 ) -> Option<Result<(u32, Vec<u8>), FilterError>> {
     let f = host.get(b"f").expect("installed");
     let mut out = b"prefix".to_vec();
-    let mut fill = |sink: &mut dyn InputSink| {
-        for e in entries {
-            match e {
-                Some((flags, v)) => sink.value(*flags, v),
-                None => sink.missing(),
-            }
-        }
-    };
+    let mut fill = filler(entries);
     let r = f.call_brief(args, entries.len() as u32, &mut fill, &mut out);
     if !matches!(r, Some(Ok(_))) {
         assert_eq!(out, b"prefix", "nothing appended unless answered");

@@ -671,22 +671,8 @@ impl<S: Io> Conn<S> {
                         return Progress::Close;
                     }
                     BinNext::Later(n) => {
-                        // Consumed once the job's reply is in (`complete`).
-                        self.taken.push(n);
-                        let mut job = session.job.take();
-                        // The GETs pipelined after it join its job: their flashed reads go together.
-                        if let Some(job) = &mut job {
-                            job.gather(
-                                &self.rbuf[self.rpos + n..self.rend],
-                                &limits,
-                                sh,
-                                budget,
-                                &mut self.taken,
-                            );
-                        }
-                        self.job = job;
-                        self.waiting = true;
-                        return Progress::Later;
+                        let job = session.job.take();
+                        return self.defer(job, n, &limits, sh, budget);
                     }
                 }
                 continue;
@@ -733,21 +719,8 @@ impl<S: Io> Conn<S> {
                         self.waiting = true;
                         return Progress::Later;
                     }
-                    if let Next::Later(mut job) = next {
-                        // The request stays in place until the job's reply is in (`complete`).
-                        self.taken.push(n);
-                        // The gets pipelined after it join its job: their flashed reads go
-                        // together.
-                        job.gather(
-                            &self.rbuf[self.rpos + n..self.rend],
-                            &limits,
-                            sh,
-                            budget,
-                            &mut self.taken,
-                        );
-                        self.job = Some(job);
-                        self.waiting = true;
-                        return Progress::Later;
+                    if let Next::Later(job) = next {
+                        return self.defer(Some(job), n, &limits, sh, budget);
                     }
                     self.resume = 0;
                     self.rpos += n;
@@ -797,6 +770,27 @@ impl<S: Io> Conn<S> {
                 }
             }
         }
+    }
+
+    /// The request of `n` bytes at the front of the input made `job`: the request stays in
+    /// place until the job's reply is in (`complete`), and the requests pipelined after it
+    /// that the job can answer join it (a flash batch's: their flashed reads go together).
+    fn defer(
+        &mut self,
+        mut job: Option<Pending>,
+        n: usize,
+        limits: &text::Limits,
+        sh: &Shared,
+        budget: &mut usize,
+    ) -> Progress {
+        self.taken.push(n);
+        if let Some(job) = &mut job {
+            let input = &self.rbuf[self.rpos + n..self.rend];
+            job.gather(input, limits, sh, budget, &mut self.taken);
+        }
+        self.job = job;
+        self.waiting = true;
+        Progress::Later
     }
 
     /// A storage command at the front of the input waits for a large data block: receive it
