@@ -77,7 +77,7 @@ pub const BRIEF_GROWTH: usize = 1 << 20;
 /// second of them.
 pub const SLOW_HOLD_MIN: Duration = Duration::from_millis(10);
 /// The longest hold: a filter that always runs long costs a thread that must not wait one
-/// brief attempt per this, once its holds have grown (7 attempts, about 1.3 s, from the
+/// brief attempt per this, once its holds have grown (8 attempts in about 1.3 s, from the
 /// first).
 pub const SLOW_HOLD: Duration = Duration::from_secs(1);
 

@@ -110,6 +110,13 @@ pub struct Filter {
     strikes: AtomicU32,
 }
 
+/// How long a filter skips brief attempts after `strikes` earlier calls in a row that were
+/// not brief, and this one: [`crate::SLOW_HOLD_MIN`], doubled per strike, at most
+/// [`crate::SLOW_HOLD`].
+fn hold(strikes: u32) -> std::time::Duration {
+    (crate::SLOW_HOLD_MIN * (1 << strikes.min(16))).min(crate::SLOW_HOLD)
+}
+
 /// Nanoseconds since the first call of this process asked: the time base of `slow_until`.
 fn clock() -> u64 {
     static BASE: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
@@ -197,8 +204,7 @@ impl Filter {
         let gave_up = matches!(result, Err(FilterError::NotBrief));
         // CPU time, not wall: a preemption of the thread is not the filter's doing.
         if gave_up || crate::thread_cpu().saturating_sub(cpu) > crate::BRIEF {
-            let strikes = self.strikes.fetch_add(1, Relaxed).min(16);
-            let hold = (crate::SLOW_HOLD_MIN * (1 << strikes)).min(crate::SLOW_HOLD);
+            let hold = hold(self.strikes.fetch_add(1, Relaxed));
             self.slow_until
                 .store(clock() + hold.as_nanos() as u64, Relaxed);
         } else if self.strikes.load(Relaxed) != 0 {
@@ -357,5 +363,27 @@ impl FilterHost {
 
     pub fn reset_stats(&self) {
         self.stats.values().for_each(|s| s.reset());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    /// The figures the docs quote (filters.md, fget.rs): a filter that is never brief is tried
+    /// at 0, 10, 30, 70, 150, 310, 630 and 1,270 ms (eight attempts in its first 1.3 s), then
+    /// once a second.
+    #[test]
+    fn holds_double_from_10_ms_to_1_s() {
+        assert_eq!(crate::BRIEF, Duration::from_millis(1));
+        assert_eq!(crate::BRIEF_GROWTH, 1 << 20);
+        let mut at = Duration::ZERO;
+        let mut attempts = Vec::new();
+        for strikes in 0..10 {
+            attempts.push(at.as_millis());
+            at += super::hold(strikes);
+        }
+        assert_eq!(attempts, [0, 10, 30, 70, 150, 310, 630, 1270, 2270, 3270]);
+        assert_eq!(super::hold(u32::MAX), Duration::from_secs(1));
     }
 }

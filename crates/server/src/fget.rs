@@ -24,7 +24,7 @@
 //! under concurrency the queue ate calls' deadlines (issue 49: seed 001's feed at 0.58x the
 //! client-side path). A call that is not short goes to the pool, so a neighbour on the same
 //! worker waits for brief attempts (1-2 ms each), about one per filter per second once a
-//! filter keeps failing them (seven in its first 1.3 s), never for a deadline.
+//! filter keeps failing them (eight in its first 1.3 s), never for a deadline.
 //!
 //! The values are read by the job, not when the request is parsed: the connection runs no
 //! later request before the job is done, so the call sees the store as a sequential server
