@@ -153,31 +153,46 @@ impl Filter {
         out: &mut Vec<u8>,
         answered: &dyn Fn() -> bool,
     ) -> Result<u32, FilterError> {
-        let start = Instant::now();
-        let mark = out.len();
-        let result = match &self.imp {
-            Imp::Wasm(w) => w.call(args, nkeys, fill, out, false),
-            Imp::Native(n) => n.call(args, nkeys, fill, out),
-        };
-        if result.is_err() {
-            out.truncate(mark);
-        }
+        let (result, took) = self.invoke(args, nkeys, fill, out, false);
         let outcome = if answered() {
             Err(&FilterError::Timeout)
         } else {
             result.as_ref().map(|_| ())
         };
-        self.count(start.elapsed(), outcome);
+        self.count(took, outcome);
         result
+    }
+
+    /// One run of either kind (`brief`: a WebAssembly call under the brief bounds), its wall
+    /// time; on error nothing is left appended to `out`.
+    fn invoke(
+        &self,
+        args: &[u8],
+        nkeys: u32,
+        fill: Fill<'_>,
+        out: &mut Vec<u8>,
+        brief: bool,
+    ) -> (Result<u32, FilterError>, std::time::Duration) {
+        let start = Instant::now();
+        let mark = out.len();
+        let result = match &self.imp {
+            Imp::Wasm(w) => w.call(args, nkeys, fill, out, brief),
+            Imp::Native(n) => n.call(args, nkeys, fill, out),
+        };
+        if result.is_err() {
+            out.truncate(mark);
+        }
+        (result, start.elapsed())
     }
 
     /// [`Filter::call`] on a thread that must not wait (an event loop): Some(the call's
     /// result), or None if the call was not brief and must run where it may take its time
     /// (with [`Filter::call_answered`]; filters are pure, so running one again is safe).
     ///
-    /// A WebAssembly call gives up past [`crate::BRIEF`] (1-2 epoch ticks) or
-    /// [`crate::BRIEF_GROWTH`] of new memory; a native call cannot be interrupted, and one
-    /// that took longer than `BRIEF` still answers. Either way the filter's calls then skip
+    /// A WebAssembly call gives up past [`crate::BRIEF`] of its thread's CPU time (looked at
+    /// on each epoch tick from the second), past the full deadline of wall time, or past
+    /// [`crate::BRIEF_GROWTH`] of guest memory growth; a native call cannot be interrupted,
+    /// and one that used more than `BRIEF` of CPU still answers. Either way the filter's calls then skip
     /// the brief attempt for a hold ([`crate::SLOW_HOLD_MIN`], doubling while calls keep
     /// failing to be brief, up to [`crate::SLOW_HOLD`]). A call given up is not counted as a call;
     /// its time is (`usec`: the server's CPU spent in filters).
@@ -191,16 +206,8 @@ impl Filter {
         if clock() < self.slow_until.load(Relaxed) {
             return None;
         }
-        let (start, cpu) = (Instant::now(), crate::thread_cpu());
-        let mark = out.len();
-        let result = match &self.imp {
-            Imp::Wasm(w) => w.call(args, nkeys, fill, out, true),
-            Imp::Native(n) => n.call(args, nkeys, fill, out),
-        };
-        let took = start.elapsed();
-        if result.is_err() {
-            out.truncate(mark);
-        }
+        let cpu = crate::thread_cpu();
+        let (result, took) = self.invoke(args, nkeys, fill, out, true);
         let gave_up = matches!(result, Err(FilterError::NotBrief));
         // CPU time, not wall: a preemption of the thread is not the filter's doing.
         if gave_up || crate::thread_cpu().saturating_sub(cpu) > crate::BRIEF {
